@@ -1,0 +1,33 @@
+"""Pretrain with MoCo v2 and a negative strategy.
+
+    python -m pretrain --cfg digits_moco.yaml [dotted.key=value ...]
+
+Re-running the same command on an existing run directory resumes from its last checkpoint.
+Exit status: 0 done (or stopped by SIGTERM/SIGUSR2 with a checkpoint), 1 runtime error (corrupt
+checkpoint, non-finite loss), 2 config error, 130 Ctrl-C (checkpoint written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pretrain import config, engine
+from pretrain.datasets import DatasetNotFoundError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__.split("\n")[0])
+    parser.add_argument("--cfg", required=True, help="shipped config name or path to a YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
+    args = parser.parse_args(argv)
+    try:
+        cfg = config.load(args.cfg, args.overrides)
+        return engine.main(cfg)
+    except (config.ConfigError, DatasetNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Atomic checkpoints loaded with ``weights_only=True``, RNG capture, and stop signals.
+
+A checkpoint is a dict of plain containers and tensors (nothing that needs pickle's globals):
+
+    format, epoch, step_in_epoch, global_step, config (dict), model, strategy, optimizer,
+    scaler, scheduler, rng, epoch_stats, metrics
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT = "negmine-1"
+REQUIRED = ("format", "epoch", "step_in_epoch", "global_step", "config", "model", "optimizer", "rng")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, corrupt or belongs to a different run."""
+
+
+def save(state: dict[str, Any], path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically: temporary file in the same folder, fsync, rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a negmine checkpoint; any failure is a :class:`CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # zipfile, pickle, EOF and torch errors all mean "unreadable"
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or not a torch checkpoint ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}). Older copies may sit beside it "
+            f"(checkpoints/epoch_N.pt); move the bad file away to resume from one of them."
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} negmine checkpoint")
+    missing = [k for k in REQUIRED if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}")
+    return state
+
+
+def load_module(module: torch.nn.Module, weights: dict[str, torch.Tensor], what: str) -> None:
+    """``load_state_dict`` with a :class:`CheckpointError` that lists what does not fit."""
+    own = module.state_dict()
+    missing = [k for k in own if k not in weights]
+    extra = [k for k in weights if k not in own]
+    shapes = [
+        f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    if missing or extra or shapes:
+        raise CheckpointError(
+            f"the checkpoint's {what} does not match this model: "
+            + "; ".join(
+                part
+                for part in (
+                    f"missing {missing[:5]}" if missing else "",
+                    f"unexpected {extra[:5]}" if extra else "",
+                    f"shape {shapes[:5]}" if shapes else "",
+                )
+                if part
+            )
+        )
+    module.load_state_dict(weights)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the run draws from, as tensors and plain containers."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "python": random.getstate(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+class StopSignals:
+    """Turns SIGTERM, SIGUSR2 and SIGINT into a flag the training loop reads at step boundaries.
+
+    The loop then writes a checkpoint at the current step and returns, so a preempted job loses
+    at most the step in flight. A second SIGINT interrupts at once (the user really means it).
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    @property
+    def stop(self) -> bool:
+        return self.received is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else ""
+
+    def __enter__(self) -> StopSignals:
+        for sig in self.SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: signals cannot be caught here
+                pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

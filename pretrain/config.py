@@ -1,0 +1,323 @@
+"""The one schema with every default; YAML files and the command line hold overrides only.
+
+    cfg = load("digits_moco.yaml", ["train.epochs=5", "out_dir=/tmp/run"])
+
+A bare file name resolves to ``pretrain/configs/``; a path is read as it is. Unknown keys and values
+of the wrong type raise :class:`ConfigError`, naming the key, the file and the closest valid key; the
+CLI turns that into exit status 2. Derived values (effective learning rate, steps per epoch) come
+from :func:`derived`, which never mutates the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used as written (unknown key, wrong type, bad value)."""
+
+
+@dataclass
+class DataConfig:
+    name: str = "digits"  # digits | cifar10 | cifar100 | stl10 | imagefolder | imagenet100
+    root: str = "data"  # dataset folder; never downloaded at run time
+    image_size: int = 224  # crop size of the training views (and of the eval centre crop)
+    eval_resize: int = 256  # eval: resize the short side to this, then centre-crop image_size
+    crop_scale: tuple[float, float] = (0.2, 1.0)  # RandomResizedCrop scale (MoCo v2)
+    affine_degrees: float = 0.0  # RandomAffine rotation; 0 = off (useful for digits)
+    affine_translate: float = 0.0  # RandomAffine translation fraction; 0 = off
+    jitter_strength: float = 0.4  # ColorJitter(b=c=s=strength, hue=strength/4); 0 = off
+    jitter_prob: float = 0.8  # MoCo v2
+    grayscale_prob: float = 0.2  # MoCo v2
+    blur_prob: float = 0.5  # MoCo v2 GaussianBlur sigma in [0.1, 2]; CIFAR recipes turn it off
+    hflip_prob: float = 0.5  # MoCo v2; digits must not be mirrored
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    num_workers: int = 8  # DataLoader processes per rank
+    train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "resnet50"  # resnet_small | resnet18 | resnet34 | resnet50
+    width: int = 32  # resnet_small only: channels of the first stage
+    cifar_stem: bool = False  # 3x3 stride-1 conv1 and no max-pool (CIFAR recipes)
+    dim: int = 128  # output dimension of the projection head (MoCo)
+    mlp: bool = True  # MoCo v2 head Linear-ReLU-Linear; False = single Linear (MoCo v1)
+    bn_splits: int = 1  # >1: split BatchNorm + key shuffle on one device (MoCo CIFAR recipe)
+
+
+@dataclass
+class MocoConfig:
+    queue_size: int = 65536  # K; must not exceed the training set
+    momentum: float = 0.999  # m in key <- m * key + (1 - m) * query
+    temperature: float = 0.2  # MoCo v2 (v1 and the reference code default: 0.07)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 200
+    batch_size: int = 256  # global batch (split across ranks)
+    base_lr: float = 0.03  # lr for a global batch of lr_base_batch; scaled linearly
+    lr_base_batch: int = 256
+    lr_schedule: str = "cosine"  # cosine | step
+    lr_milestones: list[int] = field(default_factory=lambda: [120, 160])  # step schedule only
+    lr_per_epoch: bool = True  # MoCo sets the lr once per epoch; False = per step
+    warmup_epochs: float = 0.0  # linear warm-up from 0, in epochs
+    weight_decay: float = 1e-4
+    sgd_momentum: float = 0.9
+    wd_exclude_bias_and_norm: bool = False  # MoCo decays every parameter
+    amp: str = "bf16"  # bf16 | fp16 | off (CUDA only; CPU runs in fp32)
+    channels_last: bool = True  # CUDA only
+    deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
+    log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
+    ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt
+    keep_every: int = 0  # also keep checkpoints/epoch_N.pt every N epochs; 0 = never
+    progress_bar: bool = True  # tqdm bar (hidden automatically when stderr is not a terminal)
+
+
+@dataclass
+class EvalConfig:
+    knn_every: int = 10  # epochs between kNN monitor runs; 0 = never (the last epoch always runs)
+    knn_k: int = 200  # InstDisc / MoCo CIFAR demo
+    knn_temperature: float = 0.1
+    batch_size: int = 256  # feature extraction batch
+
+
+@dataclass
+class NegativesConfig:
+    name: str = "none"  # a key of negatives.list_strategies()
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to negatives.create(name, ...)
+
+
+@dataclass
+class Config:
+    out_dir: str = ""  # run directory; empty = runs/<config file stem>
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    moco: MocoConfig = field(default_factory=MocoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    negatives: NegativesConfig = field(default_factory=NegativesConfig)
+
+
+CHOICES = {
+    "data.name": ("digits", "cifar10", "cifar100", "stl10", "imagefolder", "imagenet100"),
+    "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
+    "train.lr_schedule": ("cosine", "step"),
+    "train.amp": ("bf16", "fp16", "off"),
+}
+
+
+def resolve_path(name: str) -> Path:
+    """A bare name is looked up among the shipped configs; anything else is a path."""
+    path = Path(name)
+    if path.exists():
+        return path
+    shipped = CONFIG_DIR / path.name
+    if path.parent == Path(".") and shipped.exists():
+        return shipped
+    known = sorted(p.name for p in CONFIG_DIR.glob("*.yaml"))
+    hint = difflib.get_close_matches(path.name, known, n=1)
+    raise ConfigError(
+        f"config file {name!r} not found (neither a path nor a shipped config)"
+        + (f"; did you mean {hint[0]!r}?" if hint else "")
+        + f" Shipped configs: {', '.join(known)}"
+    )
+
+
+def load(name: str, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file's overrides, then ``dotted.key=value`` overrides."""
+    path = resolve_path(name)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    cfg = merge(Config(), raw, source=str(path))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+        nested: dict[str, Any] = {}
+        node = nested
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = yaml.safe_load(value) if value.strip() else ""
+        cfg = merge(cfg, nested, source="command line")
+    if not cfg.out_dir:
+        cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
+    validate(cfg)
+    return cfg
+
+
+def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
+    """Return a copy of dataclass ``base`` with ``raw`` applied; strict on keys and types."""
+    hints = typing.get_type_hints(type(base))
+    names = [f.name for f in dataclasses.fields(base)]
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            valid = [f"{prefix}{n}" for n in names]
+            close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
+            raise ConfigError(
+                f"unknown config key {dotted!r} in {source}"
+                + (f"; closest valid key: {close[0]!r}" if close else "")
+                + f" (valid keys here: {', '.join(valid)})"
+            )
+        current = getattr(base, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{dotted!r} in {source} must be a mapping of keys, got {value!r}")
+            changes[key] = merge(current, value, source, prefix=f"{dotted}.")
+        else:
+            changes[key] = coerce(value, hints[key], dotted, source)
+    return dataclasses.replace(base, **changes)
+
+
+def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
+    """Check ``value`` against a field's type; ints widen to floats, lists become tuples."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+
+    def fail() -> ConfigError:
+        return ConfigError(
+            f"config key {key!r} in {source} expects {_type_name(hint)}, "
+            f"got {value!r} ({type(value).__name__})"
+        )
+
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(value, inner[0], key, source)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise fail()
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail()
+        return value
+    if hint is float:
+        # YAML 1.1 reads "1e-4" (no dot) as a string; accept numeric strings for float keys.
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise fail() from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail()
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise fail()
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise fail()
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise fail()
+            return tuple(coerce(v, a, key, source) for v, a in zip(value, args))
+        return [coerce(v, args[0], key, source) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise fail()
+        return dict(value)
+    if hint is Any:
+        return value
+    raise TypeError(f"unsupported field type {hint} for {key}")
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def validate(cfg: Config) -> None:
+    """Value checks that the types alone cannot express."""
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            raise ConfigError(
+                f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
+    checks = [
+        ("moco.queue_size", cfg.moco.queue_size > 0, "must be positive"),
+        ("moco.momentum", 0.0 <= cfg.moco.momentum <= 1.0, "must lie in [0, 1]"),
+        ("moco.temperature", cfg.moco.temperature > 1e-3, "must be above 1e-3"),
+        ("train.epochs", cfg.train.epochs > 0, "must be positive"),
+        ("train.batch_size", cfg.train.batch_size > 1, "must be at least 2"),
+        ("train.base_lr", cfg.train.base_lr > 0, "must be positive"),
+        ("train.warmup_epochs", 0 <= cfg.train.warmup_epochs < cfg.train.epochs,
+         "must lie in [0, train.epochs)"),
+        ("train.log_every", cfg.train.log_every > 0, "must be positive"),
+        ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
+        ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
+        ("model.bn_splits", cfg.train.batch_size % cfg.model.bn_splits == 0,
+         f"must divide train.batch_size ({cfg.train.batch_size})"),
+        ("data.crop_scale", 0 < cfg.data.crop_scale[0] <= cfg.data.crop_scale[1] <= 1,
+         "must be (low, high) with 0 < low <= high <= 1"),
+        ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+    ]
+    for key, ok, why in checks:
+        if not ok:
+            section, name = key.split(".")
+            raise ConfigError(f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}")
+
+
+def derived(cfg: Config, train_size: int, world_size: int = 1) -> dict[str, Any]:
+    """Values computed from the config and the data; printed and saved with the run."""
+    steps = train_size // cfg.train.batch_size  # drop_last, as MoCo
+    return {
+        "lr": cfg.train.base_lr * cfg.train.batch_size / cfg.train.lr_base_batch,
+        "global_batch": cfg.train.batch_size,
+        "per_rank_batch": cfg.train.batch_size // world_size,
+        "world_size": world_size,
+        "train_size": train_size,
+        "steps_per_epoch": steps,
+        "total_steps": steps * cfg.train.epochs,
+        "queue_fraction_of_train": round(cfg.moco.queue_size / max(train_size, 1), 4),
+        "initial_loss_ln_1_plus_K": round(math.log(cfg.moco.queue_size + 1), 4),
+    }
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Plain nested dict (tuples as lists) for YAML and checkpoints."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def from_dict(raw: dict[str, Any], source: str = "checkpoint") -> Config:
+    """Inverse of :func:`to_dict`, with the same strict checks."""
+    cfg = merge(Config(), raw, source=source)
+    validate(cfg)
+    return cfg
+
+
+def dump(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -1,0 +1,161 @@
+"""Two-view MoCo v2 augmentation, replayable sampling and the data loaders.
+
+Replay after a resume rests on two facts: the sampler's order is a pure function of (seed, epoch)
+and can start at any step, and each sample's augmentation draws from a generator seeded with
+(seed, epoch, index) (the sampler hands ``(epoch, index)`` to the dataset, so this holds with any
+number of workers, persistent or not).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torchvision.transforms import v2
+
+
+def train_transform(
+    image_size: int,
+    crop_scale: tuple[float, float],
+    jitter_strength: float,
+    jitter_prob: float,
+    grayscale_prob: float,
+    blur_prob: float,
+    hflip_prob: float,
+    affine_degrees: float,
+    affine_translate: float,
+    mean: tuple[float, ...],
+    std: tuple[float, ...],
+) -> v2.Compose:
+    """MoCo v2 augmentation (moco/main_moco.py ``augmentation`` for --aug-plus), sizes from the config."""
+    s = jitter_strength
+    ops: list[Any] = [v2.ToImage()]
+    if affine_degrees > 0 or affine_translate > 0:
+        ops.append(v2.RandomAffine(affine_degrees, translate=(affine_translate,) * 2))
+    ops.append(v2.RandomResizedCrop(image_size, scale=crop_scale, antialias=True))
+    if s > 0 and jitter_prob > 0:
+        ops.append(v2.RandomApply([v2.ColorJitter(s, s, s, s / 4)], p=jitter_prob))
+    if grayscale_prob > 0:
+        ops.append(v2.RandomGrayscale(p=grayscale_prob))
+    if blur_prob > 0:
+        kernel = max(3, int(0.1 * image_size) // 2 * 2 + 1)  # ~10% of the side, odd (SimCLR)
+        ops.append(v2.RandomApply([v2.GaussianBlur(kernel, sigma=(0.1, 2.0))], p=blur_prob))
+    if hflip_prob > 0:
+        ops.append(v2.RandomHorizontalFlip(p=hflip_prob))
+    ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    return v2.Compose(ops)
+
+
+def eval_transform(
+    image_size: int, resize: int, mean: tuple[float, ...], std: tuple[float, ...]
+) -> v2.Compose:
+    """Resize the short side, centre-crop, normalise (the MoCo linear-eval val transform)."""
+    return v2.Compose([
+        v2.ToImage(),
+        v2.Resize(resize, antialias=True),
+        v2.CenterCrop(image_size),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(mean, std),
+    ])
+
+
+def sample_seed(seed: int, epoch: int, index: int, stream: int = 0) -> int:
+    """A 63-bit seed that depends on (seed, epoch, index, stream) and nothing else."""
+    entropy = [seed, epoch, index, stream]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class TwoViews(Dataset):
+    """Yields ``(view1, view2, label, index)``; the augmentation of sample i in epoch e is fixed."""
+
+    def __init__(self, base: Dataset, transform: v2.Compose, seed: int) -> None:
+        self.base, self.transform, self.seed = base, transform, seed
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+        epoch, index = key
+        image, label = self.base[index]
+        # fork_rng keeps the caller's global RNG untouched (matters with num_workers=0).
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sample_seed(self.seed, epoch, index))
+            x1, x2 = self.transform(image), self.transform(image)
+        return x1, x2, label, index
+
+
+class Transformed(Dataset):
+    """Applies a deterministic transform; yields ``(image, label)``."""
+
+    def __init__(self, base: Dataset, transform: v2.Compose) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.base[index]
+        return self.transform(image), label
+
+
+class ResumableSampler(Sampler):
+    """Per-epoch permutation from (seed, epoch), sharded over ranks, startable at any step.
+
+    Yields ``(epoch, index)`` pairs for :class:`TwoViews`. Each rank takes ``per_rank_batch``
+    consecutive indices of every global batch, so a global batch holds the same images for any
+    world size (what makes a DDP run comparable with a one-process run).
+    """
+
+    def __init__(
+        self, size: int, global_batch: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> None:
+        if global_batch % world_size:
+            raise ValueError(f"global batch {global_batch} is not divisible by {world_size} ranks")
+        if size < global_batch:
+            raise ValueError(f"dataset of {size} images is smaller than one batch ({global_batch})")
+        self.size, self.global_batch, self.seed = size, global_batch, seed
+        self.rank, self.world_size = rank, world_size
+        self.steps = size // global_batch  # drop_last
+        self.epoch, self.start_step = 0, 0
+
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        self.epoch, self.start_step = epoch, start_step
+
+    def __len__(self) -> int:
+        return (self.steps - self.start_step) * (self.global_batch // self.world_size)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        g = torch.Generator().manual_seed(sample_seed(self.seed, self.epoch, 0, stream=1))
+        order = torch.randperm(self.size, generator=g)[: self.steps * self.global_batch]
+        per_rank = self.global_batch // self.world_size
+        mine = order.view(self.steps, self.world_size, per_rank)[self.start_step:, self.rank]
+        return ((self.epoch, int(i)) for i in mine.reshape(-1))
+
+
+def _quiet_worker(_: int) -> None:
+    # Workers ignore the job's stop signals: the main process saves at a step boundary and then
+    # shuts them down itself (a worker killed first would crash the loader mid-step).
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def loader(dataset: Dataset, batch_size: int, sampler: Sampler | None, num_workers: int,
+           pin_memory: bool = False) -> DataLoader:
+    """A DataLoader with its own generator, so creating an iterator never draws from the global
+    RNG (a resumed run must see the same global RNG stream as an uninterrupted one)."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        shuffle=False,
+        drop_last=False,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        persistent_workers=num_workers > 0,
+        worker_init_fn=_quiet_worker,
+        generator=torch.Generator().manual_seed(0),
+    )

@@ -1,0 +1,171 @@
+"""Dataset readers: scikit-learn digits (embedded), CIFAR-10/100, STL-10, ImageFolder, ImageNet-100.
+
+Every reader returns ``(image, label)`` with the image as a PIL image or a uint8 ``tv_tensors.Image``
+and never downloads: a missing dataset raises :class:`DatasetNotFoundError` naming the expected path
+and layout. The torchvision readers are used as they are, except that file presence is checked
+instead of the upstream md5 sums (hashing 160 MB at every start buys nothing on a cluster where the
+files do not change, and it lets the tests load files they write in the true format).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+from torchvision import datasets as tvd
+from torchvision import tv_tensors
+
+RESOURCES = Path(__file__).parent / "resources"
+# sha256 of the CMC ImageNet-100 list (HobbitLong/CMC imagenet100.txt, the order solo-learn ships).
+IMAGENET100_SHA256 = "79f3f1552ccc478ce24bd934b4573625db584ddc1f4643ae23c994a94cb11397"
+DIGITS_TEST_FRACTION = 0.2  # fixed stratified split: 1,437 train / 360 test images
+DIGITS_SIZE = 16  # 8x8 digits upsampled (bilinear) to 16x16
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The dataset is not where the config says; the message says where and how to get it."""
+
+
+def _missing(name: str, path: Path, layout: str, how: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(
+        f"{name} not found at {path}.\nExpected layout:\n{layout}\nHow to get it: {how}\n"
+        "(negmine never downloads at run time; set data.root=PATH to point at the data.)"
+    )
+
+
+class Digits(Dataset):
+    """scikit-learn's bundled 8x8 digits as 3-channel uint8 images of 16x16, fixed split."""
+
+    def __init__(self, train: bool = True) -> None:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        x, y = load_digits(return_X_y=True)
+        idx_train, idx_test = train_test_split(
+            range(len(y)), test_size=DIGITS_TEST_FRACTION, random_state=0, stratify=y
+        )
+        idx = idx_train if train else idx_test
+        img = torch.as_tensor(x[idx], dtype=torch.float32).view(-1, 1, 8, 8) / 16.0
+        img = F.interpolate(img, size=DIGITS_SIZE, mode="bilinear", align_corners=False)
+        self.data = (img.clamp(0, 1) * 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+        self.targets = [int(v) for v in y[idx]]
+        self.classes = [str(c) for c in range(10)]
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        return tv_tensors.Image(self.data[i]), self.targets[i]
+
+
+def _presence_only(files: list[tuple[str, str]]) -> list[tuple[str, None]]:
+    return [(name, None) for name, _ in files]
+
+
+class CIFAR10(tvd.CIFAR10):
+    train_list = _presence_only(tvd.CIFAR10.train_list)
+    test_list = _presence_only(tvd.CIFAR10.test_list)
+    meta = {**tvd.CIFAR10.meta, "md5": None}
+
+
+class CIFAR100(tvd.CIFAR100):
+    train_list = _presence_only(tvd.CIFAR100.train_list)
+    test_list = _presence_only(tvd.CIFAR100.test_list)
+    meta = {**tvd.CIFAR100.meta, "md5": None}
+
+
+class STL10(tvd.STL10):
+    train_list = _presence_only(tvd.STL10.train_list)
+    test_list = _presence_only(tvd.STL10.test_list)
+
+
+def imagenet100_classes() -> list[str]:
+    """The CMC ImageNet-100 class list shipped with the package, checked against its sha256."""
+    path = RESOURCES / "imagenet100_classes.txt"
+    text = path.read_bytes()
+    if hashlib.sha256(text).hexdigest() != IMAGENET100_SHA256:
+        raise RuntimeError(f"{path} does not match the CMC ImageNet-100 list (sha256 differs)")
+    return text.decode().split()
+
+
+class ClassSubsetFolder(tvd.ImageFolder):
+    """An ImageFolder restricted to a fixed list of classes (indices in sorted wnid order)."""
+
+    def __init__(self, root: str, classes: list[str], **kwargs: Any) -> None:
+        self._wanted = sorted(classes)
+        super().__init__(root, **kwargs)
+
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        missing = [c for c in self._wanted if not (Path(directory) / c).is_dir()]
+        if missing:
+            raise DatasetNotFoundError(
+                f"{len(missing)} of the {len(self._wanted)} ImageNet-100 classes are missing under "
+                f"{directory} (first: {', '.join(missing[:5])}). Each class is a folder named by "
+                "its WordNet id holding that class's JPEGs, as in the ILSVRC-2012 train/val folders."
+            )
+        return self._wanted, {c: i for i, c in enumerate(self._wanted)}
+
+
+def build(name: str, root: str, split: str) -> Dataset:
+    """Read dataset ``name`` under ``root``; ``split`` is train, test (val) or train+unlabeled."""
+    base = Path(root).expanduser()
+    train = split != "test"
+    if name == "digits":
+        return Digits(train=train)
+    if name in ("cifar10", "cifar100"):
+        cls, folder = (CIFAR10, "cifar-10-batches-py") if name == "cifar10" else (
+            CIFAR100, "cifar-100-python")
+        files = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+        if not all((base / folder / f).is_file() for f in files):
+            raise _missing(
+                name.upper(), base / folder,
+                f"  {base / folder}/{{{', '.join(files)}}}  (the python pickle batches)",
+                f"download the 'python version' tarball from https://www.cs.toronto.edu/~kriz/cifar.html"
+                f" and extract it in {base}",
+            )
+        return cls(str(base), train=train, download=False)
+    if name == "stl10":
+        folder = base / "stl10_binary"
+        need = ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin", "unlabeled_X.bin"]
+        missing = [f for f in need if not (folder / f).is_file()]
+        if missing:
+            raise _missing(
+                "STL-10", folder, f"  {folder}/{{{', '.join(need)}, class_names.txt}}",
+                f"download stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and "
+                f"extract it in {base}",
+            )
+        return STL10(str(base), split=split if split != "val" else "test", download=False)
+    if name in ("imagefolder", "imagenet100"):
+        sub = "train" if train else "val"
+        folder = base / sub
+        if not folder.is_dir():
+            raise _missing(
+                "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset", folder,
+                f"  {base}/train/<class>/<image>.JPEG and {base}/val/<class>/<image>.JPEG",
+                "for ImageNet-100 use the ILSVRC-2012 train and val images of the 100 CMC classes "
+                "(pretrain/resources/imagenet100_classes.txt), val sorted into class folders",
+            )
+        if name == "imagenet100":
+            return ClassSubsetFolder(str(folder), imagenet100_classes())
+        return tvd.ImageFolder(str(folder))
+    raise ValueError(f"unknown dataset {name!r}")
+
+
+def num_classes(ds: Dataset) -> int:
+    classes = getattr(ds, "classes", None)
+    if classes is not None:
+        return len(classes)
+    return int(max(labels(ds))) + 1
+
+
+def labels(ds: Dataset) -> list[int]:
+    """Labels without decoding images (unlabeled STL-10 images carry -1)."""
+    for attr in ("targets", "labels"):
+        value = getattr(ds, attr, None)
+        if value is not None:
+            return [int(v) for v in value]
+    return [int(ds[i][1]) for i in range(len(ds))]

@@ -1,0 +1,311 @@
+"""The training loop: one epoch that fits on a screen, and the run around it (resume, evaluate,
+checkpoint). Nothing here knows about a particular negative strategy or loss.
+
+    python -m pretrain --cfg digits_moco.yaml out_dir=runs/digits
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from pretrain import build, checkpoint, config, dist, knn
+from pretrain.config import Config, ConfigError
+from pretrain.metrics_log import MetricsLog
+from pretrain.schedules import learning_rate
+
+# Keys that may change between a run and its resume; any other difference is refused.
+RESUMABLE_CHANGES = ("out_dir", "data.root", "data.num_workers", "train.epochs", "train.log_every",
+                     "train.progress_bar", "train.ckpt_every", "train.keep_every", "eval.")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or inf; the last checkpoint on disk is from before it."""
+
+
+@dataclass
+class State:
+    """Everything that changes during training, besides module and optimizer state."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))  # this epoch, on device
+    bad_loss: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.bool))
+
+
+@dataclass
+class Run:
+    cfg: Config
+    info: dict[str, Any]
+    device: torch.device
+    moco: torch.nn.Module
+    queue: torch.nn.Module
+    strategy: torch.nn.Module
+    criterion: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    data: build.Data
+    log: MetricsLog
+    state: State
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.out_dir)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.device.type != "cuda" or self.cfg.train.amp == "off":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.cfg.train.amp == "bf16" else torch.float16
+        return torch.autocast("cuda", dtype=dtype)
+
+
+def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
+    """Train from ``run.state`` to the end of its epoch; False if a stop signal came first."""
+    cfg, st = run.cfg, run.state
+    steps = run.info["steps_per_epoch"]
+    run.data.sampler.set_epoch(st.epoch, st.step_in_epoch)
+    run.moco.train()
+    bar = progress(run, steps)
+    tic, images = time.perf_counter(), 0
+    for x1, x2, y, _ in run.data.train_loader:
+        x1, x2, y = (t.to(run.device, non_blocking=True) for t in (x1, x2, y))
+        if cfg.train.channels_last and run.device.type == "cuda":
+            x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+        epoch_f = st.epoch + st.step_in_epoch / steps
+        lr = learning_rate(epoch_f, run.info["lr"], cfg.train.epochs, cfg.train.warmup_epochs,
+                           cfg.train.lr_schedule, cfg.train.lr_milestones, cfg.train.lr_per_epoch)
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
+        x1, x2, y = run.strategy.transform_batch(x1, x2, y)
+        with run.autocast():
+            q = run.moco(x1)  # queries: (N, D)
+            k = run.moco.keys(x2, cfg.moco.momentum)  # keys: (N, D), momentum update first
+            extra = run.strategy.negatives(q.detach(), k, run.queue.keys, run.queue.labels, epoch_f)
+            loss = run.criterion(q, k, run.queue.keys, extra.shared, extra.per_query)
+        run.optimizer.zero_grad(set_to_none=True)
+        run.scaler.scale(loss).backward()
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        run.queue.enqueue(dist.gather(k), dist.gather(y))  # after the logits, keys of all ranks
+        st.loss_sum += loss.detach()
+        st.bad_loss |= ~torch.isfinite(loss.detach())  # checked at log steps: no per-step sync
+        st.step_in_epoch += 1
+        st.global_step += 1
+        images += x1.shape[0] * dist.world_size()
+        bar.update(1)
+        if st.global_step % cfg.train.log_every == 0:
+            check_finite(run)
+            dt = time.perf_counter() - tic
+            run.log.write({"kind": "step", "global_step": st.global_step, "epoch": round(epoch_f, 4),
+                           "loss": loss.item(), "lr": lr, "images_per_s": images / dt,
+                           "step_time_s": dt * dist.world_size() * x1.shape[0] / images}, "train")
+            tic, images = time.perf_counter(), 0
+        if stop.stop:
+            break
+    bar.close()
+    return st.step_in_epoch >= steps
+
+
+def progress(run: Run, steps: int) -> Any:
+    from tqdm import tqdm
+
+    show = run.cfg.train.progress_bar and dist.is_main()
+    return tqdm(total=steps, initial=run.state.step_in_epoch, desc=f"epoch {run.state.epoch + 1}",
+                disable=None if show else True, leave=False, dynamic_ncols=True)
+
+
+def check_finite(run: Run) -> None:
+    if bool(run.state.bad_loss):
+        raise NonFiniteLossError(
+            f"non-finite loss at or before global step {run.state.global_step} (epoch "
+            f"{run.state.epoch + 1}); training stopped. {run.run_dir / 'checkpoints/last.pt'} is "
+            "the last good state. Lower train.base_lr, use train.amp=bf16 or check the data."
+        )
+
+
+def evaluate_knn(run: Run) -> float:
+    """Weighted kNN top-1 (%) of the query backbone: training images as bank, held-out as queries."""
+    cfg, backbone = run.cfg, run.moco.encoder_q.backbone
+    bank, bank_y = knn.extract(backbone, run.data.bank_loader, run.device)
+    test, test_y = knn.extract(backbone, run.data.test_loader, run.device)
+    return knn.knn_top1(bank, bank_y, test, test_y, cfg.eval.knn_k, cfg.eval.knn_temperature,
+                        run.data.num_classes)
+
+
+def state_dict(run: Run) -> dict[str, Any]:
+    st = run.state
+    return {
+        "format": checkpoint.FORMAT,
+        "epoch": st.epoch,
+        "step_in_epoch": st.step_in_epoch,
+        "global_step": st.global_step,
+        "config": config.to_dict(run.cfg),
+        "model": run.moco.state_dict(),
+        "queue": run.queue.state_dict(),
+        "strategy": run.strategy.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scaler": run.scaler.state_dict(),
+        "scheduler": {"kind": run.cfg.train.lr_schedule, "global_step": st.global_step},
+        "rng": checkpoint.rng_state(),
+        "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
+    }
+
+
+def save(run: Run, also_epoch: bool = False) -> None:
+    """Rank 0 writes ``last.pt`` (and ``epoch_N.pt``); never a state that has seen a bad loss."""
+    check_finite(run)
+    if dist.is_main():
+        ckpt_dir = run.run_dir / "checkpoints"
+        state = state_dict(run)
+        checkpoint.save(state, ckpt_dir / "last.pt")
+        if also_epoch:
+            checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt")
+    dist.barrier()
+
+
+def restore(run: Run, state: dict[str, Any]) -> None:
+    saved = config.from_dict(state["config"], source="the checkpoint's config")
+    changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
+    refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
+    if refused:
+        raise ConfigError(
+            f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
+            "resume with the same settings or choose a new out_dir"
+        )
+    checkpoint.load_module(run.moco, state["model"], "model")
+    checkpoint.load_module(run.queue, state["queue"], "queue")
+    checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
+    try:
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scaler.load_state_dict(state["scaler"])
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise checkpoint.CheckpointError(f"optimizer state does not fit this model: {e}") from None
+    checkpoint.set_rng_state(state["rng"])
+    st = run.state
+    st.epoch, st.step_in_epoch, st.global_step = (
+        state["epoch"], state["step_in_epoch"], state["global_step"])
+    st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)
+
+
+def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict) and k != "kwargs":
+            keys += diff(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+def setup(cfg: Config) -> Run:
+    device = dist.init_from_env()
+    if cfg.train.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(cfg.seed + dist.rank())
+    data = build.datasets_for(cfg)
+    info = config.derived(cfg, len(data.train), dist.world_size())
+    if info["steps_per_epoch"] < 1:
+        raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    moco = build.model(cfg).to(device)
+    if cfg.train.channels_last and device.type == "cuda":
+        moco = moco.to(memory_format=torch.channels_last)
+    queue = build.queue(cfg, info["train_size"]).to(device)
+    strategy = build.strategy(cfg).to(device)
+    if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
+        moco.encoder_q = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
+    opt = build.optimizer(moco.encoder_q, info["lr"], cfg)
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16")
+    state = State(loss_sum=torch.zeros((), device=device),
+                  bad_loss=torch.zeros((), dtype=torch.bool, device=device))
+    return Run(cfg, info, device, moco, queue, strategy, build.criterion(cfg), opt, scaler, data,
+               MetricsLog(cfg.out_dir), state)
+
+
+def announce(run: Run, resumed: bool) -> None:
+    if not dist.is_main():
+        return
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    (run.run_dir / "config.yaml").write_text(config.dump(run.cfg))
+    (run.run_dir / "derived.yaml").write_text(yaml.safe_dump(run.info, sort_keys=False))
+    print(config.dump(run.cfg), end="")
+    print("derived:", yaml.safe_dump(run.info, sort_keys=False, default_flow_style=True), end="")
+    st = run.state
+    print(f"{'resuming at' if resumed else 'starting'} epoch {st.epoch + 1} step {st.step_in_epoch} "
+          f"on {run.device}; run directory {run.run_dir}", flush=True)
+
+
+def run_training(cfg: Config) -> int:
+    """Train ``cfg`` to completion, resuming from ``out_dir/checkpoints/last.pt`` if present.
+
+    Returns the exit status: 0 when finished or stopped cleanly by SIGTERM/SIGUSR2 (checkpoint
+    written), 130 after Ctrl-C (checkpoint written).
+    """
+    run = setup(cfg)
+    last = run.run_dir / "checkpoints" / "last.pt"
+    resumed = last.exists()
+    if resumed:
+        restore(run, checkpoint.load(last, map_location=run.device))
+        run.log.truncate(run.state.global_step)
+    announce(run, resumed)
+    st, steps = run.state, run.info["steps_per_epoch"]
+    with checkpoint.StopSignals() as stop:
+        while st.epoch < cfg.train.epochs:
+            tic = time.perf_counter()
+            finished = train_one_epoch(run, stop)
+            if not finished:
+                save(run)
+                print(f"\n{stop.name}: checkpoint saved at epoch {st.epoch + 1} step "
+                      f"{st.step_in_epoch}/{steps}; run the same command to resume", flush=True)
+                run.log.close()
+                return 130 if stop.name == "SIGINT" else 0
+            check_finite(run)
+            record = end_of_epoch(run, time.perf_counter() - tic)
+            st.epoch, st.step_in_epoch = st.epoch + 1, 0
+            st.loss_sum.zero_()
+            is_last = st.epoch == cfg.train.epochs
+            if is_last or st.epoch % cfg.train.ckpt_every == 0:
+                save(run, also_epoch=cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0)
+            if dist.is_main():
+                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in record.items() if k != "kind"), flush=True)
+    run.log.close()
+    return 0
+
+
+def end_of_epoch(run: Run, seconds: float) -> dict[str, Any]:
+    cfg, st = run.cfg, run.state
+    epoch = st.epoch + 1
+    record: dict[str, Any] = {
+        "kind": "epoch", "epoch": epoch, "global_step": st.global_step,
+        "loss": st.loss_sum.item() / run.info["steps_per_epoch"], "epoch_time_s": seconds,
+    }
+    every = cfg.eval.knn_every
+    if epoch == cfg.train.epochs or (every > 0 and epoch % every == 0):
+        record["knn_top1"] = evaluate_knn(run) if dist.is_main() else math.nan
+        dist.barrier()
+    run.log.write(record, "epoch")
+    return record
+
+
+def main(cfg: Config) -> int:
+    try:
+        return run_training(cfg)
+    except (checkpoint.CheckpointError, NonFiniteLossError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

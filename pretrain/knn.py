@@ -1,0 +1,88 @@
+"""Feature extraction and the weighted cosine kNN classifier used by the training monitor.
+
+``knn_predict`` is the InstDisc vote (Wu et al. 2018, https://arxiv.org/abs/1805.01978, Eq. 7-8 as
+in zhirongw/lemniscate.pytorch ``test.py`` and the MoCo CIFAR colab): the k most similar training
+features vote for their class with weight exp(sim / T); features are L2-normalised first.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+
+@torch.no_grad()
+def extract(net: nn.Module, loader: DataLoader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``net`` in eval mode over ``loader``; returns features (N, F) and labels (N,) on CPU.
+
+    The module's train/eval mode is restored afterwards.
+    """
+    was_training = net.training
+    net.eval()
+    feats, labels = [], []
+    try:
+        for x, y in loader:
+            feats.append(net(x.to(device, non_blocking=True)).float().cpu())
+            labels.append(torch.as_tensor(y))
+    finally:
+        net.train(was_training)
+    return torch.cat(feats), torch.cat(labels)
+
+
+@torch.no_grad()
+def knn_votes(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    test_features: torch.Tensor,
+    k: int,
+    temperature: float,
+    num_classes: int,
+    chunk: int = 1024,
+) -> torch.Tensor:
+    """Class votes Σ_{j ∈ topk(i)} exp(cos(f_i, f_j) / T) · [y_j = c] of the weighted cosine kNN.
+
+    Args:
+        train_features: (N, F) memory bank. train_labels: (N,) in [0, num_classes).
+        test_features: (M, F) queries. k: neighbours (capped at N). temperature: T.
+
+    Returns:
+        (M, C) votes; the prediction is their argmax.
+    """
+    bank = F.normalize(train_features.float(), dim=1)
+    train_labels = train_labels.to(bank.device)
+    k = min(k, bank.shape[0])
+    out = []
+    for part in F.normalize(test_features.float().to(bank.device), dim=1).split(chunk):
+        sim, idx = (part @ bank.T).topk(k, dim=1)  # (m, k)
+        weight = (sim / temperature).exp()  # (m, k)
+        votes = torch.zeros(part.shape[0], num_classes, dtype=weight.dtype, device=weight.device)
+        out.append(votes.scatter_add_(1, train_labels[idx], weight))  # (m, C)
+    return torch.cat(out)
+
+
+def knn_predict(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    test_features: torch.Tensor,
+    k: int,
+    temperature: float,
+    num_classes: int,
+) -> torch.Tensor:
+    """Predicted labels (M,) of the weighted cosine kNN (see :func:`knn_votes`)."""
+    return knn_votes(train_features, train_labels, test_features, k, temperature, num_classes).argmax(1)
+
+
+def knn_top1(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    test_features: torch.Tensor,
+    test_labels: torch.Tensor,
+    k: int,
+    temperature: float,
+    num_classes: int,
+) -> float:
+    """Top-1 accuracy in percent of :func:`knn_predict`."""
+    pred = knn_predict(train_features, train_labels, test_features, k, temperature, num_classes)
+    return 100.0 * (pred == test_labels).float().mean().item()

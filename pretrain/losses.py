@@ -1,0 +1,71 @@
+"""Contrastive objectives as pure functions on tensors, and the thin module the trainer calls."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def moco_logits(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    queue: torch.Tensor,
+    temperature: float,
+    shared: torch.Tensor | None = None,
+    per_query: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logits of MoCo's InfoNCE (Eq. 1 of He et al. 2020), positive in column 0.
+
+    ``[q·k⁺, q·queue, q·shared, q·per_query] / T``.
+
+    Args:
+        q: queries (N, D), unit norm.
+        k: positive keys (N, D), unit norm.
+        queue: negatives shared by every query (K, D), treated as constants.
+        temperature: T.
+        shared: extra negatives appended for every query (M, D), or None.
+        per_query: extra negatives private to each query (N, S, D), or None.
+
+    Returns:
+        (N, 1 + K + M + S) logits.
+    """
+    parts = [
+        torch.einsum("nd,nd->n", q, k).unsqueeze(1),  # l_pos: (N, 1)
+        torch.einsum("nd,kd->nk", q, queue.detach()),  # l_neg: (N, K)
+    ]
+    if shared is not None:
+        parts.append(torch.einsum("nd,md->nm", q, shared.detach()))  # (N, M)
+    if per_query is not None:
+        parts.append(torch.einsum("nd,nsd->ns", q, per_query.detach()))  # (N, S)
+    return torch.cat(parts, dim=1) / temperature
+
+
+def info_nce(logits: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy with the positive at index 0: −log softmax(logits)[:, 0]."""
+    target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+    return F.cross_entropy(logits.float(), target)
+
+
+class InfoNCE(nn.Module):
+    """MoCo's InfoNCE over the positive key, the queue and any extra negatives.
+
+    Args:
+        temperature: T (MoCo v2: 0.2).
+    """
+
+    def __init__(self, temperature: float = 0.2) -> None:
+        super().__init__()
+        if temperature <= 1e-3:
+            raise ValueError(f"temperature must be above 1e-3, got {temperature}")
+        self.temperature = temperature
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        queue: torch.Tensor,
+        shared: torch.Tensor | None = None,
+        per_query: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return info_nce(moco_logits(q, k, queue, self.temperature, shared, per_query))

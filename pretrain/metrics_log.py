@@ -1,0 +1,54 @@
+"""Rank-0 metrics: one JSON object per line in ``metrics.jsonl`` plus TensorBoard scalars."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pretrain import dist
+
+
+class MetricsLog:
+    """Appends to ``RUN/metrics.jsonl`` and ``RUN/tensorboard/``; silent on ranks other than 0.
+
+    Every line carries ``kind`` ("step" or "epoch") and ``global_step``. On resume,
+    :meth:`truncate` drops lines written after the checkpoint, so a replayed step is never
+    recorded twice.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.writer = None
+        if dist.is_main():
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def truncate(self, global_step: int) -> None:
+        if not dist.is_main() or not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line).get("global_step", 0) <= global_step:
+                    kept.append(line)
+            except json.JSONDecodeError:  # a line cut by a hard kill
+                continue
+        self.path.write_text("".join(f"{line}\n" for line in kept))
+
+    def write(self, record: dict[str, Any], tb_prefix: str) -> None:
+        if not dist.is_main():
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in record.items():
+            if key not in ("kind", "global_step", "epoch") and isinstance(value, (int, float)):
+                if math.isfinite(value):
+                    self.writer.add_scalar(f"{tb_prefix}/{key}", value, record["global_step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

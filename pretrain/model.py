@@ -1,0 +1,171 @@
+"""Backbones, the MoCo v2 head, split BatchNorm and the momentum-encoder MoCo module.
+
+The MoCo module follows facebookresearch/moco ``moco/builder.py`` (at b8ae0d9): query encoder with
+gradient; under ``no_grad`` the momentum update first, then the key forward; the key encoder is an
+exact copy that never receives gradients. Modules take plain arguments, never the config.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision import models
+from torchvision.models.resnet import BasicBlock
+
+from pretrain import dist
+
+
+class SplitBatchNorm(nn.BatchNorm2d):
+    """BatchNorm whose training statistics are computed per sub-batch of ``N / num_splits``.
+
+    Emulates the per-GPU BN of multi-GPU MoCo on one device (the official CIFAR colab's
+    ``SplitBatchNorm``). Running statistics are averaged over the splits; eval mode is plain BN.
+    """
+
+    def __init__(self, num_features: int, num_splits: int) -> None:
+        super().__init__(num_features)
+        self.num_splits = num_splits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.num_splits == 1:
+            return super().forward(x)
+        n, c, h, w = x.shape
+        s = self.num_splits
+        if n % s:
+            raise ValueError(f"batch of {n} cannot be split into {s} BatchNorm splits")
+        mean = self.running_mean.repeat(s)
+        var = self.running_var.repeat(s)
+        out = F.batch_norm(
+            x.view(n // s, c * s, h, w), mean, var, self.weight.repeat(s), self.bias.repeat(s),
+            True, self.momentum, self.eps,
+        ).view(n, c, h, w)
+        self.running_mean.copy_(mean.view(s, c).mean(0))
+        self.running_var.copy_(var.view(s, c).mean(0))
+        return out
+
+
+def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:
+    if bn_splits > 1:
+        return lambda c: SplitBatchNorm(c, bn_splits)
+    return nn.BatchNorm2d
+
+
+class SmallResNet(nn.Module):
+    """A four-block ResNet (one torchvision BasicBlock per stage) of configurable width, for CPU."""
+
+    def __init__(self, width: int = 32, norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = norm(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, c_in = [], width
+        for i in range(4):
+            c_out, stride = width * 2**i, 1 if i == 0 else 2
+            down = None
+            if stride != 1 or c_in != c_out:
+                down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), norm(c_out))
+            stages.append(BasicBlock(c_in, c_out, stride, down, norm_layer=norm))
+            c_in = c_out
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Identity()
+        self.feature_dim = c_in
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def backbone(arch: str, width: int = 32, cifar_stem: bool = False, bn_splits: int = 1) -> nn.Module:
+    """A ResNet without its classifier: ``forward`` returns pooled features (N, feature_dim)."""
+    norm = norm_layer(bn_splits)
+    if arch == "resnet_small":
+        net = SmallResNet(width, norm)
+    elif arch in ("resnet18", "resnet34", "resnet50"):
+        net = getattr(models, arch)(weights=None, norm_layer=norm)
+        net.feature_dim = net.fc.in_features
+        net.fc = nn.Identity()
+    else:
+        raise ValueError(f"unknown arch {arch!r}; choose resnet_small, resnet18, resnet34, resnet50")
+    if cifar_stem:  # moco colab ModelBase / solo-learn: 3x3 stride-1 conv1, no max-pool
+        net.conv1 = nn.Conv2d(3, net.conv1.out_channels, 3, 1, 1, bias=False)
+        net.maxpool = nn.Identity()
+    return net
+
+
+def projection_head(in_dim: int, out_dim: int, mlp: bool) -> nn.Module:
+    """MoCo v2 head: Linear(d, d)-ReLU-Linear(d, out), both with bias, no BN; v1: one Linear."""
+    if not mlp:
+        return nn.Linear(in_dim, out_dim)
+    return nn.Sequential(nn.Linear(in_dim, in_dim), nn.ReLU(inplace=True), nn.Linear(in_dim, out_dim))
+
+
+class Encoder(nn.Module):
+    """Backbone followed by the projection head; ``forward`` returns unit-norm embeddings."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.head(self.backbone(x)), dim=1)
+
+
+class MoCo(nn.Module):
+    """Query encoder, momentum key encoder and the key computation of MoCo v2 (Eq. 2 of [0]).
+
+    [0] He et al., Momentum Contrast for Unsupervised Visual Representation Learning, CVPR 2020,
+        https://arxiv.org/abs/1911.05722; v2: Chen et al., https://arxiv.org/abs/2003.04297.
+    Implementation based on https://github.com/facebookresearch/moco/blob/b8ae0d9/moco/builder.py.
+
+    The queue and the loss live outside (``pretrain.queue``, ``pretrain.losses``), so that negative
+    strategies and objectives can be swapped without touching this module.
+
+    Args:
+        encoder: the query encoder; the key encoder is a deep copy with ``requires_grad=False``.
+        shuffle_keys: shuffle the key batch before the key encoder and unshuffle after (shuffle-BN).
+            Across ranks under DDP; on one device only meaningful with split BatchNorm, since plain
+            BN is invariant to the order of the batch.
+    """
+
+    def __init__(self, encoder: Encoder, shuffle_keys: bool) -> None:
+        super().__init__()
+        self.encoder_q = encoder
+        self.encoder_k = copy.deepcopy(encoder)
+        self.encoder_k.requires_grad_(False)
+        self.shuffle_keys = shuffle_keys
+
+    @torch.no_grad()
+    def momentum_update(self, m: float) -> None:
+        """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (BN buffers of the key encoder are its own)."""
+        q_params = list(self.encoder_q.parameters())
+        k_params = list(self.encoder_k.parameters())
+        torch._foreach_lerp_(k_params, q_params, 1.0 - m)
+
+    @torch.no_grad()
+    def keys(self, x: torch.Tensor, m: float) -> torch.Tensor:
+        """Momentum update, then k = normalize(encoder_k(x)) with shuffle-BN: (N, D)."""
+        self.momentum_update(m)
+        if not self.shuffle_keys:
+            return self.encoder_k(x)
+        x, unshuffle = dist.shuffle_batch(x)
+        return dist.unshuffle_batch(self.encoder_k(x), unshuffle)
+
+    def forward(self, x_q: torch.Tensor) -> torch.Tensor:
+        """q = normalize(encoder_q(x_q)): (N, D), with gradient."""
+        return self.encoder_q(x_q)
+
+
+def build(
+    arch: str, width: int, cifar_stem: bool, dim: int, mlp: bool, bn_splits: int
+) -> MoCo:
+    """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`)."""
+    net = backbone(arch, width, cifar_stem, bn_splits)
+    encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp))
+    return MoCo(encoder, shuffle_keys=bn_splits > 1 or dist.world_size() > 1)

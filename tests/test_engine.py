@@ -1,0 +1,171 @@
+"""End-to-end trainer tests: exact resume after SIGTERM, smoke run + evaluation, failure paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pretrain import build, config, engine
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "model.width=8", "model.bn_splits=2", "train.batch_size=32", "moco.queue_size=64",
+    "train.deterministic=true", "train.progress_bar=false", "train.log_every=1",
+    "eval.knn_every=1", "data.num_workers=0",
+]
+
+
+def pretrain(out: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={out}", *TINY, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
+
+
+def lines(run: Path, kind: str) -> list[dict]:
+    records = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == kind]
+
+
+def tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested checkpoint, keyed by its path."""
+    out = {}
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(tensors(v, f"{prefix}/{k}"))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            out.update(tensors(v, f"{prefix}/{i}"))
+    return out
+
+
+def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
+    epochs = ["train.epochs=2"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    done = pretrain(full, *epochs)
+    assert done.returncode == 0, done.stderr
+
+    proc = pretrain(cut, *epochs, wait=False)
+    steps = 1437 // 32
+    deadline = time.time() + 240
+    while time.time() < deadline:  # SIGTERM once a few steps of epoch 2 are logged
+        m = cut / "metrics.jsonl"
+        if m.exists() and any(r["global_step"] >= steps + 3 for r in lines(cut, "step")):
+            break
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "SIGTERM: checkpoint saved" in out
+    mid = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
+    assert mid["epoch"] == 1 and 0 < mid["step_in_epoch"] < steps, (mid["epoch"], mid["step_in_epoch"])
+
+    resumed = pretrain(cut, *epochs)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming at epoch 2" in resumed.stdout
+
+    a = torch.load(full / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
+    ta = tensors({k: a[k] for k in ("model", "queue", "optimizer", "epoch_stats")})
+    tb = tensors({k: b[k] for k in ("model", "queue", "optimizer", "epoch_stats")})
+    assert ta.keys() == tb.keys() and len(ta) > 50
+    worst = max((ta[k].double() - tb[k].double()).abs().max().item() for k in ta if ta[k].numel())
+    assert worst <= 1e-6
+    assert torch.equal(a["queue"]["ptr"], b["queue"]["ptr"])
+    assert torch.equal(a["queue"]["labels"], b["queue"]["labels"])
+    ea, eb = lines(full, "epoch"), lines(cut, "epoch")
+    assert [r["epoch"] for r in eb] == [1, 2]  # no duplicate lines after the replay
+    for ra, rb in zip(ea, eb):
+        assert abs(ra["loss"] - rb["loss"]) <= 1e-6 and abs(ra["knn_top1"] - rb["knn_top1"]) <= 1e-6
+    assert [r["global_step"] for r in lines(cut, "step")] == list(range(1, 2 * steps + 1))
+
+
+def test_smoke_run_writes_run_dir_and_evaluates(tmp_path):
+    run = tmp_path / "run"
+    done = pretrain(run, "train.epochs=1", "model.bn_splits=1")
+    assert done.returncode == 0, done.stderr
+    for name in ("config.yaml", "derived.yaml", "metrics.jsonl", "checkpoints/last.pt"):
+        assert (run / name).exists(), name
+    assert any((run / "tensorboard").iterdir())
+    saved = config.load(str(run / "config.yaml"))  # the resolved config loads back as a config
+    assert saved.model.width == 8 and saved.train.epochs == 1
+    derived = (run / "derived.yaml").read_text()
+    assert "steps_per_epoch: 44" in derived and "lr: 0.03" in derived  # 0.06 * 32 / 64
+    epoch = lines(run, "epoch")[-1]
+    assert epoch["epoch"] == 1 and 0 <= epoch["knn_top1"] <= 100
+    step = lines(run, "step")[0]
+    assert {"loss", "lr", "images_per_s", "step_time_s"} <= step.keys()
+
+    ev = subprocess.run(
+        [sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt"),
+         "--epochs", "5", "--milestones", "3", "4"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert ev.returncode == 0, ev.stderr
+    result = json.loads(ev.stdout.strip().splitlines()[-1])
+    # the evaluator's kNN is the monitor's computation on the same checkpoint
+    assert result["knn_top1"] == pytest.approx(epoch["knn_top1"], abs=1e-9)
+    assert 10 < result["linear_top1"] <= 100
+    assert (run / "eval" / "linear_eval.json").exists()
+
+    again = pretrain(run, "train.epochs=1", "model.bn_splits=1")  # finished run: nothing to do
+    assert again.returncode == 0 and len(lines(run, "epoch")) == 1
+
+
+def test_resume_with_different_config_is_refused(tmp_path):
+    run = tmp_path / "run"
+    assert pretrain(run, "train.epochs=1").returncode == 0
+    bad = pretrain(run, "train.epochs=1", "moco.temperature=0.5")
+    assert bad.returncode == 2
+    assert "moco.temperature" in bad.stderr and "different config" in bad.stderr
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"PK\x03\x04 not really a zip")
+    bad = pretrain(run, "train.epochs=1")
+    assert bad.returncode == 1
+    assert "corrupt" in bad.stderr and "Traceback" not in bad.stderr
+    ev = subprocess.run([sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt")],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert ev.returncode == 1 and "corrupt" in ev.stderr and "Traceback" not in ev.stderr
+
+
+class _NaNAfter(torch.nn.Module):
+    """InfoNCE that returns NaN from global step ``bad_step`` on."""
+
+    def __init__(self, inner: torch.nn.Module, bad_step: int) -> None:
+        super().__init__()
+        self.inner, self.bad_step, self.calls = inner, bad_step, 0
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        loss = self.inner(*args)
+        return loss * float("nan") if self.calls > self.bad_step else loss
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    steps = 1437 // 32
+    original = build.criterion
+    monkeypatch.setattr(build, "criterion", lambda cfg: _NaNAfter(original(cfg), steps + 2))
+    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY, "train.epochs=3",
+                                            "train.log_every=5", "eval.knn_every=0"])
+    assert engine.main(cfg) == 1
+    err = capsys.readouterr().err
+    assert "non-finite loss" in err and "last good state" in err
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert state["epoch"] == 1 and state["step_in_epoch"] == 0  # the end of epoch 1, before NaN
+    assert all(torch.isfinite(t).all() for t in tensors(state["model"]).values())
