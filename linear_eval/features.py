@@ -45,8 +45,13 @@ def _digest(path: Path) -> str:
 
 
 def features(
-    bb: Backbone, split: str, device: torch.device, cache_dir: Path | None, batch_size: int = 256,
-    num_workers: int = 0, data_root: str | None = None,
+    bb: Backbone,
+    split: str,
+    device: torch.device,
+    cache_dir: Path | None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    data_root: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backbone features (N, F) and labels (N,) of ``split`` under the eval transform, cached at
     ``cache_dir/<dataset>-<split>-<tag>.pt``."""
@@ -57,7 +62,9 @@ def features(
         return cached["features"], cached["labels"]
     base = datasets.build(d.name, data_root or d.root, split)
     ds = data.Transformed(base, build.eval_transform(d))
-    feats, labels = extract(bb.net.to(device), build.eval_loader(ds, batch_size, num_workers), device)
+    feats, labels = extract(
+        bb.net.to(device), build.eval_loader(ds, batch_size, num_workers), device
+    )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         checkpoint.save({"features": feats, "labels": labels}, path)

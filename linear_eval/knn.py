@@ -16,7 +16,9 @@ PRESETS = {
 }
 
 
-def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)) -> dict[int, float]:
+def topk_accuracy(
+    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)
+) -> dict[int, float]:
     """Percent of rows whose label is among the ``k`` highest scores, for each k (capped at C)."""
     ranked = scores.argsort(dim=1, descending=True)
     hits = ranked == labels.view(-1, 1)

@@ -48,7 +48,7 @@ class NegativeStrategy(nn.Module):
 
         Args:
             q: detached queries (N, D), unit norm.
-            k: keys (N, D), unit norm (this rank's; gather them if the method needs the global batch).
+            k: keys (N, D), unit norm (this rank's; gather if the method needs the global batch).
             queue: the queue before this step's enqueue (K, D), read-only.
             queue_labels: labels beside the queue keys (K,), -1 where unknown.
             epoch: fractional epoch (warm-up schedules).

@@ -1,1 +1,1 @@
-"""negmine pretraining: MoCo v2 with a momentum encoder, a labelled queue and pluggable negatives."""
+"""negmine pretraining: MoCo v2, a momentum encoder, a labelled queue, pluggable negatives."""

@@ -27,8 +27,17 @@ def eval_transform(d: DataConfig) -> Any:
 
 def train_transform(d: DataConfig) -> Any:
     return data.train_transform(
-        d.image_size, d.crop_scale, d.jitter_strength, d.jitter_prob, d.grayscale_prob,
-        d.blur_prob, d.hflip_prob, d.affine_degrees, d.affine_translate, d.mean, d.std,
+        d.image_size,
+        d.crop_scale,
+        d.jitter_strength,
+        d.jitter_prob,
+        d.grayscale_prob,
+        d.blur_prob,
+        d.hflip_prob,
+        d.affine_degrees,
+        d.affine_translate,
+        d.mean,
+        d.std,
     )
 
 

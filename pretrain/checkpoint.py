@@ -20,7 +20,16 @@ import numpy as np
 import torch
 
 FORMAT = "negmine-1"
-REQUIRED = ("format", "epoch", "step_in_epoch", "global_step", "config", "model", "optimizer", "rng")
+REQUIRED = (
+    "format",
+    "epoch",
+    "step_in_epoch",
+    "global_step",
+    "config",
+    "model",
+    "optimizer",
+    "rng",
+)
 
 
 class CheckpointError(RuntimeError):

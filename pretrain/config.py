@@ -3,9 +3,9 @@
     cfg = load("digits_moco.yaml", ["train.epochs=5", "out_dir=/tmp/run"])
 
 A bare file name resolves to ``pretrain/configs/``; a path is read as it is. Unknown keys and values
-of the wrong type raise :class:`ConfigError`, naming the key, the file and the closest valid key; the
-CLI turns that into exit status 2. Derived values (effective learning rate, steps per epoch) come
-from :func:`derived`, which never mutates the config.
+of the wrong type raise :class:`ConfigError`, naming the key, the file and the closest valid key;
+the CLI turns that into exit status 2. Derived values (effective learning rate, steps per epoch)
+come from :func:`derived`, which never mutates the config.
 """
 
 from __future__ import annotations
@@ -146,7 +146,9 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}"
+        )
     cfg = merge(Config(), raw, source=str(path))
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -183,7 +185,9 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
         current = getattr(base, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise ConfigError(f"{dotted!r} in {source} must be a mapping of keys, got {value!r}")
+                raise ConfigError(
+                    f"{dotted!r} in {source} must be a mapping of keys, got {value!r}"
+                )
             changes[key] = merge(current, value, source, prefix=f"{dotted}.")
         else:
             changes[key] = coerce(value, hints[key], dotted, source)
@@ -266,21 +270,38 @@ def validate(cfg: Config) -> None:
         ("train.epochs", cfg.train.epochs > 0, "must be positive"),
         ("train.batch_size", cfg.train.batch_size > 1, "must be at least 2"),
         ("train.base_lr", cfg.train.base_lr > 0, "must be positive"),
-        ("train.warmup_epochs", 0 <= cfg.train.warmup_epochs < cfg.train.epochs,
-         "must lie in [0, train.epochs)"),
+        (
+            "train.warmup_epochs",
+            0 <= cfg.train.warmup_epochs < cfg.train.epochs,
+            "must lie in [0, train.epochs)",
+        ),
         ("train.log_every", cfg.train.log_every > 0, "must be positive"),
         ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
         ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
-        ("model.bn_splits", cfg.train.batch_size % cfg.model.bn_splits == 0,
-         f"must divide train.batch_size ({cfg.train.batch_size})"),
-        ("data.crop_scale", 0 < cfg.data.crop_scale[0] <= cfg.data.crop_scale[1] <= 1,
-         "must be (low, high) with 0 < low <= high <= 1"),
+        (
+            "model.bn_splits",
+            cfg.train.batch_size % cfg.model.bn_splits == 0,
+            f"must divide train.batch_size ({cfg.train.batch_size})",
+        ),
+        (
+            "data.crop_scale",
+            0 < cfg.data.crop_scale[0] <= cfg.data.crop_scale[1] <= 1,
+            "must be (low, high) with 0 < low <= high <= 1",
+        ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
+        (
+            "model.bn_splits",
+            cfg.train.batch_size // cfg.model.bn_splits >= 2,
+            "leaves fewer than 2 images per BatchNorm split",
+        ),
     ]
     for key, ok, why in checks:
         if not ok:
             section, name = key.split(".")
-            raise ConfigError(f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}")
+            raise ConfigError(
+                f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}"
+            )
 
 
 def derived(cfg: Config, train_size: int, world_size: int = 1) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def train_transform(
     mean: tuple[float, ...],
     std: tuple[float, ...],
 ) -> v2.Compose:
-    """MoCo v2 augmentation (moco/main_moco.py ``augmentation`` for --aug-plus), sizes from the config."""
+    """MoCo v2 augmentation (moco/main_moco.py ``--aug-plus``), sizes from the config."""
     s = jitter_strength
     ops: list[Any] = [v2.ToImage()]
     if affine_degrees > 0 or affine_translate > 0:
@@ -54,13 +54,15 @@ def eval_transform(
     image_size: int, resize: int, mean: tuple[float, ...], std: tuple[float, ...]
 ) -> v2.Compose:
     """Resize the short side, centre-crop, normalise (the MoCo linear-eval val transform)."""
-    return v2.Compose([
-        v2.ToImage(),
-        v2.Resize(resize, antialias=True),
-        v2.CenterCrop(image_size),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(mean, std),
-    ])
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(resize, antialias=True),
+            v2.CenterCrop(image_size),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean, std),
+        ]
+    )
 
 
 def sample_seed(seed: int, epoch: int, index: int, stream: int = 0) -> int:
@@ -132,7 +134,7 @@ class ResumableSampler(Sampler):
         g = torch.Generator().manual_seed(sample_seed(self.seed, self.epoch, 0, stream=1))
         order = torch.randperm(self.size, generator=g)[: self.steps * self.global_batch]
         per_rank = self.global_batch // self.world_size
-        mine = order.view(self.steps, self.world_size, per_rank)[self.start_step:, self.rank]
+        mine = order.view(self.steps, self.world_size, per_rank)[self.start_step :, self.rank]
         return ((self.epoch, int(i)) for i in mine.reshape(-1))
 
 
@@ -143,8 +145,13 @@ def _quiet_worker(_: int) -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def loader(dataset: Dataset, batch_size: int, sampler: Sampler | None, num_workers: int,
-           pin_memory: bool = False) -> DataLoader:
+def loader(
+    dataset: Dataset,
+    batch_size: int,
+    sampler: Sampler | None,
+    num_workers: int,
+    pin_memory: bool = False,
+) -> DataLoader:
     """A DataLoader with its own generator, so creating an iterator never draws from the global
     RNG (a resumed run must see the same global RNG stream as an uninterrupted one)."""
     return DataLoader(

@@ -1,6 +1,6 @@
 """Dataset readers: scikit-learn digits (embedded), CIFAR-10/100, STL-10, ImageFolder, ImageNet-100.
 
-Every reader returns ``(image, label)`` with the image as a PIL image or a uint8 ``tv_tensors.Image``
+Every reader returns ``(image, label)``, the image a PIL image or a uint8 ``tv_tensors.Image``,
 and never downloads: a missing dataset raises :class:`DatasetNotFoundError` naming the expected path
 and layout. The torchvision readers are used as they are, except that file presence is checked
 instead of the upstream md5 sums (hashing 160 MB at every start buys nothing on a cluster where the
@@ -51,7 +51,9 @@ class Digits(Dataset):
         idx = idx_train if train else idx_test
         img = torch.as_tensor(x[idx], dtype=torch.float32).view(-1, 1, 8, 8) / 16.0
         img = F.interpolate(img, size=DIGITS_SIZE, mode="bilinear", align_corners=False)
-        self.data = (img.clamp(0, 1) * 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+        self.data = (
+            (img.clamp(0, 1) * 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+        )
         self.targets = [int(v) for v in y[idx]]
         self.classes = [str(c) for c in range(10)]
 
@@ -105,7 +107,7 @@ class ClassSubsetFolder(tvd.ImageFolder):
             raise DatasetNotFoundError(
                 f"{len(missing)} of the {len(self._wanted)} ImageNet-100 classes are missing under "
                 f"{directory} (first: {', '.join(missing[:5])}). Each class is a folder named by "
-                "its WordNet id holding that class's JPEGs, as in the ILSVRC-2012 train/val folders."
+                "its WordNet id holding that class's JPEGs (ILSVRC-2012 train/val layout)."
             )
         return self._wanted, {c: i for i, c in enumerate(self._wanted)}
 
@@ -117,12 +119,16 @@ def build(name: str, root: str, split: str) -> Dataset:
     if name == "digits":
         return Digits(train=train)
     if name in ("cifar10", "cifar100"):
-        cls, folder = (CIFAR10, "cifar-10-batches-py") if name == "cifar10" else (
-            CIFAR100, "cifar-100-python")
+        cls, folder = (
+            (CIFAR10, "cifar-10-batches-py")
+            if name == "cifar10"
+            else (CIFAR100, "cifar-100-python")
+        )
         files = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
         if not all((base / folder / f).is_file() for f in files):
             raise _missing(
-                name.upper(), base / folder,
+                name.upper(),
+                base / folder,
                 f"  {base / folder}/{{{', '.join(files)}}}  (the python pickle batches)",
                 f"download the 'python version' tarball from https://www.cs.toronto.edu/~kriz/cifar.html"
                 f" and extract it in {base}",
@@ -134,7 +140,9 @@ def build(name: str, root: str, split: str) -> Dataset:
         missing = [f for f in need if not (folder / f).is_file()]
         if missing:
             raise _missing(
-                "STL-10", folder, f"  {folder}/{{{', '.join(need)}, class_names.txt}}",
+                "STL-10",
+                folder,
+                f"  {folder}/{{{', '.join(need)}, class_names.txt}}",
                 f"download stl10_binary.tar.gz from https://cs.stanford.edu/~acoates/stl10/ and "
                 f"extract it in {base}",
             )
@@ -144,7 +152,8 @@ def build(name: str, root: str, split: str) -> Dataset:
         folder = base / sub
         if not folder.is_dir():
             raise _missing(
-                "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset", folder,
+                "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset",
+                folder,
                 f"  {base}/train/<class>/<image>.JPEG and {base}/val/<class>/<image>.JPEG",
                 "for ImageNet-100 use the ILSVRC-2012 train and val images of the 100 CMC classes "
                 "(pretrain/resources/imagenet100_classes.txt), val sorted into class folders",

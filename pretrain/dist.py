@@ -25,7 +25,7 @@ def is_main() -> bool:
 
 
 def init_from_env() -> torch.device:
-    """Join the process group described by torchrun's variables, if any; return this rank's device."""
+    """Join the process group of torchrun's variables, if any; return this rank's device."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_on():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         td.init_process_group(backend)

@@ -24,8 +24,17 @@ from pretrain.metrics_log import MetricsLog
 from pretrain.schedules import learning_rate
 
 # Keys that may change between a run and its resume; any other difference is refused.
-RESUMABLE_CHANGES = ("out_dir", "data.root", "data.num_workers", "train.epochs", "train.log_every",
-                     "train.progress_bar", "train.ckpt_every", "train.keep_every", "eval.")
+RESUMABLE_CHANGES = (
+    "out_dir",
+    "data.root",
+    "data.num_workers",
+    "train.epochs",
+    "train.log_every",
+    "train.progress_bar",
+    "train.ckpt_every",
+    "train.keep_every",
+    "eval.",
+)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -49,6 +58,7 @@ class Run:
     info: dict[str, Any]
     device: torch.device
     moco: torch.nn.Module
+    query: torch.nn.Module  # moco.encoder_q, or its DDP wrapper (state dicts stay unprefixed)
     queue: torch.nn.Module
     strategy: torch.nn.Module
     criterion: torch.nn.Module
@@ -82,13 +92,20 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
         if cfg.train.channels_last and run.device.type == "cuda":
             x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
         epoch_f = st.epoch + st.step_in_epoch / steps
-        lr = learning_rate(epoch_f, run.info["lr"], cfg.train.epochs, cfg.train.warmup_epochs,
-                           cfg.train.lr_schedule, cfg.train.lr_milestones, cfg.train.lr_per_epoch)
+        lr = learning_rate(
+            epoch_f,
+            run.info["lr"],
+            cfg.train.epochs,
+            cfg.train.warmup_epochs,
+            cfg.train.lr_schedule,
+            cfg.train.lr_milestones,
+            cfg.train.lr_per_epoch,
+        )
         for group in run.optimizer.param_groups:
             group["lr"] = lr
         x1, x2, y = run.strategy.transform_batch(x1, x2, y)
         with run.autocast():
-            q = run.moco(x1)  # queries: (N, D)
+            q = run.query(x1)  # queries: (N, D)
             k = run.moco.keys(x2, cfg.moco.momentum)  # keys: (N, D), momentum update first
             extra = run.strategy.negatives(q.detach(), k, run.queue.keys, run.queue.labels, epoch_f)
             loss = run.criterion(q, k, run.queue.keys, extra.shared, extra.per_query)
@@ -106,9 +123,18 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
         if st.global_step % cfg.train.log_every == 0:
             check_finite(run)
             dt = time.perf_counter() - tic
-            run.log.write({"kind": "step", "global_step": st.global_step, "epoch": round(epoch_f, 4),
-                           "loss": loss.item(), "lr": lr, "images_per_s": images / dt,
-                           "step_time_s": dt * dist.world_size() * x1.shape[0] / images}, "train")
+            run.log.write(
+                {
+                    "kind": "step",
+                    "global_step": st.global_step,
+                    "epoch": round(epoch_f, 4),
+                    "loss": loss.item(),
+                    "lr": lr,
+                    "images_per_s": images / dt,
+                    "step_time_s": dt * dist.world_size() * x1.shape[0] / images,
+                },
+                "train",
+            )
             tic, images = time.perf_counter(), 0
         if stop.stop:
             break
@@ -120,8 +146,14 @@ def progress(run: Run, steps: int) -> Any:
     from tqdm import tqdm
 
     show = run.cfg.train.progress_bar and dist.is_main()
-    return tqdm(total=steps, initial=run.state.step_in_epoch, desc=f"epoch {run.state.epoch + 1}",
-                disable=None if show else True, leave=False, dynamic_ncols=True)
+    return tqdm(
+        total=steps,
+        initial=run.state.step_in_epoch,
+        desc=f"epoch {run.state.epoch + 1}",
+        disable=None if show else True,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
 def check_finite(run: Run) -> None:
@@ -134,12 +166,13 @@ def check_finite(run: Run) -> None:
 
 
 def evaluate_knn(run: Run) -> float:
-    """Weighted kNN top-1 (%) of the query backbone: training images as bank, held-out as queries."""
+    """Weighted kNN top-1 (%) of the query backbone: train images as bank, held-out as queries."""
     cfg, backbone = run.cfg, run.moco.encoder_q.backbone
     bank, bank_y = knn.extract(backbone, run.data.bank_loader, run.device)
     test, test_y = knn.extract(backbone, run.data.test_loader, run.device)
-    return knn.knn_top1(bank, bank_y, test, test_y, cfg.eval.knn_k, cfg.eval.knn_temperature,
-                        run.data.num_classes)
+    return knn.knn_top1(
+        bank, bank_y, test, test_y, cfg.eval.knn_k, cfg.eval.knn_temperature, run.data.num_classes
+    )
 
 
 def state_dict(run: Run) -> dict[str, Any]:
@@ -193,7 +226,10 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     checkpoint.set_rng_state(state["rng"])
     st = run.state
     st.epoch, st.step_in_epoch, st.global_step = (
-        state["epoch"], state["step_in_epoch"], state["global_step"])
+        state["epoch"],
+        state["step_in_epoch"],
+        state["global_step"],
+    )
     st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)
 
 
@@ -227,14 +263,32 @@ def setup(cfg: Config) -> Run:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, info["train_size"]).to(device)
     strategy = build.strategy(cfg).to(device)
+    query = moco.encoder_q
     if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
-        moco.encoder_q = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
+        query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
     opt = build.optimizer(moco.encoder_q, info["lr"], cfg)
-    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16")
-    state = State(loss_sum=torch.zeros((), device=device),
-                  bad_loss=torch.zeros((), dtype=torch.bool, device=device))
-    return Run(cfg, info, device, moco, queue, strategy, build.criterion(cfg), opt, scaler, data,
-               MetricsLog(cfg.out_dir), state)
+    scaler = torch.amp.GradScaler(
+        device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16"
+    )
+    state = State(
+        loss_sum=torch.zeros((), device=device),
+        bad_loss=torch.zeros((), dtype=torch.bool, device=device),
+    )
+    return Run(
+        cfg,
+        info,
+        device,
+        moco,
+        query,
+        queue,
+        strategy,
+        build.criterion(cfg),
+        opt,
+        scaler,
+        data,
+        MetricsLog(cfg.out_dir),
+        state,
+    )
 
 
 def announce(run: Run, resumed: bool) -> None:
@@ -246,8 +300,11 @@ def announce(run: Run, resumed: bool) -> None:
     print(config.dump(run.cfg), end="")
     print("derived:", yaml.safe_dump(run.info, sort_keys=False, default_flow_style=True), end="")
     st = run.state
-    print(f"{'resuming at' if resumed else 'starting'} epoch {st.epoch + 1} step {st.step_in_epoch} "
-          f"on {run.device}; run directory {run.run_dir}", flush=True)
+    print(
+        f"{'resuming at' if resumed else 'starting'} epoch {st.epoch + 1} step {st.step_in_epoch} "
+        f"on {run.device}; run directory {run.run_dir}",
+        flush=True,
+    )
 
 
 def run_training(cfg: Config) -> int:
@@ -270,8 +327,11 @@ def run_training(cfg: Config) -> int:
             finished = train_one_epoch(run, stop)
             if not finished:
                 save(run)
-                print(f"\n{stop.name}: checkpoint saved at epoch {st.epoch + 1} step "
-                      f"{st.step_in_epoch}/{steps}; run the same command to resume", flush=True)
+                print(
+                    f"\n{stop.name}: checkpoint saved at epoch {st.epoch + 1} step "
+                    f"{st.step_in_epoch}/{steps}; run the same command to resume",
+                    flush=True,
+                )
                 run.log.close()
                 return 130 if stop.name == "SIGINT" else 0
             check_finite(run)
@@ -280,10 +340,19 @@ def run_training(cfg: Config) -> int:
             st.loss_sum.zero_()
             is_last = st.epoch == cfg.train.epochs
             if is_last or st.epoch % cfg.train.ckpt_every == 0:
-                save(run, also_epoch=cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0)
+                save(
+                    run,
+                    also_epoch=cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0,
+                )
             if dist.is_main():
-                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in record.items() if k != "kind"), flush=True)
+                print(
+                    " ".join(
+                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in record.items()
+                        if k != "kind"
+                    ),
+                    flush=True,
+                )
     run.log.close()
     return 0
 
@@ -292,8 +361,11 @@ def end_of_epoch(run: Run, seconds: float) -> dict[str, Any]:
     cfg, st = run.cfg, run.state
     epoch = st.epoch + 1
     record: dict[str, Any] = {
-        "kind": "epoch", "epoch": epoch, "global_step": st.global_step,
-        "loss": st.loss_sum.item() / run.info["steps_per_epoch"], "epoch_time_s": seconds,
+        "kind": "epoch",
+        "epoch": epoch,
+        "global_step": st.global_step,
+        "loss": st.loss_sum.item() / run.info["steps_per_epoch"],
+        "epoch_time_s": seconds,
     }
     every = cfg.eval.knn_every
     if epoch == cfg.train.epochs or (every > 0 and epoch % every == 0):

@@ -14,7 +14,9 @@ from torch.utils.data import DataLoader
 
 
 @torch.no_grad()
-def extract(net: nn.Module, loader: DataLoader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def extract(
+    net: nn.Module, loader: DataLoader, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``net`` in eval mode over ``loader``; returns features (N, F) and labels (N,) on CPU.
 
     The module's train/eval mode is restored afterwards.
@@ -71,7 +73,9 @@ def knn_predict(
     num_classes: int,
 ) -> torch.Tensor:
     """Predicted labels (M,) of the weighted cosine kNN (see :func:`knn_votes`)."""
-    return knn_votes(train_features, train_labels, test_features, k, temperature, num_classes).argmax(1)
+    return knn_votes(
+        train_features, train_labels, test_features, k, temperature, num_classes
+    ).argmax(1)
 
 
 def knn_top1(

@@ -40,8 +40,14 @@ class SplitBatchNorm(nn.BatchNorm2d):
         mean = self.running_mean.repeat(s)
         var = self.running_var.repeat(s)
         out = F.batch_norm(
-            x.view(n // s, c * s, h, w), mean, var, self.weight.repeat(s), self.bias.repeat(s),
-            True, self.momentum, self.eps,
+            x.view(n // s, c * s, h, w),
+            mean,
+            var,
+            self.weight.repeat(s),
+            self.bias.repeat(s),
+            True,
+            self.momentum,
+            self.eps,
         ).view(n, c, h, w)
         self.running_mean.copy_(mean.view(s, c).mean(0))
         self.running_var.copy_(var.view(s, c).mean(0))
@@ -92,7 +98,9 @@ def backbone(arch: str, width: int = 32, cifar_stem: bool = False, bn_splits: in
         net.feature_dim = net.fc.in_features
         net.fc = nn.Identity()
     else:
-        raise ValueError(f"unknown arch {arch!r}; choose resnet_small, resnet18, resnet34, resnet50")
+        raise ValueError(
+            f"unknown arch {arch!r}; choose resnet_small, resnet18, resnet34, resnet50"
+        )
     if cifar_stem:  # moco colab ModelBase / solo-learn: 3x3 stride-1 conv1, no max-pool
         net.conv1 = nn.Conv2d(3, net.conv1.out_channels, 3, 1, 1, bias=False)
         net.maxpool = nn.Identity()
@@ -103,7 +111,9 @@ def projection_head(in_dim: int, out_dim: int, mlp: bool) -> nn.Module:
     """MoCo v2 head: Linear(d, d)-ReLU-Linear(d, out), both with bias, no BN; v1: one Linear."""
     if not mlp:
         return nn.Linear(in_dim, out_dim)
-    return nn.Sequential(nn.Linear(in_dim, in_dim), nn.ReLU(inplace=True), nn.Linear(in_dim, out_dim))
+    return nn.Sequential(
+        nn.Linear(in_dim, in_dim), nn.ReLU(inplace=True), nn.Linear(in_dim, out_dim)
+    )
 
 
 class Encoder(nn.Module):
@@ -143,7 +153,7 @@ class MoCo(nn.Module):
 
     @torch.no_grad()
     def momentum_update(self, m: float) -> None:
-        """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (BN buffers of the key encoder are its own)."""
+        """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (key BN buffers stay its own)."""
         q_params = list(self.encoder_q.parameters())
         k_params = list(self.encoder_k.parameters())
         torch._foreach_lerp_(k_params, q_params, 1.0 - m)
@@ -162,9 +172,7 @@ class MoCo(nn.Module):
         return self.encoder_q(x_q)
 
 
-def build(
-    arch: str, width: int, cifar_stem: bool, dim: int, mlp: bool, bn_splits: int
-) -> MoCo:
+def build(arch: str, width: int, cifar_stem: bool, dim: int, mlp: bool, bn_splits: int) -> MoCo:
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`)."""
     net = backbone(arch, width, cifar_stem, bn_splits)
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp))

@@ -13,9 +13,9 @@ class LabeledQueue(nn.Module):
     """FIFO of ``size`` unit-norm keys (rows) with an integer label per key.
 
     Keys are stored (K, D), one key per row (MoCo stores the transpose, (D, K); the logits are the
-    same). Initialised as MoCo does, ``normalize(randn)``, with labels ``NO_LABEL``. The pointer is a
-    tensor, so enqueueing never syncs with the host; a batch that runs past the end wraps around to
-    the start (handled with modular indices rather than MoCo's ``K % B == 0`` assertion).
+    same). Initialised as MoCo does, ``normalize(randn)``, with labels ``NO_LABEL``. The pointer
+    is a tensor, so enqueueing never syncs with the host; a batch that runs past the end wraps
+    around to the start (modular indices rather than MoCo's ``K % B == 0`` assertion).
 
     Args:
         size: number of keys K.

@@ -17,19 +17,37 @@ from pretrain import build, config, engine
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
-    "model.width=8", "model.bn_splits=2", "train.batch_size=32", "moco.queue_size=64",
-    "train.deterministic=true", "train.progress_bar=false", "train.log_every=1",
-    "eval.knn_every=1", "data.num_workers=0",
+    "model.width=8",
+    "model.bn_splits=2",
+    "train.batch_size=32",
+    "moco.queue_size=64",
+    "train.deterministic=true",
+    "train.progress_bar=false",
+    "train.log_every=1",
+    "eval.knn_every=1",
+    "data.num_workers=0",
 ]
 
 
-def pretrain(out: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={out}", *TINY, *extra]
+def pretrain(
+    out: Path, *extra: str, wait: bool = True
+) -> subprocess.Popen | subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pretrain",
+        "--cfg",
+        "digits_moco.yaml",
+        f"out_dir={out}",
+        *TINY,
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
 
 
 def lines(run: Path, kind: str) -> list[dict]:
@@ -71,7 +89,10 @@ def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
     assert proc.returncode == 0, err
     assert "SIGTERM: checkpoint saved" in out
     mid = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
-    assert mid["epoch"] == 1 and 0 < mid["step_in_epoch"] < steps, (mid["epoch"], mid["step_in_epoch"])
+    assert mid["epoch"] == 1 and 0 < mid["step_in_epoch"] < steps, (
+        mid["epoch"],
+        mid["step_in_epoch"],
+    )
 
     resumed = pretrain(cut, *epochs)
     assert resumed.returncode == 0, resumed.stderr
@@ -110,9 +131,23 @@ def test_smoke_run_writes_run_dir_and_evaluates(tmp_path):
     assert {"loss", "lr", "images_per_s", "step_time_s"} <= step.keys()
 
     ev = subprocess.run(
-        [sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt"),
-         "--epochs", "5", "--milestones", "3", "4"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "linear_eval",
+            "--ckpt",
+            str(run / "checkpoints/last.pt"),
+            "--epochs",
+            "5",
+            "--milestones",
+            "3",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout.strip().splitlines()[-1])
     # the evaluator's kNN is the monitor's computation on the same checkpoint
@@ -139,8 +174,13 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     bad = pretrain(run, "train.epochs=1")
     assert bad.returncode == 1
     assert "corrupt" in bad.stderr and "Traceback" not in bad.stderr
-    ev = subprocess.run([sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt")],
-                        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    ev = subprocess.run(
+        [sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert ev.returncode == 1 and "corrupt" in ev.stderr and "Traceback" not in ev.stderr
 
 
@@ -161,11 +201,32 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypa
     steps = 1437 // 32
     original = build.criterion
     monkeypatch.setattr(build, "criterion", lambda cfg: _NaNAfter(original(cfg), steps + 2))
-    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY, "train.epochs=3",
-                                            "train.log_every=5", "eval.knn_every=0"])
+    cfg = config.load(
+        "digits_moco.yaml",
+        [f"out_dir={tmp_path}", *TINY, "train.epochs=3", "train.log_every=5", "eval.knn_every=0"],
+    )
     assert engine.main(cfg) == 1
     err = capsys.readouterr().err
     assert "non-finite loss" in err and "last good state" in err
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
     assert state["epoch"] == 1 and state["step_in_epoch"] == 0  # the end of epoch 1, before NaN
     assert all(torch.isfinite(t).all() for t in tensors(state["model"]).values())
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGUSR2, 0), (signal.SIGINT, 130)])
+def test_preemption_signal_and_ctrl_c_save_at_the_current_step(tmp_path, sig, status):
+    proc = pretrain(tmp_path, "train.epochs=1", "eval.knn_every=0", wait=False)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        m = tmp_path / "metrics.jsonl"
+        if m.exists() and len(lines(tmp_path, "step")) >= 3:
+            break
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert f"{signal.Signals(sig).name}: checkpoint saved" in out
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert state["epoch"] == 0 and state["step_in_epoch"] == state["global_step"] >= 3
+    assert state["step_in_epoch"] == lines(tmp_path, "step")[-1]["global_step"]
