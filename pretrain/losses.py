@@ -44,7 +44,8 @@ def moco_logits(
 def info_nce(logits: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy with the positive at index 0: −log softmax(logits)[:, 0]."""
     target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
-    return F.cross_entropy(logits.float(), target)
+    # bf16/fp16 logits are upcast; float64 stays float64 (exact tests, gradcheck)
+    return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), target)
 
 
 class InfoNCE(nn.Module):

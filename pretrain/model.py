@@ -37,10 +37,13 @@ class SplitBatchNorm(nn.BatchNorm2d):
         s = self.num_splits
         if n % s:
             raise ValueError(f"batch of {n} cannot be split into {s} BatchNorm splits")
+        # The colab's view trick: split r holds samples r, r+s, r+2s, ... (interleaved). It needs
+        # NCHW memory, so channels_last input is copied and the output copied back to its format.
+        fmt = torch.channels_last if not x.is_contiguous() else torch.contiguous_format
         mean = self.running_mean.repeat(s)
         var = self.running_var.repeat(s)
         out = F.batch_norm(
-            x.view(n // s, c * s, h, w),
+            x.contiguous().view(n // s, c * s, h, w),
             mean,
             var,
             self.weight.repeat(s),
@@ -51,7 +54,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
         ).view(n, c, h, w)
         self.running_mean.copy_(mean.view(s, c).mean(0))
         self.running_var.copy_(var.view(s, c).mean(0))
-        return out
+        return out.contiguous(memory_format=fmt)
 
 
 def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:

@@ -16,7 +16,7 @@ def random_images(n: int, size: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
 
 
-def _dump(obj: object, path: Path) -> None:
+def dump(obj: object, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(obj, protocol=2))
 
@@ -33,14 +33,14 @@ def write_cifar10(root: Path, per_batch: int = 16, test: int = 16, seed: int = 0
     train_y = [i % 10 for i in range(5 * per_batch)]
     for b in range(5):
         part = slice(b * per_batch, (b + 1) * per_batch)
-        _dump(
+        dump(
             {"data": cifar_rows(train[part]), "labels": train_y[part]},
             folder / f"data_batch_{b + 1}",
         )
     test_x = random_images(test, 32, seed + 1)
     test_y = [i % 10 for i in range(test)]
-    _dump({"data": cifar_rows(test_x), "labels": test_y}, folder / "test_batch")
-    _dump({"label_names": [f"c{i}" for i in range(10)]}, folder / "batches.meta")
+    dump({"data": cifar_rows(test_x), "labels": test_y}, folder / "test_batch")
+    dump({"label_names": [f"c{i}" for i in range(10)]}, folder / "batches.meta")
     return {"train": train, "train_y": train_y, "test": test_x, "test_y": test_y}
 
 
