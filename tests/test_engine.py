@@ -230,3 +230,21 @@ def test_preemption_signal_and_ctrl_c_save_at_the_current_step(tmp_path, sig, st
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
     assert state["epoch"] == 0 and state["step_in_epoch"] == state["global_step"] >= 3
     assert state["step_in_epoch"] == lines(tmp_path, "step")[-1]["global_step"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_cuda_amp_channels_last_split_bn_epoch(tmp_path, amp):
+    done = pretrain(
+        tmp_path,
+        "train.epochs=1",
+        f"train.amp={amp}",
+        "train.channels_last=true",
+        "train.deterministic=false",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "on cuda" in done.stdout
+    epoch = lines(tmp_path, "epoch")[-1]
+    assert epoch["loss"] == pytest.approx(epoch["loss"]) and 0 < epoch["loss"] < 10
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
+    assert state["scaler"] if amp == "fp16" else True  # fp16 carries GradScaler state
