@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -245,6 +246,6 @@ def test_cuda_amp_channels_last_split_bn_epoch(tmp_path, amp):
     assert done.returncode == 0, done.stderr
     assert "on cuda" in done.stdout
     epoch = lines(tmp_path, "epoch")[-1]
-    assert epoch["loss"] == pytest.approx(epoch["loss"]) and 0 < epoch["loss"] < 10
+    assert math.isfinite(epoch["loss"]) and epoch["loss"] < math.log(64 + 1) + 1
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)
-    assert state["scaler"] if amp == "fp16" else True  # fp16 carries GradScaler state
+    assert bool(state["scaler"]) == (amp == "fp16")  # only fp16 uses (and saves) a GradScaler
