@@ -26,9 +26,18 @@ class NegativeStrategy(nn.Module):
 
     State that must survive a resume (refit counters, cached support vectors) lives in registered
     buffers, so it travels in ``state_dict`` and follows ``.to(device)``. The trainer never looks
-    inside a strategy: it calls :meth:`transform_batch` before the forward passes and
-    :meth:`negatives` between the key forward and the loss.
+    inside a strategy: it calls :meth:`transform_batch` before the forward passes,
+    :meth:`negatives` between the key forward and the loss, and :meth:`diagnostics` only on
+    logging steps (so a strategy keeps its statistics as device tensors and never syncs per step).
+
+    Randomness comes from the global torch RNG of the device, which checkpoints save and restore,
+    and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
+    same synthetic points.
     """
+
+    #: When True the trainer passes the batch gathered from all ranks (q, k, labels), e.g. for an
+    #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
+    needs_global_batch: bool = False
 
     def transform_batch(
         self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor
@@ -43,14 +52,20 @@ class NegativeStrategy(nn.Module):
         queue: torch.Tensor,
         queue_labels: torch.Tensor,
         epoch: float,
+        labels: torch.Tensor | None = None,
     ) -> ExtraNegatives:
         """Extra negatives for this step.
 
         Args:
-            q: detached queries (N, D), unit norm.
-            k: keys (N, D), unit norm (this rank's; gather if the method needs the global batch).
+            q: detached queries (N, D), unit norm (all ranks' if ``needs_global_batch``).
+            k: keys (N, D), unit norm (all ranks' if ``needs_global_batch``).
             queue: the queue before this step's enqueue (K, D), read-only.
             queue_labels: labels beside the queue keys (K,), -1 where unknown.
             epoch: fractional epoch (warm-up schedules).
+            labels: class labels of the batch (N,), -1 where unknown; for diagnostics only.
         """
         return ExtraNegatives()
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """Statistics of the latest step (scalars, possibly device tensors); read at log steps."""
+        return {}

@@ -81,65 +81,81 @@ class Run:
 
 def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
     """Train from ``run.state`` to the end of its epoch; False if a stop signal came first."""
-    cfg, st = run.cfg, run.state
-    steps = run.info["steps_per_epoch"]
+    st, steps = run.state, run.info["steps_per_epoch"]
     run.data.sampler.set_epoch(st.epoch, st.step_in_epoch)
     run.moco.train()
     bar = progress(run, steps)
     tic, images = time.perf_counter(), 0
     for x1, x2, y, _ in run.data.train_loader:
-        x1, x2, y = (t.to(run.device, non_blocking=True) for t in (x1, x2, y))
-        if cfg.train.channels_last and run.device.type == "cuda":
-            x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
         epoch_f = st.epoch + st.step_in_epoch / steps
-        lr = learning_rate(
-            epoch_f,
-            run.info["lr"],
-            cfg.train.epochs,
-            cfg.train.warmup_epochs,
-            cfg.train.lr_schedule,
-            cfg.train.lr_milestones,
-            cfg.train.lr_per_epoch,
-        )
-        for group in run.optimizer.param_groups:
-            group["lr"] = lr
-        x1, x2, y = run.strategy.transform_batch(x1, x2, y)
-        with run.autocast():
-            q = run.query(x1)  # queries: (N, D)
-            k = run.moco.keys(x2, cfg.moco.momentum)  # keys: (N, D), momentum update first
-            extra = run.strategy.negatives(q.detach(), k, run.queue.keys, run.queue.labels, epoch_f)
-            loss = run.criterion(q, k, run.queue.keys, extra.shared, extra.per_query)
-        run.optimizer.zero_grad(set_to_none=True)
-        run.scaler.scale(loss).backward()
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-        run.queue.enqueue(dist.gather(k), dist.gather(y))  # after the logits, keys of all ranks
+        lr = set_lr(run, epoch_f)
+        loss = train_step(run, *(t.to(run.device, non_blocking=True) for t in (x1, x2, y)), epoch_f)
         st.loss_sum += loss.detach()
         st.bad_loss |= ~torch.isfinite(loss.detach())  # checked at log steps: no per-step sync
         st.step_in_epoch += 1
         st.global_step += 1
         images += x1.shape[0] * dist.world_size()
         bar.update(1)
-        if st.global_step % cfg.train.log_every == 0:
-            check_finite(run)
-            dt = time.perf_counter() - tic
-            run.log.write(
-                {
-                    "kind": "step",
-                    "global_step": st.global_step,
-                    "epoch": round(epoch_f, 4),
-                    "loss": loss.item(),
-                    "lr": lr,
-                    "images_per_s": images / dt,
-                    "step_time_s": dt * dist.world_size() * x1.shape[0] / images,
-                },
-                "train",
-            )
+        if st.global_step % run.cfg.train.log_every == 0:
+            log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic)
             tic, images = time.perf_counter(), 0
         if stop.stop:
             break
     bar.close()
     return st.step_in_epoch >= steps
+
+
+def train_step(
+    run: Run, x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, epoch: float
+) -> torch.Tensor:
+    """One MoCo step (Algorithm 1 of He et al. 2020) with the strategy's extra negatives."""
+    if run.cfg.train.channels_last and run.device.type == "cuda":
+        x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+    x1, x2, y = run.strategy.transform_batch(x1, x2, y)
+    with run.autocast():
+        q = run.query(x1)  # queries: (N, D)
+        k = run.moco.keys(x2, run.cfg.moco.momentum)  # keys: (N, D), momentum update first
+        k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
+        if run.strategy.needs_global_batch:
+            seen = dist.gather(q.detach()), k_all, y_all
+        else:
+            seen = q.detach(), k, y
+        extra = run.strategy.negatives(
+            seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
+        )
+        loss = run.criterion(q, k, run.queue.keys, extra.shared, extra.per_query)
+    run.optimizer.zero_grad(set_to_none=True)
+    run.scaler.scale(loss).backward()
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    run.queue.enqueue(k_all, y_all)  # after the logits (and backward); never synthetic points
+    return loss
+
+
+def set_lr(run: Run, epoch: float) -> float:
+    t = run.cfg.train
+    lr = learning_rate(epoch, run.info["lr"], t.epochs, t.warmup_epochs, t.lr_schedule,
+                       t.lr_milestones, t.lr_per_epoch)  # fmt: skip
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def log_step(run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, dt: float) -> None:
+    """A metrics line every ``train.log_every`` steps: the only host syncs of the loop."""
+    check_finite(run)
+    record = {
+        "kind": "step",
+        "global_step": run.state.global_step,
+        "epoch": round(epoch, 4),
+        "loss": loss.item(),
+        "lr": lr,
+        "images_per_s": images / dt,
+        "step_time_s": dt * run.cfg.train.batch_size / images,  # images counted over all ranks
+    }
+    for key, value in run.strategy.diagnostics().items():
+        record[f"neg_{key}"] = float(value)
+    run.log.write(record, "train")
 
 
 def progress(run: Run, steps: int) -> Any:
