@@ -66,6 +66,13 @@ class NegativeStrategy(nn.Module):
         """
         return ExtraNegatives()
 
+    def check_sizes(self, queue_size: int, batch_size: int) -> None:
+        """Raise ValueError if the strategy cannot work with this queue and global batch.
+
+        The trainer calls it once at setup, so a bad config fails before the first step rather
+        than when a warm-up ends.
+        """
+
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Statistics of the latest step (scalars, possibly device tensors); read at log steps."""
         return {}

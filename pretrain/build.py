@@ -43,9 +43,11 @@ def train_transform(d: DataConfig) -> Any:
 
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
-        return negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
+        made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
+        made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
     except ValueError as e:
         raise ConfigError(f"negatives: {e}") from e
+    return made
 
 
 def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:

@@ -38,7 +38,10 @@ def test_queue_smaller_than_batch_is_refused():
 
 
 def test_unknown_strategy_is_a_config_error():
-    with pytest.raises(ConfigError, match="unknown negative strategy 'nope'.*available: none"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown negative strategy 'nope' \(did you mean 'none'\?\); available: mioc",
+    ):
         build.strategy(cfg_with("negatives.name=nope"))
 
 
@@ -59,3 +62,9 @@ def test_eval_transform_is_deterministic_and_train_transform_is_not():
     torch.manual_seed(0)
     a = tr(image)
     assert a.shape == (3, 16, 16) and not torch.equal(a, tr(image))
+
+
+def test_hard_set_larger_than_queue_fails_at_setup_not_after_warmup():
+    cfg = config.load("digits_mochi.yaml", ["negatives.kwargs={num_hard: 1024, warmup_epochs: 10}"])
+    with pytest.raises(ConfigError, match=r"num_hard=1024 exceeds the queue size K=256"):
+        build.strategy(cfg)

@@ -12,6 +12,27 @@ from negatives.none import NoNegatives
 
 N, D, K = 8, 16, 32
 
+# Small sizes with warm-up off, so that every strategy makes negatives on this tiny queue.
+SMALL = {
+    "none": {},
+    "mioc": {"num_synthetic": 6, "num_inlier_synthetic": 4, "warmup_epochs": 0.0, "nu": 0.1,
+             "gamma": 0.1},
+    "mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
+    "modified_mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
+}  # fmt: skip
+# The same strategies making zero synthetic points: their logits must be plain MoCo's.
+ZERO = {
+    "none": {},
+    "mioc": {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0},
+    "mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
+    "modified_mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
+}
+
+
+def small(name: str) -> NegativeStrategy:
+    assert name in SMALL and name in ZERO, f"add {name!r} to SMALL and ZERO in this file"
+    return negatives.create(name, **SMALL[name])
+
 
 def test_registry_lists_none():
     names = negatives.list_strategies()
@@ -71,7 +92,7 @@ def check_extra(t: torch.Tensor | None, shape_prefix: tuple[int, ...], ref: torc
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_negatives_contract(name):
     torch.manual_seed(0)
-    strategy = negatives.create(name)
+    strategy = small(name)
     q, k, queue, labels = inputs(0)
     queue_before, labels_before = queue.clone(), labels.clone()
     # A queue that tracks gradients catches a strategy that forgets to detach what it builds.
@@ -91,7 +112,7 @@ def test_negatives_are_seeded_deterministic(name):
     results = []
     for _ in range(2):
         torch.manual_seed(0)
-        strategy = negatives.create(name)
+        strategy = small(name)
         q, k, queue, labels = inputs(1)
         results.append(strategy.negatives(q, k, queue, labels, epoch=0.0))
     for a, b in (
@@ -106,7 +127,7 @@ def test_negatives_are_seeded_deterministic(name):
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_transform_batch_keeps_shapes(name):
     torch.manual_seed(0)
-    strategy = negatives.create(name)
+    strategy = small(name)
     x1, x2 = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16)
     y = torch.arange(N)
     out1, out2, out_y = strategy.transform_batch(x1, x2, y)
@@ -123,3 +144,39 @@ def test_none_strategy_is_plain_moco():
     out = strategy.transform_batch(x1, x2, y)
     assert out[0] is x1 and out[1] is x2 and out[2] is y
     assert strategy.state_dict() == {}
+
+
+@pytest.mark.parametrize("name", negatives.list_strategies())
+def test_zero_synthetic_points_give_plain_moco_logits(name):
+    from pretrain.losses import moco_logits
+
+    torch.manual_seed(0)
+    q, k, queue, labels = inputs(3)
+    extra = negatives.create(name, **ZERO[name]).negatives(q, k, queue, labels, epoch=5.0)
+    for t in (extra.shared, extra.per_query):
+        assert t is None or t.shape[-2] == 0
+    shared = extra.shared if extra.shared is not None and extra.shared.numel() else None
+    per_query = extra.per_query if extra.per_query is not None and extra.per_query.numel() else None
+    torch.testing.assert_close(moco_logits(q, k, queue, 0.2, shared, per_query),
+                               moco_logits(q, k, queue, 0.2), rtol=0, atol=0)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", negatives.list_strategies())
+def test_strategy_runs_in_a_training_step(name, tmp_path):
+    """One real CPU training step of the digits config with this strategy."""
+    from pretrain import config, engine
+
+    kwargs = ", ".join(f"{k}: {v}" for k, v in SMALL[name].items())
+    cfg = config.load("digits_moco.yaml", [
+        f"out_dir={tmp_path}", "model.width=8", "train.batch_size=16", "moco.queue_size=32",
+        f"negatives.name={name}", f"negatives.kwargs={{{kwargs}}}",
+    ])  # fmt: skip
+    run = engine.setup(cfg)
+    x1, x2, y, _ = next(iter(run.data.train_loader))
+    before = run.queue.keys.clone()
+    loss = engine.train_step(run, x1, x2, y, epoch=1.0)
+    assert torch.isfinite(loss)
+    assert torch.equal(run.queue.keys[16:], before[16:])  # only the batch's keys were enqueued
+    assert not torch.equal(run.queue.keys[:16], before[:16])
+    for value in run.strategy.diagnostics().values():
+        assert torch.isfinite(torch.as_tensor(value, dtype=torch.float64)).all()

@@ -1,0 +1,206 @@
+"""``mioc``: One-Class-SVM-guided mixing of queries with (inlier) queue keys (seed 001).
+
+[0] MiOC, seed paper 001 (Alg. 1, Eqs. 3-5, Sec. 4.1.1, App. A.2-A.3).
+Implementation based on [1] https://github.com/DJ-CHB/MiOC-Official/blob/8fa57b6/Code/moco/builder.py
+(``forward_mioc``) and ``Code/moco/utils_mioc.py``, re-derived in SEMANTICS.md Sec. 3.
+
+Each step, after the key forward and before the enqueue:
+
+    f = OneClassSVM(rbf, nu, gamma).fit(cat(q, k)).decision_function        (fit on 2B points)
+    O = {n in queue : f(n) > 0}                                              (queue before enqueue)
+    S_n: normalize(beta * q_i + (1 - beta) * n_j),  q_i ~ U(batch), n_j ~ U(queue), beta ~ U(0, 0.5)
+    S_o: the same with n_j ~ U(O);  M_n: normalize(alpha * n_a + (1 - alpha) * n_b), alpha ~ U(0, 1)
+
+All draws are independent per synthetic point and with replacement. The synthetic points are
+detached and *shared* by every query (returned as ``shared``, appended after the queue); they are
+never enqueued. Shapes: q, k (B, D) gathered over ranks; queue (K, D); shared (M_n + S_n + S_o, D).
+
+NOTE (deviations and choices, each a config switch):
+- Warm-up (``warmup="paper"``, default): for ``warmup_epochs`` only S_n is made, as the paper's
+  text says, and no OC-SVM is fitted. ``warmup="code"`` reproduces the official code: M_n
+  (``num_synthetic`` points) + S_n (``num_inlier_synthetic`` points) during warm-up.
+- Empty O is normal at the default (nu, gamma) = (0.01, 0.01): decision values are O(1e-4), below
+  the solver's 1e-3 tolerance (SEMANTICS.md Sec. 3). The official code crashes there.
+  ``empty_inliers="queue"`` (default) draws those S_o keys from the whole queue, keeping the logit
+  count constant and costing no host sync; ``"skip"`` drops S_o for that step, which needs one
+  host sync per step to know the shape. Empty steps are counted in the diagnostics.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from negatives import register
+from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.ocsvm import OneClassSVM
+
+
+def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """normalize(w * a + (1 - w) * b) row-wise: a, b (M, D), weight (M,)."""
+    return F.normalize(weight[:, None] * a + (1.0 - weight[:, None]) * b, dim=1)
+
+
+def sample_mask(mask: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``size`` indices drawn uniformly with replacement from the True entries of ``mask`` (K,),
+    without a host sync; where the mask is empty, from all K entries instead.
+
+    Returns the indices (size,) and the number of True entries (0-dim tensor).
+    """
+    csum = mask.long().cumsum(0)  # (K,)
+    count = csum[-1]
+    rank = (torch.rand(size, device=mask.device) * count).long() + 1  # r-th True entry, r in [1, c]
+    inside = torch.searchsorted(csum, rank).clamp_max(mask.numel() - 1)
+    anywhere = torch.randint(mask.numel(), (size,), device=mask.device)
+    return torch.where(count > 0, inside, anywhere), count
+
+
+@register("mioc")
+class MiOC(NegativeStrategy):
+    """MiOC synthetic negatives guided by a One-Class SVM fitted on the batch.
+
+    Args:
+        num_synthetic: |S_n|, query-queue mixtures (paper: 1024).
+        num_inlier_synthetic: |S_o|, query-inlier mixtures (paper: 512).
+        num_queue_mix: |M_n|, queue-queue mixtures added after warm-up (Table A.3 variant; 0 = off).
+        nu: OC-SVM nu (paper: 0.01; best in App. A.2: 0.1).
+        gamma: RBF gamma (paper: 0.01; best: 0.1).
+        tol: solver stopping tolerance (libsvm/scikit-learn default 1e-3).
+        solver: ``libsvm`` (scikit-learn's path, as the paper) or ``exact``.
+        backend: ``torch`` (on the embeddings' device), ``sklearn`` or ``thundersvm``.
+        warmup_epochs: epochs before the OC-SVM is used (paper: 10).
+        warmup: ``paper`` (S_n only) or ``code`` (M_n + S_n, the official implementation).
+        empty_inliers: ``queue`` or ``skip`` (see the module NOTE).
+        beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
+    """
+
+    needs_global_batch = True
+
+    def __init__(
+        self,
+        num_synthetic: int = 1024,
+        num_inlier_synthetic: int = 512,
+        num_queue_mix: int = 0,
+        nu: float = 0.01,
+        gamma: float = 0.01,
+        tol: float = 1e-3,
+        solver: str = "libsvm",
+        backend: str = "torch",
+        warmup_epochs: float = 10.0,
+        warmup: str = "paper",
+        empty_inliers: str = "queue",
+        beta_max: float = 0.5,
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_synthetic", num_synthetic), ("num_queue_mix", num_queue_mix),
+                            ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if warmup not in ("paper", "code"):
+            raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
+        if empty_inliers not in ("queue", "skip"):
+            raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
+        if not 0.0 <= beta_max <= 1.0:
+            raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
+        if warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        self.svm = OneClassSVM(
+            nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend
+        )  # fmt: skip  (validates nu, gamma, solver)
+        self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
+        self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
+        self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol
+        self.register_buffer("empty_steps", torch.zeros((), dtype=torch.long))  # in checkpoints
+        self._stats: dict[str, torch.Tensor | float] = {}
+
+    def query_mix(
+        self, q: torch.Tensor, keys: torch.Tensor, j: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """normalize(beta q_i + (1 - beta) keys[j]) with random queries i; returns points, i."""
+        i = torch.randint(q.shape[0], (j.numel(),), device=q.device)
+        beta = self.beta_max * torch.rand(j.numel(), device=q.device, dtype=q.dtype)
+        return mix(q[i], keys[j], beta), i
+
+    def queue_mix(self, queue: torch.Tensor, size: int) -> torch.Tensor:
+        """M_n: normalize(alpha n_a + (1 - alpha) n_b), alpha ~ U(0, 1)."""
+        a, b = (torch.randint(queue.shape[0], (size,), device=queue.device) for _ in range(2))
+        return mix(queue[a], queue[b], torch.rand(size, device=queue.device, dtype=queue.dtype))
+
+    @torch.no_grad()
+    def negatives(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        queue: torch.Tensor,
+        queue_labels: torch.Tensor,
+        epoch: float,
+        labels: torch.Tensor | None = None,
+    ) -> ExtraNegatives:
+        q, queue = q.detach().float(), queue.detach().float()
+        K = queue.shape[0]
+        sets: dict[str, torch.Tensor] = {}
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (query index, queue index) per point
+        if epoch < self.warmup_epochs:
+            if self.warmup == "code":
+                sets["m_n"] = self.queue_mix(queue, self.num_synthetic)
+                count = self.num_inlier_synthetic
+            else:
+                count = self.num_synthetic
+            j = torch.randint(K, (count,), device=q.device)
+            sets["s_n"], i = self.query_mix(q, queue, j)
+            pairs.append((i, j))
+        else:
+            if self.num_queue_mix:
+                sets["m_n"] = self.queue_mix(queue, self.num_queue_mix)
+            j = torch.randint(K, (self.num_synthetic,), device=q.device)
+            sets["s_n"], i = self.query_mix(q, queue, j)
+            pairs.append((i, j))
+            inlier = self.fit_inliers(torch.cat([q, k.detach().float()]), queue)
+            j_o, n_o = sample_mask(inlier, self.num_inlier_synthetic)
+            self.empty_steps += n_o == 0
+            if self.empty_inliers == "queue" or bool(n_o > 0):  # "skip": one host sync per step
+                sets["s_o"], i_o = self.query_mix(q, queue, j_o)
+                pairs.append((i_o, j_o))
+            self._stats.update(inliers=n_o.float(), inlier_fraction=n_o.float() / K)
+        self.record(q, queue, sets, pairs, queue_labels, labels)
+        parts = [v for v in sets.values() if v.numel()]
+        return ExtraNegatives(shared=torch.cat(parts) if parts else None)
+
+    def fit_inliers(self, points: torch.Tensor, queue: torch.Tensor) -> torch.Tensor:
+        """Fit the OC-SVM on ``points`` (2B, D); return the mask f(queue) > 0 (K,)."""
+        tic = time.perf_counter()
+        self.svm.fit(points)
+        f = self.svm.decision_function(queue)  # (K,)
+        self._stats.update(
+            fit_time_s=time.perf_counter() - tic,
+            support_vectors=float(len(self.svm.support_)),
+            solver_iterations=float(self.svm.n_iter_),
+            within_tolerance=(f.abs() < self.tol).float().mean(),
+        )
+        return f > 0
+
+    def record(
+        self,
+        q: torch.Tensor,
+        queue: torch.Tensor,
+        sets: dict[str, torch.Tensor],
+        pairs: list[tuple[torch.Tensor, torch.Tensor]],
+        queue_labels: torch.Tensor,
+        labels: torch.Tensor | None,
+    ) -> None:
+        """Device-side statistics for :meth:`diagnostics` (no host sync here)."""
+        self._stats["qn_queue"] = torch.einsum("nd,kd->nk", q, queue).mean()
+        for name, points in sets.items():
+            if points.numel():
+                self._stats[f"qn_{name}"] = torch.einsum("nd,md->nm", q, points).mean()
+        if labels is not None and pairs:
+            i = torch.cat([p[0] for p in pairs])
+            j = torch.cat([p[1] for p in pairs])
+            y_q, y_n = labels[i], queue_labels[j]
+            same = (y_q == y_n) & (y_q >= 0)
+            self._stats["false_negative_fraction"] = same.float().mean()
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        return {**self._stats, "empty_inlier_steps": self.empty_steps}

@@ -1,0 +1,182 @@
+"""MiOC (seed 001) against independent references: scikit-learn's OneClassSVM decides O, and
+every synthetic point is decomposed back into (query, queue key, beta) with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.svm import OneClassSVM as SkOneClassSVM
+
+import negatives
+from negatives.mioc import MiOC, sample_mask
+from pretrain.losses import moco_logits
+
+B, D, K = 8, 16, 64
+
+
+def clustered(n: int, centers: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+    x = centers[rng.integers(len(centers), size=n)] + noise * rng.standard_normal((n, D))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def batch():
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((3, D))
+    q = clustered(B, centers, 0.3, rng)
+    k = q + 0.05 * rng.standard_normal(q.shape).astype(np.float32)
+    k /= np.linalg.norm(k, axis=1, keepdims=True)
+    queue = np.concatenate(
+        [clustered(K // 2, centers, 0.3, rng), clustered(K // 2, centers, 3.0, rng)]
+    )
+    return torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(queue)
+
+
+def decompose(points: np.ndarray, a: np.ndarray, b: np.ndarray) -> list[tuple[int, int, float]]:
+    """For each point p find (i, j, w) with p = normalize(w a_i + (1 - w) b_j), by least squares
+    of p on span(a_i, b_j) for every pair at once (batched normal equations)."""
+    basis = np.stack(np.broadcast_arrays(a[:, None], b[None, :]), axis=-1).astype(np.float64)
+    basis = basis.reshape(-1, a.shape[1], 2)  # (pairs, D, 2)
+    gram = np.einsum("pdi,pdj->pij", basis, basis)
+    out = []
+    for p in points.astype(np.float64):
+        rhs = np.einsum("pdi,d->pi", basis, p)[..., None]
+        coef = np.linalg.solve(gram + 1e-12 * np.eye(2), rhs)[..., 0]  # (pairs, 2); ridge: i == j
+        err = np.linalg.norm(np.einsum("pdi,pi->pd", basis, coef) - p, axis=1)
+        best = int(err.argmin())
+        assert err[best] < 1e-5, f"point is not a mixture of the two sets (residual {err[best]})"
+        (wa, wb), (i, j) = coef[best], divmod(best, len(b))
+        out.append((i, j, wa / (wa + wb)))
+    return out
+
+
+def sklearn_inliers(fit: np.ndarray, queue: np.ndarray, nu: float, gamma: float) -> np.ndarray:
+    svm = SkOneClassSVM(kernel="rbf", nu=nu, gamma=gamma).fit(fit)
+    return svm.decision_function(queue) > 0
+
+
+@pytest.mark.parametrize(("nu", "gamma"), [(0.1, 0.1), (0.01, 0.01)])
+def test_synthetic_points_follow_the_paper(batch, nu, gamma):
+    q, k, queue = batch
+    s_n, s_o = 12, 10
+    mioc = MiOC(num_synthetic=s_n, num_inlier_synthetic=s_o, nu=nu, gamma=gamma, warmup_epochs=1)
+    torch.manual_seed(0)
+    extra = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=5.0)
+    shared = extra.shared.numpy()
+    assert extra.per_query is None and shared.shape == (s_n + s_o, D)
+    np.testing.assert_allclose(np.linalg.norm(shared, axis=1), 1.0, atol=1e-6)
+
+    inlier = sklearn_inliers(torch.cat([q, k]).numpy(), queue.numpy(), nu, gamma)
+    parts = decompose(shared, q.numpy(), queue.numpy())
+    betas = np.array([beta for _, _, beta in parts])
+    assert ((0 <= betas) & (betas < 0.5)).all()  # the query's weight is below one half
+    s_o_keys = [j for _, j, _ in parts[s_n:]]
+    if inlier.any():
+        assert all(inlier[j] for j in s_o_keys), "S_o must mix queries with keys of O only"
+    assert float(mioc.diagnostics()["inliers"]) == inlier.sum()
+
+
+def test_inlier_count_matches_sklearn(batch):
+    q, k, queue = batch
+    for nu, gamma in [(0.1, 0.1), (0.5, 1.0)]:
+        mioc = MiOC(num_synthetic=4, num_inlier_synthetic=4, nu=nu, gamma=gamma, warmup_epochs=0)
+        mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=0.0)
+        expected = sklearn_inliers(torch.cat([q, k]).numpy(), queue.numpy(), nu, gamma).sum()
+        assert float(mioc.diagnostics()["inliers"]) == expected
+
+
+def test_warmup_paper_makes_only_s_n_and_code_adds_m_n(batch):
+    q, k, queue = batch
+    paper = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2)
+    extra = paper.negatives(q, k, queue, torch.full((K,), -1), epoch=1.5)
+    assert extra.shared.shape == (6, D)
+    decompose(extra.shared.numpy(), q.numpy(), queue.numpy())  # all query-key mixtures
+    assert "inliers" not in paper.diagnostics()  # no OC-SVM during the paper's warm-up
+
+    code = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2, warmup="code")
+    extra = code.negatives(q, k, queue, torch.full((K,), -1), epoch=1.5)
+    assert extra.shared.shape == (6 + 5, D)
+    m_n = decompose(extra.shared[:6].numpy(), queue.numpy(), queue.numpy())  # two queue keys
+    assert all(0 <= alpha <= 1 for _, _, alpha in m_n)  # alpha ~ U(0, 1)
+    decompose(extra.shared[6:].numpy(), q.numpy(), queue.numpy())  # then S_n
+
+
+def test_zero_synthetic_gives_plain_moco_logits(batch):
+    q, k, queue = batch
+    mioc = MiOC(num_synthetic=0, num_inlier_synthetic=0, warmup_epochs=0)
+    extra = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=3.0)
+    assert extra.shared is None
+    assert torch.equal(moco_logits(q, k, queue, 0.2, extra.shared, extra.per_query),
+                       moco_logits(q, k, queue, 0.2))  # fmt: skip
+
+
+def test_beta_zero_gives_the_queue_keys_themselves(batch):
+    q, k, queue = batch
+    mioc = MiOC(num_synthetic=16, num_inlier_synthetic=0, warmup_epochs=0, beta_max=0.0)
+    shared = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=3.0).shared
+    sims = shared @ queue.T  # every synthetic point is exactly one queue key
+    assert torch.allclose(sims.max(dim=1).values, torch.ones(16), atol=1e-6)
+
+
+def test_no_gradient_reaches_queries_through_synthetic_points(batch):
+    q, k, queue = batch
+    q = q.clone().requires_grad_(True)
+    torch.manual_seed(1)
+    extra = MiOC(num_synthetic=8, num_inlier_synthetic=4, warmup_epochs=0).negatives(
+        q.detach(), k, queue, torch.full((K,), -1), epoch=1.0)  # fmt: skip
+    assert not extra.shared.requires_grad
+    loss = F.cross_entropy(moco_logits(q, k, queue, 0.2, extra.shared), torch.zeros(B).long())
+    loss.backward()
+    q2 = q.detach().clone().requires_grad_(True)
+    const = extra.shared.clone()
+    F.cross_entropy(moco_logits(q2, k, queue, 0.2, const), torch.zeros(B).long()).backward()
+    assert torch.allclose(q.grad, q2.grad)
+
+
+def test_sample_mask_draws_only_true_entries_and_falls_back_when_empty():
+    torch.manual_seed(0)
+    mask = torch.zeros(50, dtype=torch.bool)
+    mask[[3, 17, 42]] = True
+    idx, count = sample_mask(mask, 3000)
+    assert int(count) == 3 and set(idx.tolist()) == {3, 17, 42}
+    freq = np.bincount(idx.numpy(), minlength=50)[[3, 17, 42]] / 3000
+    np.testing.assert_allclose(freq, 1 / 3, atol=0.04)  # uniform over O (binomial sd 0.009)
+    idx, count = sample_mask(torch.zeros(50, dtype=torch.bool), 500)
+    assert int(count) == 0 and len(set(idx.tolist())) > 30  # empty O: the whole queue
+
+
+def test_empty_inliers_policies(batch):
+    q, k, queue = batch
+    far = -q[:1].expand(K, D).contiguous()  # a queue opposite the batch: f < 0 everywhere
+    for policy, size in [("queue", 6 + 4), ("skip", 6)]:
+        mioc = MiOC(num_synthetic=6, num_inlier_synthetic=4, nu=0.1, gamma=0.1, warmup_epochs=0,
+                    empty_inliers=policy)  # fmt: skip
+        extra = mioc.negatives(q, k, far, torch.full((K,), -1), epoch=1.0)
+        assert extra.shared.shape == (size, D)
+        assert int(mioc.diagnostics()["empty_inlier_steps"]) == 1
+
+
+def test_false_negative_fraction_diagnostic(batch):
+    q, k, queue = batch
+    labels = torch.zeros(B, dtype=torch.long)
+    same = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
+    same.negatives(q, k, queue, torch.zeros(K, dtype=torch.long), 1.0, labels)
+    assert float(same.diagnostics()["false_negative_fraction"]) == 1.0
+    other = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
+    other.negatives(q, k, queue, torch.full((K,), -1), 1.0, labels)  # unknown labels never count
+    assert float(other.diagnostics()["false_negative_fraction"]) == 0.0
+
+
+def test_registry_and_validation():
+    assert "mioc" in negatives.list_strategies()
+    assert isinstance(negatives.create("mioc", nu=0.1, gamma=None), MiOC)
+    with pytest.raises(ValueError, match="num_synthetic must be a non-negative int"):
+        MiOC(num_synthetic=-1)
+    with pytest.raises(ValueError, match="warmup must be 'paper' or 'code'"):
+        MiOC(warmup="later")
+    with pytest.raises(ValueError, match="empty_inliers"):
+        MiOC(empty_inliers="crash")
+    with pytest.raises(ValueError, match="nu"):
+        MiOC(nu=1.5)
