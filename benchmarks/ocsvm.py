@@ -16,6 +16,7 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -25,25 +26,12 @@ from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import OneClassSVM
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fakedata import embeddings  # noqa: E402  (the tests' generator: one data recipe)
+
 NU, GAMMA, D = 0.01, 0.01, 128
 QUEUES = (4096, 16384, 65536)
 RESULTS = Path(__file__).with_name("RESULTS.md")
-
-
-def embeddings(n_fit, n_queue, seed=0, clusters=16, spread=2.0, views=0.3):
-    """Float32 unit vectors near 16 centres: fit = cat(q, k), queue half near, half uniform."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, D))
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-
-    def near(m):
-        return centres[rng.integers(0, clusters, m)] + spread * rng.standard_normal((m, D)) / D**0.5
-
-    base = near(n_fit // 2)
-    q, k = (base + views * rng.standard_normal(base.shape) / D**0.5 for _ in "qk")
-    queue = np.concatenate([near(n_queue // 2), rng.standard_normal((n_queue - n_queue // 2, D))])
-    X, Q = (np.concatenate([q, k]), queue)
-    return (torch.from_numpy(a / np.linalg.norm(a, axis=1, keepdims=True)).float() for a in (X, Q))
 
 
 def timed_ms(sync, f, *args):

@@ -191,10 +191,11 @@ class MiOC(NegativeStrategy):
         labels: torch.Tensor | None,
     ) -> None:
         """Device-side statistics for :meth:`diagnostics` (no host sync here)."""
-        self._stats["qn_queue"] = torch.einsum("nd,kd->nk", q, queue).mean()
+        q_mean = q.mean(0)  # mean over all pairs of q·n = (mean q)·(mean n): O(D), not O(N M D)
+        self._stats["qn_queue"] = q_mean @ queue.mean(0)
         for name, points in sets.items():
             if points.numel():
-                self._stats[f"qn_{name}"] = torch.einsum("nd,md->nm", q, points).mean()
+                self._stats[f"qn_{name}"] = q_mean @ points.mean(0)
         if labels is not None and pairs:
             i = torch.cat([p[0] for p in pairs])
             j = torch.cat([p[1] for p in pairs])

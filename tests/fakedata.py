@@ -6,6 +6,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 from pretrain.datasets import imagenet100_classes
@@ -58,3 +59,33 @@ def write_imagenet100(root: Path, per_class: int = 1, size: int = 32, seed: int 
             for j in range(per_class):
                 write_png(root / split / wnid / f"{wnid}_{j}.png", images[c * per_class + j])
     return wnids
+
+
+def embeddings(
+    n_fit: int,
+    n_queue: int,
+    seed: int,
+    d: int = 128,
+    clusters: int = 16,
+    spread: float = 2.0,
+    views: float = 0.3,
+    dup: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embedding-like float32 unit vectors for OC-SVM tests and benchmarks: fit = cat(q, k) of
+    n_fit // 2 points near 16 centres (``dup``: q = k exactly, for ties); queue half near the
+    centres, half uniform."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, d))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+
+    def near(m: int) -> np.ndarray:
+        return centres[rng.integers(0, clusters, m)] + spread * rng.standard_normal((m, d)) / d**0.5
+
+    base = near(n_fit // 2)
+    q, k = (base if dup else base + views * rng.standard_normal(base.shape) / d**0.5 for _ in "qk")
+    queue = np.concatenate([near(n_queue // 2), rng.standard_normal((n_queue - n_queue // 2, d))])
+    X, Q = (
+        torch.from_numpy(a / np.linalg.norm(a, axis=1, keepdims=True)).float()
+        for a in (np.concatenate([q, k]), queue)
+    )
+    return X, Q

@@ -180,3 +180,16 @@ def test_registry_and_validation():
         MiOC(empty_inliers="crash")
     with pytest.raises(ValueError, match="nu"):
         MiOC(nu=1.5)
+
+
+def test_similarity_diagnostics_equal_the_mean_over_all_pairs(batch):
+    q, k, queue = batch
+    mioc = MiOC(num_synthetic=7, num_inlier_synthetic=5, warmup_epochs=0, nu=0.1, gamma=0.1)
+    shared = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=1.0).shared
+    d = mioc.diagnostics()
+    qn, sn = q.double().numpy(), shared.double().numpy()
+    np.testing.assert_allclose(
+        float(d["qn_queue"]), (qn @ queue.double().numpy().T).mean(), atol=1e-6
+    )
+    np.testing.assert_allclose(float(d["qn_s_n"]), (qn @ sn[:7].T).mean(), atol=1e-6)
+    np.testing.assert_allclose(float(d["qn_s_o"]), (qn @ sn[7:].T).mean(), atol=1e-6)

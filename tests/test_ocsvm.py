@@ -10,34 +10,15 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import pytest
 import torch
+from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives import ocsvm_smo as smo
 from negatives.ocsvm import OneClassSVM
 
 GRID = [(0.01, 0.01), (0.1, 0.1)]
-
-
-def embeddings(n_fit, n_queue, seed, d=128, clusters=16, spread=2.0, views=0.3, dup=False):
-    """Float32 unit vectors: fit = cat(q, k) of n_fit // 2 points; queue half near, half uniform."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, d))
-    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-
-    def near(m):
-        return centres[rng.integers(0, clusters, m)] + spread * rng.standard_normal((m, d)) / d**0.5
-
-    base = near(n_fit // 2)
-    q, k = (base if dup else base + views * rng.standard_normal(base.shape) / d**0.5 for _ in "qk")
-    queue = np.concatenate([near(n_queue // 2), rng.standard_normal((n_queue - n_queue // 2, d))])
-    X, Q = (
-        torch.from_numpy(a / np.linalg.norm(a, axis=1, keepdims=True)).float()
-        for a in (np.concatenate([q, k]), queue)
-    )
-    return X, Q
 
 
 def sklearn_fit(X, nu, gamma, **kw):
