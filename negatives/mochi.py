@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.distributed as td
 import torch.nn.functional as F
 
 from negatives import register
@@ -185,7 +186,12 @@ class MoCHi(NegativeStrategy):
         if not mixes:
             return ExtraNegatives()
         top, hard = (qw @ keys.T).topk(self.num_hard, dim=1)  # (B, N): each query's own hard set
-        d = self._draw(q.shape[0], qw)
+        # Under DDP draw for the global batch and keep this rank's rows: ranks share the RNG
+        # state, so local draws would repeat on every rank; one process draws the same rows.
+        on = td.is_available() and td.is_initialized()
+        world, rank = (td.get_world_size(), td.get_rank()) if on else (1, 0)
+        n = q.shape[0]
+        d = Draws(*(t[rank * n : (rank + 1) * n] for t in self._draw(n * world, qw)))
         st, parts, same = self._stats, [], []
         st["sim_hard"] = top.mean()
         fn = None if labels is None else _same_class(queue_labels, hard, labels)  # (B, N)

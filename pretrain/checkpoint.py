@@ -109,7 +109,8 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        # this rank's device only: every rank shares the seed, so rank 0's state fits them all
+        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "python": random.getstate(),
     }
@@ -118,7 +119,7 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"][0])  # into this rank's current device
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     version, internal, gauss = state["python"]
@@ -150,6 +151,17 @@ class StopSignals:
     @property
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else ""
+
+    def forward(self) -> None:
+        """Hand a received SIGTERM/SIGUSR2 on to the handler that was installed before ours.
+
+        Under submitit that handler calls the task's ``checkpoint()`` and requeues the job: the
+        engine forwards only after its own checkpoint is on disk. A default or ignored handler is
+        not called (a plain run just exits cleanly), and Ctrl-C is never forwarded.
+        """
+        previous = self._previous.get(self.received) if self.received else None
+        if self.received != signal.SIGINT and callable(previous):
+            previous(self.received, None)
 
     def __enter__(self) -> StopSignals:
         for sig in self.SIGNALS:

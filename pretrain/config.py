@@ -56,6 +56,7 @@ class ModelConfig:
     dim: int = 128  # output dimension of the projection head (MoCo)
     mlp: bool = True  # MoCo v2 head Linear-ReLU-Linear; False = single Linear (MoCo v1)
     bn_splits: int = 1  # >1: split BatchNorm + key shuffle on one device (MoCo CIFAR recipe)
+    sync_bn: bool = False  # DDP: SyncBatchNorm in both encoders instead of shuffle-BN
 
 
 @dataclass
@@ -85,6 +86,7 @@ class TrainConfig:
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt
     keep_every: int = 0  # also keep checkpoints/epoch_N.pt every N epochs; 0 = never
     progress_bar: bool = True  # tqdm bar (hidden automatically when stderr is not a terminal)
+    max_requeues: int = 100  # SLURM: requeues after preemption or time limit before giving up
 
 
 @dataclass
@@ -189,6 +191,10 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
                     f"{dotted!r} in {source} must be a mapping of keys, got {value!r}"
                 )
             changes[key] = merge(current, value, source, prefix=f"{dotted}.")
+        elif isinstance(current, dict) and isinstance(value, dict):
+            # dict fields (negatives.kwargs) merge key by key: an override of one keyword keeps
+            # the file's others
+            changes[key] = {**current, **coerce(value, hints[key], dotted, source)}
         else:
             changes[key] = coerce(value, hints[key], dotted, source)
     return dataclasses.replace(base, **changes)
@@ -290,6 +296,11 @@ def validate(cfg: Config) -> None:
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
+        (
+            "model.sync_bn",
+            not (cfg.model.sync_bn and cfg.model.bn_splits > 1),
+            "and model.bn_splits > 1 exclude each other (split BN emulates per-GPU BN)",
+        ),
         (
             "model.bn_splits",
             cfg.train.batch_size // cfg.model.bn_splits >= 2,

@@ -1,11 +1,21 @@
-"""World size, rank, gather and shuffle-BN helpers that degrade to the identity in one process."""
+"""World size, rank, gather and shuffle-BN helpers that degrade to the identity in one process.
+
+Launchers: ``torchrun`` (or submitit's ``TorchDistributedEnvironment().export()``) set ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; ``srun`` without torchrun sets only ``SLURM_*``
+variables, which :func:`init_from_env` translates. One process (no variables) never creates a
+process group.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import torch
 import torch.distributed as td
+
+_control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)
 
 
 def is_on() -> bool:
@@ -25,20 +35,115 @@ def is_main() -> bool:
 
 
 def init_from_env() -> torch.device:
-    """Join the process group of torchrun's variables, if any; return this rank's device."""
+    """Join the process group of torchrun's (or srun's) variables, if any; return the device.
+
+    NCCL on CUDA, gloo on CPU; a gloo group for control messages (:func:`any_rank`) is created
+    alongside, collectively, so that no rank creates it alone later.
+    """
+    slurm_env_to_torch()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_on():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         td.init_process_group(backend)
+    if is_on():
+        _control_group()
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
 
 
+def slurm_env_to_torch() -> None:
+    """Under ``srun`` without torchrun, export RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT.
+
+    Does nothing if ``WORLD_SIZE`` is already set (torchrun, submitit's export) or outside a
+    job step: ``SLURM_STEP_NUM_TASKS`` exists only in tasks started by ``srun``, so a batch
+    script that runs ``python`` itself (which sees ``SLURM_NTASKS`` of the whole allocation and
+    ``SLURM_PROCID=0``) stays one process instead of waiting for ranks that never start.
+    MASTER_ADDR is the first host of the step (task 0 runs there), MASTER_PORT is derived from the
+    job id; both are kept if already set.
+    """
+    env = os.environ
+    if "WORLD_SIZE" in env or "SLURM_PROCID" not in env or "SLURM_STEP_NUM_TASKS" not in env:
+        return
+    world = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    env["RANK"] = env["SLURM_PROCID"]
+    env["WORLD_SIZE"] = str(world)
+    env["LOCAL_RANK"] = env.get("SLURM_LOCALID", "0")
+    if world > 1:
+        nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+        env.setdefault("MASTER_ADDR", first_host(nodes))
+        env.setdefault("MASTER_PORT", str(port_for_job(env.get("SLURM_JOB_ID", "0"))))
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm node list (``scontrol show hostnames``, else parsed); 127.0.0.1."""
+    if not nodelist:
+        return "127.0.0.1"
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+        if out:
+            return out[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return parse_first_host(nodelist)
+
+
+def parse_first_host(nodelist: str) -> str:
+    """``"gpu[007-009,12],cpu1"`` -> ``"gpu007"`` (zero padding kept); 127.0.0.1 if empty."""
+    depth, end = 0, len(nodelist)
+    for i, ch in enumerate(nodelist):  # the first entry ends at a comma outside brackets
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            end = i
+            break
+    first = re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[,-]", m.group(1))[0], nodelist[:end])
+    return first.strip() or "127.0.0.1"
+
+
+def port_for_job(job_id: str) -> int:
+    """A port in [10000, 30000), below Linux's ephemeral range, that depends on the job only."""
+    digits = re.sub(r"\D", "", job_id) or "0"
+    return 10000 + int(digits) % 20000
+
+
 def barrier() -> None:
     if is_on():
         td.barrier()
+
+
+def _control_group() -> object:
+    """A gloo group over all ranks for small CPU messages (the default group if it is gloo).
+
+    Created once per default group; creating a group is collective, so every rank must get here
+    at the same point (:func:`init_from_env` does it at start-up).
+    """
+    global _control
+    world = td.group.WORLD
+    if _control is None or _control[0] is not world:
+        gloo = td.get_backend() == "gloo"
+        _control = (world, world if gloo else td.new_group(backend="gloo"))
+    return _control[1]
+
+
+def any_rank(flag: bool) -> bool:
+    """True if ``flag`` is True on any rank (an all-reduce MAX on CPU); ``flag`` in one process.
+
+    Runs on a gloo group, so it never waits for a CUDA stream. Every rank must call it at the
+    same point, e.g. once per step to agree on stopping at a step boundary when a preemption
+    signal reached only some ranks.
+    """
+    if not is_on():
+        return bool(flag)
+    t = torch.tensor([int(bool(flag))], dtype=torch.int32)
+    td.all_reduce(t, op=td.ReduceOp.MAX, group=_control_group())
+    return bool(t.item())
 
 
 @torch.no_grad()
@@ -56,7 +161,10 @@ def shuffle_batch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Shuffle the global batch (MoCo ``_batch_shuffle_ddp``; single-device variant of the colab).
 
     Returns this rank's part of the shuffled batch and the index that undoes it. Rank 0 draws the
-    permutation and broadcasts it, so all ranks agree.
+    permutation and broadcasts it, so all ranks agree. Every rank draws ``randperm(world * n)``
+    from its global RNG (the others discard theirs), so the ranks' RNG streams stay in step, and
+    one process with the same RNG state and global batch draws the same permutation: rank r's
+    part is the r-th contiguous chunk, which is split r of :class:`pretrain.model.SplitBatchNorm`.
     """
     full = gather(x)
     perm = torch.randperm(full.shape[0], device=x.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ RESUMABLE_CHANGES = (
     "train.progress_bar",
     "train.ckpt_every",
     "train.keep_every",
+    "train.max_requeues",
     "eval.",
 )
 
@@ -99,7 +101,8 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
         if st.global_step % run.cfg.train.log_every == 0:
             log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic)
             tic, images = time.perf_counter(), 0
-        if stop.stop:
+        if dist.any_rank(stop.stop):  # all ranks stop at the same step (gloo, no CUDA sync)
+            stop.received = stop.received or signal.SIGTERM  # a rank that was not signalled
             break
     bar.close()
     return st.step_in_epoch >= steps
@@ -173,7 +176,7 @@ def progress(run: Run, steps: int) -> Any:
 
 
 def check_finite(run: Run) -> None:
-    if bool(run.state.bad_loss):
+    if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
         raise NonFiniteLossError(
             f"non-finite loss at or before global step {run.state.global_step} (epoch "
             f"{run.state.epoch + 1}); training stopped. {run.run_dir / 'checkpoints/last.pt'} is "
@@ -279,6 +282,9 @@ def setup(cfg: Config) -> Run:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, info["train_size"]).to(device)
     strategy = build.strategy(cfg).to(device)
+    if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
+        moco = torch.nn.SyncBatchNorm.convert_sync_batchnorm(moco)
+        moco.shuffle_keys = False
     query = moco.encoder_q
     if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
         query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
@@ -349,6 +355,7 @@ def run_training(cfg: Config) -> int:
                     flush=True,
                 )
                 run.log.close()
+                stop.forward()  # e.g. submitit: checkpoint() + requeue; returns for a plain run
                 return 130 if stop.name == "SIGINT" else 0
             check_finite(run)
             record = end_of_epoch(run, time.perf_counter() - tic)

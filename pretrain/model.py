@@ -23,7 +23,13 @@ class SplitBatchNorm(nn.BatchNorm2d):
     """BatchNorm whose training statistics are computed per sub-batch of ``N / num_splits``.
 
     Emulates the per-GPU BN of multi-GPU MoCo on one device (the official CIFAR colab's
-    ``SplitBatchNorm``). Running statistics are averaged over the splits; eval mode is plain BN.
+    ``SplitBatchNorm``). Split r is the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, which is what
+    rank r holds under DDP (the sampler gives each rank consecutive indices of the global batch,
+    and :func:`pretrain.dist.shuffle_batch` gives rank r the r-th chunk of the shuffled batch):
+    one process with s splits computes what an s-rank run computes. The colab groups samples
+    r, r+s, r+2s, ... instead; since the batch is shuffled (sampler, shuffle-BN), both groupings
+    give splits with the same distribution of statistics. Running statistics are averaged over
+    the splits; eval mode is plain BN.
     """
 
     def __init__(self, num_features: int, num_splits: int) -> None:
@@ -37,13 +43,16 @@ class SplitBatchNorm(nn.BatchNorm2d):
         s = self.num_splits
         if n % s:
             raise ValueError(f"batch of {n} cannot be split into {s} BatchNorm splits")
-        # The colab's view trick: split r holds samples r, r+s, r+2s, ... (interleaved). It needs
-        # NCHW memory, so channels_last input is copied and the output copied back to its format.
-        fmt = torch.channels_last if not x.is_contiguous() else torch.contiguous_format
+        # (N, C, H, W) -> (s, N/s, C, H, W) -> (N/s, s*C, H, W): channel r*C + j is channel j of
+        # split r, so one batch_norm call normalises every split on its own. The copy this makes
+        # is NCHW for any input layout; the output is copied back to the input's memory format.
+        fmt = torch.contiguous_format
+        if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            fmt = torch.channels_last
         mean = self.running_mean.repeat(s)
         var = self.running_var.repeat(s)
         out = F.batch_norm(
-            x.contiguous().view(n // s, c * s, h, w),
+            x.unflatten(0, (s, n // s)).transpose(0, 1).reshape(n // s, s * c, h, w),
             mean,
             var,
             self.weight.repeat(s),
@@ -51,7 +60,8 @@ class SplitBatchNorm(nn.BatchNorm2d):
             True,
             self.momentum,
             self.eps,
-        ).view(n, c, h, w)
+        )  # (N/s, s*C, H, W)
+        out = out.view(n // s, s, c, h, w).transpose(0, 1).reshape(n, c, h, w)
         self.running_mean.copy_(mean.view(s, c).mean(0))
         self.running_var.copy_(var.view(s, c).mean(0))
         return out.contiguous(memory_format=fmt)

@@ -68,3 +68,9 @@ def test_hard_set_larger_than_queue_fails_at_setup_not_after_warmup():
     cfg = config.load("digits_mochi.yaml", ["negatives.kwargs={num_hard: 1024, warmup_epochs: 10}"])
     with pytest.raises(ConfigError, match=r"num_hard=1024 exceeds the queue size K=256"):
         build.strategy(cfg)
+
+
+def test_kwargs_override_merges_into_the_files_kwargs():
+    cfg = config.load("digits_mioc.yaml", ["negatives.kwargs.nu=0.1"])
+    assert cfg.negatives.kwargs == {"num_synthetic": 64, "num_inlier_synthetic": 32, "nu": 0.1,
+                                    "gamma": 0.01, "warmup_epochs": 3.0}  # fmt: skip

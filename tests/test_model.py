@@ -137,15 +137,16 @@ def randomised_bn(bn: nn.BatchNorm2d, seed: int = 0) -> nn.BatchNorm2d:
 
 
 def np_split_bn(x, weight, bias, running_mean, running_var, splits, momentum=0.1, eps=1e-5):
-    """Plain train-mode BN on each sub-batch x[b::splits] (the colab's ``view`` grouping)."""
+    """Plain train-mode BN on each contiguous chunk of N / splits samples (rank r's batch)."""
     out = np.empty_like(x)
     means, variances = [], []
+    size = x.shape[0] // splits
     for b in range(splits):
-        xs = x[b::splits]
+        xs = x[b * size : (b + 1) * size]
         mean = xs.mean(axis=(0, 2, 3))
         var = xs.var(axis=(0, 2, 3))
         count = xs.shape[0] * xs.shape[2] * xs.shape[3]
-        out[b::splits] = (xs - mean[None, :, None, None]) / np.sqrt(
+        out[b * size : (b + 1) * size] = (xs - mean[None, :, None, None]) / np.sqrt(
             var[None, :, None, None] + eps
         ) * weight[None, :, None, None] + bias[None, :, None, None]
         means.append((1 - momentum) * running_mean + momentum * mean)
@@ -168,14 +169,43 @@ def test_split_bn_train_matches_per_split_reference(splits):
     np.testing.assert_allclose(bn.running_var.numpy(), ref_var, rtol=1e-12, atol=1e-14)
 
 
-def test_split_bn_train_equals_plain_bn_on_each_sub_batch():
-    splits = 2
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_bn_train_equals_plain_bn_on_each_contiguous_chunk(splits):
+    """Split r is x[r*N/s:(r+1)*N/s], the chunk rank r holds under DDP; running statistics are
+    the mean of the per-chunk BatchNorms' (each rank's own, averaged)."""
     split = randomised_bn(SplitBatchNorm(3, splits)).train()
     x = images(4, torch.float64)[:, :, :4, :4]
     out = split(x)
-    for b in range(splits):
+    chunks = [randomised_bn(nn.BatchNorm2d(3)).train() for _ in range(splits)]
+    size = N // splits
+    for b, plain in enumerate(chunks):
+        part = x[b * size : (b + 1) * size]
+        torch.testing.assert_close(
+            out[b * size : (b + 1) * size], plain(part), rtol=1e-12, atol=1e-12
+        )
+    for name in ("running_mean", "running_var"):
+        mean = torch.stack([getattr(bn, name) for bn in chunks]).mean(0)
+        torch.testing.assert_close(getattr(split, name), mean, rtol=1e-12, atol=1e-12)
+
+
+def test_split_bn_gradient_equals_plain_bn_on_each_contiguous_chunk():
+    """Input gradients per chunk; weight and bias gradients summed over the chunks (what the
+    all-reduce of an s-rank run gives, up to DDP's division by s)."""
+    x = images(9, torch.float64)[:, :, :4, :4].requires_grad_()
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    split = randomised_bn(SplitBatchNorm(3, 2)).train()
+    (split(x) * g).sum().backward()
+    weight_grad, bias_grad = torch.zeros(3, dtype=x.dtype), torch.zeros(3, dtype=x.dtype)
+    for b in range(2):
+        rows = slice(4 * b, 4 * b + 4)
+        xb = x.detach()[rows].requires_grad_()
         plain = randomised_bn(nn.BatchNorm2d(3)).train()
-        torch.testing.assert_close(out[b::splits], plain(x[b::splits]), rtol=1e-12, atol=1e-12)
+        (plain(xb) * g[rows]).sum().backward()
+        torch.testing.assert_close(x.grad[rows], xb.grad, rtol=1e-12, atol=1e-12)
+        weight_grad += plain.weight.grad
+        bias_grad += plain.bias.grad
+    torch.testing.assert_close(split.weight.grad, weight_grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(split.bias.grad, bias_grad, rtol=1e-12, atol=1e-12)
 
 
 def test_split_bn_eval_is_plain_bn():
@@ -197,15 +227,17 @@ def test_split_bn_accepts_channels_last_input():
     bn = randomised_bn(SplitBatchNorm(3, 2)).train()
     ref_bn = randomised_bn(SplitBatchNorm(3, 2)).train()
     x = images(7, torch.float64)
-    out = bn(x.contiguous(memory_format=torch.channels_last))
-    torch.testing.assert_close(out, ref_bn(x), rtol=1e-12, atol=1e-12)
+    out, ref = bn(x.contiguous(memory_format=torch.channels_last)), ref_bn(x)
+    assert out.is_contiguous(memory_format=torch.channels_last) and ref.is_contiguous()
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(bn.running_var, ref_bn.running_var, rtol=1e-12, atol=1e-12)
 
 
 def test_shuffle_is_a_no_op_with_plain_bn_but_not_with_split_bn():
     """SEMANTICS §1: on one device plain BN is permutation-invariant, split BN is not."""
     x = images(8, torch.float64)
-    # Split b holds positions b, b+2, ...: this order puts images 0-3 in split 0 (was 0, 2, 4, 6).
-    perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])
+    # Split b holds positions 4b..4b+3: this order puts images 0, 2, 4, 6 in split 0 (was 0-3).
+    perm = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])
     unshuffle = torch.argsort(perm)
 
     plain = randomised_bn(nn.BatchNorm2d(3)).train()

@@ -1,0 +1,126 @@
+"""Submit pretraining, evaluation or a sweep to SLURM through submitit.
+
+    python -m slurm --cfg imagenet100_mioc.yaml --nodes 2 --gpus-per-node 8 --partition P \\
+        --time 72:00:00 [--account A --qos Q --constraint C --mem 200G --cpus-per-task 10] \\
+        [dotted.key=value ...]
+    python -m slurm --cfg digits_mioc.yaml --sweep "negatives.kwargs.nu=0.1" --sweep "seed=1"
+    python -m slurm linear_eval [SLURM flags] -- --ckpt RUN/checkpoints/last.pt
+
+Everything is checked before anything is submitted (the config, sbatch on PATH, the partition).
+Prints ``job: ID`` for each job, the log folder and the command to follow the log.
+Exit status: 0 submitted, 2 bad input (nothing submitted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from slurm.submit import EvalTask, PretrainTask, Resources, SlurmError, check_cluster, executor
+
+
+def slurm_flags() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("SLURM")
+    g.add_argument("--nodes", type=int, default=1)
+    g.add_argument("--gpus-per-node", type=int, default=0, help="one task per GPU; 0 = CPU job")
+    g.add_argument("--partition", default=None)
+    g.add_argument("--time", default="72:00:00", help="[D-]HH:MM:SS")
+    g.add_argument("--account", default=None)
+    g.add_argument("--qos", default=None)
+    g.add_argument("--constraint", default=None)
+    g.add_argument("--mem", default=None, help="e.g. 200G")
+    g.add_argument("--cpus-per-task", type=int, default=None)
+    g.add_argument("--log-dir", default=None, help="submitit folder (default RUN/slurm)")
+    g.add_argument("--name", default=None, help="job name (default: the config's stem)")
+    return p
+
+
+def resources(a: argparse.Namespace) -> Resources:
+    return Resources(a.nodes, a.gpus_per_node, a.partition, a.time, a.account, a.qos,
+                     a.constraint, a.mem, a.cpus_per_task)  # fmt: skip
+
+
+def submit_pretrain(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m slurm", parents=[slurm_flags()],
+                                description=__doc__.split("\n")[0])  # fmt: skip
+    p.add_argument("--cfg", required=True)
+    p.add_argument("--sweep", action="append", default=[], metavar="'k=v k=v'",
+                   help="one array task per --sweep, each adding these overrides")  # fmt: skip
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    a = p.parse_args(argv)
+    from pretrain import config
+
+    sets = [shlex.split(s) for s in a.sweep] or [[]]
+    cfgs = []
+    for i, extra in enumerate(sets):
+        cfg = config.load(a.cfg, [*a.overrides, *extra])
+        if not Path(cfg.out_dir).is_absolute():  # the job's working directory may differ
+            extra = [*extra, f"out_dir={Path(cfg.out_dir).resolve()}"]
+            cfg = config.load(a.cfg, [*a.overrides, *extra])
+        if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
+            extra = [*extra, f"out_dir={Path(cfg.out_dir) / f'sweep_{i}'}"]
+            cfg = config.load(a.cfg, [*a.overrides, *extra])
+        cfgs.append((cfg, [*a.overrides, *extra]))
+    res = resources(a)
+    res.timeout_min()  # a bad --time is bad input
+    check_cluster(a.partition)
+    base = cfgs[0][0]
+    folder = Path(a.log_dir or Path(base.out_dir if len(sets) == 1 else Path(base.out_dir).parent)
+                  / "slurm").resolve()  # fmt: skip
+    ex = executor(a.name or Path(a.cfg).stem, folder, res, base.train.max_requeues)
+    tasks = [PretrainTask(a.cfg, ov, cfg.train.max_requeues) for cfg, ov in cfgs]
+    if len(tasks) == 1:
+        jobs = [ex.submit(tasks[0])]
+    else:
+        with ex.batch():
+            jobs = [ex.submit(t) for t in tasks]
+    report(jobs, folder, [str(Path(c.out_dir).resolve()) for c, _ in cfgs])
+    return 0
+
+
+def submit_eval(argv: list[str]) -> int:
+    head, sep, tail = (argv[: argv.index("--")], "--", argv[argv.index("--") + 1 :]) if (
+        "--" in argv) else (argv, "", [])  # fmt: skip
+    p = argparse.ArgumentParser(prog="python -m slurm linear_eval", parents=[slurm_flags()])
+    a = p.parse_args(head)
+    if not sep or "--ckpt" not in tail:
+        raise SlurmError(
+            "give the evaluation's arguments after '--', e.g. -- --ckpt RUN/checkpoints/last.pt"
+        )
+    ckpt = Path(tail[tail.index("--ckpt") + 1]).resolve()
+    if not ckpt.is_file():
+        raise SlurmError(f"checkpoint {ckpt} does not exist")
+    res = resources(a)
+    res.timeout_min()
+    check_cluster(a.partition)
+    folder = Path(a.log_dir or ckpt.parent.parent / "slurm").resolve()
+    ex = executor(a.name or "linear_eval", folder, res, max_requeues=0)
+    report([ex.submit(EvalTask(tail))], folder, [str(ckpt.parent.parent)])
+    return 0
+
+
+def report(jobs: list, folder: Path, run_dirs: list[str]) -> None:
+    for job, run_dir in zip(jobs, run_dirs):
+        print(f"job: {job.job_id}  run: {run_dir}")
+    print(f"log folder: {folder}")
+    print(f"follow: tail -f {folder}/{jobs[0].job_id}_0_log.out")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from pretrain.config import ConfigError
+
+    try:
+        if argv and argv[0] == "linear_eval":
+            return submit_eval(argv[1:])
+        return submit_pretrain(argv)
+    except (SlurmError, ConfigError) as e:
+        print(f"error: {e} (nothing was submitted)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""A few training steps through the engine's own code, recorded for tests/test_ddp.py.
+
+    python tests/ddp_worker.py OUT_DIR [key=value ...]                    # one process
+    torchrun --nproc_per_node 2 tests/ddp_worker.py OUT_DIR [key=value ...]  # two ranks, gloo
+    python tests/ddp_worker.py --control OUT_DIR   # one task of an srun-style launch (SLURM_*)
+
+Builds the run with ``pretrain.engine.setup`` (so the process group, seeding, DDP wrapper and key
+shuffle are the trainer's), runs ``train.steps`` (default 3) steps of ``engine.train_step`` on the
+first batches of the sharded loader, and writes ``OUT_DIR/rank{R}.pt`` with, per step, this rank's
+loss, the gradients the optimizer sees (after DDP's all-reduce: ``optimizer.step`` is wrapped to
+snapshot ``.grad`` first), the queue keys, labels and pointer; at the end the parameters of both
+encoders, the global RNG state, and the answers of ``dist.any_rank`` on a few patterns.
+``--control`` only joins the group with ``dist.init_from_env`` and records the torch.distributed
+variables it exported and the ``dist.any_rank`` answers.
+Not a test file: pytest does not collect it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pretrain import config, dist, engine  # noqa: E402
+
+STEPS = 3
+
+
+def snapshot_grads(run: engine.Run, into: list[dict[str, torch.Tensor]]) -> None:
+    """Wrap ``run.optimizer.step`` so that each call first records the query encoder's grads."""
+    named = list(run.moco.encoder_q.named_parameters())
+    step = run.optimizer.step
+
+    def recording_step(*args: Any, **kwargs: Any) -> Any:
+        into.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
+        return step(*args, **kwargs)
+
+    run.optimizer.step = recording_step
+
+
+def any_rank_answers() -> dict[str, bool]:
+    """``dist.any_rank`` where the flag is set on no rank, on the last rank only, on all ranks."""
+    last = dist.rank() == dist.world_size() - 1
+    return {
+        "none": dist.any_rank(False),
+        "last_only": dist.any_rank(last),
+        "first_only": dist.any_rank(dist.rank() == 0),
+        "all": dist.any_rank(True),
+    }
+
+
+def control(out: Path) -> None:
+    dist.init_from_env()
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    result = {
+        "rank": dist.rank(),
+        "world_size": dist.world_size(),
+        "env": {k: os.environ.get(k) for k in names},
+        "any_rank": any_rank_answers(),
+    }
+    torch.save(result, out / f"control{dist.rank()}.pt")
+    if dist.is_on():
+        torch.distributed.destroy_process_group()
+
+
+def main(out: Path, overrides: list[str]) -> None:
+    cfg = config.load("digits_moco.yaml", [f"out_dir={out / 'run'}", *overrides])
+    run = engine.setup(cfg)
+    grads: list[dict[str, torch.Tensor]] = []
+    snapshot_grads(run, grads)
+    steps, record = run.info["steps_per_epoch"], []
+    run.data.sampler.set_epoch(0, 0)
+    run.moco.train()
+    for i, (x1, x2, y, index) in enumerate(run.data.train_loader):
+        if i == STEPS:
+            break
+        epoch = i / steps
+        engine.set_lr(run, epoch)
+        loss = engine.train_step(run, x1, x2, y, epoch)
+        record.append(
+            {
+                "index": index.clone(),
+                "loss": loss.detach().clone(),
+                "keys": run.queue.keys.clone(),
+                "labels": run.queue.labels.clone(),
+                "ptr": run.queue.ptr.clone(),
+            }
+        )
+    for step, g in zip(record, grads, strict=True):
+        step["grads"] = g
+    result = {
+        "rank": dist.rank(),
+        "world_size": dist.world_size(),
+        "ddp": isinstance(run.query, torch.nn.parallel.DistributedDataParallel),
+        "shuffle_keys": run.moco.shuffle_keys,
+        "steps": record,
+        "encoder_q": {k: v.detach().clone() for k, v in run.moco.encoder_q.named_parameters()},
+        "encoder_k": {k: v.detach().clone() for k, v in run.moco.encoder_k.named_parameters()},
+        "rng": torch.get_rng_state(),
+        "any_rank": any_rank_answers(),
+    }
+    torch.save(result, out / f"rank{dist.rank()}.pt")
+    run.log.close()
+    dist.barrier()
+    if dist.is_on():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--control":
+        control(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,319 @@
+"""Two gloo ranks equal one process with split BatchNorm; rank agreement; launcher variables.
+
+The equivalence test runs ``tests/ddp_worker.py`` (the engine's own ``setup`` and ``train_step``)
+once as one process with a global batch of 16 and ``model.bn_splits=2`` (two splits of 8) and
+once under ``torchrun --nproc_per_node 2`` (gloo) with plain BatchNorm on each rank's 8 images,
+and compares loss, all-reduced gradients, queue and pointer after each of 3 steps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+from torchvision import tv_tensors
+
+from pretrain import data, dist
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "ddp_worker.py"
+TINY = [
+    "model.width=8",
+    "train.batch_size=16",
+    "moco.queue_size=32",
+    "train.deterministic=true",
+    "data.num_workers=0",
+    "train.progress_bar=false",
+]
+TOL = 1e-5  # the acceptance bound on every compared value
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without launcher variables (pytest may itself run inside a job)."""
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith("SLURM")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+def run_worker(*args: str, timeout: float = 120) -> None:
+    """Run ``args`` in a new session; on timeout kill the whole group (torchrun and its ranks)."""
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{args[1:3]} ran past {timeout} s:\n{out}\n{err}")
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{out}\n{err}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[dict, list[dict]]:
+    """(one process with 2 BN splits, [rank 0, rank 1] of the torchrun run)."""
+    single, ddp = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("ddp")
+    run_worker(sys.executable, str(WORKER), str(single), *TINY, "model.bn_splits=2")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+    torchrun += ["--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    torchrun += ["--master_port", str(free_port())]
+    run_worker(*torchrun, str(WORKER), str(ddp), *TINY, "model.bn_splits=1")
+    return torch.load(single / "rank0.pt"), [torch.load(ddp / f"rank{r}.pt") for r in range(2)]
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
+
+
+def test_two_ranks_equal_one_process_with_split_bn(runs):
+    one, ranks = runs
+    assert one["world_size"] == 1 and not one["ddp"] and one["shuffle_keys"]
+    assert all(r["world_size"] == 2 and r["ddp"] and r["shuffle_keys"] for r in ranks)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert len(one["steps"]) == 3 and all(len(r["steps"]) == 3 for r in ranks)
+    for t, step in enumerate(one["steps"]):
+        parts = [r["steps"][t] for r in ranks]
+        # rank r holds the r-th half of the same global batch
+        assert torch.equal(step["index"], torch.cat([p["index"] for p in parts]))
+        # each rank's InfoNCE is a mean over its 8 queries: the global loss is their mean
+        mean_loss = torch.stack([p["loss"] for p in parts]).mean()
+        assert max_diff(step["loss"], mean_loss) <= TOL, f"step {t} loss"
+        assert step["grads"].keys() == parts[0]["grads"].keys() == parts[1]["grads"].keys()
+        assert len(step["grads"]) > 0
+        for p in parts:
+            for name, g in step["grads"].items():
+                assert max_diff(g, p["grads"][name]) <= TOL, f"step {t} grad {name}"
+            assert max_diff(step["keys"], p["keys"]) <= TOL, f"step {t} queue keys"
+            assert torch.equal(step["labels"], p["labels"]), f"step {t} queue labels"
+            assert torch.equal(step["ptr"], p["ptr"]), f"step {t} queue pointer"
+    assert one["steps"][-1]["ptr"].item() == 3 * 16 % 32
+    for encoder in ("encoder_q", "encoder_k"):
+        for r in ranks:
+            assert one[encoder].keys() == r[encoder].keys()
+            for name, w in one[encoder].items():
+                assert max_diff(w, r[encoder][name]) <= TOL, f"{encoder}.{name}"
+
+
+def test_global_rng_stays_in_step_across_ranks_and_with_one_process(runs):
+    """The key shuffle draws randperm(world * n) on every rank: the RNG streams stay equal, so
+    strategies that draw on the global batch (MiOC, modified MoCHi) agree across ranks."""
+    one, ranks = runs
+    assert torch.equal(ranks[0]["rng"], ranks[1]["rng"])
+    assert torch.equal(one["rng"], ranks[0]["rng"])
+
+
+def test_any_rank_is_an_or_over_ranks_and_the_identity_in_one_process(runs):
+    one, ranks = runs
+    assert one["any_rank"] == {"none": False, "last_only": True, "first_only": True, "all": True}
+    for r in ranks:
+        assert r["any_rank"] == {"none": False, "last_only": True, "first_only": True, "all": True}
+    assert dist.any_rank(True) is True and dist.any_rank(False) is False  # no group here
+
+
+def test_srun_without_torchrun_forms_the_group_from_slurm_variables(tmp_path):
+    """Two tasks as ``srun -n 2`` starts them: only SLURM_* variables, no torchrun's."""
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "--control", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=clean_env(
+                SLURM_PROCID=str(r),
+                SLURM_LOCALID=str(r),
+                SLURM_NTASKS="2",
+                SLURM_STEP_NUM_TASKS="2",
+                SLURM_STEP_ID="0",
+                SLURM_JOB_ID="4242",
+                SLURM_JOB_NODELIST="localhost",
+                MASTER_PORT=port,  # a free one; the job-derived port may be taken on a CI host
+            ),
+        )
+        for r in range(2)
+    ]
+    try:
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"task failed:\n{out}\n{err}"
+    for r in range(2):
+        got = torch.load(tmp_path / f"control{r}.pt")
+        assert got["rank"] == r and got["world_size"] == 2
+        assert got["env"] == {
+            "RANK": str(r),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(r),
+            "MASTER_ADDR": "localhost",
+            "MASTER_PORT": port,
+        }
+        assert got["any_rank"] == {
+            "none": False,
+            "last_only": True,
+            "first_only": True,
+            "all": True,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# Launcher variables, without processes
+
+LAUNCHER = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def no_scontrol(*args, **kwargs):
+    raise FileNotFoundError("scontrol")  # as on a host without Slurm's tools: parse the list
+
+
+@pytest.fixture
+def slurm_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("SLURM"):
+            monkeypatch.delenv(k)
+    for k in LAUNCHER:  # setenv first so that monkeypatch removes what slurm_env_to_torch() adds
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+
+    monkeypatch.setattr(dist.subprocess, "run", no_scontrol)
+
+    def set_env(**values: str) -> dict[str, str | None]:
+        for k, v in values.items():
+            monkeypatch.setenv(k, v)
+        dist.slurm_env_to_torch()
+        return {k: os.environ.get(k) for k in LAUNCHER}
+
+    return set_env
+
+
+def test_srun_task_exports_rank_world_master(slurm_env):
+    got = slurm_env(
+        SLURM_PROCID="5",
+        SLURM_LOCALID="1",
+        SLURM_NTASKS="8",
+        SLURM_STEP_NUM_TASKS="8",
+        SLURM_JOB_ID="123456",
+        SLURM_JOB_NODELIST="gpu[007-008,012]",
+    )
+    assert got == {
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "gpu007",
+        "MASTER_PORT": str(10000 + 123456 % 20000),
+    }
+
+
+def test_torchrun_or_submitit_variables_win_over_slurm(slurm_env):
+    """submitit's TorchDistributedEnvironment().export() sets WORLD_SIZE and the rest."""
+    got = slurm_env(
+        RANK="1",
+        WORLD_SIZE="4",
+        LOCAL_RANK="1",
+        MASTER_ADDR="node3",
+        MASTER_PORT="29500",
+        SLURM_PROCID="3",
+        SLURM_NTASKS="4",
+        SLURM_STEP_NUM_TASKS="4",
+        SLURM_JOB_NODELIST="node[1-4]",
+    )
+    assert got == {
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "node3",
+        "MASTER_PORT": "29500",
+    }
+
+
+def test_batch_script_without_srun_stays_one_process(slurm_env):
+    """sbatch --ntasks=4 running python itself sees SLURM_NTASKS=4 and SLURM_PROCID=0 but no step
+    variables: it must not wait for three ranks that never start."""
+    got = slurm_env(SLURM_PROCID="0", SLURM_NTASKS="4", SLURM_JOB_NODELIST="node[1-2]")
+    assert got == dict.fromkeys(LAUNCHER)
+
+
+def test_single_task_step_sets_world_one_and_no_master(slurm_env):
+    got = slurm_env(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_STEP_NUM_TASKS="1")
+    assert got["WORLD_SIZE"] == "1" and got["MASTER_ADDR"] is None and got["MASTER_PORT"] is None
+    assert not dist.is_on() and dist.world_size() == 1
+
+
+@pytest.mark.parametrize(
+    "nodelist, first",
+    [
+        ("gpu[007-009,12],cpu1", "gpu007"),
+        ("node1,node2", "node1"),
+        ("a[1-2]-ib", "a1-ib"),
+        ("rack[2-3]-n[01-04],x", "rack2-n01"),
+        ("solo", "solo"),
+        ("", "127.0.0.1"),
+    ],
+)
+def test_first_host_of_a_slurm_nodelist(nodelist, first, monkeypatch):
+    monkeypatch.setattr(dist.subprocess, "run", no_scontrol)
+    assert dist.first_host(nodelist) == first
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampler: mid-epoch resume with two ranks, through the loader
+
+
+class TinyImages(Dataset):
+    def __init__(self, n: int = 40) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.images = torch.randint(0, 256, (n, 3, 16, 16), generator=g, dtype=torch.uint8)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        return tv_tensors.Image(self.images[i]), i % 5
+
+
+def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: int = 8) -> list:
+    transform = data.train_transform(16, (0.2, 1.0), 0.4, 0.8, 0.2, 0.5, 0.5, 15.0, 0.1,
+                                     (0.5,) * 3, (0.25,) * 3)  # fmt: skip
+    views = data.TwoViews(TinyImages(), transform, seed=3)
+    sampler = data.ResumableSampler(len(views), global_batch, 3, rank, world)
+    sampler.set_epoch(epoch, start_step)
+    return list(data.loader(views, global_batch // world, sampler, num_workers=0))
+
+
+def test_two_rank_loaders_resume_mid_epoch_on_the_same_global_batches():
+    """5 steps of 8 per epoch; each rank resumes at step 2 and gets its half of global steps 2-4,
+    with the same views as an uninterrupted one-process run."""
+    whole = batches(world=1, rank=0, epoch=1, start_step=0)
+    ranks = [batches(world=2, rank=r, epoch=1, start_step=2) for r in range(2)]
+    assert len(whole) == 5 and [len(b) for b in ranks] == [3, 3]
+    for step in range(3):
+        x1, x2, y, index = whole[2 + step]
+        for r in range(2):
+            half = slice(4 * r, 4 * r + 4)
+            got = ranks[r][step]
+            assert torch.equal(got[3], index[half])
+            assert torch.equal(got[2], y[half])
+            assert torch.equal(got[0], x1[half]) and torch.equal(got[1], x2[half])
