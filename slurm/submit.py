@@ -152,7 +152,3 @@ def executor(name: str, folder: Path, res: Resources, max_requeues: int) -> Any:
     params.update(res.extra)
     ex.update_parameters(**params)
     return ex
-
-
-def follow_hint(job: Any, folder: Path) -> str:
-    return f"tail -f {folder}/{job.job_id}_0_log.out"
