@@ -7,6 +7,27 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+# Label conventions shared by the queue, the strategies and the objectives (one place):
+#   labels >= 0      real images of a known class (in-distribution)
+#   NO_LABEL (-1)    unknown: an unlabelled image, or a queue slot not yet filled
+#   <= -2            synthetic outliers made by a data-level strategy: OUTLIER_LABEL (-2) for one
+#                    shared outlier class, or rotation_label(r) = -1 - r for r quarter turns
+#                    (90 deg -> -2, 180 deg -> -3, 270 deg -> -4) when each rotation is a class
+NO_LABEL = -1
+OUTLIER_LABEL = -2
+
+
+def rotation_label(quarter_turns: int) -> int:
+    """Label of an outlier rotated by ``quarter_turns`` * 90 degrees (1, 2 or 3)."""
+    if quarter_turns not in (1, 2, 3):
+        raise ValueError(f"quarter_turns must be 1, 2 or 3, got {quarter_turns}")
+    return -1 - quarter_turns
+
+
+def is_outlier(labels: torch.Tensor) -> torch.Tensor:
+    """Boolean mask of synthetic outliers (labels <= -2)."""
+    return labels <= OUTLIER_LABEL
+
 
 @dataclass
 class ExtraNegatives:
@@ -38,6 +59,10 @@ class NegativeStrategy(nn.Module):
     #: When True the trainer passes the batch gathered from all ranks (q, k, labels), e.g. for an
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
     needs_global_batch: bool = False
+
+    def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        """Called once at setup with the training images' size and normalisation, for
+        strategies that make images (outlier exposure); a no-op by default."""
 
     def transform_batch(
         self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-NO_LABEL = -1
+from negatives.base import NO_LABEL  # one definition of the label conventions
 
 
 class LabeledQueue(nn.Module):
