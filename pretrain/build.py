@@ -18,7 +18,7 @@ from pretrain.queue import LabeledQueue
 
 def model(cfg: Config) -> model_lib.MoCo:
     m = cfg.model
-    return model_lib.build(m.arch, m.width, m.cifar_stem, m.dim, m.mlp, m.bn_splits)
+    return model_lib.build(m.arch, m.width, m.cifar_stem, m.dim, m.mlp, m.bn_splits, m.kappa_hidden)
 
 
 def eval_transform(d: DataConfig) -> Any:

@@ -46,6 +46,8 @@ class DataConfig:
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     num_workers: int = 8  # DataLoader processes per rank
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"
+    in_classes: list[int] = field(default_factory=list)  # one-class / subset training: the
+    # in-distribution classes kept in the training set and the kNN bank; [] = all classes
 
 
 @dataclass
@@ -57,6 +59,7 @@ class ModelConfig:
     mlp: bool = True  # MoCo v2 head Linear-ReLU-Linear; False = single Linear (MoCo v1)
     bn_splits: int = 1  # >1: split BatchNorm + key shuffle on one device (MoCo CIFAR recipe)
     sync_bn: bool = False  # DDP: SyncBatchNorm in both encoders instead of shuffle-BN
+    kappa_hidden: int = 0  # >0: a kappa (concentration) head with this hidden width (seed 004: 512)
 
 
 @dataclass
@@ -98,6 +101,19 @@ class EvalConfig:
 
 
 @dataclass
+class LossConfig:
+    """The objective (``pretrain.objectives``); MoCo's ``moco.temperature`` is its T."""
+
+    name: str = "infonce"  # infonce | nt_xent | supcon | sincere | firm | cider
+    supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
+    cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
+    cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
+    cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
+    kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
+    kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
+
+
+@dataclass
 class NegativesConfig:
     name: str = "none"  # a key of negatives.list_strategies()
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to negatives.create(name, ...)
@@ -112,6 +128,7 @@ class Config:
     moco: MocoConfig = field(default_factory=MocoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
 
 
@@ -120,6 +137,7 @@ CHOICES = {
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("bf16", "fp16", "off"),
+    "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
 
 
@@ -295,6 +313,15 @@ def validate(cfg: Config) -> None:
             "must be (low, high) with 0 < low <= high <= 1",
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        ("model.kappa_hidden", cfg.model.kappa_hidden >= 0, "must be 0 (no head) or positive"),
+        (
+            "data.in_classes",
+            all(c >= 0 for c in cfg.data.in_classes)
+            and len(set(cfg.data.in_classes)) == len(cfg.data.in_classes),
+            "must be distinct non-negative class indices",
+        ),
+        ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
+        ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
         (
             "model.sync_bn",

@@ -129,15 +129,44 @@ def projection_head(in_dim: int, out_dim: int, mlp: bool) -> nn.Module:
     )
 
 
+def kappa_head(in_dim: int, hidden: int = 512) -> nn.Module:
+    """Concentration head of seed 004 (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
+
+    The encoder applies ``softplus`` (torch default beta 1, threshold 20) to its output, so
+    kappa > 0.
+    """
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden, bias=False),
+        nn.BatchNorm1d(hidden),
+        nn.ReLU(inplace=True),
+        nn.Linear(hidden, 1),
+    )
+
+
 class Encoder(nn.Module):
-    """Backbone followed by the projection head; ``forward`` returns unit-norm embeddings."""
+    """Backbone followed by the projection head; ``forward`` returns unit-norm embeddings.
 
-    def __init__(self, backbone: nn.Module, head: nn.Module) -> None:
+    With a ``kappa`` head (seed 004), ``forward(x, with_kappa=True)`` also returns the per-sample
+    concentration kappa = softplus(kappa_head(h)) (N,), computed from the same backbone features h.
+    Without one, ``with_kappa=True`` returns ``(z, None)``.
+    """
+
+    def __init__(
+        self, backbone: nn.Module, head: nn.Module, kappa: nn.Module | None = None
+    ) -> None:
         super().__init__()
-        self.backbone, self.head = backbone, head
+        self.backbone, self.head, self.kappa_head = backbone, head, kappa
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.head(self.backbone(x)), dim=1)
+    def forward(
+        self, x: torch.Tensor, with_kappa: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.backbone(x)
+        z = F.normalize(self.head(h), dim=1)
+        if not with_kappa:
+            return z
+        if self.kappa_head is None:
+            return z, None
+        return z, F.softplus(self.kappa_head(h).squeeze(1))
 
 
 class MoCo(nn.Module):
@@ -172,21 +201,38 @@ class MoCo(nn.Module):
         torch._foreach_lerp_(k_params, q_params, 1.0 - m)
 
     @torch.no_grad()
-    def keys(self, x: torch.Tensor, m: float) -> torch.Tensor:
-        """Momentum update, then k = normalize(encoder_k(x)) with shuffle-BN: (N, D)."""
+    def keys(
+        self, x: torch.Tensor, m: float, with_kappa: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+        """Momentum update, then k = normalize(encoder_k(x)) with shuffle-BN: (N, D) (and the
+        keys' kappa (N,) with ``with_kappa``, None without a kappa head)."""
         self.momentum_update(m)
-        if not self.shuffle_keys:
-            return self.encoder_k(x)
-        x, unshuffle = dist.shuffle_batch(x)
-        return dist.unshuffle_batch(self.encoder_k(x), unshuffle)
+        unshuffle = None
+        if self.shuffle_keys:
+            x, unshuffle = dist.shuffle_batch(x)
+        k, kappa = self.encoder_k(x, with_kappa=True)
+        if unshuffle is not None:
+            k = dist.unshuffle_batch(k, unshuffle)
+            kappa = None if kappa is None else dist.unshuffle_batch(kappa, unshuffle)
+        return (k, kappa) if with_kappa else k
 
     def forward(self, x_q: torch.Tensor) -> torch.Tensor:
         """q = normalize(encoder_q(x_q)): (N, D), with gradient."""
         return self.encoder_q(x_q)
 
 
-def build(arch: str, width: int, cifar_stem: bool, dim: int, mlp: bool, bn_splits: int) -> MoCo:
-    """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`)."""
+def build(
+    arch: str,
+    width: int,
+    cifar_stem: bool,
+    dim: int,
+    mlp: bool,
+    bn_splits: int,
+    kappa_hidden: int = 0,
+) -> MoCo:
+    """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
+    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (seed 004: 512)."""
     net = backbone(arch, width, cifar_stem, bn_splits)
-    encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp))
+    kappa = kappa_head(net.feature_dim, kappa_hidden) if kappa_hidden > 0 else None
+    encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)
     return MoCo(encoder, shuffle_keys=bn_splits > 1 or dist.world_size() > 1)
