@@ -49,6 +49,6 @@ def create(name: str, **kwargs: Any) -> NegativeStrategy:
         raise ValueError(f"bad arguments for negative strategy {name!r}: {e}") from e
 
 
-from negatives import mioc, mochi, none  # noqa: E402,F401  (explicit registration)
+from negatives import mioc, mochi, none, outliers  # noqa: E402,F401  (explicit registration)
 
 __all__ = ["ExtraNegatives", "NegativeStrategy", "create", "list_strategies", "register"]

@@ -9,10 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import data, datasets, dist
+from pretrain import data, datasets, dist, objectives
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
-from pretrain.losses import InfoNCE
 from pretrain.queue import LabeledQueue
 
 
@@ -45,6 +44,7 @@ def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
+        made.bind_data(cfg.data.image_size, tuple(cfg.data.mean), tuple(cfg.data.std))
     except ValueError as e:
         raise ConfigError(f"negatives: {e}") from e
     return made
@@ -72,6 +72,7 @@ class Data:
     bank_loader: DataLoader  # training images, eval transform: the kNN memory bank
     test_loader: DataLoader  # held-out images, eval transform
     num_classes: int
+    in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -82,7 +83,13 @@ def datasets_for(cfg: Config) -> Data:
     d = cfg.data
     base_train = datasets.build(d.name, d.root, d.train_split)
     base_bank = datasets.build(d.name, d.root, "train")
-    base_test = datasets.build(d.name, d.root, "test")
+    base_test = datasets.build(d.name, d.root, "test")  # all classes (one-class: ID and OOD)
+    if d.in_classes:
+        try:
+            base_train = datasets.ClassSubset(base_train, d.in_classes)
+            base_bank = datasets.ClassSubset(base_bank, d.in_classes)
+        except ValueError as e:
+            raise ConfigError(f"data.in_classes: {e}") from e
     train = data.TwoViews(base_train, train_transform(d), cfg.seed)
     world = dist.world_size()
     sampler = data.ResumableSampler(len(train), cfg.train.batch_size, cfg.seed, dist.rank(), world)
@@ -97,6 +104,7 @@ def datasets_for(cfg: Config) -> Data:
         bank_loader=eval_loader(data.Transformed(base_bank, tf), cfg.eval.batch_size, workers),
         test_loader=eval_loader(data.Transformed(base_test, tf), cfg.eval.batch_size, workers),
         num_classes=datasets.num_classes(base_bank),
+        in_classes=list(d.in_classes),
     )
 
 
@@ -115,5 +123,31 @@ def queue(cfg: Config, train_size: int) -> LabeledQueue:
     return q
 
 
-def criterion(cfg: Config) -> InfoNCE:
-    return InfoNCE(cfg.moco.temperature)
+def criterion(cfg: Config, num_classes: int = 0) -> objectives.Objective:
+    """The objective named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
+    checked against the negative strategy it is combined with."""
+    loss, t = cfg.loss, cfg.moco.temperature
+    kwargs: dict[str, Any] = {"temperature": t}
+    if loss.name in ("nt_xent", "supcon", "sincere", "firm"):
+        kwargs["reference_scale"] = loss.supcon_reference_scale and loss.name == "supcon"
+    if loss.name == "cider":
+        if cfg.data.train_split != "train" or cfg.data.name == "stl10":
+            raise ConfigError(
+                "loss 'cider' needs a label for every training image; data.train_split "
+                f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images"
+            )
+        kwargs.update(
+            num_classes=num_classes,
+            dim=cfg.model.dim,
+            lambda_c=loss.cider_lambda_c,
+            alpha=loss.cider_alpha,
+            comp_scale=loss.cider_comp_scale,
+        )
+    try:
+        made = objectives.create(loss.name, **kwargs)
+        if cfg.model.kappa_hidden > 0:
+            made = objectives.WithKappa(made, loss.kappa_lambda_align, loss.kappa_lambda_reg)
+        made.check_strategy(cfg.negatives.name)
+    except ValueError as e:
+        raise ConfigError(f"loss: {e}") from e
+    return made

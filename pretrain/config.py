@@ -321,6 +321,17 @@ def validate(cfg: Config) -> None:
             "must be distinct non-negative class indices",
         ),
         ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
+        (
+            "loss.supcon_reference_scale",
+            not cfg.loss.supcon_reference_scale or cfg.loss.name == "supcon",
+            "applies to loss.name 'supcon' only",
+        ),
+        (
+            "loss.kappa_lambda_align",
+            cfg.model.kappa_hidden > 0
+            or (cfg.loss.kappa_lambda_align, cfg.loss.kappa_lambda_reg) == (0.05, 0.005),
+            "is set but the model has no kappa head (set model.kappa_hidden, e.g. 512)",
+        ),
         ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
         (

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 from torchvision import tv_tensors
 
@@ -30,7 +30,7 @@ class DatasetNotFoundError(FileNotFoundError):
     """The dataset is not where the config says; the message says where and how to get it."""
 
 
-def _missing(name: str, path: Path, layout: str, how: str) -> DatasetNotFoundError:
+def missing_dataset(name: str, path: Path, layout: str, how: str) -> DatasetNotFoundError:
     return DatasetNotFoundError(
         f"{name} not found at {path}.\nExpected layout:\n{layout}\nHow to get it: {how}\n"
         "(negmine never downloads at run time; set data.root=PATH to point at the data.)"
@@ -126,7 +126,7 @@ def build(name: str, root: str, split: str) -> Dataset:
         )
         files = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
         if not all((base / folder / f).is_file() for f in files):
-            raise _missing(
+            raise missing_dataset(
                 name.upper(),
                 base / folder,
                 f"  {base / folder}/{{{', '.join(files)}}}  (the python pickle batches)",
@@ -139,7 +139,7 @@ def build(name: str, root: str, split: str) -> Dataset:
         need = ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin", "unlabeled_X.bin"]
         missing = [f for f in need if not (folder / f).is_file()]
         if missing:
-            raise _missing(
+            raise missing_dataset(
                 "STL-10",
                 folder,
                 f"  {folder}/{{{', '.join(need)}, class_names.txt}}",
@@ -151,7 +151,7 @@ def build(name: str, root: str, split: str) -> Dataset:
         sub = "train" if train else "val"
         folder = base / sub
         if not folder.is_dir():
-            raise _missing(
+            raise missing_dataset(
                 "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset",
                 folder,
                 f"  {base}/train/<class>/<image>.JPEG and {base}/val/<class>/<image>.JPEG",
@@ -178,3 +178,20 @@ def labels(ds: Dataset) -> list[int]:
         if value is not None:
             return [int(v) for v in value]
     return [int(ds[i][1]) for i in range(len(ds))]
+
+
+class ClassSubset(Subset):
+    """The images of ``classes`` only (one-class or subset training); labels and the class list
+    stay those of the full dataset, so class indices keep their meaning."""
+
+    def __init__(self, ds: Dataset, classes: list[int]) -> None:
+        all_labels = labels(ds)
+        total = num_classes(ds)
+        bad = [c for c in classes if not 0 <= c < total]
+        if bad:
+            raise ValueError(f"classes {bad} do not exist: the dataset has classes 0..{total - 1}")
+        wanted = set(classes)
+        keep = [i for i, y in enumerate(all_labels) if y in wanted]
+        super().__init__(ds, keep)
+        self.targets = [all_labels[i] for i in keep]
+        self.classes = list(getattr(ds, "classes", None) or range(total))

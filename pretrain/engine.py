@@ -22,6 +22,7 @@ import yaml
 from pretrain import build, checkpoint, config, dist, knn
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
+from pretrain.objectives import Objective, StepTensors
 from pretrain.schedules import learning_rate
 
 # Keys that may change between a run and its resume; any other difference is refused.
@@ -63,7 +64,7 @@ class Run:
     query: torch.nn.Module  # moco.encoder_q, or its DDP wrapper (state dicts stay unprefixed)
     queue: torch.nn.Module
     strategy: torch.nn.Module
-    criterion: torch.nn.Module
+    criterion: Objective
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     data: build.Data
@@ -116,8 +117,8 @@ def train_step(
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
     with run.autocast():
-        q = run.query(x1)  # queries: (N, D)
-        k = run.moco.keys(x2, run.cfg.moco.momentum)  # keys: (N, D), momentum update first
+        q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
+        k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
         k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
         if run.strategy.needs_global_batch:
             seen = dist.gather(q.detach()), k_all, y_all
@@ -126,7 +127,9 @@ def train_step(
         extra = run.strategy.negatives(
             seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
         )
-        loss = run.criterion(q, k, run.queue.keys, extra.shared, extra.per_query)
+        step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
+                           run.queue.labels, extra, kappa_q, kappa_k)  # fmt: skip
+        loss = run.criterion(step)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
@@ -158,7 +161,11 @@ def log_step(run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int,
     }
     for key, value in run.strategy.diagnostics().items():
         record[f"neg_{key}"] = float(value)
+    for key, value in run.criterion.diagnostics().items():
+        record[f"loss_{key}"] = float(value)
     run.log.write(record, "train")
+    for key, values in run.criterion.histograms().items():
+        run.log.histogram(f"train/{key}", values, run.state.global_step)
 
 
 def progress(run: Run, steps: int) -> Any:
@@ -184,14 +191,27 @@ def check_finite(run: Run) -> None:
         )
 
 
-def evaluate_knn(run: Run) -> float:
-    """Weighted kNN top-1 (%) of the query backbone: train images as bank, held-out as queries."""
+def evaluate(run: Run) -> dict[str, float]:
+    """The monitor on the query backbone, training images as bank and held-out as queries:
+    weighted kNN top-1 (%), or for one-class runs (``data.in_classes``) the AUROC (%) of s_con
+    (k=1) with the held-out images of those classes as in-distribution."""
     cfg, backbone = run.cfg, run.moco.encoder_q.backbone
     bank, bank_y = knn.extract(backbone, run.data.bank_loader, run.device)
     test, test_y = knn.extract(backbone, run.data.test_loader, run.device)
-    return knn.knn_top1(
+    if run.data.in_classes:
+        return {"oc_auroc": knn.one_class_auroc(bank, test, test_y, run.data.in_classes, k=1)}
+    top1 = knn.knn_top1(
         bank, bank_y, test, test_y, cfg.eval.knn_k, cfg.eval.knn_temperature, run.data.num_classes
     )
+    return {"knn_top1": top1}
+
+
+def init_objective(run: Run) -> None:
+    """Class prototypes (CIDER) from the normalised head outputs of the training images, in
+    eval mode, before the first step of a fresh run (every rank computes the same means)."""
+    if run.criterion.needs_class_means:
+        z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
+        run.criterion.init_class_means(z.to(run.device), y.to(run.device))
 
 
 def state_dict(run: Run) -> dict[str, Any]:
@@ -205,6 +225,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "model": run.moco.state_dict(),
         "queue": run.queue.state_dict(),
         "strategy": run.strategy.state_dict(),
+        "objective": run.criterion.state_dict(),
         "optimizer": run.optimizer.state_dict(),
         "scaler": run.scaler.state_dict(),
         "scheduler": {"kind": run.cfg.train.lr_schedule, "global_step": st.global_step},
@@ -237,6 +258,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
+    checkpoint.load_module(run.criterion, state.get("objective", {}), "objective")
     try:
         run.optimizer.load_state_dict(state["optimizer"])
         run.scaler.load_state_dict(state["scaler"])
@@ -304,7 +326,7 @@ def setup(cfg: Config) -> Run:
         query,
         queue,
         strategy,
-        build.criterion(cfg),
+        build.criterion(cfg, data.num_classes).to(device),
         opt,
         scaler,
         data,
@@ -341,6 +363,8 @@ def run_training(cfg: Config) -> int:
     if resumed:
         restore(run, checkpoint.load(last, map_location=run.device))
         run.log.truncate(run.state.global_step)
+    else:
+        init_objective(run)
     announce(run, resumed)
     st, steps = run.state, run.info["steps_per_epoch"]
     with checkpoint.StopSignals() as stop:
@@ -392,7 +416,10 @@ def end_of_epoch(run: Run, seconds: float) -> dict[str, Any]:
     }
     every = cfg.eval.knn_every
     if epoch == cfg.train.epochs or (every > 0 and epoch % every == 0):
-        record["knn_top1"] = evaluate_knn(run) if dist.is_main() else math.nan
+        if dist.is_main():
+            record.update(evaluate(run))
+        else:
+            record.update({"oc_auroc" if run.data.in_classes else "knn_top1": math.nan})
         dist.barrier()
     run.log.write(record, "epoch")
     return record

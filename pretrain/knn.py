@@ -90,3 +90,24 @@ def knn_top1(
     """Top-1 accuracy in percent of :func:`knn_predict`."""
     pred = knn_predict(train_features, train_labels, test_features, k, temperature, num_classes)
     return 100.0 * (pred == test_labels).float().mean().item()
+
+
+@torch.no_grad()
+def one_class_auroc(
+    bank: torch.Tensor,
+    test: torch.Tensor,
+    test_labels: torch.Tensor,
+    in_classes: list[int],
+    k: int = 1,
+) -> float:
+    """AUROC (%) of s_con (seed 000 eq. 3: mean of the top-k cosine similarities to the bank of
+    in-distribution training features), test images of ``in_classes`` being the positive class.
+    The training monitor of one-class runs; ``linear_eval.ood`` has the full set of scores."""
+    from sklearn.metrics import roc_auc_score
+
+    bank, test = F.normalize(bank.float(), dim=1), F.normalize(test.float(), dim=1)
+    score = torch.cat([(part @ bank.T).topk(k, dim=1).values.mean(1) for part in test.split(1024)])
+    is_id = torch.isin(test_labels, torch.as_tensor(in_classes))
+    if is_id.all() or not is_id.any():
+        return float("nan")
+    return 100.0 * float(roc_auc_score(is_id.numpy(), score.numpy()))

@@ -49,6 +49,11 @@ class MetricsLog:
                     self.writer.add_scalar(f"{tb_prefix}/{key}", value, record["global_step"])
         self.writer.flush()
 
+    def histogram(self, tag: str, values: Any, global_step: int) -> None:
+        """A TensorBoard histogram (e.g. per-sample kappa); rank 0 only."""
+        if self.writer is not None:
+            self.writer.add_histogram(tag, values.detach().float().cpu(), global_step)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

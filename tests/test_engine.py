@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain import build, config, engine
+from pretrain import build, config, engine, objectives
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -185,23 +185,24 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     assert ev.returncode == 1 and "corrupt" in ev.stderr and "Traceback" not in ev.stderr
 
 
-class _NaNAfter(torch.nn.Module):
+class _NaNAfter(objectives.InfoNCE):
     """InfoNCE that returns NaN from global step ``bad_step`` on."""
 
-    def __init__(self, inner: torch.nn.Module, bad_step: int) -> None:
-        super().__init__()
-        self.inner, self.bad_step, self.calls = inner, bad_step, 0
+    def __init__(self, temperature: float, bad_step: int) -> None:
+        super().__init__(temperature)
+        self.bad_step, self.calls = bad_step, 0
 
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+    def forward(self, step: objectives.StepTensors) -> torch.Tensor:
         self.calls += 1
-        loss = self.inner(*args)
+        loss = super().forward(step)
         return loss * float("nan") if self.calls > self.bad_step else loss
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
     steps = 1437 // 32
-    original = build.criterion
-    monkeypatch.setattr(build, "criterion", lambda cfg: _NaNAfter(original(cfg), steps + 2))
+    monkeypatch.setattr(
+        build, "criterion", lambda cfg, n=0: _NaNAfter(cfg.moco.temperature, steps + 2)
+    )
     cfg = config.load(
         "digits_moco.yaml",
         [f"out_dir={tmp_path}", *TINY, "train.epochs=3", "train.log_every=5", "eval.knn_every=0"],

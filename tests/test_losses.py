@@ -144,11 +144,8 @@ def test_moco_logits_gradcheck_float64(tensors):
 
 
 def test_info_nce_keeps_float64(tensors):
-    """float64 inputs should give a float64 loss whose gradient passes gradcheck.
-
-    ``info_nce`` calls ``logits.float()`` (meant for bf16/fp16 autocast), which also downcasts
-    float64 to float32.
-    """
+    """float64 inputs give a float64 loss whose gradient passes gradcheck (only bf16/fp16 are
+    upcast, to float32)."""
 
     def f(q):
         return InfoNCE(T)(q, tensors["k"], tensors["queue"], tensors["shared"])

@@ -19,6 +19,7 @@ SMALL = {
              "gamma": 0.1},
     "mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
     "modified_mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
+    "outliers": {"ratio": 0.5, "kinds": ["rotate", "cutpaste"], "rotation_labels": "shared"},
 }  # fmt: skip
 # The same strategies making zero synthetic points: their logits must be plain MoCo's.
 ZERO = {
@@ -26,6 +27,7 @@ ZERO = {
     "mioc": {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0},
     "mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
     "modified_mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
+    "outliers": {"ratio": 0.0},
 }
 
 

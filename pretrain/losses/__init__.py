@@ -1,0 +1,33 @@
+"""Contrastive objectives as pure functions on tensors (and the InfoNCE module the trainer calls).
+
+- ``infonce``: MoCo's logits and InfoNCE.
+- ``multiview``: NT-Xent, SupCon, SINCERE and FIRM on a ``[view1; view2]`` batch.
+- ``queue_layout``: the same losses with query anchors against keys + queue.
+- ``cider``: CIDER's dispersion + compactness with the sequential prototype EMA.
+- ``kappa``: the vMF κ alignment and regulariser.
+"""
+
+from pretrain.losses.cider import cider, cider_terms, sequential_ema
+from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
+from pretrain.losses.kappa import kappa_alignment, kappa_terms
+from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
+from pretrain.losses.queue_layout import QUEUE_KINDS, queue_contrastive, queue_positives
+
+__all__ = [
+    "FIRM_LAYOUTS",
+    "QUEUE_KINDS",
+    "InfoNCE",
+    "cider",
+    "cider_terms",
+    "firm",
+    "info_nce",
+    "kappa_alignment",
+    "kappa_terms",
+    "moco_logits",
+    "nt_xent",
+    "queue_contrastive",
+    "queue_positives",
+    "sequential_ema",
+    "sincere",
+    "supcon",
+]

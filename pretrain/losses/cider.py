@@ -1,0 +1,159 @@
+"""CIDER's compactness and dispersion losses with the sequential prototype EMA (seed paper 003).
+
+With class prototypes μ_c (C, D) and the multiview batch z = [view1; view2] (2N, D):
+
+- EMA (Alg. 1, per sample in batch order): μ_{y_j} ← normalize(α·μ_{y_j} + (1−α)·z_j), α the
+  weight of the OLD prototype.
+- L_dis (eq. 6) = (1/C) Σ_i log[(1/(C−1)) Σ_{j≠i} e^{μ_i·μ_j/τ}] on the updated prototypes (no minus
+  sign; 1/(C−1) inside the log), keeping the graph through this step's EMA so that L_dis
+  back-propagates into z (the official code writes the live z_j into the buffer in place).
+- L_comp (eq. 5) = −(1/2N) Σ_j log softmax_c(z_j·μ_c/τ)[y_j] on the updated prototypes, detached.
+- Loss = L_dis + λ_c·L_comp.
+
+Implementation based on [1] (``utils/losses.py`` ``DisLoss`` / ``CompLoss``, ``train_cider.py``).
+
+[0] Ming et al., "How to Exploit Hyperspherical Embeddings for Out-of-Distribution Detection?",
+    ICLR 2023, https://arxiv.org/abs/2203.04450
+[1] https://github.com/deeplearning-wisc/cider/tree/dce8ad3
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from pretrain.losses.masked import (
+    REFERENCE_BASE_TEMPERATURE,
+    check_temperature,
+    compute_dtype,
+    masked_logsumexp,
+)
+
+
+def _check_inputs(
+    z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, alpha: float
+) -> None:
+    if z.dim() != 2 or prototypes.dim() != 2 or z.shape[1] != prototypes.shape[1]:
+        raise ValueError(
+            f"z must be (2N, D) and prototypes (C, D) with the same D, got {tuple(z.shape)} and "
+            f"{tuple(prototypes.shape)}"
+        )
+    if prototypes.shape[0] < 2:
+        raise ValueError(f"CIDER needs at least 2 classes (L_dis), got {prototypes.shape[0]}")
+    if labels.shape != (z.shape[0],):
+        raise ValueError(
+            f"labels must have shape ({z.shape[0]},), one per row of z, got {tuple(labels.shape)}"
+        )
+    if labels.dtype != torch.long:
+        raise ValueError(f"labels must be a long tensor of class indices, got {labels.dtype}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha (weight of the old prototype) must lie in [0, 1], got {alpha}")
+
+
+def sequential_ema(
+    z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, alpha: float
+) -> torch.Tensor:
+    """Prototypes after CIDER's per-sample EMA over the batch in order, differentiable in z.
+
+    Equal to ``for j in range(len(z)): μ[y_j] = normalize(α·μ[y_j] + (1−α)·z_j)``. Samples of
+    different classes touch different prototypes, so the loop runs over the position within the
+    class instead: iteration t updates, for every class in parallel, that class's t-th sample in
+    batch order. The loop length is the largest class count in the batch (one host sync).
+
+    Args:
+        z: (2N, D) embeddings (the gradient flows through them).
+        labels: (2N,) long class indices in [0, C).
+        prototypes: (C, D) unit-norm prototypes before the step (treated as constants).
+        alpha: α, weight of the old prototype.
+
+    Returns:
+        (C, D) updated prototypes, attached to z's graph.
+    """
+    num_classes = prototypes.shape[0]
+    bad = (labels < 0) | (labels >= num_classes)
+    onehot = F.one_hot(labels.clamp(0, num_classes - 1), num_classes)  # (2N, C)
+    rank = (onehot.cumsum(dim=0) * onehot).sum(dim=1) - 1  # (2N,) position within its class
+    invalid, rounds = torch.stack([bad.any().long(), onehot.sum(dim=0).max()]).tolist()
+    if invalid:
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}) (one prototype per class), got values in "
+            f"[{int(labels.min())}, {int(labels.max())}]"
+        )
+    # index[t, c] = row of z holding class c's t-th sample, or -1
+    index = torch.full((rounds, num_classes), -1, dtype=torch.long, device=z.device)
+    index[rank, labels] = torch.arange(labels.shape[0], device=z.device)
+    mu = prototypes.detach().to(z.dtype)
+    for t in range(rounds):
+        present = (index[t] >= 0).unsqueeze(1)  # (C, 1)
+        z_t = torch.where(present, z[index[t].clamp(min=0)], mu)  # (C, D); absent: μ itself
+        mu = torch.where(present, F.normalize(alpha * mu + (1 - alpha) * z_t, dim=1), mu)
+    return mu
+
+
+def cider_terms(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    alpha: float,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The two CIDER terms and the updated prototypes, for logging.
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]`` (the EMA order).
+        labels: (2N,) long class indices in [0, C).
+        prototypes: (C, D) unit-norm class prototypes before this step.
+        alpha: α, weight of the old prototype in the EMA (paper: 0.95 CIFAR-10, 0.5 CIFAR-100).
+        temperature: τ (paper: 0.1).
+
+    Returns:
+        ``(l_dis, l_comp, updated)``: eq. 6 (graph through the EMA into z), eq. 5 (prototypes
+        detached; no τ/0.07 factor), and the (C, D) updated prototypes, detached.
+    """
+    check_temperature(temperature)
+    _check_inputs(z, labels, prototypes, alpha)
+    z = z.to(compute_dtype(z.dtype))
+    mu = sequential_ema(z, labels, prototypes, alpha)  # (C, D)
+    num_classes = mu.shape[0]
+    proto_logits = torch.einsum("id,jd->ij", mu, mu).to(z.dtype) / temperature  # (C, C)
+    others = ~torch.eye(num_classes, dtype=torch.bool, device=z.device)
+    lse, _ = masked_logsumexp(proto_logits, others)  # (C,)
+    l_dis = (lse - math.log(num_classes - 1)).mean()
+    comp_logits = torch.einsum("nd,cd->nc", z, mu.detach()).to(z.dtype) / temperature  # (2N, C)
+    log_prob = torch.log_softmax(comp_logits, dim=1)
+    l_comp = -log_prob.gather(1, labels.unsqueeze(1)).mean()
+    return l_dis, l_comp, mu.detach()
+
+
+def cider(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    alpha: float,
+    temperature: float,
+    lambda_c: float,
+    *,
+    comp_scale: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIDER loss L_dis + λ_c·L_comp (eqs. 5-6 of [0]) and the EMA-updated prototypes.
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]`` (the EMA order).
+        labels: (2N,) long class indices in [0, C).
+        prototypes: (C, D) unit-norm class prototypes before this step.
+        alpha: α, weight of the old prototype in the EMA.
+        temperature: τ.
+        lambda_c: λ_c, weight of L_comp (paper: 2 on CIFAR-10, 1 on CIFAR-100).
+        comp_scale: multiply L_comp by τ / 0.07 as the official ``CompLoss`` does (its
+            base_temperature stays 0.07). NOTE: the default False is the paper's equation.
+
+    Returns:
+        ``(loss, updated_prototypes)``; the (C, D) prototypes are detached, for the trainer to
+        store.
+    """
+    l_dis, l_comp, updated = cider_terms(z, labels, prototypes, alpha, temperature)
+    if comp_scale:
+        l_comp = l_comp * (temperature / REFERENCE_BASE_TEMPERATURE)
+    return l_dis + lambda_c * l_comp, updated

@@ -1,0 +1,172 @@
+"""Batch contrastive losses on a multiview batch ``z = [view1; view2]`` (2N, D).
+
+Row i and row i + N are the two views of sample i; labels have one entry per row (2N). Every
+function returns the MEAN over anchors (the papers write sums, a factor 2N). Equations:
+
+- NT-Xent, eq. 1 of [0]: ℓ_i = −log[e^{z_i·z_{i+}/τ} / Σ_{a≠i} e^{z_i·z_a/τ}].
+- SupCon "out", eq. 2 of [1]: P(i) = {p ≠ i : y_p = y_i},
+  ℓ_i = −(1/|P(i)|) Σ_{p∈P(i)} log[e^{z_i·z_p/τ} / Σ_{a≠i} e^{z_i·z_a/τ}].
+- SINCERE, eq. 12 of [2], N(i) = {n : y_n ≠ y_i}:
+  ℓ(i, p) = −log[e^{z_i·z_p/τ} / (e^{z_i·z_p/τ} + Σ_{n∈N(i)} e^{z_i·z_n/τ})],
+  mean over P(i), then over anchors; same-class views other than p are in no denominator.
+- FIRM, eq. 2 of [0]: SupCon with P(i) = every other in-distribution view if i is in-distribution,
+  else {i+}; denominator B \\ {i}.
+
+All reduce to NT-Xent with all-distinct labels (FIRM: with no in-distribution sample), and FIRM
+with only in-distribution samples is single-class SupCon.
+
+[0] Mirzaei et al. (FIRM), seed paper 000; implementation based on [3].
+[1] Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020,
+    https://arxiv.org/abs/2004.11362; code: HobbitLong/SupContrast @ 66a8fe5 ``losses.py``.
+[2] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277; code: tufts-ml/SupContrast
+    ``revised_losses.py``.
+[3] https://github.com/Willtl/firm ``firm/loss.py`` (d39fde8) and ``losses.py`` (b26a3ce).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pretrain.losses.masked import (
+    REFERENCE_BASE_TEMPERATURE,
+    check_temperature,
+    compute_dtype,
+    denominator_loss,
+    sincere_loss,
+)
+
+FIRM_LAYOUTS = ("concat", "pairwise")
+
+
+def _logits(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(2N, 2N) logits z zᵀ / τ in the compute dtype; checks z is (2N, D) with N >= 1."""
+    check_temperature(temperature)
+    if z.dim() != 2 or z.shape[0] == 0 or z.shape[0] % 2:
+        raise ValueError(
+            f"z must be (2N, D) with views stacked [view1; view2], got shape {tuple(z.shape)}"
+        )
+    z = z.to(compute_dtype(z.dtype))
+    return torch.einsum("id,jd->ij", z, z).to(z.dtype) / temperature  # (2N, 2N)
+
+
+def _check_rows(name: str, values: torch.Tensor, rows: int) -> None:
+    if values.shape != (rows,):
+        raise ValueError(
+            f"{name} must have shape ({rows},), one per row of z, got {tuple(values.shape)}"
+        )
+
+
+def _pair_mask(rows: int, device: torch.device) -> torch.Tensor:
+    """(2N, 2N) bool, True at (i, i+) with i+ = (i + N) mod 2N."""
+    idx = torch.arange(rows, device=device)
+    return idx.unsqueeze(0) == ((idx + rows // 2) % rows).unsqueeze(1)
+
+
+def _not_self(rows: int, device: torch.device) -> torch.Tensor:
+    return ~torch.eye(rows, dtype=torch.bool, device=device)
+
+
+def nt_xent(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """NT-Xent (SimCLR; eq. 1 of [0]): positive = the other view, denominator = all a ≠ i.
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]``.
+        temperature: τ.
+
+    Returns:
+        Scalar mean over the 2N anchors (0 when N = 1).
+    """
+    logits = _logits(z, temperature)
+    rows = logits.shape[0]
+    return denominator_loss(logits, _pair_mask(rows, z.device), _not_self(rows, z.device))
+
+
+def supcon(
+    z: torch.Tensor, labels: torch.Tensor, temperature: float, *, reference_scale: bool = False
+) -> torch.Tensor:
+    """SupCon "out" (eq. 2 of [1]): P(i) = same label ≠ i, A(i) = all ≠ i; positives stay in A(i).
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]``.
+        labels: (2N,) class of each row.
+        temperature: τ.
+        reference_scale: multiply by τ / 0.07 as SupContrast's code does (its base_temperature
+            stays 0.07 when ``main_supcon.py`` sets only ``temperature``).
+            NOTE: the default False is the paper's equation.
+
+    Returns:
+        Scalar mean over anchors of the mean over positives.
+    """
+    logits = _logits(z, temperature)
+    rows = logits.shape[0]
+    _check_rows("labels", labels, rows)
+    not_self = _not_self(rows, z.device)
+    positive = (labels.unsqueeze(1) == labels.unsqueeze(0)) & not_self
+    loss = denominator_loss(logits, positive, not_self)
+    return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
+
+
+def sincere(z: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SINCERE (eq. 12 of [2]): each positive's denominator is itself + the other-class views.
+
+    The anchor-row form below equals eq. 12's row-of-p form because anchor and positive share a
+    class (SEMANTICS §4). An anchor with no other-class view contributes 0 (not NaN).
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]``.
+        labels: (2N,) class of each row.
+        temperature: τ (the authors recommend 0.1).
+
+    Returns:
+        Scalar mean over anchors of the mean over positives.
+    """
+    logits = _logits(z, temperature)
+    rows = logits.shape[0]
+    _check_rows("labels", labels, rows)
+    same = labels.unsqueeze(1) == labels.unsqueeze(0)  # (2N, 2N)
+    return sincere_loss(logits, same & _not_self(rows, z.device), ~same)
+
+
+def firm(
+    z: torch.Tensor, is_inlier: torch.Tensor, temperature: float, *, layout: str = "concat"
+) -> torch.Tensor:
+    """FIRM (eq. 2 of [0]): in-distribution anchors attract every other in-distribution view.
+
+    ``layout="concat"`` is eq. 2: 2N x 2N, denominator B \\ {i}; an in-distribution anchor's
+    positives are all other in-distribution views, a synthetic outlier's only its pair i+.
+
+    ``layout="pairwise"`` is the authors' training default (``FIRMLoss`` of [3], package
+    ``mode="pairwise"``): N x N and one-directional, view-1 anchors against the N view-2 keys,
+    which form the whole denominator; an in-distribution anchor's positives are all
+    in-distribution keys including its own pair, an outlier's only its own pair. Mean over N.
+    NOTE: this is not eq. 2 (SEMANTICS §4); it is provided to reproduce the authors' runs.
+
+    Args:
+        z: (2N, D) unit-norm embeddings, ``[view1; view2]``.
+        is_inlier: (2N,) bool, True for in-distribution rows (FIRM's y = 1).
+        temperature: τ (FIRM: 0.2).
+        layout: "concat" (eq. 2) or "pairwise" (authors' code).
+
+    Returns:
+        Scalar mean over anchors of the mean over positives.
+    """
+    if layout not in FIRM_LAYOUTS:
+        raise ValueError(f"layout must be one of {FIRM_LAYOUTS}, got {layout!r}")
+    if is_inlier.dtype != torch.bool:
+        raise ValueError(
+            f"is_inlier must be a bool tensor (True = in-distribution), got {is_inlier.dtype}; "
+            "use e.g. labels >= 0"
+        )
+    logits = _logits(z, temperature)
+    rows = logits.shape[0]
+    _check_rows("is_inlier", is_inlier, rows)
+    if layout == "pairwise":
+        n = rows // 2
+        logits = logits[:n, n:]  # (N, N): view-1 anchors x view-2 keys
+        own = torch.eye(n, dtype=torch.bool, device=z.device)
+        both_inlier = is_inlier[:n].unsqueeze(1) & is_inlier[n:].unsqueeze(0)
+        return denominator_loss(logits, own | both_inlier, torch.ones_like(own))
+    not_self = _not_self(rows, z.device)
+    both_inlier = is_inlier.unsqueeze(1) & is_inlier.unsqueeze(0) & not_self
+    positive = torch.where(is_inlier.unsqueeze(1), both_inlier, _pair_mask(rows, z.device))
+    return denominator_loss(logits, positive, not_self)

@@ -1,0 +1,141 @@
+"""The batch contrastive losses in MoCo's layout: query anchors against keys + queue (+ extras).
+
+Anchors are the N queries q (with gradient); the contrast set is a list of M constant candidates
+(the batch keys of every rank, then the queue, then shared synthetic negatives), optionally plus
+S private negatives per query. With ``l_ij = q_i·c_j / τ`` and P(i) the positives below:
+
+- ``"nt_xent"``  P(i) = {own(i)}; denominator all candidates (+ private): MoCo's InfoNCE.
+- ``"supcon"``   P(i) = {own(i)} ∪ {j : y_j = y_i}, eq. 2 of [0]; denominator all candidates.
+- ``"sincere"``  same P(i); each positive's denominator is itself + the anchor's negatives (every
+  candidate not in P(i), plus the private ones), eq. 12 of [1].
+- ``"firm"``     P(i) = {own(i)} ∪ {j : y_j >= 0} if y_i >= 0 (in-distribution), else {own(i)},
+  eq. 2 of [2]; denominator all candidates.
+
+Labels follow ``negatives.base``: >= 0 known class, NO_LABEL (-1) unknown (matches nothing, not
+even another -1), <= -2 synthetic outliers (equal outlier labels, e.g. the same rotation, match
+for supcon/sincere). Private negatives are never positives. Loss = mean over anchors of the mean
+over positives. With all-distinct labels the three label-aware kinds equal MoCo's InfoNCE.
+
+NOTE: these are the multiview equations transposed to MoCo's asymmetric layout (anchors are
+queries only, positives and negatives are momentum keys); the papers define them on a 2N x 2N
+batch (see ``pretrain.losses.multiview``).
+
+[0] Khosla et al., "Supervised Contrastive Learning", https://arxiv.org/abs/2004.11362
+[1] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277
+[2] Mirzaei et al. (FIRM), seed paper 000.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from negatives.base import NO_LABEL
+from pretrain.losses.masked import (
+    REFERENCE_BASE_TEMPERATURE,
+    check_temperature,
+    compute_dtype,
+    denominator_loss,
+    sincere_loss,
+)
+
+QUEUE_KINDS = ("nt_xent", "supcon", "sincere", "firm")
+
+
+def _check_shapes(
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    anchor_labels: torch.Tensor,
+    candidate_labels: torch.Tensor,
+    own: torch.Tensor,
+    per_query: torch.Tensor | None,
+) -> None:
+    if q.dim() != 2 or candidates.dim() != 2 or candidates.shape[1] != q.shape[1]:
+        raise ValueError(
+            f"q must be (N, D) and candidates (M, D) with the same D, got {tuple(q.shape)} and "
+            f"{tuple(candidates.shape)}"
+        )
+    n, m = q.shape[0], candidates.shape[0]
+    if anchor_labels.shape != (n,) or own.shape != (n,):
+        raise ValueError(
+            f"anchor_labels and own must have shape ({n},), got {tuple(anchor_labels.shape)} and "
+            f"{tuple(own.shape)}"
+        )
+    if candidate_labels.shape != (m,):
+        raise ValueError(
+            f"candidate_labels must have shape ({m},), one per candidate (NO_LABEL = -1 for "
+            f"unknown and synthetic), got {tuple(candidate_labels.shape)}"
+        )
+    if own.dtype != torch.long:
+        raise ValueError(f"own must be a long tensor of candidate indices, got {own.dtype}")
+    if per_query is not None and (per_query.dim() != 3 or per_query.shape[::2] != (n, q.shape[1])):
+        raise ValueError(
+            f"per_query must be (N, S, D) = ({n}, S, {q.shape[1]}), got {tuple(per_query.shape)}"
+        )
+
+
+def queue_positives(
+    kind: str,
+    anchor_labels: torch.Tensor,
+    candidate_labels: torch.Tensor,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """(N, M) bool positive mask P(i) of each anchor over the candidates, for ``kind``."""
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
+    n, m = anchor_labels.shape[0], candidate_labels.shape[0]
+    positive = torch.zeros(n, m, dtype=torch.bool, device=own.device)
+    positive[torch.arange(n, device=own.device), own] = True  # the own key: always positive
+    a, c = anchor_labels.unsqueeze(1), candidate_labels.unsqueeze(0)  # (N, 1), (1, M)
+    if kind in ("supcon", "sincere"):
+        positive |= (a == c) & (a != NO_LABEL)
+    elif kind == "firm":
+        positive |= (a >= 0) & (c >= 0)
+    return positive
+
+
+def queue_contrastive(
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    anchor_labels: torch.Tensor,
+    candidate_labels: torch.Tensor,
+    own: torch.Tensor,
+    temperature: float,
+    kind: str,
+    per_query: torch.Tensor | None = None,
+    *,
+    reference_scale: bool = False,
+) -> torch.Tensor:
+    """Contrastive loss of queries against keys + queue + synthetic negatives (see module doc).
+
+    Args:
+        q: (N, D) unit-norm queries, the anchors (carry the gradient).
+        candidates: (M, D) unit-norm keys of all ranks, then the queue, then shared synthetic
+            negatives; detached here.
+        anchor_labels: (N,) long labels of the queries.
+        candidate_labels: (M,) long labels of the candidates (NO_LABEL for unknown/synthetic).
+        own: (N,) long index in ``candidates`` of each query's own key (its positive pair);
+            must lie in [0, M), not checked here to avoid a host sync per step.
+        temperature: τ.
+        kind: "nt_xent", "supcon", "sincere" or "firm".
+        per_query: (N, S, D) private negatives of each query (detached, never positives), or None.
+        reference_scale: multiply by τ / 0.07 (SupContrast's hidden factor), any kind.
+
+    Returns:
+        Scalar mean over the N queries of the mean over each query's positives.
+    """
+    check_temperature(temperature)
+    _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
+    positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
+    dtype = compute_dtype(q.dtype)
+    q = q.to(dtype)
+    parts = [torch.einsum("nd,md->nm", q, candidates.detach().to(dtype))]  # (N, M)
+    if per_query is not None:
+        parts.append(torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype)))  # (N, S)
+    logits = torch.cat(parts, dim=1).to(dtype) / temperature  # (N, M + S)
+    private = logits.shape[1] - positive.shape[1]
+    positive = torch.cat([positive, positive.new_zeros(positive.shape[0], private)], dim=1)
+    if kind == "sincere":
+        loss = sincere_loss(logits, positive, ~positive)
+    else:
+        loss = denominator_loss(logits, positive, torch.ones_like(positive))
+    return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss

@@ -1,0 +1,303 @@
+"""The objectives the trainer calls, keyed by the YAML name ``loss.name``.
+
+    criterion = objectives.create("supcon", temperature=0.1)
+    loss = criterion(step)  # step: a StepTensors of one training step
+
+Each objective is a thin module around a pure function of :mod:`pretrain.losses`, in MoCo's layout:
+the anchors are this rank's queries q (with gradient); the contrast set is the keys of the whole
+(gathered) batch, then the queue, then the strategy's shared negatives (all constants), plus the
+strategy's per-query negatives. So the labelled objectives contrast against the other batch keys
+as well as the queue, as SupCon contrasts against the whole batch; MoCo's ``infonce`` keeps its
+own layout (own key + queue + extras). The papers' 2N x 2N multiview forms of the same losses are
+the functions in :mod:`pretrain.losses` (``nt_xent``, ``supcon``, ``sincere``, ``firm``, ``cider``).
+
+A kappa head (``model.kappa_hidden`` > 0) adds seed 004's L_align + L_reg to any objective
+(:class:`WithKappa`): (q, kappa_q) from the query encoder, (k, kappa_k) from the momentum encoder,
+so only the query side carries gradient (the paper's SimCLR setting has gradients on both views).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from negatives.base import NO_LABEL, ExtraNegatives
+from pretrain import dist, losses
+
+
+@dataclass
+class StepTensors:
+    """What an objective sees of one training step (all on the device)."""
+
+    q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
+    k: torch.Tensor  # (N, D) this rank's keys, unit norm, constants
+    k_all: torch.Tensor  # (B, D) the keys of every rank in rank order (k in one process)
+    labels: torch.Tensor  # (N,) this rank's labels (negatives.base conventions)
+    labels_all: torch.Tensor  # (B,)
+    offset: int  # index of this rank's first key in k_all
+    queue: torch.Tensor  # (K, D) before this step's enqueue
+    queue_labels: torch.Tensor  # (K,)
+    extra: ExtraNegatives
+    kappa_q: torch.Tensor | None = None  # (N,) with gradient, when the model has a kappa head
+    kappa_k: torch.Tensor | None = None  # (N,)
+
+
+class Objective(nn.Module):
+    """Base class. ``forward(step) -> scalar loss``.
+
+    Attributes:
+        temperature: T of the logits (``moco.temperature``).
+        needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
+            of a fresh run, with the normalised head outputs of the training images (CIDER).
+        accepts_strategies: negative strategies this objective can be combined with (None = any).
+    """
+
+    needs_class_means: bool = False
+    accepts_strategies: tuple[str, ...] | None = None
+    why_strategies: str = ""
+
+    def __init__(self, temperature: float) -> None:
+        super().__init__()
+        if temperature <= 1e-3:
+            raise ValueError(f"temperature must be above 1e-3, got {temperature}")
+        self.temperature = temperature
+
+    def check_strategy(self, name: str) -> None:
+        """ValueError if this objective cannot be combined with negative strategy ``name``."""
+        if self.accepts_strategies is not None and name not in self.accepts_strategies:
+            raise ValueError(
+                f"loss {self.name!r} cannot be combined with negative strategy {name!r}: "
+                f"{self.why_strategies} (allowed: {', '.join(self.accepts_strategies)})"
+            )
+
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """Initialise state from features (n, D) and labels (n,) of the training set."""
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """Statistics of the latest step, read at log steps only (device tensors, no sync)."""
+        return {}
+
+    def histograms(self) -> dict[str, torch.Tensor]:
+        """Per-sample values of the latest step for TensorBoard histograms (log steps only)."""
+        return {}
+
+    name = "objective"
+
+
+_REGISTRY: dict[str, type[Objective]] = {}
+
+
+def register(name: str) -> Callable[[type[Objective]], type[Objective]]:
+    def add(cls: type[Objective]) -> type[Objective]:
+        if name in _REGISTRY:
+            raise ValueError(f"objective {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def list_objectives() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def create(name: str, **kwargs: Any) -> Objective:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
+        raise ValueError(
+            f"unknown loss {name!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; available: {', '.join(list_objectives())}"
+        )
+    return _REGISTRY[name](**kwargs)
+
+
+@register("infonce")
+class InfoNCE(Objective):
+    """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        logits = losses.moco_logits(
+            s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
+        )
+        return losses.info_nce(logits)
+
+
+def contrast_set(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates [k_all; queue; shared] (M, D) and their labels (M,); synthetic points never
+    match a label (NO_LABEL)."""
+    parts, labels = [s.k_all, s.queue], [s.labels_all, s.queue_labels]
+    if s.extra.shared is not None:
+        shared = s.extra.shared.to(s.k_all.dtype)
+        parts.append(shared)
+        labels.append(torch.full_like(s.labels_all[:1], NO_LABEL).expand(shared.shape[0]))
+    return torch.cat(parts).detach(), torch.cat(labels)
+
+
+class QueueContrastive(Objective):
+    """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring)."""
+
+    kind = ""
+
+    def __init__(self, temperature: float, reference_scale: bool = False) -> None:
+        super().__init__(temperature)
+        self.reference_scale = reference_scale
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        candidates, cand_labels = contrast_set(s)
+        own = s.offset + torch.arange(s.q.shape[0], device=s.q.device)
+        return losses.queue_contrastive(
+            s.q,
+            candidates,
+            s.labels,
+            cand_labels,
+            own,
+            self.temperature,
+            self.kind,
+            s.extra.per_query,
+            reference_scale=self.reference_scale,
+        )
+
+
+@register("nt_xent")
+class NTXent(QueueContrastive):
+    """NT-Xent (SimCLR; seed 000 eq. 1): the own key is the only positive."""
+
+    kind = "nt_xent"
+
+
+@register("supcon")
+class SupCon(QueueContrastive):
+    """SupCon "out" (Khosla et al. 2020, eq. 2): every same-label key is a positive and stays in
+    the denominator. ``reference_scale`` multiplies by T/0.07 as HobbitLong/SupContrast does."""
+
+    kind = "supcon"
+
+
+@register("sincere")
+class Sincere(QueueContrastive):
+    """SINCERE (seed 002, eq. 12): each positive's denominator holds itself and other-class keys
+    only, so same-class keys are never pushed apart."""
+
+    kind = "sincere"
+
+
+@register("firm")
+class Firm(QueueContrastive):
+    """FIRM (seed 000, eq. 2): in-distribution anchors (label >= 0) take every in-distribution
+    key as positive, synthetic outliers (label <= -2) and unlabelled images only their own key."""
+
+    kind = "firm"
+
+
+@register("cider")
+class Cider(Objective):
+    """CIDER (seed 003): L_dis (eq. 6) + lambda_c * L_comp (eq. 5) with EMA class prototypes.
+
+    The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
+    order); only this rank's queries carry gradient, so L_dis back-propagates through this step's
+    EMA into the query encoder (SEMANTICS §6). The prototypes are a buffer (saved in checkpoints,
+    identical on every rank), initialised from the class means of the normalised head outputs of
+    the training set. CIDER has no instance negatives: the queue is not used, and strategies that
+    add negatives or outliers are refused.
+    """
+
+    needs_class_means = True
+    accepts_strategies = ("none",)
+    why_strategies = (
+        "CIDER contrasts samples with class prototypes, not with instance negatives, so extra "
+        "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
+    )
+
+    def __init__(
+        self,
+        temperature: float,
+        num_classes: int,
+        dim: int,
+        lambda_c: float = 2.0,
+        alpha: float = 0.95,
+        comp_scale: bool = False,
+    ) -> None:
+        super().__init__(temperature)
+        if num_classes < 2:
+            raise ValueError(f"CIDER needs at least 2 classes, got {num_classes}")
+        self.lambda_c, self.alpha, self.comp_scale = lambda_c, alpha, comp_scale
+        self.register_buffer("prototypes", torch.zeros(num_classes, dim))
+
+    @torch.no_grad()
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        c, d = self.prototypes.shape
+        keep = (labels >= 0) & (labels < c)
+        sums = torch.zeros(c, d, dtype=z.dtype, device=z.device).index_add_(
+            0, labels[keep], z[keep]
+        )
+        missing = (torch.bincount(labels[keep], minlength=c) == 0).nonzero().flatten().tolist()
+        if missing:
+            raise ValueError(f"CIDER: classes {missing} have no training image to start from")
+        self.prototypes.copy_(torch.nn.functional.normalize(sums, dim=1))
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        # every rank's queries in rank order; only this rank's rows are live (carry gradient)
+        q_all = _replace_rows(dist.gather(s.q.detach()), s.q, s.offset)
+        z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
+        labels = torch.cat([s.labels_all, s.labels_all])
+        loss, updated = losses.cider(
+            z,
+            labels,
+            self.prototypes,
+            self.alpha,
+            self.temperature,
+            self.lambda_c,
+            comp_scale=self.comp_scale,
+        )
+        self.prototypes.copy_(updated.detach())
+        return loss
+
+
+def _replace_rows(full: torch.Tensor, rows: torch.Tensor, offset: int) -> torch.Tensor:
+    """``full`` with rows offset..offset+len(rows) replaced by ``rows`` (which keep their graph)."""
+    return torch.cat([full[:offset], rows, full[offset + rows.shape[0] :]])
+
+
+class WithKappa(Objective):
+    """Any objective + seed 004's L_align (eq. 10) + L_reg (eq. 11) on the kappa head."""
+
+    def __init__(self, base: Objective, lambda_align: float, lambda_reg: float) -> None:
+        super().__init__(base.temperature)
+        self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
+        self.needs_class_means = base.needs_class_means
+        self.accepts_strategies, self.why_strategies = base.accepts_strategies, base.why_strategies
+        self.name = base.name
+        self._kappa: torch.Tensor | None = None
+        self._terms: dict[str, torch.Tensor] = {}
+
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        self.base.init_class_means(z, labels)
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        if s.kappa_q is None or s.kappa_k is None:
+            raise ValueError("the kappa objective needs a model with a kappa head")
+        base = self.base(s)
+        kappa = losses.kappa_alignment(
+            s.q, s.kappa_q, s.k.to(s.q.dtype), s.kappa_k, self.lambda_align, self.lambda_reg
+        )
+        self._kappa = s.kappa_q.detach()
+        self._terms = {"base": base.detach(), "kappa_terms": kappa.detach()}
+        return base + kappa
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        out = dict(self.base.diagnostics())
+        out.update(self._terms)
+        if self._kappa is not None:
+            out["kappa_mean"] = self._kappa.float().mean()
+            out["kappa_std"] = self._kappa.float().std() if self._kappa.numel() > 1 else 0.0
+        return out
+
+    def histograms(self) -> dict[str, torch.Tensor]:
+        return {} if self._kappa is None else {"kappa": self._kappa}
