@@ -142,6 +142,7 @@ def criterion(cfg: Config, num_classes: int = 0) -> objectives.Objective:
             lambda_c=loss.cider_lambda_c,
             alpha=loss.cider_alpha,
             comp_scale=loss.cider_comp_scale,
+            classes=list(cfg.data.in_classes),
         )
     try:
         made = objectives.create(loss.name, **kwargs)

@@ -223,21 +223,30 @@ class Cider(Objective):
         lambda_c: float = 2.0,
         alpha: float = 0.95,
         comp_scale: bool = False,
+        classes: list[int] | None = None,
     ) -> None:
         super().__init__(temperature)
-        if num_classes < 2:
-            raise ValueError(f"CIDER needs at least 2 classes, got {num_classes}")
+        classes = list(range(num_classes)) if not classes else sorted(classes)
+        if len(classes) < 2:
+            raise ValueError(f"CIDER needs at least 2 classes, got {classes}")
         self.lambda_c, self.alpha, self.comp_scale = lambda_c, alpha, comp_scale
-        self.register_buffer("prototypes", torch.zeros(num_classes, dim))
+        self.classes = classes
+        # one prototype per trained class; dataset label -> prototype row (-1: not trained)
+        index = torch.full((max(num_classes, max(classes) + 1),), -1, dtype=torch.long)
+        index[torch.tensor(classes)] = torch.arange(len(classes))
+        self.register_buffer("class_index", index, persistent=False)
+        self.register_buffer("prototypes", torch.zeros(len(classes), dim))
 
     @torch.no_grad()
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
         c, d = self.prototypes.shape
-        keep = (labels >= 0) & (labels < c)
+        labels = self.class_index[labels.clamp(min=0)].where(labels >= 0, -1)
+        keep = labels >= 0
         sums = torch.zeros(c, d, dtype=z.dtype, device=z.device).index_add_(
             0, labels[keep], z[keep]
         )
-        missing = (torch.bincount(labels[keep], minlength=c) == 0).nonzero().flatten().tolist()
+        empty = (torch.bincount(labels[keep], minlength=c) == 0).nonzero().flatten().tolist()
+        missing = [self.classes[i] for i in empty]
         if missing:
             raise ValueError(f"CIDER: classes {missing} have no training image to start from")
         self.prototypes.copy_(torch.nn.functional.normalize(sums, dim=1))
@@ -246,7 +255,7 @@ class Cider(Objective):
         # every rank's queries in rank order; only this rank's rows are live (carry gradient)
         q_all = _replace_rows(dist.gather(s.q.detach()), s.q, s.offset)
         z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
-        labels = torch.cat([s.labels_all, s.labels_all])
+        labels = self.class_index[torch.cat([s.labels_all, s.labels_all])]
         loss, updated = losses.cider(
             z,
             labels,

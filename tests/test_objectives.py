@@ -1,0 +1,243 @@
+"""The objectives as the trainer uses them: MoCo's layout, CIDER's prototypes in the run, the kappa
+terms, the one-class monitor, refused combinations, and every issue-4 config for one epoch on tiny
+data in the true on-disk format."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from fakedata import write_cifar10, write_imagenet100
+from sklearn.metrics import roc_auc_score
+
+from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
+from pretrain import build, checkpoint, config, engine, knn, losses, objectives
+from pretrain.config import ConfigError
+
+TINY = [
+    "model.arch=resnet_small",
+    "model.width=8",
+    "train.epochs=1",
+    "train.progress_bar=false",
+    "train.log_every=1",
+    "data.num_workers=0",
+    "train.deterministic=true",
+]
+
+
+def unit(*shape: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+
+
+def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, per_query=None):
+    k_all = unit(world * n, d, seed=1)
+    labels_all = torch.arange(world * n) if labels is None else labels
+    q = unit(n, d, seed=2).requires_grad_()
+    off = rank * n
+    return objectives.StepTensors(
+        q=q,
+        k=k_all[off : off + n],
+        k_all=k_all,
+        labels=labels_all[off : off + n],
+        labels_all=labels_all,
+        offset=off,
+        queue=unit(k_size, d, seed=3),
+        queue_labels=torch.full((k_size,), NO_LABEL),
+        extra=ExtraNegatives(shared, per_query),
+    )
+
+
+def test_infonce_objective_is_mocos_loss():
+    s = step_tensors(shared=unit(3, 8, seed=4), per_query=unit(4, 2, 8, seed=5))
+    got = objectives.create("infonce", temperature=0.2)(s)
+    logits = losses.moco_logits(s.q, s.k, s.queue, 0.2, s.extra.shared, s.extra.per_query)
+    assert torch.allclose(got, losses.info_nce(logits), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_distinct_labels_give_infonce_over_batch_keys_queue_and_extras(name, rank):
+    """With every label distinct, the labelled objectives are InfoNCE whose negatives are the
+    other keys of the (gathered) batch, the queue and the shared negatives: the own key of each
+    rank's query sits at offset + i."""
+    shared = unit(3, 8, seed=4)
+    s = step_tensors(world=2, rank=rank, shared=shared)
+    got = objectives.create(name, temperature=0.1)(s)
+    n = s.q.shape[0]
+    per_anchor = []
+    for i in range(n):
+        own = s.offset + i
+        others = torch.cat([s.k_all[:own], s.k_all[own + 1 :], s.queue, shared])
+        logits = losses.moco_logits(s.q[i : i + 1], s.k_all[own : own + 1], others, 0.1)
+        per_anchor.append(losses.info_nce(logits))
+    assert torch.allclose(got, torch.stack(per_anchor).mean(), atol=1e-12)
+
+
+def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
+    """Numpy re-derivation of FIRM's rule in MoCo's layout, outlier labels in batch and queue."""
+    labels = torch.tensor([3, 3, OUTLIER_LABEL, 3])
+    s = step_tensors(labels=labels)
+    s.queue_labels = torch.tensor([3, OUTLIER_LABEL, NO_LABEL, 3, 3, OUTLIER_LABEL])
+    got = objectives.create("firm", temperature=0.2)(s).item()
+    cand = torch.cat([s.k_all, s.queue]).numpy()
+    cand_y = torch.cat([labels, s.queue_labels]).numpy()
+    q = s.q.detach().numpy()
+    total = 0.0
+    for i in range(4):
+        logits = cand @ q[i] / 0.2
+        log_den = np.log(np.exp(logits).sum())
+        pos = [i] if labels[i] < 0 else [j for j in range(len(cand)) if cand_y[j] >= 0]
+        total += -np.mean([logits[p] - log_den for p in pos])
+    assert got == pytest.approx(total / 4, abs=1e-10)
+
+
+def test_cider_objective_uses_queries_then_keys_and_keeps_prototypes():
+    s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
+    obj = objectives.create("cider", temperature=0.1, num_classes=2, dim=8)
+    start = unit(2, 8, seed=7).float()
+    obj.prototypes.copy_(start)
+    loss = obj(s)
+    z = torch.cat([s.q, s.k_all])
+    expected, updated = losses.cider(
+        z, torch.tensor([0, 1, 1, 0, 0, 1, 1, 0]), start.double(), 0.95, 0.1, 2.0
+    )
+    assert torch.allclose(loss, expected, atol=1e-6)
+    assert torch.allclose(obj.prototypes.double(), updated, atol=1e-6)
+    loss.backward()
+    assert s.q.grad.abs().sum() > 0
+
+
+def test_cider_subset_classes_map_labels_to_their_prototypes():
+    obj = objectives.create("cider", temperature=0.1, num_classes=10, dim=8, classes=[7, 3])
+    z, y = unit(6, 8, seed=8).float(), torch.tensor([3, 7, 3, 7, 7, 3])
+    obj.init_class_means(z, y)
+    means = F.normalize(torch.stack([z[y == 3].mean(0), z[y == 7].mean(0)]), dim=1)
+    assert torch.allclose(obj.prototypes, means, atol=1e-6)
+    with pytest.raises(ValueError, match=r"classes \[7\] have no training image"):
+        obj.init_class_means(z[y == 3], y[y == 3])
+
+
+def test_kappa_terms_are_added_to_any_objective():
+    s = step_tensors()
+    s.kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    s.kappa_k = torch.rand(4, dtype=torch.float64)
+    base = objectives.create("supcon", temperature=0.1)
+    both = objectives.WithKappa(base, 0.05, 0.005)
+    got = both(s)
+    kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
+    assert torch.allclose(got, base(s) + kappa, atol=1e-12)
+    got.backward()
+    assert s.kappa_q.grad.abs().sum() > 0
+    assert set(both.diagnostics()) >= {"kappa_mean", "kappa_std", "base", "kappa_terms"}
+    s.kappa_q = None
+    with pytest.raises(ValueError, match="kappa head"):
+        both(s)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["loss.name=cider", "negatives.name=mochi"], "cannot be combined with negative strategy"),
+        (["loss.name=cider", "negatives.name=outliers"], "synthetic outliers have no prototype"),
+        (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
+        (["loss.kappa_lambda_align=0.1"], "no kappa head"),
+        (["loss.supcon_reference_scale=true"], "'supcon' only"),
+        (["loss.name=simclr"], "expected one of"),
+    ],
+)
+def test_refused_combinations_say_why(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build.criterion(config.load("digits_moco.yaml", overrides), 10)
+
+
+def test_one_class_monitor_is_the_s_con_auroc(tmp_path):
+    bank, test = torch.randn(30, 16), torch.randn(50, 16)
+    test_y = torch.arange(50) % 5
+    got = knn.one_class_auroc(bank, test, test_y, [1, 3], k=1)
+    b, t = F.normalize(bank, dim=1).numpy(), F.normalize(test, dim=1).numpy()
+    s_con = (t @ b.T).max(1)
+    expected = 100 * roc_auc_score(np.isin(test_y.numpy(), [1, 3]), s_con)
+    assert got == pytest.approx(expected, abs=1e-9)
+
+
+def read_epoch(out) -> dict:
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["kind"] == "epoch"][-1], [r for r in lines if r["kind"] == "step"]
+
+
+def test_cider_run_initialises_prototypes_from_class_means_and_saves_them(tmp_path):
+    cfg = config.load(
+        "digits_cider.yaml",
+        [
+            f"out_dir={tmp_path}",
+            *TINY,
+            "data.in_classes=[2,5]",
+            "train.batch_size=32",
+            "moco.queue_size=64",
+            "eval.knn_every=0",
+        ],  # fmt: skip
+    )
+    run = engine.setup(cfg)
+    engine.init_objective(run)
+    z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
+    means = F.normalize(torch.stack([z[y == 2].mean(0), z[y == 5].mean(0)]), dim=1)
+    assert torch.allclose(run.criterion.prototypes, means, atol=1e-5)
+    assert engine.main(cfg) == 0
+    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+    saved = state["objective"]["prototypes"]
+    assert saved.shape == (2, cfg.model.dim) and not torch.allclose(saved, means, atol=1e-3)
+    assert torch.allclose(saved.norm(dim=1), torch.ones(2), atol=1e-5)
+
+
+# Each issue-4 config for one epoch on a few steps of tiny data (digits embedded; CIFAR-10 pickles
+# and an ImageNet-100 folder written in their true formats).
+CONFIG_RUNS = {
+    "digits_supcon.yaml": ["data.in_classes=[0,1]", "train.batch_size=64", "moco.queue_size=64"],
+    "digits_sincere.yaml": ["data.in_classes=[0,1]", "train.batch_size=64", "moco.queue_size=64"],
+    "digits_cider.yaml": ["data.in_classes=[0,1]", "train.batch_size=64", "moco.queue_size=64"],
+    "digits_kappa.yaml": ["data.in_classes=[0,1]", "train.batch_size=64", "moco.queue_size=64"],
+    "digits_firm.yaml": [],
+    "digits_nt_xent_oneclass.yaml": [],
+    "cifar10_supcon.yaml": ["train.batch_size=32", "moco.queue_size=32"],
+    "cifar10_sincere.yaml": ["train.batch_size=32", "moco.queue_size=32"],
+    "cifar10_cider.yaml": ["train.batch_size=32", "moco.queue_size=32", "train.warmup_epochs=0"],
+    "cifar10_kappa.yaml": ["train.batch_size=32", "moco.queue_size=32"],
+    "cifar10_firm.yaml": ["train.batch_size=16", "moco.queue_size=16", "train.warmup_epochs=0"],
+    "imagenet100_sincere.yaml": ["train.batch_size=16", "moco.queue_size=32",
+                                 "data.image_size=32", "data.eval_resize=32"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_roots(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write_cifar10(root / "cifar", per_batch=64)  # 320 images, 32 of each class
+    write_imagenet100(root / "in100")
+    return {"cifar10": root / "cifar", "imagenet100": root / "in100", "digits": root}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_RUNS))
+def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
+    dataset = name.split("_")[0]
+    cfg = config.load(
+        name, [f"out_dir={tmp_path}", f"data.root={data_roots[dataset]}", *TINY, *CONFIG_RUNS[name]]
+    )
+    assert engine.main(cfg) == 0
+    epoch, steps = read_epoch(tmp_path)
+    assert steps and all(np.isfinite(r["loss"]) for r in steps)
+    assert ("oc_auroc" if cfg.data.in_classes else "knn_top1") in epoch
+    if cfg.model.kappa_hidden:
+        assert all(r["loss_kappa_mean"] > 0 for r in steps)
+        events = list((tmp_path / "tensorboard").glob("events.*"))
+        assert events and b"train/kappa" in events[0].read_bytes()  # the histogram
+    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+    assert state["config"]["loss"]["name"] == cfg.loss.name
+
+
+def test_the_issue4_configs_are_shipped():
+    shipped = {p.name for p in config.CONFIG_DIR.glob("*.yaml")}
+    assert set(CONFIG_RUNS) <= shipped
