@@ -129,7 +129,19 @@ def projection_head(in_dim: int, out_dim: int, mlp: bool) -> nn.Module:
     )
 
 
-def kappa_head(in_dim: int, hidden: int = 512) -> nn.Module:
+class Norm1d(nn.Module):
+    """A 2-d norm layer (BatchNorm2d or SplitBatchNorm) applied to (N, C) features, so a head's BN
+    is split per sub-batch exactly as the backbone's (one process = DDP)."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x[:, :, None, None]).flatten(1)
+
+
+def kappa_head(in_dim: int, hidden: int = 512, bn_splits: int = 1) -> nn.Module:
     """Concentration head of seed 004 (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
 
     The encoder applies ``softplus`` (torch default beta 1, threshold 20) to its output, so
@@ -137,7 +149,7 @@ def kappa_head(in_dim: int, hidden: int = 512) -> nn.Module:
     """
     return nn.Sequential(
         nn.Linear(in_dim, hidden, bias=False),
-        nn.BatchNorm1d(hidden),
+        Norm1d(norm_layer(bn_splits)(hidden)),
         nn.ReLU(inplace=True),
         nn.Linear(hidden, 1),
     )
@@ -233,6 +245,6 @@ def build(
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
     ``kappa_hidden`` > 0 adds a kappa head with that hidden width (seed 004: 512)."""
     net = backbone(arch, width, cifar_stem, bn_splits)
-    kappa = kappa_head(net.feature_dim, kappa_hidden) if kappa_hidden > 0 else None
+    kappa = kappa_head(net.feature_dim, kappa_hidden, bn_splits) if kappa_hidden > 0 else None
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)
     return MoCo(encoder, shuffle_keys=bn_splits > 1 or dist.world_size() > 1)

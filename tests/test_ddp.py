@@ -69,15 +69,21 @@ def run_worker(*args: str, timeout: float = 120) -> None:
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{out}\n{err}"
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[dict, list[dict]]:
+# InfoNCE; and a labelled objective in MoCo's layout (each rank's queries against the gathered
+# keys, own key at rank * n + i) with a kappa head (its BN split like the backbone's)
+VARIANTS = {"infonce": [], "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"]}
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def runs(request, tmp_path_factory) -> tuple[dict, list[dict]]:
     """(one process with 2 BN splits, [rank 0, rank 1] of the torchrun run)."""
+    extra = VARIANTS[request.param]
     single, ddp = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("ddp")
-    run_worker(sys.executable, str(WORKER), str(single), *TINY, "model.bn_splits=2")
+    run_worker(sys.executable, str(WORKER), str(single), *TINY, *extra, "model.bn_splits=2")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
     torchrun += ["--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
     torchrun += ["--master_port", str(free_port())]
-    run_worker(*torchrun, str(WORKER), str(ddp), *TINY, "model.bn_splits=1")
+    run_worker(*torchrun, str(WORKER), str(ddp), *TINY, *extra, "model.bn_splits=1")
     return torch.load(single / "rank0.pt"), [torch.load(ddp / f"rank{r}.pt") for r in range(2)]
 
 
