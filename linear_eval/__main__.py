@@ -1,172 +1,246 @@
-"""Evaluate a pretraining checkpoint: weighted kNN and a linear probe on the frozen backbone.
+"""Evaluate pretraining checkpoints: linear probes, kNN, transfer, limited labels, OOD / anomaly
+detection and a report.
 
-    python -m linear_eval --ckpt runs/digits_moco/checkpoints/last.pt
-    python -m linear_eval --ckpt RUN/checkpoints/last.pt --probe images --knn-preset imagenet
-    python -m linear_eval --ckpt RUN/checkpoints/last.pt --random-init   # the untrained baseline
+    python -m linear_eval --ckpt RUN/checkpoints/last.pt          # linear (SGD) + kNN, JSON line
+    python -m linear_eval all --ckpt RUN/checkpoints/last.pt      # everything below + report.md
+    python -m linear_eval linear --ckpt X --protocol mioc --seeds 0 1 2
+    python -m linear_eval knn --ckpt X --presets cifar imagenet seed001
+    python -m linear_eval transfer --ckpt X --datasets cifar10,cifar100,stl10,cinic10
+    python -m linear_eval limited --ckpt X --counts 10,25,50,100 --draws 5
+    python -m linear_eval ood --ckpt X                             # one-class protocol
+    python -m linear_eval ood --ckpt X --ood-datasets svhn,lsun,textures
+    python -m linear_eval ood --ckpt 'RUN/checkpoints/epoch_*.pt'  # + AULC over checkpoints
+    python -m linear_eval kappa --ckpt X
+    python -m linear_eval report --ckpt X
+    python -m linear_eval compare --ckpt A --ckpt B
 
-Prints a summary, writes RUN/eval/linear_eval[_random].json, and ends with one JSON line holding
-``knn_top1``, ``knn_top5``, ``linear_top1``, ``linear_top5`` (percent) and the protocol used.
-Exit status: 0 done, 1 unusable checkpoint, 2 bad arguments or missing dataset.
+Results go to RUN/eval/<evaluator>.json, figures and report.md to RUN/reports/, features to
+RUN/features/. Every accuracy and AUROC carries a bootstrap 95% interval. Exit status: 0 done,
+1 unusable checkpoint, 2 bad arguments or missing dataset.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
-from pathlib import Path
+import time
 from typing import Any
 
-import torch
-
-from linear_eval import features as feats
-from linear_eval import probe
-from linear_eval.knn import PRESETS, knn_votes, topk_accuracy
-from pretrain import checkpoint, data, datasets
+from linear_eval import commands, commands_ood, detectors, knn, legacy, limited, probe, reporting
+from linear_eval import transfer as transfer_lib
+from linear_eval.detectors import Settings
+from linear_eval.session import Options, Session, clean, configure_threads
+from pretrain.checkpoint import CheckpointError
 from pretrain.datasets import DatasetNotFoundError
 
+COMMANDS = ("all", "linear", "knn", "transfer", "limited", "ood", "kappa", "report", "compare")
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m linear_eval", description=__doc__.split("\n")[0])
+
+def _csv(text: str) -> list[str]:
+    return [t for t in text.replace(" ", ",").split(",") if t]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
-        "--ckpt", required=True, help="a pretraining checkpoint (RUN/checkpoints/last.pt)"
+        "--ckpt",
+        action="append",
+        required=True,
+        help="checkpoint (RUN/checkpoints/last.pt); repeat it or give a quoted glob for several",
     )
-    p.add_argument(
-        "--knn-preset",
-        choices=sorted(PRESETS),
-        default=None,
-        help="k and T of a published protocol (default: the run's eval.knn_k/temperature)",
-    )
-    p.add_argument("--k", type=int, default=None, help="kNN neighbours")
-    p.add_argument("--temperature", type=float, default=None, help="kNN vote temperature")
-    p.add_argument(
-        "--probe",
-        choices=("features", "images"),
-        default="features",
-        help="features: fast, on cached un-augmented features; images: MoCo's protocol "
-        "with RandomResizedCrop + flip through the frozen backbone",
-    )
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--lr", type=float, default=30.0)
-    p.add_argument("--milestones", type=int, nargs="*", default=[60, 80])
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root", default=None, help="override the run's data.root")
+    p.add_argument("--batch-size", type=int, default=None, help="extraction batch")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
     p.add_argument(
         "--random-init",
         action="store_true",
         help="evaluate the same architecture untrained (the baseline)",
     )
-    p.add_argument("--data-root", default=None, help="override the run's data.root")
-    p.add_argument("--num-workers", type=int, default=0)
-    p.add_argument("--out", default=None, help="JSON path (default RUN/eval/linear_eval.json)")
-    p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
-    return p.parse_args(argv)
-
-
-def evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    bb = feats.load_backbone(args.ckpt, random_init=args.random_init)
-    run_dir = Path(args.ckpt).resolve().parent.parent
-    cache = None if args.no_cache else run_dir / "features"
-    get = lambda split: feats.features(  # noqa: E731
-        bb, split, device, cache, num_workers=args.num_workers, data_root=args.data_root
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: 1 on a CPU with <= 4 cores, else torch's default)",
     )
-    train_f, train_y = get("train")
-    test_f, test_y = get("test")
-    num_classes = int(max(train_y.max(), test_y.max())) + 1
+    return p
 
-    preset = (
-        PRESETS[args.knn_preset]
-        if args.knn_preset
-        else {"k": bb.cfg.eval.knn_k, "temperature": bb.cfg.eval.knn_temperature}
-    )
-    k = args.k or preset["k"]
-    t = args.temperature or preset["temperature"]
-    knn_acc = topk_accuracy(knn_votes(train_f, train_y, test_f, k, t, num_classes), test_y)
 
-    common = dict(
-        epochs=args.epochs,
-        lr=args.lr,
-        milestones=args.milestones,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
+def _linear_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=sorted(probe.PROTOCOLS), default="lbfgs")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--probe", choices=("features", "images"), default="features")
+
+
+def _ood_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--detectors",
+        type=_csv,
+        default=None,
+        help=f"comma-separated, from {', '.join(detectors.DETECTORS)} (default: all; with "
+        f"several checkpoints: {', '.join(commands_ood.AULC_DETECTORS)})",
     )
-    if args.probe == "features":
-        fc = probe.train_on_features(
-            train_f.to(device),
-            train_y.to(device),
-            num_classes,
-            batch_size=args.batch_size,
-            **common,
+    p.add_argument("--k", type=int, default=5, help="s_con / s_shift / s_ens neighbours")
+    p.add_argument("--crops", type=int, default=10, help="random crops per rotation for s_ens")
+    p.add_argument("--crop-seed", type=int, default=0)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m linear_eval", description=__doc__.split("\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    base = [common()]
+    p = sub.add_parser("all", parents=base, help="linear, kNN, limited, one-class, kappa, report")
+    p.add_argument("--crops", type=int, default=10)
+    p.add_argument("--draws", type=int, default=limited.DRAWS)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    _linear = sub.add_parser("linear", parents=base, help="linear probe")
+    _linear_args(_linear)
+    p = sub.add_parser("knn", parents=base, help="kNN presets and majority votes")
+    p.add_argument("--presets", nargs="+", choices=sorted(knn.PRESETS), default=list(knn.PRESETS))
+    p = sub.add_parser("transfer", parents=base, help="linear + kNN on other datasets")
+    p.add_argument("--datasets", type=_csv, default=list(transfer_lib.DEFAULT_DATASETS))
+    p.add_argument("--protocol", choices=sorted(probe.PROTOCOLS), default="lbfgs")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p = sub.add_parser("limited", parents=base, help="linear probe with k labels per class")
+    p.add_argument("--counts", type=_ints, default=list(limited.COUNTS))
+    p.add_argument("--draws", type=int, default=limited.DRAWS)
+    p.add_argument("--protocol", choices=sorted(probe.PROTOCOLS), default="lbfgs")
+    p = sub.add_parser("ood", parents=base, help="one-class or ID-vs-OOD detection; AULC")
+    _ood_args(p)
+    p.add_argument(
+        "--ood-datasets",
+        type=_csv,
+        default=None,
+        help="ID-vs-OOD protocol against these sets (default: one-class protocol)",
+    )
+    sub.add_parser("kappa", parents=base, help="kappa vs correctness and corruption severity")
+    sub.add_parser("report", parents=base, help="figures + report.md from RUN/eval")
+    p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
+    p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
+    return top
+
+
+def _checkpoints(patterns: list[str]) -> list[str]:
+    out: list[str] = []
+    for pat in patterns:
+        hits = sorted(glob.glob(pat)) if any(c in pat for c in "*?[") else [pat]
+        if not hits:
+            raise CheckpointError(f"no checkpoint matches {pat!r}")
+        out += hits
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    opts = Options(
+        args.data_root,
+        args.batch_size,
+        args.num_workers,
+        not args.no_cache,
+        args.random_init,
+        args.device,
+    )
+    configure_threads(args.threads, args.device)
+    paths = _checkpoints(args.ckpt)
+    cmd = args.command
+    if cmd == "compare":
+        if len(paths) != 2:
+            raise ValueError(f"compare needs exactly two checkpoints, got {len(paths)}")
+        return commands.run_compare(
+            Session(paths[0], opts), Session(paths[1], opts), args.knn_preset
         )
-    else:
-        d = bb.cfg.data
-        aug = data.train_transform(
-            d.image_size, d.crop_scale, 0.0, 0.0, 0.0, 0.0, d.hflip_prob, 0.0, 0.0, d.mean, d.std
-        )
-        base = datasets.build(d.name, args.data_root or d.root, "train")
-        loader = torch.utils.data.DataLoader(
-            data.Transformed(base, aug),
-            args.batch_size,
-            shuffle=True,
-            num_workers=args.num_workers,
-            generator=torch.Generator().manual_seed(args.seed),
-        )
-        fc = probe.train_on_images(
-            bb.net.to(device), loader, num_classes, train_f.shape[1], device, **common
-        )
-    lin_acc = topk_accuracy(probe.predict(fc, test_f.to(device)).cpu(), test_y)
+    if cmd == "ood" and len(paths) > 1:
+        if args.ood_datasets:
+            raise ValueError(
+                "AULC over checkpoints uses the one-class protocol: drop --ood-datasets"
+            )
+        names = args.detectors or list(commands_ood.AULC_DETECTORS)
+        if {"s_shift", "s_ens"} & set(names):
+            raise ValueError("AULC runs without test-time views: drop s_shift and s_ens")
+        return commands_ood.run_aulc([Session(p, opts) for p in paths], names, Settings(k=args.k))
+    if len(paths) != 1:
+        raise ValueError(f"{cmd} takes one checkpoint, got {len(paths)}")
+    sess = Session(paths[0], opts)
+    if cmd == "linear":
+        return commands.run_linear(sess, args.protocol, args.seeds, args.probe)
+    if cmd == "knn":
+        return commands.run_knn(sess, args.presets)
+    if cmd == "transfer":
+        return commands.run_transfer(sess, args.datasets, args.protocol, args.seeds)
+    if cmd == "limited":
+        return commands.run_limited(sess, args.counts, args.draws, args.protocol)
+    if cmd == "ood":
+        settings = Settings(k=args.k, seed=args.crop_seed)
+        names = args.detectors or list(detectors.DEFAULT)
+        if args.ood_datasets:
+            return commands_ood.run_ood_datasets(
+                sess, args.ood_datasets, names, settings, args.crops
+            )
+        return commands_ood.run_one_class(sess, names, settings, args.crops)
+    if cmd == "kappa":
+        return commands_ood.run_kappa(sess)
+    if cmd == "report":
+        return reporting.build(sess)
+    return run_all(sess, args)
+
+
+def run_all(sess: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """linear, kNN, limited labels, one-class detection, kappa (with a kappa head), report."""
+    timings: dict[str, float] = {}
+    steps = [
+        ("linear", lambda: commands.run_linear(sess, "lbfgs", args.seeds)),
+        ("knn", lambda: commands.run_knn(sess)),
+        ("limited", lambda: commands.run_limited(sess, limited.COUNTS, args.draws)),
+        ("oneclass", lambda: commands_ood.run_one_class(sess, crops=args.crops)),
+        ("kappa", lambda: commands_ood.run_kappa(sess)),
+        ("report", lambda: reporting.build(sess)),
+    ]
+    out: dict[str, Any] = {}
+    for name, step in steps:
+        if name == "kappa" and not sess.model.has_kappa:
+            continue
+        start = time.perf_counter()
+        out[name] = step()
+        timings[name] = round(time.perf_counter() - start, 2)
+        print(f"{name}: done in {timings[name]:.1f} s", file=sys.stderr)
+    lin, near = out["linear"], out["knn"]["variants"]
+    oc = out["oneclass"]["detectors"]
     return {
-        "checkpoint": str(args.ckpt),
-        "weights": "random" if args.random_init else "pretrained",
-        "epoch": bb.epoch,
-        "global_step": bb.global_step,
-        "dataset": bb.cfg.data.name,
-        "features": "backbone (pooled, penultimate)",
-        "knn_top1": knn_acc[1],
-        "knn_top5": knn_acc[5],
-        "knn": {"k": k, "temperature": t, "distance": "cosine", "weighting": "exp(sim/T)"},
-        "linear_top1": lin_acc[1],
-        "linear_top5": lin_acc[5],
-        "linear": {"mode": args.probe, "batch_size": args.batch_size, "momentum": 0.9, **common},
-        "train_size": int(train_y.numel()),
-        "test_size": int(test_y.numel()),
+        "linear_top1": lin["top1"],
+        "linear_top1_ci": lin["top1_ci"],
+        "knn_top1": near["run"]["top1"],
+        "knn_top1_ci": near["run"]["top1_ci"],
+        "oneclass_auroc": {n: d["mean"]["auroc"] for n, d in oc.items()},
+        "report": out["report"]["report"],
+        "seconds": timings,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        return legacy.main(argv)
+    args = parser().parse_args(argv)
     try:
-        result = evaluate(args)
-    except checkpoint.CheckpointError as e:
+        result = run(args)
+    except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except DatasetNotFoundError as e:
+    except (DatasetNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = (
-        Path(args.out)
-        if args.out
-        else (
-            Path(args.ckpt).resolve().parent.parent
-            / "eval"
-            / f"linear_eval{'_random' if args.random_init else ''}.json"
-        )
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(
-        f"kNN (k={result['knn']['k']}, T={result['knn']['temperature']}): "
-        f"top-1 {result['knn_top1']:.2f}  top-5 {result['knn_top5']:.2f}",
-        file=sys.stderr,
-    )
-    print(
-        f"linear ({args.probe}): top-1 {result['linear_top1']:.2f}  "
-        f"top-5 {result['linear_top5']:.2f}   written to {out}",
-        file=sys.stderr,
-    )
-    print(json.dumps(result))
+    print(json.dumps(clean(result)))
     return 0
 
 

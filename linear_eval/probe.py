@@ -1,21 +1,105 @@
-"""Linear probe on a frozen backbone: MoCo's protocol (``main_lincls.py``), on images or on cached
-features.
+"""Linear probes on a frozen backbone: the seed protocols (SGD with step decay) and the L-BFGS
+logistic regression, on cached features or, for the SGD protocols, on augmented images.
 
-MoCo protocol: a new ``Linear`` (weight N(0, 0.01), bias 0) on the pooled backbone features, SGD
-(momentum 0.9, weight decay 0) at lr 30, batch 256, 100 epochs, ×0.1 at epochs 60 and 80, the
-backbone in ``eval()`` so its BatchNorm statistics stay as pretrained.
+SGD protocols (a new ``Linear``, weight N(0, 0.01), bias 0; SGD momentum 0.9, weight decay 0; lr
+×0.1 at each milestone epoch; the backbone in ``eval()`` so its BatchNorm statistics stay as
+pretrained):
 
-NOTE: the ``features`` path trains on features of the un-augmented training images (the fast path
-the toolkit offers for small data); the ``images`` path draws a fresh RandomResizedCrop + flip each
-epoch as ``main_lincls.py`` does.
+- ``moco``: lr 30, batch 256, 100 epochs, steps at 60/80 (facebookresearch/moco ``main_lincls.py``
+  @ b8ae0d9 with its README's ``--lr 30.0``).
+- ``mioc``: lr 10, batch 128, 60 epochs, steps at 30/40/50: the MiOC ImageNet-100 protocol
+  (seed 001; DJ-CHB/MiOC-Official @ 525ad80 ``Code/conf/lincls_params.py``).
+- ``transfer``: lr 3, batch 128, 100 epochs, steps at 50/70/90 (the seed's transfer protocol).
+- ``lbfgs``: multinomial logistic regression by full-batch L-BFGS with the L2 strength chosen on
+  held-out training features (:mod:`linear_eval.logreg`); the fast default for small data.
+
+NOTE: on cached features the SGD protocols train on the un-augmented training images (the fast
+path); :func:`train_on_images` draws a fresh RandomResizedCrop + flip each epoch as
+``main_lincls.py`` does.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
+
+from linear_eval import logreg
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One linear-probe recipe; ``solver`` is ``sgd`` or ``lbfgs`` (then only ``name`` counts)."""
+
+    name: str
+    solver: str = "sgd"
+    epochs: int = 100
+    lr: float = 30.0
+    milestones: tuple[int, ...] = (60, 80)
+    batch_size: int = 256
+    weight_decay: float = 0.0
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.solver == "lbfgs":
+            return {
+                "name": self.name,
+                "solver": "lbfgs",
+                "l2_grid": list(logreg.L2_GRID),
+                "val_fraction": logreg.VAL_FRACTION,
+                "source": self.source,
+            }
+        return {
+            "name": self.name,
+            "solver": "sgd",
+            "epochs": self.epochs,
+            "lr": self.lr,
+            "milestones": list(self.milestones),
+            "batch_size": self.batch_size,
+            "weight_decay": self.weight_decay,
+            "momentum": 0.9,
+            "source": self.source,
+        }
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "lbfgs": Protocol("lbfgs", "lbfgs", source="Kornblith et al. 2019 fixed-feature protocol"),
+    "moco": Protocol(
+        "moco",
+        epochs=100,
+        lr=30.0,
+        milestones=(60, 80),
+        batch_size=256,
+        source="facebookresearch/moco main_lincls.py",
+    ),
+    "mioc": Protocol(
+        "mioc",
+        epochs=60,
+        lr=10.0,
+        milestones=(30, 40, 50),
+        batch_size=128,
+        source="MiOC (seed 001) ImageNet-100, Code/conf/lincls_params.py",
+    ),
+    "transfer": Protocol(
+        "transfer",
+        epochs=100,
+        lr=3.0,
+        milestones=(50, 70, 90),
+        batch_size=128,
+        source="seed transfer protocol",
+    ),
+}
+
+
+def protocol(name: str) -> Protocol:
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown linear protocol {name!r}; choose one of {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[name]
 
 
 def new_classifier(in_dim: int, num_classes: int) -> nn.Linear:
@@ -41,12 +125,13 @@ def train_on_features(
     weight_decay: float = 0.0,
     seed: int = 0,
 ) -> nn.Linear:
-    """Fit the linear classifier on fixed features (N, F) with labels (N,)."""
+    """Fit the linear classifier by SGD on fixed features (N, F) with labels (N,)."""
     g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fc = new_classifier(features.shape[1], num_classes).to(features.device)
-    opt, sched = _optimizer(fc, lr, weight_decay, milestones or [60, 80])
+    opt, sched = _optimizer(fc, lr, weight_decay, list(milestones or [60, 80]))
+    labels = labels.to(features.device)
     for _ in range(epochs):
         order = torch.randperm(features.shape[0], generator=g).to(features.device)
         for idx in order.split(batch_size):
@@ -73,14 +158,15 @@ def train_on_images(
     """Fit the classifier on augmented images through the frozen ``backbone`` (kept in eval mode).
 
     Raises:
-        RuntimeError: if any backbone parameter or buffer changed (MoCo's ``sanity_check``).
+        RuntimeError: if any backbone parameter or buffer (BatchNorm running statistics
+            included) changed: MoCo's ``sanity_check``.
     """
     before = {k: v.detach().clone() for k, v in backbone.state_dict().items()}
     backbone.eval().requires_grad_(False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fc = new_classifier(feature_dim, num_classes).to(device)
-    opt, sched = _optimizer(fc, lr, weight_decay, milestones or [60, 80])
+    opt, sched = _optimizer(fc, lr, weight_decay, list(milestones or [60, 80]))
     for _ in range(epochs):
         for x, y in loader:
             with torch.no_grad():
@@ -99,4 +185,34 @@ def train_on_images(
 @torch.no_grad()
 def predict(fc: nn.Linear, features: torch.Tensor) -> torch.Tensor:
     """Class scores (N, C)."""
-    return fc(features)
+    return fc(features.to(fc.weight.device, fc.weight.dtype))
+
+
+def fit_predict(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    test_features: torch.Tensor,
+    num_classes: int,
+    recipe: Protocol,
+    seed: int = 0,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Train ``recipe`` on (N, F) features and score (M, F) test features: (M, C) scores on CPU
+    and what the solver chose (``l2`` for L-BFGS)."""
+    if recipe.solver == "lbfgs":
+        fc, info = logreg.train(train_features, train_labels, num_classes, seed=seed)
+    elif recipe.solver == "sgd":
+        fc = train_on_features(
+            train_features,
+            train_labels,
+            num_classes,
+            epochs=recipe.epochs,
+            lr=recipe.lr,
+            milestones=list(recipe.milestones),
+            batch_size=recipe.batch_size,
+            weight_decay=recipe.weight_decay,
+            seed=seed,
+        )
+        info = {}
+    else:
+        raise ValueError(f"unknown solver {recipe.solver!r}; use 'sgd' or 'lbfgs'")
+    return predict(fc, test_features).cpu(), info
