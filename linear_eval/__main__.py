@@ -129,6 +129,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("report", parents=base, help="figures + report.md from RUN/eval")
     p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
     p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
+    p.add_argument("--k", type=int, default=5, help="s_con neighbours (FIRM: 5; its Table 6: 1)")
     return top
 
 
@@ -158,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if len(paths) != 2:
             raise ValueError(f"compare needs exactly two checkpoints, got {len(paths)}")
         return commands.run_compare(
-            Session(paths[0], opts), Session(paths[1], opts), args.knn_preset
+            Session(paths[0], opts), Session(paths[1], opts), args.knn_preset, args.k
         )
     if cmd == "ood" and len(paths) > 1:
         if args.ood_datasets:

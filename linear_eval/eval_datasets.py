@@ -12,6 +12,12 @@ after choosing hyper-parameters on val, and equals ``train`` where no validation
 Oxford-IIIT Pets ships a single training list, ``trainval.txt``, so its ``train`` is that list.
 The OOD image folders have no splits and accept any of the four.
 
+Prefixed names read a folder by path (absolute or from the current directory; ``root`` unused):
+``imagefolder:<path>``, every image under it, unlabelled (OOD); ``folder:<path>``, torchvision's
+ImageFolder layout ``<path>/{train,val,test}/<class>/<image>`` (transfer), labelled by the sorted
+class folders of ``train/``, which the other splits may subset. Without ``test/``, ``val/`` is the
+test split (ImageNet-style folders ship train and val only), and ``trainval`` is ``train``.
+
 What the torchvision constructors check on disk (torchvision 0.2x, read in site-packages):
 
 - SVHN: ``check_integrity`` md5 of ``<split>_32x32.mat``. Flowers102: md5 of ``imagelabels.mat``
@@ -50,7 +56,9 @@ from pretrain.datasets import DatasetNotFoundError, missing_dataset
 
 SPLITS = ("train", "val", "trainval", "test")
 _NO_VAL = ("train", "trainval", "test")
-IMAGEFOLDER_PREFIX = "imagefolder:"
+IMAGEFOLDER_PREFIX = "imagefolder:"  # unlabelled, OOD
+FOLDER_PREFIX = "folder:"  # labelled ImageFolder splits, transfer
+FOLDER_SIZES = (224, 256)  # image side, resize: the fine-grained sets' recipe
 
 
 @dataclass(frozen=True)
@@ -116,10 +124,16 @@ class Flowers102(tvd.Flowers102):
     _file_dict = {k: (name, None) for k, (name, _) in tvd.Flowers102._file_dict.items()}
 
 
+def _visible_image(path: str) -> bool:
+    """An image file by extension, not hidden (``._x.jpg`` from macOS tarballs)."""
+    name = os.path.basename(path)
+    return not name.startswith(".") and name.lower().endswith(IMG_EXTENSIONS)
+
+
 class ImageFiles(Dataset):
     """Every image file under ``folder`` at any depth, sorted by relative path, label -1.
 
-    Symlinked folders are followed; hidden files (``._x.jpg`` from macOS tarballs) are skipped.
+    Symlinked folders are followed; hidden files are skipped.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -127,7 +141,7 @@ class ImageFiles(Dataset):
             Path(top) / f
             for top, _, files in os.walk(folder, followlinks=True)
             for f in files
-            if not f.startswith(".") and f.lower().endswith(IMG_EXTENSIONS)
+            if _visible_image(f)
         ]
         self.files = sorted(found, key=lambda p: p.relative_to(folder).as_posix())
         self.targets = [-1] * len(self.files)
@@ -137,6 +151,17 @@ class ImageFiles(Dataset):
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
         return default_loader(str(self.files[i])), -1
+
+
+class ClassFolder(tvd.ImageFolder):
+    """torchvision's ImageFolder over given ``classes`` (a split may lack some), no hidden files."""
+
+    def __init__(self, root: Path, classes: list[str]) -> None:
+        self.given = classes
+        super().__init__(str(root), is_valid_file=_visible_image, allow_empty=True)
+
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        return self.given, {c: i for i, c in enumerate(self.given)}
 
 
 def _require(title: str, folder: Path, need: list[Path], how: str) -> None:
@@ -279,6 +304,36 @@ def _ood_folder(title: str, folder: Path, how: str) -> ImageFiles:
     return ds
 
 
+def _class_dirs(folder: Path) -> list[str]:
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+
+
+def _labelled_folder(name: str, path: Path, split: str) -> Dataset:
+    """``folder:<path>``: ImageFolder splits with ``train/``'s classes (see the module note)."""
+    test = "test" if (path / "test").is_dir() or not (path / "val").is_dir() else "val"
+    val = ["val"] if test == "test" and (path / "val").is_dir() else []
+    subs = {"train": ["train"], "val": val, "trainval": ["train", *val], "test": [test]}[split]
+    if not subs:
+        raise ValueError(f"{name} has no 'val' split ({path / 'val'} is absent or is test)")
+    layout = f"  {path}/train/<class>/<image>\n  {path}/test/<class>/<image> (or val/: the test)"
+    how = "arrange labelled images in torchvision's ImageFolder layout, one folder per class"
+    for need in (path / "train", path / test):
+        if not need.is_dir() or not _class_dirs(need):
+            raise missing_dataset(name, path, f"{layout}\n(no class folders in {need})", how)
+    classes, parts = _class_dirs(path / "train"), []
+    for sub in subs:
+        extra = sorted(set(_class_dirs(path / sub)) - set(classes))
+        if extra:
+            raise ValueError(f"{name}: class folders {extra} of {path / sub} are not in train/")
+        ds = ClassFolder(path / sub, classes)
+        empty = [classes[c] for c in sorted(set(range(len(classes))) - set(ds.targets))]
+        if not len(ds) or (sub == "train" and empty):
+            gone = f"{layout}\n(no images of {empty} in {path / sub})"
+            raise missing_dataset(name, path, gone, how)
+        parts.append(ds)
+    return parts[0] if len(parts) == 1 else _union(parts)
+
+
 def _delegate(name: str) -> Callable[[Path, str], Dataset]:
     def read(base: Path, split: str) -> Dataset:
         return pretrain_datasets.build(name, str(base), "test" if split == "test" else "train")
@@ -302,19 +357,22 @@ _READERS: dict[str, Callable[[Path, str], Dataset]] = {
 
 
 def build_eval_dataset(name: str, root: str, split: str) -> Dataset:
-    """Read evaluation set ``name`` (a key of :data:`EVAL_DATASETS` or ``imagefolder:<path>``)
-    under ``root``; ``split`` is one of train, val, trainval, test (see the module note).
-
-    ``imagefolder:<path>`` reads every image under ``<path>`` (absolute, or relative to the current
-    directory; ``root`` is not used) as an unlabelled OOD set, like the named OOD folders.
+    """Read evaluation set ``name`` (a key of :data:`EVAL_DATASETS`, ``imagefolder:<path>`` or
+    ``folder:<path>``) under ``root``; ``split`` is one of train, val, trainval, test (see the
+    module note, which also describes the two prefixes).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    for prefix in (IMAGEFOLDER_PREFIX, FOLDER_PREFIX):
+        if name.startswith(prefix) and not name[len(prefix) :]:
+            raise ValueError(f"{name!r} names no folder: write {prefix}<path>")
     if name.startswith(IMAGEFOLDER_PREFIX):
         path = Path(name[len(IMAGEFOLDER_PREFIX) :]).expanduser()
         return _ood_folder(name, path, "point imagefolder:<path> at a folder holding images")
+    if name.startswith(FOLDER_PREFIX):
+        return _labelled_folder(name, Path(name[len(FOLDER_PREFIX) :]).expanduser(), split)
     if name not in EVAL_DATASETS:
-        known = ", ".join([*EVAL_DATASETS, f"{IMAGEFOLDER_PREFIX}<path>"])
+        known = ", ".join([*EVAL_DATASETS, f"{IMAGEFOLDER_PREFIX}<path>", f"{FOLDER_PREFIX}<path>"])
         raise ValueError(f"unknown evaluation dataset {name!r}; known: {known}")
     spec, base = EVAL_DATASETS[name], Path(root).expanduser()
     if split not in spec.splits:
@@ -334,11 +392,17 @@ def build_eval_dataset(name: str, root: str, split: str) -> Dataset:
 
 def transfer_transform(name: str, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
     """Resize (short side), centre-crop and normalise as the seed transfer protocol does: 32-px
-    sets upsampled to 224, STL-10 at 96, fine-grained sets resize 256 + centre crop 224.
+    sets upsampled to 224, STL-10 at 96, fine-grained sets and ``folder:<path>`` resize 256 +
+    centre crop 224.
 
-    OOD sets have no size of their own: read them with the in-distribution set's transform.
+    OOD sets (``imagefolder:<path>`` too) have no size of their own: read them with the
+    in-distribution set's transform.
     """
+    if name.startswith(FOLDER_PREFIX):
+        return eval_transform(*FOLDER_SIZES, mean, std)
     spec = EVAL_DATASETS.get(name)
+    if name.startswith(IMAGEFOLDER_PREFIX):
+        spec = EvalSet("OOD: any image folder", None, None)
     if spec is None:
         raise ValueError(f"unknown evaluation dataset {name!r}; known: {', '.join(EVAL_DATASETS)}")
     if spec.image_size is None or spec.resize is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from linear_eval import report
+from linear_eval import markdown, report
 from linear_eval.session import Session, read
 
 FIGURES = {
@@ -331,6 +331,6 @@ def build(sess: Session) -> dict[str, Any]:
         sections += _kappa(ev, sfx)
     m = sess.model
     title = f"Evaluation of {m.ckpt.name} ({m.cfg.data.name}, epoch {m.epoch})"
-    path = report.write_report(rd, title, sections)
+    path = markdown.write_report(rd, title, sections)
     sess.write("report", {"figures": numbers, "report": str(path)})
     return {"report": str(path), **numbers}

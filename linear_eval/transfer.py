@@ -1,10 +1,13 @@
 """Transfer evaluation: a frozen backbone's features of another labelled dataset, scored by a
 linear probe (repeated over seeds) and by kNN.
 
-The datasets and their resizing come from :mod:`linear_eval.eval_datasets` (seed protocol: 32-px
-sets such as CIFAR and CINIC-10 upsampled to 224, STL-10 at its native 96, fine-grained sets resize
-256 + centre crop 224), normalised with the pretraining run's mean and std; features are extracted
-by :mod:`linear_eval.features`. This module only scores them.
+The datasets and their resizing come from :mod:`linear_eval.eval_datasets`: any of its labelled
+names, or ``folder:<path>`` for a labelled torchvision ImageFolder layout
+(``<path>/train/<class>/*`` and ``<path>/test/<class>/*``, ``val/`` standing for a missing
+``test/``). Seed protocol: 32-px sets such as CIFAR and CINIC-10 upsampled to 224, STL-10 at its
+native 96, fine-grained sets and ``folder:`` sets resize 256 + centre crop 224, normalised with the
+pretraining run's mean and std; features are extracted by :mod:`linear_eval.features`. This module
+only scores them.
 """
 
 from __future__ import annotations

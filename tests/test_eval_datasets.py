@@ -152,6 +152,80 @@ def test_imagefolder_prefix_reads_any_folder(tmp_path):
         assert ds[i][1] == -1
 
 
+# folder:<path>, labelled ImageFolder splits; written class order is not sorted on purpose
+TRAIN_RELS = ["owl/b.png", "owl/a.png", "ant/x.png", "cat/2.png", "cat/1.png", "cat/3.png"]
+TEST_RELS = ["owl/9.png", "cat/z.png", "cat/y.png"]  # no ant: a subset of the train classes
+CLASSES = ["ant", "cat", "owl"]  # sorted train class folders
+
+
+def write_split(root, split: str, rels: list[str], seed: int) -> list[tuple[np.ndarray, int]]:
+    """PNGs at root/split/<class>/<file>; (pixels, label) in ImageFolder's order (sorted class
+    folders, then sorted files), label = the class folder's index in CLASSES."""
+    images = write_image_tree(root / split, rels, seed)
+    return [(img, CLASSES.index(rel.split("/")[0])) for img, rel in zip(images, sorted(rels))]
+
+
+def test_folder_prefix_reads_labelled_splits(tmp_path):
+    train = write_split(tmp_path, "train", TRAIN_RELS, seed=5)
+    test = write_split(tmp_path, "test", TEST_RELS, seed=6)
+    (tmp_path / "train" / "cat" / "._1.png").write_bytes(b"macOS resource fork")
+    (tmp_path / "train" / "cat" / "notes.txt").write_text("not an image")
+    name = f"folder:{tmp_path}"
+    for split, expected in (("train", train), ("trainval", train), ("test", test)):
+        ds = build_eval_dataset(name, "unused", split)
+        assert_items(ds, expected)
+        assert ds.classes == CLASSES
+    assert [y for _, y in test] == [1, 1, 2]  # train's indices, not those of test's own folders
+    with pytest.raises(ValueError, match="no 'val' split"):
+        build_eval_dataset(name, "unused", "val")
+    ood = build_eval_dataset(f"imagefolder:{tmp_path}", "unused", "test")  # stays unlabelled
+    assert len(ood) == len(TRAIN_RELS) + len(TEST_RELS) and set(ood.targets) == {-1}
+
+
+def test_folder_val_is_the_test_split_when_test_is_absent(tmp_path):
+    train = write_split(tmp_path, "train", TRAIN_RELS, seed=5)
+    val = write_split(tmp_path, "val", TEST_RELS, seed=7)
+    name = f"folder:{tmp_path}"
+    assert_items(build_eval_dataset(name, "unused", "test"), val)
+    assert_items(build_eval_dataset(name, "unused", "trainval"), train)
+    with pytest.raises(ValueError, match="no 'val' split"):
+        build_eval_dataset(name, "unused", "val")
+
+
+def test_folder_with_val_and_test_has_a_validation_split(tmp_path):
+    train = write_split(tmp_path, "train", TRAIN_RELS, seed=5)
+    val = write_split(tmp_path, "val", ["owl/v.png", "ant/v.png"], seed=7)
+    test = write_split(tmp_path, "test", TEST_RELS, seed=6)
+    name = f"folder:{tmp_path}"
+    assert_items(build_eval_dataset(name, "unused", "val"), val)
+    assert_items(build_eval_dataset(name, "unused", "test"), test)
+    both = build_eval_dataset(name, "unused", "trainval")
+    assert_items(both, train + val)
+    assert both.classes == CLASSES
+
+
+def test_folder_problems_name_the_path_and_layout(tmp_path):
+    gone = tmp_path / "nope"
+    with pytest.raises(DatasetNotFoundError) as info:
+        build_eval_dataset(f"folder:{gone}", "unused", "train")
+    for part in (f"not found at {gone}", f"{gone}/train/<class>/<image>", f"{gone}/test/<class>"):
+        assert part in str(info.value)
+    write_split(tmp_path, "train", TRAIN_RELS, seed=5)
+    name = f"folder:{tmp_path}"
+    with pytest.raises(DatasetNotFoundError, match=re.escape(f"class folders in {tmp_path}/test")):
+        build_eval_dataset(name, "unused", "train")  # no test/ nor val/
+    write_image_tree(tmp_path / "test", ["bee/1.png", "ant/1.png"], seed=6)
+    with pytest.raises(ValueError, match=re.escape("class folders ['bee']")):
+        build_eval_dataset(name, "unused", "test")
+    (tmp_path / "test" / "bee" / "1.png").unlink()
+    (tmp_path / "test" / "bee").rmdir()
+    (tmp_path / "train" / "dog").mkdir()  # a train class without images
+    with pytest.raises(DatasetNotFoundError, match=re.escape("no images of ['dog']")):
+        build_eval_dataset(name, "unused", "train")
+    with pytest.raises(ValueError, match="names no folder"):
+        build_eval_dataset("folder:", "unused", "train")
+
+
 def test_empty_ood_folder_is_reported(tmp_path):
     (tmp_path / "isun" / "sub").mkdir(parents=True)
     with pytest.raises(DatasetNotFoundError, match=re.escape(f"under {tmp_path / 'isun'}")):
@@ -238,6 +312,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
         ("food101", 224, (512, 384)),
         ("flowers102", 224, (500, 667)),
         ("cars", 224, (240, 360)),
+        ("folder:/any/labelled/folder", 224, (300, 500)),
     ],
 )
 def test_transfer_transform_sizes_and_normalisation(name, size, in_hw):
@@ -251,18 +326,20 @@ def test_transfer_transform_sizes_and_normalisation(name, size, in_hw):
     )
 
 
-def test_fine_grained_resize_then_crop_keeps_the_centre():
+@pytest.mark.parametrize("name", ["pets", "folder:/any/labelled/folder"])
+def test_fine_grained_resize_then_crop_keeps_the_centre(name):
     """Resize short side to 256, then crop 224: a 256x512 image keeps columns 144..368 of 512."""
     hwc = np.zeros((256, 512, 3), np.uint8)
     hwc[:, 144:368] = 255  # exactly the centre crop
-    out = transfer_transform("pets", (0.0,) * 3, (1.0,) * 3)(Image.fromarray(hwc))
+    out = transfer_transform(name, (0.0,) * 3, (1.0,) * 3)(Image.fromarray(hwc))
     assert out.shape == (3, 224, 224)
     assert out.min() > 0.99  # nothing from outside the centre 224 columns
 
 
-def test_ood_sets_have_no_transfer_transform():
+@pytest.mark.parametrize("name", ["lsun", "imagefolder:/any/folder"])
+def test_ood_sets_have_no_transfer_transform(name):
     with pytest.raises(ValueError, match="in-distribution"):
-        transfer_transform("lsun", MEAN, STD)
+        transfer_transform(name, MEAN, STD)
 
 
 def test_registry_notes_are_one_line():

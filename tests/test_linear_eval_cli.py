@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from fakeckpt import make_checkpoint
 from fakedata_eval import write_svhn
-from test_features import make_checkpoint
 
 from linear_eval.__main__ import main
 from linear_eval.session import Options, Session

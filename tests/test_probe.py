@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fakeckpt import make_checkpoint
 from sklearn.linear_model import LogisticRegression
-from test_features import make_checkpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 

@@ -15,7 +15,7 @@ from scipy import stats
 from sklearn.manifold import TSNE
 from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score
 
-from linear_eval import report
+from linear_eval import markdown, report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -289,7 +289,7 @@ def test_write_report_titles_tables_and_links(tmp_path):
         {"title": "AUROC", "figure": "fig dir/auroc.png"},
         {"title": "Kappa", "text": "k", "figure": "kappa.png", "table": [{"u": 1.5}]},
     ]
-    path = report.write_report(tmp_path, "Evaluation", sections)
+    path = markdown.write_report(tmp_path, "Evaluation", sections)
     md = path.read_text()
     assert path == tmp_path / "report.md" and md.startswith("# Evaluation\n")
     for s in sections:
@@ -310,4 +310,4 @@ def test_write_report_titles_tables_and_links(tmp_path):
 
 def test_write_report_rejects_a_missing_figure(tmp_path):
     with pytest.raises(ValueError, match="write the figure"):
-        report.write_report(tmp_path, "t", [{"title": "x", "figure": "absent.png"}])
+        markdown.write_report(tmp_path, "t", [{"title": "x", "figure": "absent.png"}])

@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from fakeckpt import make_checkpoint
 from fakedata import write_cifar10
-from test_features import make_checkpoint
+from fakedata_eval import write_image_tree
 from torchvision.transforms import v2
 
 from linear_eval import commands, probe, transfer
@@ -64,6 +65,39 @@ def test_a_missing_dataset_exits_2_naming_its_path_before_extracting(setup, tmp_
     assert not (tmp_path / "run" / "features").exists()  # cifar10 was not extracted first
     code = main(["transfer", "--ckpt", str(ckpt), "--data-root", str(root), "--datasets", "pets"])
     assert code == 2 and "oxford-iiit-pet" in capsys.readouterr().err
+
+
+def test_cli_transfer_on_a_labelled_image_folder(tmp_path, capsys):
+    """``--datasets folder:<path>``: labels from the class folders, resize 256 + centre crop 224
+    with the run's normalisation (a direct torchvision pipeline), and the record's sizes."""
+    classes = ["ant", "bee", "cat"]
+    train_rels = [f"{c}/{i}.png" for c in classes for i in range(3)]
+    test_rels = ["cat/0.png", "ant/0.png", "cat/1.png"]  # no bee: labels keep train's indices
+    write_image_tree(tmp_path / "data" / "train", train_rels, seed=1)
+    test_images = write_image_tree(tmp_path / "data" / "test", test_rels, seed=2)
+    ckpt = make_checkpoint(tmp_path / "run")
+    name = f"folder:{tmp_path / 'data'}"
+    assert main(["transfer", "--ckpt", str(ckpt), "--datasets", name]) == 0
+    capsys.readouterr()
+    rec = json.loads((tmp_path / "run" / "eval" / "transfer.json").read_text())["datasets"][name]
+    assert (rec["train_size"], rec["test_size"], rec["num_classes"]) == (9, 3, 3)
+    sess = Session(ckpt, Options())
+    got = sess.features("test", name, transform="transfer")  # the CLI's cached features
+    assert got.labels.tolist() == [classes.index(r.split("/")[0]) for r in sorted(test_rels)]
+    d = sess.model.cfg.data
+    ref_tf = v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(256, antialias=True),
+            v2.CenterCrop(224),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(d.mean, d.std),
+        ]
+    )
+    x = torch.stack([ref_tf(torch.from_numpy(a).permute(2, 0, 1)) for a in test_images])
+    with torch.no_grad():
+        ref = sess.model.encoder.backbone(x)
+    torch.testing.assert_close(got.backbone, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_evaluate_on_features_matches_a_numpy_knn_and_rejects_unlabelled_sets():
