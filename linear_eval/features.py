@@ -320,7 +320,7 @@ class FeatureStore:
         key = {
             "version": CACHE_VERSION,
             "model": self.model.tag,
-            "dataset": name,
+            "dataset": _resolved(name),
             "root": str(Path(self.data_root).expanduser().resolve()),
             "split": split,
             "transform": repr(tf),
@@ -377,3 +377,12 @@ def describe(feats: Features) -> dict[str, Any]:
         "head_dim": int(feats.head.shape[1]),
         "kappa": feats.kappa is not None,
     }
+
+
+def _resolved(name: str) -> str:
+    """``folder:``/``imagefolder:`` names with their path made absolute (the cache key of a
+    relative path must not depend on the working directory)."""
+    prefix, sep, path = name.partition(":")
+    if not sep:
+        return name
+    return f"{prefix}:{Path(path).expanduser().resolve()}"
