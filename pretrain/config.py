@@ -106,6 +106,7 @@ class LossConfig:
 
     name: str = "infonce"  # infonce | nt_xent | supcon | sincere | firm | cider
     supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
+    firm_layout: str = "moco"  # moco: keys + queue | pairwise: the authors' N x N, batch keys only
     cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
     cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
     cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
@@ -138,6 +139,7 @@ CHOICES = {
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("bf16", "fp16", "off"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
+    "loss.firm_layout": ("moco", "pairwise"),
 }
 
 
@@ -321,6 +323,11 @@ def validate(cfg: Config) -> None:
             "must be distinct non-negative class indices",
         ),
         ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
+        (
+            "loss.firm_layout",
+            cfg.loss.firm_layout == "moco" or cfg.loss.name == "firm",
+            "applies to loss.name 'firm' only",
+        ),
         (
             "loss.supcon_reference_scale",
             not cfg.loss.supcon_reference_scale or cfg.loss.name == "supcon",

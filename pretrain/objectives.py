@@ -129,10 +129,13 @@ class InfoNCE(Objective):
         return losses.info_nce(logits)
 
 
-def contrast_set(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
+def contrast_set(s: StepTensors, with_queue: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidates [k_all; queue; shared] (M, D) and their labels (M,); synthetic points never
     match a label (NO_LABEL)."""
-    parts, labels = [s.k_all, s.queue], [s.labels_all, s.queue_labels]
+    parts, labels = [s.k_all], [s.labels_all]
+    if with_queue:
+        parts.append(s.queue)
+        labels.append(s.queue_labels)
     if s.extra.shared is not None:
         shared = s.extra.shared.to(s.k_all.dtype)
         parts.append(shared)
@@ -144,13 +147,14 @@ class QueueContrastive(Objective):
     """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring)."""
 
     kind = ""
+    uses_queue = True
 
     def __init__(self, temperature: float, reference_scale: bool = False) -> None:
         super().__init__(temperature)
         self.reference_scale = reference_scale
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        candidates, cand_labels = contrast_set(s)
+        candidates, cand_labels = contrast_set(s, self.uses_queue)
         own = s.offset + torch.arange(s.q.shape[0], device=s.q.device)
         return losses.queue_contrastive(
             s.q,
@@ -191,9 +195,21 @@ class Sincere(QueueContrastive):
 @register("firm")
 class Firm(QueueContrastive):
     """FIRM (seed 000, eq. 2): in-distribution anchors (label >= 0) take every in-distribution
-    key as positive, synthetic outliers (label <= -2) and unlabelled images only their own key."""
+    key as positive, synthetic outliers (label <= -2) and unlabelled images only their own key.
+
+    ``layout="pairwise"`` is the authors' training default (their ``FIRMLoss``), a deviation from
+    eq. 2: view-1 anchors against the N view-2 keys of the batch only, no queue.
+    """
 
     kind = "firm"
+
+    def __init__(
+        self, temperature: float, reference_scale: bool = False, layout: str = "moco"
+    ) -> None:
+        super().__init__(temperature, reference_scale)
+        if layout not in ("moco", "pairwise"):
+            raise ValueError(f"FIRM layout must be 'moco' or 'pairwise', got {layout!r}")
+        self.uses_queue = layout == "moco"
 
 
 @register("cider")

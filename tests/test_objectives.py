@@ -95,6 +95,24 @@ def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
     assert got == pytest.approx(total / 4, abs=1e-10)
 
 
+def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
+    """The authors' FIRMLoss: view-1 anchors vs the N view-2 keys only (no queue); ID positives
+    are all ID keys including the own pair; an outlier's only positive is its own key."""
+    labels = torch.tensor([3, OUTLIER_LABEL, 3, 3])
+    s = step_tensors(labels=labels)
+    got = objectives.create("firm", temperature=0.2, layout="pairwise")(s).item()
+    q, k, y = s.q.detach().numpy(), s.k_all.numpy(), labels.numpy()
+    total = 0.0
+    for i in range(4):
+        logits = k @ q[i] / 0.2
+        log_den = np.log(np.exp(logits).sum())
+        pos = [j for j in range(4) if y[j] >= 0] if y[i] >= 0 else [i]
+        total += -np.mean([logits[p] - log_den for p in pos])
+    assert got == pytest.approx(total / 4, abs=1e-10)
+    moco_layout = objectives.create("firm", temperature=0.2)(s).item()
+    assert abs(moco_layout - got) > 1e-3  # the queue is in the default layout's denominator
+
+
 def test_cider_objective_uses_queries_then_keys_and_keeps_prototypes():
     s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
     obj = objectives.create("cider", temperature=0.1, num_classes=2, dim=8)
@@ -146,6 +164,7 @@ def test_kappa_terms_are_added_to_any_objective():
         (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
         (["loss.kappa_lambda_align=0.1"], "no kappa head"),
         (["loss.supcon_reference_scale=true"], "'supcon' only"),
+        (["loss.firm_layout=pairwise"], "'firm' only"),
         (["loss.name=simclr"], "expected one of"),
     ],
 )
