@@ -10,7 +10,7 @@ detection and a report.
     python -m linear_eval ood --ckpt X                             # one-class protocol
     python -m linear_eval ood --ckpt X --ood-datasets svhn,lsun,textures
     python -m linear_eval ood --ckpt 'RUN/checkpoints/epoch_*.pt'  # + AULC over checkpoints
-    python -m linear_eval kappa --ckpt X
+    python -m linear_eval kappa --ckpt X --corruptions-root data/CIFAR-10-C
     python -m linear_eval report --ckpt X
     python -m linear_eval compare --ckpt A --ckpt B
 
@@ -97,6 +97,17 @@ def _ood_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--crop-seed", type=int, default=0)
 
 
+def _kappa_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--corruptions-root",
+        default=None,
+        metavar="PATH",
+        help="folder of CIFAR-10-C's (cifar100 runs: CIFAR-100-C's) <corruption>.npy and "
+        "labels.npy (default: <data root>/CIFAR-10-C when present, else the corruptions are "
+        "computed by linear_eval.corruptions.corrupt)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m linear_eval", description=__doc__.split("\n")[0])
     sub = top.add_subparsers(dest="command", required=True)
@@ -105,6 +116,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--crops", type=int, default=10)
     p.add_argument("--draws", type=int, default=limited.DRAWS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    _kappa_args(p)
     _linear = sub.add_parser("linear", parents=base, help="linear probe")
     _linear_args(_linear)
     p = sub.add_parser("knn", parents=base, help="kNN presets and majority votes")
@@ -125,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="ID-vs-OOD protocol against these sets (default: one-class protocol)",
     )
-    sub.add_parser("kappa", parents=base, help="kappa vs correctness and corruption severity")
+    p = sub.add_parser("kappa", parents=base, help="kappa vs correctness and corruption severity")
+    _kappa_args(p)
     sub.add_parser("report", parents=base, help="figures + report.md from RUN/eval")
     p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
     p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
@@ -190,7 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         return commands_ood.run_one_class(sess, names, settings, args.crops)
     if cmd == "kappa":
-        return commands_ood.run_kappa(sess)
+        return commands_ood.run_kappa(sess, corruptions_root=args.corruptions_root)
     if cmd == "report":
         return reporting.build(sess)
     return run_all(sess, args)
@@ -199,12 +212,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def run_all(sess: Session, args: argparse.Namespace) -> dict[str, Any]:
     """linear, kNN, limited labels, one-class detection, kappa (with a kappa head), report."""
     timings: dict[str, float] = {}
+    if sess.model.has_kappa:  # a bad --corruptions-root fails now, not after the other steps
+        commands_ood.corruption_source(sess, root=args.corruptions_root)
     steps = [
         ("linear", lambda: commands.run_linear(sess, "lbfgs", args.seeds)),
         ("knn", lambda: commands.run_knn(sess)),
         ("limited", lambda: commands.run_limited(sess, limited.COUNTS, args.draws)),
         ("oneclass", lambda: commands_ood.run_one_class(sess, crops=args.crops)),
-        ("kappa", lambda: commands_ood.run_kappa(sess)),
+        ("kappa", lambda: commands_ood.run_kappa(sess, corruptions_root=args.corruptions_root)),
         ("report", lambda: reporting.build(sess)),
     ]
     out: dict[str, Any] = {}

@@ -167,6 +167,7 @@ class Cifar10C(Dataset):
                 f"{images_path} has shape {images.shape} and {labels_path} {labels.shape}; "
                 "expected (5·n, H, W, 3) images and (5·n,) labels"
             )
+        self.files = (images_path, labels_path)  # what a cache key must name
         n = len(images) // 5
         rows = slice((severity - 1) * n, severity * n)
         self.data = images[rows]  # memory-mapped (n, H, W, 3)

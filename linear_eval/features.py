@@ -16,8 +16,10 @@ index, image index), so crop i of image j is the same in every run and with any 
 NOTE: FIRM's paper says scale [0.5, 1]; its code uses [0.55, 1] and a square ratio (SEMANTICS §7).
 The crop and rotation act on the normalised tensor: per-channel normalisation commutes with both.
 
-Corruptions (seed 004 Table 1) are applied by :func:`linear_eval.corruptions.corrupt` to the
-un-normalised test images in [0, 1], then the transform's ``Normalize`` follows.
+Corruptions (seed 004 Table 1) are either read from CIFAR-10-C's ``<kind>.npy`` files (given
+their folder: the images go through the full transform, like clean ones) or applied by
+:func:`linear_eval.corruptions.corrupt` to the un-normalised test images in [0, 1], then the
+transform's ``Normalize`` follows. The cache key names the source (the files' paths, sizes, mtimes).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
 ROTATIONS = (0, 90, 180, 270)
 CACHE_VERSION = 1  # bump when the stored layout changes
+CORRUPT_SOURCE = "linear_eval.corruptions.corrupt"  # cache-key source of computed corruptions
 
 
 @dataclass
@@ -102,9 +105,14 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
     return Model(encoder, cfg, state["epoch"], state["global_step"], tag, path, reference)
 
 
-def _digest(path: Path) -> str:
+def _file_id(path: Path) -> str:
+    """``<absolute path>:<size>:<mtime ns>``: changes when the file is rewritten."""
     st = path.stat()
-    return hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
+    return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha1(_file_id(path).encode()).hexdigest()[:10]
 
 
 @dataclass
@@ -308,13 +316,26 @@ class FeatureStore:
         transform: str = "run",
         view: View = PLAIN,
         corruption: tuple[str, int] | None = None,
+        corruption_files: Path | None = None,
     ) -> Features:
         """Features of ``dataset`` (default: the run's) ``split`` under ``transform`` and
-        ``view``, optionally corrupted; read from the cache when present."""
+        ``view``, optionally corrupted; read from the cache when present.
+
+        ``corruption=(kind, severity)`` with ``corruption_files`` (a CIFAR-10-C-layout folder)
+        reads severity ``severity``'s rows of ``<kind>.npy`` and their labels from ``labels.npy``
+        (``dataset`` and ``split`` then only name the cache file); without it, ``corrupt`` is
+        applied to ``split``'s images. Raises DatasetNotFoundError if a file is missing.
+        """
         name = dataset or self.run_dataset
         tf = self.transform(name, transform)
+        npy = None
+        if corruption_files is not None:
+            if corruption is None:
+                raise ValueError("corruption_files needs corruption=(kind, severity)")
+            folder = Path(corruption_files).expanduser()
+            npy = corruptions.Cifar10C(str(folder.parent), *corruption, folder=folder.name)
         if corruption is not None and (
-            view != PLAIN or not isinstance(tf.transforms[-1], v2.Normalize)
+            view != PLAIN or (npy is None and not isinstance(tf.transforms[-1], v2.Normalize))
         ):
             raise ValueError("corruptions need the plain view and a transform ending in Normalize")
         key = {
@@ -328,8 +349,12 @@ class FeatureStore:
             "corruption": list(corruption) if corruption else None,
             "batch_size": self.batch_size,
         }
+        if corruption is not None:  # absent from clean keys: their cache files stay valid
+            source = CORRUPT_SOURCE if npy is None else [_file_id(f) for f in npy.files]
+            key["corruption_source"] = source
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         suffix = f"-{corruption[0]}{corruption[1]}" if corruption else ""
+        suffix += "-npy" if npy is not None else ""
         path = None
         if self.cache_dir is not None:
             path = (
@@ -337,7 +362,8 @@ class FeatureStore:
             )
             if path.exists():
                 return Features.from_dict(torch.load(path, weights_only=True)["features"])
-        feats = self._extract(name, split, tf, view, corruption)
+        # .npy images are corrupted already: the full transform, nothing applied after it
+        feats = self._extract(name, split, tf, view, corruption if npy is None else None, npy)
         if path is not None:
             checkpoint.save({"key": key, "features": feats.to_dict()}, path)
         return feats
@@ -349,8 +375,9 @@ class FeatureStore:
         tf: v2.Compose,
         view: View,
         corruption: tuple[str, int] | None,
+        base: Dataset | None = None,
     ) -> Features:
-        base = self.dataset(name, split)
+        base = base if base is not None else self.dataset(name, split)
         normalize = None
         if corruption is not None:
             normalize = tf.transforms[-1]

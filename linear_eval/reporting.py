@@ -257,7 +257,10 @@ def _kappa(ev: Path, sfx: str) -> list[dict[str, Any]]:
         },
         {
             "title": "κ vs corruption severity",
-            "text": f"Spearman ρ = {sev['spearman_rho']:.3f} (p = {sev['spearman_p']:.3g}).",
+            "text": f"Spearman ρ = {sev['spearman_rho']:.3f} (p = {sev['spearman_p']:.3g}). "
+            f"Corrupted images: {sev.get('corruptions', 'linear_eval.corruptions.corrupt')}"
+            + (f" ({sev['corruptions_note']})" if sev.get("corruptions_note") else "")
+            + ".",
             "table": rows,
             "figure": FIGURES["kappa_severity"],
         },
