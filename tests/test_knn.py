@@ -128,3 +128,17 @@ def test_extract_runs_in_eval_mode_and_restores_training():
     ) * bn.weight + bn.bias
     torch.testing.assert_close(feats, ref.detach(), rtol=1e-6, atol=1e-6)
     assert torch.equal(labels, y)
+
+
+@pytest.mark.parametrize("k", [1, 4, 9])
+def test_tied_inputs_match_numpy(k):
+    """Exact duplicates in the bank (same label, so tie order cannot change a vote) and test
+    points equal to bank rows (similarity 1, tied three ways)."""
+    bank, bank_y, test, _ = data(seed=30 + k, n=12, m=8)
+    bank, bank_y = np.concatenate([bank] * 3), np.concatenate([bank_y] * 3)
+    test = np.concatenate([test, bank[:5]])
+    args = (torch.from_numpy(bank), torch.from_numpy(bank_y), torch.from_numpy(test), k, T, C)
+    np.testing.assert_allclose(
+        knn_votes(*args).numpy(), np_votes(bank, bank_y, test, k, T, C), rtol=1e-5
+    )
+    np.testing.assert_array_equal(knn_predict(*args).numpy(), np_knn(bank, bank_y, test, k, T, C))
