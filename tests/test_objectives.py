@@ -260,3 +260,27 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
 def test_the_issue4_configs_are_shipped():
     shipped = {p.name for p in config.CONFIG_DIR.glob("*.yaml")}
     assert set(CONFIG_RUNS) <= shipped
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("digits_cider.yaml", CONFIG_RUNS["digits_cider.yaml"] + ["model.kappa_hidden=8"]),
+        ("digits_firm.yaml", ["train.epochs=2"]),
+    ],
+)
+def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
+    """Two epochs in one go equal one epoch, stop, resume: CIDER's prototypes and the kappa head,
+    or FIRM with the outlier strategy's random slots and rotations, replay bit for bit."""
+    base = [*TINY, *extra, "eval.knn_every=0"]
+    whole = config.load(name, [f"out_dir={tmp_path / 'a'}", *base, "train.epochs=2"])
+    assert engine.main(whole) == 0
+    for epochs in (1, 2):
+        part = config.load(name, [f"out_dir={tmp_path / 'b'}", *base, f"train.epochs={epochs}"])
+        assert engine.main(part) == 0
+    a = checkpoint.load(tmp_path / "a" / "checkpoints" / "last.pt")
+    b = checkpoint.load(tmp_path / "b" / "checkpoints" / "last.pt")
+    for part in ("model", "queue", "objective"):
+        assert a[part].keys() == b[part].keys()
+        for key, value in a[part].items():
+            assert torch.equal(value, b[part][key]), f"{part}.{key}"
