@@ -130,8 +130,12 @@ def criterion(cfg: Config, num_classes: int = 0) -> objectives.Objective:
     kwargs: dict[str, Any] = {"temperature": t}
     if loss.name in ("nt_xent", "supcon", "sincere", "firm"):
         kwargs["reference_scale"] = loss.supcon_reference_scale and loss.name == "supcon"
-    if loss.name == "firm":
-        kwargs["layout"] = loss.firm_layout
+        kwargs["contrast_queue"] = loss.contrast_queue
+    if loss.symmetric and cfg.negatives.name in ("mochi",):
+        raise ConfigError(
+            "loss.symmetric cannot be combined with negatives 'mochi': its per-query negatives "
+            "belong to the first view's queries only"
+        )
     if loss.name == "cider":
         if cfg.data.train_split != "train" or cfg.data.name == "stl10":
             raise ConfigError(

@@ -106,7 +106,10 @@ class LossConfig:
 
     name: str = "infonce"  # infonce | nt_xent | supcon | sincere | firm | cider
     supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
-    firm_layout: str = "moco"  # moco: keys + queue | pairwise: the authors' N x N, batch keys only
+    symmetric: bool = False  # both views through the query encoder, anchors [q1; q2] against
+    # each other: the papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms)
+    contrast_queue: bool = True  # False: the batch alone is the contrast set (no queue); with
+    # symmetric it is the papers' equation exactly, without it FIRM's authors' N x N training loss
     cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
     cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
     cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
@@ -139,7 +142,6 @@ CHOICES = {
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("bf16", "fp16", "off"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
-    "loss.firm_layout": ("moco", "pairwise"),
 }
 
 
@@ -324,9 +326,14 @@ def validate(cfg: Config) -> None:
         ),
         ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
         (
-            "loss.firm_layout",
-            cfg.loss.firm_layout == "moco" or cfg.loss.name == "firm",
-            "applies to loss.name 'firm' only",
+            "loss.symmetric",
+            not cfg.loss.symmetric or cfg.loss.name != "infonce",
+            "needs a batch objective (nt_xent, supcon, sincere, firm, cider); infonce is MoCo's",
+        ),
+        (
+            "loss.contrast_queue",
+            cfg.loss.contrast_queue or cfg.loss.name in ("nt_xent", "supcon", "sincere", "firm"),
+            "can be turned off for nt_xent, supcon, sincere and firm only",
         ),
         (
             "loss.supcon_reference_scale",

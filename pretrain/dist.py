@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from typing import Any
 
 import torch
 import torch.distributed as td
@@ -154,6 +155,31 @@ def gather(x: torch.Tensor) -> torch.Tensor:
     out = [torch.empty_like(x) for _ in range(world_size())]
     td.all_gather(out, x.contiguous())
     return torch.cat(out)
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather whose backward sends every rank's gradient of the gathered rows back to the
+    rank that owns them (all_reduce then this rank's slice: gloo has no reduce_scatter)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.n = x.shape[0]
+        out = [torch.empty_like(x) for _ in range(world_size())]
+        td.all_gather(out, x.contiguous())
+        return torch.cat(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous()
+        td.all_reduce(grad)  # sum over ranks of d(loss_r)/d(row)
+        return grad[rank() * ctx.n : (rank() + 1) * ctx.n]
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` from every rank along dim 0, keeping the gradient to every rank's rows;
+    identity in one process. Under DDP (which averages gradients) the parameters then get the
+    gradient of the mean of the ranks' losses, as one process on the global batch would."""
+    return _GatherWithGrad.apply(x) if is_on() else x
 
 
 @torch.no_grad()

@@ -117,7 +117,13 @@ def train_step(
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
     with run.autocast():
-        q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
+        if run.cfg.loss.symmetric:  # both views through the query encoder in one batch (SupCon)
+            splits = run.cfg.model.bn_splits
+            z, kappa = run.query(pair_views(x1, x2, splits), with_kappa=True)  # (2N, D)
+            (q, q2), (kappa_q, kappa_q2) = split_views(z, splits), split_views(kappa, splits)
+        else:
+            q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
+            q2 = kappa_q2 = None
         k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
         k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
         if run.strategy.needs_global_batch:
@@ -128,7 +134,7 @@ def train_step(
             seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
         )
         step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
-                           run.queue.labels, extra, kappa_q, kappa_k)  # fmt: skip
+                           run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
         loss = run.criterion(step)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
@@ -136,6 +142,24 @@ def train_step(
     run.scaler.update()
     run.queue.enqueue(k_all, y_all)  # after the logits (and backward); never synthetic points
     return loss
+
+
+def pair_views(x1: torch.Tensor, x2: torch.Tensor, splits: int) -> torch.Tensor:
+    """One (2N, ...) batch of both views whose BatchNorm split r holds [view 1; view 2] of the
+    r-th chunk of images: what rank r forwards under DDP, so one process equals DDP."""
+    return torch.cat([x1.unflatten(0, (splits, -1)), x2.unflatten(0, (splits, -1))], 1).flatten(
+        0, 1
+    )
+
+
+def split_views(
+    z: torch.Tensor | None, splits: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Inverse of :func:`pair_views` on the outputs: (view 1 rows, view 2 rows), or (None, None)."""
+    if z is None:
+        return None, None
+    halves = z.unflatten(0, (splits, -1)).chunk(2, dim=1)
+    return halves[0].flatten(0, 1), halves[1].flatten(0, 1)
 
 
 def set_lr(run: Run, epoch: float) -> float:

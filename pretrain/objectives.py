@@ -45,6 +45,18 @@ class StepTensors:
     extra: ExtraNegatives
     kappa_q: torch.Tensor | None = None  # (N,) with gradient, when the model has a kappa head
     kappa_k: torch.Tensor | None = None  # (N,)
+    q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
+    kappa_q2: torch.Tensor | None = None  # (N,)
+
+
+def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric layout: the local anchors [q; q2] (2N, D) and every rank's views
+    [q_all; q2_all] (2B, D), all with gradient (routed back to the rank that owns them)."""
+    if s.q2 is None:
+        raise ValueError("the symmetric layout needs the second view's queries (q2)")
+    return torch.cat([s.q, s.q2]), torch.cat(
+        [dist.gather_with_grad(s.q), dist.gather_with_grad(s.q2)]
+    )
 
 
 class Objective(nn.Module):
@@ -129,10 +141,15 @@ class InfoNCE(Objective):
         return losses.info_nce(logits)
 
 
-def contrast_set(s: StepTensors, with_queue: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Candidates [k_all; queue; shared] (M, D) and their labels (M,); synthetic points never
-    match a label (NO_LABEL)."""
-    parts, labels = [s.k_all], [s.labels_all]
+def contrast_set(
+    s: StepTensors, with_queue: bool = True, batch: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates [batch; queue; shared] (M, D) and their labels (M,): batch = k_all (detached)
+    or, in the symmetric layout, [q_all; q2_all] (live); synthetic points never match a label."""
+    if batch is None:
+        parts, labels = [s.k_all.detach()], [s.labels_all]
+    else:
+        parts, labels = [batch], [torch.cat([s.labels_all, s.labels_all])]
     if with_queue:
         parts.append(s.queue)
         labels.append(s.queue_labels)
@@ -140,32 +157,48 @@ def contrast_set(s: StepTensors, with_queue: bool = True) -> tuple[torch.Tensor,
         shared = s.extra.shared.to(s.k_all.dtype)
         parts.append(shared)
         labels.append(torch.full_like(s.labels_all[:1], NO_LABEL).expand(shared.shape[0]))
-    return torch.cat(parts).detach(), torch.cat(labels)
+    parts[1:] = [t.detach().to(parts[0].dtype) for t in parts[1:]]
+    return torch.cat(parts), torch.cat(labels)
 
 
 class QueueContrastive(Objective):
-    """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring)."""
+    """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring), or with
+    ``StepTensors.q2`` the papers' symmetric 2N x 2N layout (+ the queue unless
+    ``contrast_queue`` is False)."""
 
     kind = ""
-    uses_queue = True
 
-    def __init__(self, temperature: float, reference_scale: bool = False) -> None:
+    def __init__(
+        self, temperature: float, reference_scale: bool = False, contrast_queue: bool = True
+    ) -> None:
         super().__init__(temperature)
-        self.reference_scale = reference_scale
+        self.reference_scale, self.contrast_queue = reference_scale, contrast_queue
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        candidates, cand_labels = contrast_set(s, self.uses_queue)
-        own = s.offset + torch.arange(s.q.shape[0], device=s.q.device)
+        n, b = s.q.shape[0], s.k_all.shape[0]
+        local = s.offset + torch.arange(n, device=s.q.device)
+        if s.q2 is None:  # MoCo layout: queries against keys
+            candidates, cand_labels = contrast_set(s, self.contrast_queue)
+            anchors, anchor_labels, own, exclude = s.q, s.labels, local, None
+            detach = True
+        else:  # symmetric: row i of [q; q2] against every other view, its partner positive
+            anchors, views = both_views(s)
+            candidates, cand_labels = contrast_set(s, self.contrast_queue, views)
+            anchor_labels = torch.cat([s.labels, s.labels])
+            own, exclude = torch.cat([local + b, local]), torch.cat([local, local + b])
+            detach = False
         return losses.queue_contrastive(
-            s.q,
+            anchors,
             candidates,
-            s.labels,
+            anchor_labels,
             cand_labels,
             own,
             self.temperature,
             self.kind,
             s.extra.per_query,
             reference_scale=self.reference_scale,
+            exclude=exclude,
+            detach_candidates=detach,
         )
 
 
@@ -197,19 +230,11 @@ class Firm(QueueContrastive):
     """FIRM (seed 000, eq. 2): in-distribution anchors (label >= 0) take every in-distribution
     key as positive, synthetic outliers (label <= -2) and unlabelled images only their own key.
 
-    ``layout="pairwise"`` is the authors' training default (their ``FIRMLoss``), a deviation from
-    eq. 2: view-1 anchors against the N view-2 keys of the batch only, no queue.
+    Symmetric without the queue is eq. 2 exactly; MoCo's layout without the queue is the authors'
+    training default (their ``FIRMLoss``, view-1 anchors against the N view-2 keys only).
     """
 
     kind = "firm"
-
-    def __init__(
-        self, temperature: float, reference_scale: bool = False, layout: str = "moco"
-    ) -> None:
-        super().__init__(temperature, reference_scale)
-        if layout not in ("moco", "pairwise"):
-            raise ValueError(f"FIRM layout must be 'moco' or 'pairwise', got {layout!r}")
-        self.uses_queue = layout == "moco"
 
 
 @register("cider")
@@ -268,9 +293,11 @@ class Cider(Objective):
         self.prototypes.copy_(torch.nn.functional.normalize(sums, dim=1))
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        # every rank's queries in rank order; only this rank's rows are live (carry gradient)
-        q_all = _replace_rows(dist.gather(s.q.detach()), s.q, s.offset)
-        z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
+        if s.q2 is None:  # [queries; momentum keys]; every rank's queries carry gradient
+            q_all = dist.gather_with_grad(s.q)
+            z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
+        else:  # symmetric: both views live, as in the paper
+            z = both_views(s)[1]
         labels = self.class_index[torch.cat([s.labels_all, s.labels_all])]
         loss, updated = losses.cider(
             z,
@@ -283,11 +310,6 @@ class Cider(Objective):
         )
         self.prototypes.copy_(updated.detach())
         return loss
-
-
-def _replace_rows(full: torch.Tensor, rows: torch.Tensor, offset: int) -> torch.Tensor:
-    """``full`` with rows offset..offset+len(rows) replaced by ``rows`` (which keep their graph)."""
-    return torch.cat([full[:offset], rows, full[offset + rows.shape[0] :]])
 
 
 class WithKappa(Objective):
@@ -309,8 +331,12 @@ class WithKappa(Objective):
         if s.kappa_q is None or s.kappa_k is None:
             raise ValueError("the kappa objective needs a model with a kappa head")
         base = self.base(s)
+        if s.q2 is not None:  # symmetric: both views from the query encoder, as in the paper
+            mu2, kappa2 = s.q2, s.kappa_q2
+        else:
+            mu2, kappa2 = s.k.to(s.q.dtype), s.kappa_k
         kappa = losses.kappa_alignment(
-            s.q, s.kappa_q, s.k.to(s.q.dtype), s.kappa_k, self.lambda_align, self.lambda_reg
+            s.q, s.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg
         )
         self._kappa = s.kappa_q.detach()
         self._terms = {"base": base.detach(), "kappa_terms": kappa.detach()}

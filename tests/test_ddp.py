@@ -71,7 +71,14 @@ def run_worker(*args: str, timeout: float = 120) -> None:
 
 # InfoNCE; and a labelled objective in MoCo's layout (each rank's queries against the gathered
 # keys, own key at rank * n + i) with a kappa head (its BN split like the backbone's)
-VARIANTS = {"infonce": [], "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"]}
+# and the papers' symmetric layout (both views through the query encoder, all ranks' views as
+# candidates with the gradient routed back) and CIDER (prototypes from every rank's views)
+VARIANTS = {
+    "infonce": [],
+    "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"],
+    "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "model.kappa_hidden=16"],
+    "cider": ["loss.name=cider"],
+}
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))

@@ -100,7 +100,7 @@ def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
     are all ID keys including the own pair; an outlier's only positive is its own key."""
     labels = torch.tensor([3, OUTLIER_LABEL, 3, 3])
     s = step_tensors(labels=labels)
-    got = objectives.create("firm", temperature=0.2, layout="pairwise")(s).item()
+    got = objectives.create("firm", temperature=0.2, contrast_queue=False)(s).item()
     q, k, y = s.q.detach().numpy(), s.k_all.numpy(), labels.numpy()
     total = 0.0
     for i in range(4):
@@ -164,7 +164,9 @@ def test_kappa_terms_are_added_to_any_objective():
         (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
         (["loss.kappa_lambda_align=0.1"], "no kappa head"),
         (["loss.supcon_reference_scale=true"], "'supcon' only"),
-        (["loss.firm_layout=pairwise"], "'firm' only"),
+        (["loss.contrast_queue=false"], "nt_xent, supcon, sincere and firm only"),
+        (["loss.symmetric=true"], "infonce is MoCo's"),
+        (["loss.name=supcon", "loss.symmetric=true", "negatives.name=mochi"], "per-query"),
         (["loss.name=simclr"], "expected one of"),
     ],
 )
@@ -284,3 +286,67 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
         assert a[part].keys() == b[part].keys()
         for key, value in a[part].items():
             assert torch.equal(value, b[part][key]), f"{part}.{key}"
+
+
+@pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere", "firm"])
+def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
+    """loss.symmetric + contrast_queue false: anchors [q1; q2] against each other only, i.e. the
+    2N x 2N equation (pretrain.losses.multiview), in value and gradient."""
+    labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
+    s = step_tensors(labels=labels)
+    s.q2 = unit(4, 8, seed=9).requires_grad_()
+    got = objectives.create(name, temperature=0.2, contrast_queue=False)(s)
+    z = torch.cat([s.q, s.q2]).detach().requires_grad_()
+    y = torch.cat([labels, labels])
+    if name == "nt_xent":
+        ref = losses.nt_xent(z, 0.2)
+    elif name == "firm":
+        ref = losses.firm(z, y >= 0, 0.2)
+    else:
+        ref = getattr(losses, name)(z, y, 0.2)
+    assert torch.allclose(got, ref, atol=1e-12)
+    got.backward()
+    ref.backward()
+    assert torch.allclose(torch.cat([s.q.grad, s.q2.grad]), z.grad, atol=1e-12)
+
+
+def test_symmetric_cider_and_kappa_use_both_query_views():
+    s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
+    s.q2 = unit(4, 8, seed=9).requires_grad_()
+    s.kappa_q, s.kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
+    s.kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
+    cider = objectives.create("cider", temperature=0.1, num_classes=2, dim=8)
+    start = unit(2, 8, seed=7).float()
+    cider.prototypes.copy_(start)
+    obj = objectives.WithKappa(cider, 0.05, 0.005)
+    got = obj(s)
+    z = torch.cat([s.q, s.q2])
+    ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
+    ref = ref + losses.kappa_alignment(s.q, s.kappa_q, s.q2, s.kappa_q2, 0.05, 0.005)
+    assert torch.allclose(got, ref, atol=1e-6)
+    got.backward()
+    assert s.q2.grad.abs().sum() > 0
+
+
+def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
+    from pretrain.engine import pair_views, split_views
+
+    x1, x2 = torch.arange(8.0).view(8, 1), torch.arange(100.0, 108.0).view(8, 1)
+    paired = pair_views(x1, x2, 2)
+    expected = [0, 1, 2, 3, 100, 101, 102, 103, 4, 5, 6, 7, 104, 105, 106, 107]
+    assert paired.flatten().tolist() == expected  # split r = [view 1; view 2] of chunk r
+    assert all(torch.equal(a, b) for a, b in zip(split_views(paired, 2), (x1, x2)))
+    cfg = config.load(
+        "digits_supcon.yaml",
+        [
+            f"out_dir={tmp_path}",
+            *TINY,
+            *CONFIG_RUNS["digits_supcon.yaml"],
+            "loss.symmetric=true",
+            "model.bn_splits=2",
+            "model.kappa_hidden=8",
+        ],  # fmt: skip
+    )
+    assert engine.main(cfg) == 0
+    epoch, steps = read_epoch(tmp_path)
+    assert all(np.isfinite(r["loss"]) for r in steps) and "oc_auroc" in epoch

@@ -201,3 +201,34 @@ def test_errors_are_clear(batch):
         call(dict(batch, per_query=batch["per_query"][:, :, :3]), "supcon")
     with pytest.raises(ValueError, match="temperature must be above"):
         call(batch, "firm", t=0.0)
+
+
+@pytest.mark.parametrize("kind", ["nt_xent", "supcon", "sincere", "firm"])
+def test_symmetric_layout_without_queue_is_the_multiview_equation(kind):
+    """Anchors z = [view1; view2], candidates z itself (live), own = the other view, exclude = the
+    row itself: the papers' 2N x 2N losses of pretrain.losses.multiview, value and gradient."""
+    from pretrain.losses import firm, nt_xent, sincere, supcon
+
+    g = torch.Generator().manual_seed(3)
+    n = 5
+    z = F.normalize(torch.randn(2 * n, 7, generator=g, dtype=torch.float64), dim=1)
+    y = torch.tensor([0, 1, 1, 2, 0]).repeat(2)
+    idx = torch.arange(2 * n)
+    own = (idx + n) % (2 * n)
+    za = z.clone().requires_grad_()
+    got = queue_contrastive(za, za, y, y, own, 0.3, kind, exclude=idx, detach_candidates=False)
+    zb = z.clone().requires_grad_()
+    if kind == "nt_xent":
+        ref = nt_xent(zb, 0.3)
+    elif kind == "firm":
+        ref = firm(zb, y != 1, 0.3)  # class 1 plays the outliers
+        got = queue_contrastive(
+            za, za, torch.where(y == 1, -2, y), torch.where(y == 1, -2, y), own, 0.3, kind,
+            exclude=idx, detach_candidates=False,
+        )  # fmt: skip
+    else:
+        ref = {"supcon": supcon, "sincere": sincere}[kind](zb, y, 0.3)
+    assert torch.allclose(got, ref, atol=1e-12)
+    got.backward()
+    ref.backward()
+    assert torch.allclose(za.grad, zb.grad, atol=1e-12)

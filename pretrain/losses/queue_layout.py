@@ -104,8 +104,15 @@ def queue_contrastive(
     per_query: torch.Tensor | None = None,
     *,
     reference_scale: bool = False,
+    exclude: torch.Tensor | None = None,
+    detach_candidates: bool = True,
 ) -> torch.Tensor:
     """Contrastive loss of queries against keys + queue + synthetic negatives (see module doc).
+
+    With ``exclude`` and ``detach_candidates=False`` this is also the papers' symmetric layout:
+    anchors ``z = [view1; view2]`` (2N), candidates ``[z; queue; extras]`` with the anchors' rows
+    live, ``own`` = each row's other view and ``exclude`` = the row itself (B \\ {i}); without a
+    queue it equals the multiview functions of :mod:`pretrain.losses.multiview`.
 
     Args:
         q: (N, D) unit-norm queries, the anchors (carry the gradient).
@@ -119,6 +126,9 @@ def queue_contrastive(
         kind: "nt_xent", "supcon", "sincere" or "firm".
         per_query: (N, S, D) private negatives of each query (detached, never positives), or None.
         reference_scale: multiply by τ / 0.07 (SupContrast's hidden factor), any kind.
+        exclude: (N,) long index in ``candidates`` of each anchor itself, left out of every
+            positive and denominator set; None = the anchors are not among the candidates.
+        detach_candidates: False keeps the gradient through the candidates (symmetric layout).
 
     Returns:
         Scalar mean over the N queries of the mean over each query's positives.
@@ -126,16 +136,23 @@ def queue_contrastive(
     check_temperature(temperature)
     _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
     positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
+    contrast = torch.ones_like(positive)
+    if exclude is not None:
+        rows = torch.arange(positive.shape[0], device=positive.device)
+        positive[rows, exclude] = False
+        contrast[rows, exclude] = False
     dtype = compute_dtype(q.dtype)
     q = q.to(dtype)
-    parts = [torch.einsum("nd,md->nm", q, candidates.detach().to(dtype))]  # (N, M)
+    candidates = candidates.detach() if detach_candidates else candidates
+    parts = [torch.einsum("nd,md->nm", q, candidates.to(dtype))]  # (N, M)
     if per_query is not None:
         parts.append(torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype)))  # (N, S)
     logits = torch.cat(parts, dim=1).to(dtype) / temperature  # (N, M + S)
     private = logits.shape[1] - positive.shape[1]
     positive = torch.cat([positive, positive.new_zeros(positive.shape[0], private)], dim=1)
+    contrast = torch.cat([contrast, contrast.new_ones(contrast.shape[0], private)], dim=1)
     if kind == "sincere":
-        loss = sincere_loss(logits, positive, ~positive)
+        loss = sincere_loss(logits, positive, contrast & ~positive)
     else:
-        loss = denominator_loss(logits, positive, torch.ones_like(positive))
+        loss = denominator_loss(logits, positive, contrast)
     return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
