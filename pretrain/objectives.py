@@ -11,9 +11,15 @@ as well as the queue, as SupCon contrasts against the whole batch; MoCo's ``info
 own layout (own key + queue + extras). The papers' 2N x 2N multiview forms of the same losses are
 the functions in :mod:`pretrain.losses` (``nt_xent``, ``supcon``, ``sincere``, ``firm``, ``cider``).
 
+With ``loss.symmetric`` the trainer also passes the second view through the query encoder
+(``StepTensors.q2``) and the batch objectives use the papers' layout: every row of [q; q2] is an
+anchor against every other view of the gathered batch (+ the queue unless ``contrast_queue`` is
+off), its other view the pair positive; CIDER's views are then [q; q2] and the kappa terms use
+(q, kappa_q) and (q2, kappa_q2), as in the papers.
+
 A kappa head (``model.kappa_hidden`` > 0) adds seed 004's L_align + L_reg to any objective
-(:class:`WithKappa`): (q, kappa_q) from the query encoder, (k, kappa_k) from the momentum encoder,
-so only the query side carries gradient (the paper's SimCLR setting has gradients on both views).
+(:class:`WithKappa`): in MoCo's layout (q, kappa_q) from the query encoder and (k, kappa_k) from
+the momentum encoder, so only the query side carries gradient.
 """
 
 from __future__ import annotations
