@@ -160,9 +160,8 @@ def contrast_set(
         parts.append(s.queue)
         labels.append(s.queue_labels)
     if s.extra.shared is not None:
-        shared = s.extra.shared.to(s.k_all.dtype)
-        parts.append(shared)
-        labels.append(torch.full_like(s.labels_all[:1], NO_LABEL).expand(shared.shape[0]))
+        parts.append(s.extra.shared)
+        labels.append(torch.full_like(s.labels_all[:1], NO_LABEL).expand(s.extra.shared.shape[0]))
     parts[1:] = [t.detach().to(parts[0].dtype) for t in parts[1:]]
     return torch.cat(parts), torch.cat(labels)
 
