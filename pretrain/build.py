@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import data, datasets, dist, objectives
+from pretrain import cores, data, datasets, dist, imagefiles, objectives
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -73,30 +73,54 @@ class Data:
     test_loader: DataLoader  # held-out images, eval transform
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
+    num_workers: int = 0  # loader processes per rank after the cap (pretrain.cores)
+    skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
     return data.loader(ds, batch_size, None, num_workers)
 
 
+IMAGE_FILES = ("imagefolder", "imagenet100")  # split names are folders or image lists
+
+
 def datasets_for(cfg: Config) -> Data:
     d = cfg.data
-    base_train = datasets.build(d.name, d.root, d.train_split)
-    base_bank = datasets.build(d.name, d.root, "train")
-    base_test = datasets.build(d.name, d.root, "test")  # all classes (one-class: ID and OOD)
+    skipped = imagefiles.skip_counter() if d.skip_bad_images else None
+    files = d.name in IMAGE_FILES
+    base_train = datasets.build(d.name, d.root, d.train_split, skip_bad=skipped)
+    # the kNN bank is the labelled training split (stl10 pretrains on train+unlabeled)
+    if files or d.train_split == "train":
+        base_bank = base_train
+    else:
+        base_bank = datasets.build(d.name, d.root, "train", skip_bad=skipped)
+    # all classes (one-class: ID and OOD)
+    base_test = datasets.build(d.name, d.root, d.test_split if files else "test", skip_bad=skipped)
     if d.in_classes:
         try:
+            same = base_bank is base_train
             base_train = datasets.ClassSubset(base_train, d.in_classes)
-            base_bank = datasets.ClassSubset(base_bank, d.in_classes)
+            base_bank = base_train if same else datasets.ClassSubset(base_bank, d.in_classes)
         except ValueError as e:
             raise ConfigError(f"data.in_classes: {e}") from e
-    train = data.TwoViews(base_train, train_transform(d), cfg.seed)
+    if d.subset:
+        same = base_bank is base_train
+        base_train = datasets.stratified_subset(base_train, d.subset, cfg.seed)
+        base_bank = (
+            base_train if same else datasets.stratified_subset(base_bank, d.subset, cfg.seed)
+        )
     world = dist.world_size()
+    if len(base_train) < cfg.train.batch_size:
+        raise ConfigError(
+            f"train.batch_size {cfg.train.batch_size} exceeds the training set "
+            f"({len(base_train)} images after data.subset/data.in_classes)"
+        )
+    train = data.TwoViews(base_train, train_transform(d), cfg.seed)
     sampler = data.ResumableSampler(len(train), cfg.train.batch_size, cfg.seed, dist.rank(), world)
     pin = torch.cuda.is_available()
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)
-    workers = d.num_workers
+    workers = cores.loader_workers(d.num_workers)
     return Data(
         train=train,
         sampler=sampler,
@@ -105,6 +129,8 @@ def datasets_for(cfg: Config) -> Data:
         test_loader=eval_loader(data.Transformed(base_test, tf), cfg.eval.batch_size, workers),
         num_classes=datasets.num_classes(base_bank),
         in_classes=list(d.in_classes),
+        num_workers=workers,
+        skipped=skipped,
     )
 
 

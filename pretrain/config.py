@@ -44,8 +44,13 @@ class DataConfig:
     hflip_prob: float = 0.5  # MoCo v2; digits must not be mirrored
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
-    num_workers: int = 8  # DataLoader processes per rank
-    train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"
+    num_workers: int = 8  # DataLoader processes per rank, capped at this rank's cores - 1
+    train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"; imagefolder: a
+    # folder under root or an image-list file (*.txt, lines "relative/path label")
+    test_split: str = "test"  # imagefolder: held-out folder (test/, else val/) or image list
+    subset: float = 0.0  # 0 = all; >= 1: that many training images per class; in (0, 1): that
+    # fraction of each class; drawn with the seed (smoke tests on real data)
+    skip_bad_images: bool = False  # replace unreadable images by the next one and count them
     in_classes: list[int] = field(default_factory=list)  # one-class / subset training: the
     # in-distribution classes kept in the training set and the kNN bank; [] = all classes
 
@@ -89,6 +94,8 @@ class TrainConfig:
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt
     keep_every: int = 0  # also keep checkpoints/epoch_N.pt every N epochs; 0 = never
     progress_bar: bool = True  # tqdm bar (hidden automatically when stderr is not a terminal)
+    max_steps: int = 0  # > 0: stop after this many global steps with a checkpoint, as a stop
+    # signal does (raise it, or set 0, and run the same command to continue)
     max_requeues: int = 100  # SLURM: requeues after preemption or time limit before giving up
 
 
@@ -317,6 +324,15 @@ def validate(cfg: Config) -> None:
             "must be (low, high) with 0 < low <= high <= 1",
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
+        ("data.num_workers", cfg.data.num_workers >= 0, "must be 0 or positive"),
+        (
+            "data.subset",
+            cfg.data.subset == 0
+            or 0 < cfg.data.subset < 1
+            or cfg.data.subset == int(cfg.data.subset),
+            "must be 0 (all), a fraction in (0, 1) or a whole number of images per class",
+        ),
         ("model.kappa_hidden", cfg.model.kappa_hidden >= 0, "must be 0 (no head) or positive"),
         (
             "data.in_classes",

@@ -19,6 +19,8 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 from torchvision import tv_tensors
 
+from pretrain import imagefiles
+
 RESOURCES = Path(__file__).parent / "resources"
 # sha256 of the CMC ImageNet-100 list (HobbitLong/CMC imagenet100.txt, the order solo-learn ships).
 IMAGENET100_SHA256 = "79f3f1552ccc478ce24bd934b4573625db584ddc1f4643ae23c994a94cb11397"
@@ -30,7 +32,7 @@ class DatasetNotFoundError(FileNotFoundError):
     """The dataset is not where the config says; the message says where and how to get it."""
 
 
-def missing_dataset(name: str, path: Path, layout: str, how: str) -> DatasetNotFoundError:
+def missing_dataset(name: str, path: Path | str, layout: str, how: str) -> DatasetNotFoundError:
     return DatasetNotFoundError(
         f"{name} not found at {path}.\nExpected layout:\n{layout}\nHow to get it: {how}\n"
         "(negmine never downloads at run time; set data.root=PATH to point at the data.)"
@@ -95,11 +97,12 @@ def imagenet100_classes() -> list[str]:
 
 
 class ClassSubsetFolder(tvd.ImageFolder):
-    """An ImageFolder restricted to a fixed list of classes (indices in sorted wnid order)."""
+    """An ImageFolder restricted to a fixed list of classes (indices in sorted wnid order); images
+    decoded by :func:`imagefiles.read_image` (uint8 tensors, errors name the file)."""
 
     def __init__(self, root: str, classes: list[str], **kwargs: Any) -> None:
         self._wanted = sorted(classes)
-        super().__init__(root, **kwargs)
+        super().__init__(root, loader=imagefiles.read_image, **kwargs)
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         missing = [c for c in self._wanted if not (Path(directory) / c).is_dir()]
@@ -112,8 +115,20 @@ class ClassSubsetFolder(tvd.ImageFolder):
         return self._wanted, {c: i for i, c in enumerate(self._wanted)}
 
 
-def build(name: str, root: str, split: str) -> Dataset:
-    """Read dataset ``name`` under ``root``; ``split`` is train, test (val) or train+unlabeled."""
+def build(name: str, root: str, split: str, *, skip_bad: torch.Tensor | None = None) -> Dataset:
+    """Read dataset ``name`` under ``root``; ``split`` is train, test (val) or train+unlabeled.
+
+    For ``imagefolder``/``imagenet100`` the split is a folder under ``root`` (``test`` reads
+    ``test/`` or else ``val/``, ``val`` the reverse) or an image-list file (``*.txt``, lines
+    ``relative/path label`` relative to ``root``). ``skip_bad``: a counter from
+    :func:`imagefiles.skip_counter` to replace unreadable images (and count them) instead of
+    raising :class:`imagefiles.BadImageError`.
+    """
+    ds = _build(name, root, split)
+    return ds if skip_bad is None else imagefiles.SkipBadImages(ds, skip_bad)
+
+
+def _build(name: str, root: str, split: str) -> Dataset:
     base = Path(root).expanduser()
     train = split != "test"
     if name == "digits":
@@ -148,19 +163,7 @@ def build(name: str, root: str, split: str) -> Dataset:
             )
         return STL10(str(base), split=split if split != "val" else "test", download=False)
     if name in ("imagefolder", "imagenet100"):
-        sub = "train" if train else "val"
-        folder = base / sub
-        if not folder.is_dir():
-            raise missing_dataset(
-                "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset",
-                folder,
-                f"  {base}/train/<class>/<image>.JPEG and {base}/val/<class>/<image>.JPEG",
-                "for ImageNet-100 use the ILSVRC-2012 train and val images of the 100 CMC classes "
-                "(pretrain/resources/imagenet100_classes.txt), val sorted into class folders",
-            )
-        if name == "imagenet100":
-            return ClassSubsetFolder(str(folder), imagenet100_classes())
-        return tvd.ImageFolder(str(folder))
+        return _image_files(name, base, split)
     raise ValueError(f"unknown dataset {name!r}")
 
 
@@ -195,3 +198,53 @@ class ClassSubset(Subset):
         super().__init__(ds, keep)
         self.targets = [all_labels[i] for i in keep]
         self.classes = list(getattr(ds, "classes", None) or range(total))
+
+
+def _image_files(name: str, base: Path, split: str) -> Dataset:
+    """``imagefolder``/``imagenet100``: a class-folder split or an image-list file."""
+    title = "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset"
+    if split.endswith(".txt"):
+        list_file = Path(split) if Path(split).is_absolute() else base / split
+        if not list_file.is_file():
+            raise missing_dataset(
+                title,
+                list_file,
+                "  lines 'relative/path label', paths relative to data.root",
+                f"write the list, or point data.train_split/data.test_split at it (root {base})",
+            )
+        samples, classes = imagefiles.read_list(list_file, base)
+        if name == "imagenet100":
+            raise imagefiles.DatasetError("imagenet100 reads class folders, not image lists")
+        return imagefiles.ImageFiles(samples, classes)
+    alternatives = {"test": ("test", "val"), "val": ("val", "test")}.get(split, (split,))
+    folder = next((base / s for s in alternatives if (base / s).is_dir()), base / split)
+    if not folder.is_dir():
+        raise missing_dataset(
+            title,
+            " or ".join(str(base / s) for s in alternatives),
+            f"  {base}/train/<class>/<image> and {base}/{{val or test}}/<class>/<image>"
+            " (or data.train_split/data.test_split naming other folders or image-list files)",
+            "for ImageNet-100 use the ILSVRC-2012 train and val images of the 100 CMC classes "
+            "(pretrain/resources/imagenet100_classes.txt), val sorted into class folders; for "
+            "CIFAR-10 as JPEGs, a copy with train/<class>/*.jpg and test/<class>/*.jpg works as is",
+        )
+    if name == "imagenet100":
+        return ClassSubsetFolder(str(folder), imagenet100_classes())
+    return imagefiles.ImageFiles(*imagefiles.scan_folder(folder))
+
+
+def stratified_subset(ds: Dataset, amount: float, seed: int) -> Subset:
+    """``data.subset``: ``amount`` images of each class (amount >= 1) or that fraction of each
+    class (0 < amount < 1, at least one image), drawn with ``seed``; order kept."""
+    y = torch.as_tensor(labels(ds))
+    g = torch.Generator().manual_seed(seed)
+    keep = []
+    for c in torch.unique(y).tolist():
+        members = torch.nonzero(y == c).flatten()
+        k = int(amount) if amount >= 1 else max(1, round(amount * len(members)))
+        keep.append(members[torch.randperm(len(members), generator=g)[:k]])
+    chosen = torch.cat(keep).sort().values.tolist()
+    sub = Subset(ds, chosen)
+    sub.targets = [int(y[i]) for i in chosen]  # type: ignore[attr-defined]
+    sub.classes = list(getattr(ds, "classes", None) or range(num_classes(ds)))  # type: ignore
+    return sub

@@ -156,12 +156,12 @@ def test_imagefolder_classes_and_pixels(tmp_path):
     expected = [(imgs[1], 0), (imgs[2], 0), (imgs[0], 1)]
     assert len(ds) == 3
     for i, (pixels, label) in enumerate(expected):
-        image, got = ds[i]
-        np.testing.assert_array_equal(np.asarray(image), pixels)
+        image, got = ds[i]  # uint8 (3, H, W) tensors, decoded by torchvision.io
+        np.testing.assert_array_equal(image.permute(1, 2, 0).numpy(), pixels)
         assert got == label
-    val = datasets.build("imagefolder", str(tmp_path), "test")
+    val = datasets.build("imagefolder", str(tmp_path), "test")  # no test/: reads val/
     assert [val[i][1] for i in range(2)] == [0, 1]
-    np.testing.assert_array_equal(np.asarray(val[0][0]), imgs[3])
+    np.testing.assert_array_equal(val[0][0].permute(1, 2, 0).numpy(), imgs[3])
 
 
 def test_imagenet100_classes_list():
