@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import data, datasets, dist, objectives
+from pretrain import augment, data, datasets, dist, objectives, views
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -40,6 +40,25 @@ def train_transform(d: DataConfig) -> Any:
     )
 
 
+def view_spec(d: DataConfig) -> views.ViewSpec:
+    return views.ViewSpec(d.image_size, d.crop_scale, d.affine_degrees, d.affine_translate,
+                          d.jitter_strength, d.jitter_prob, d.grayscale_prob, d.blur_prob,
+                          d.hflip_prob)  # fmt: skip
+
+
+def photometric(d: DataConfig) -> augment.Photometric:
+    """Stage 2 of ``augment_on: device``: the ops of :func:`train_transform` after the crop."""
+    return augment.Photometric(
+        jitter=d.jitter_strength > 0 and d.jitter_prob > 0,
+        grayscale=d.grayscale_prob > 0,
+        blur=d.blur_prob > 0,
+        hflip=d.hflip_prob > 0,
+        blur_kernel=augment.blur_kernel_size(d.image_size),
+        mean=tuple(d.mean),
+        std=tuple(d.std),
+    )
+
+
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
@@ -66,13 +85,14 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
 
 @dataclass
 class Data:
-    train: data.TwoViews
+    train: data.TwoViews | views.CropViews
     sampler: data.ResumableSampler
     train_loader: DataLoader
     bank_loader: DataLoader  # training images, eval transform: the kNN memory bank
     test_loader: DataLoader  # held-out images, eval transform
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
+    augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -90,7 +110,10 @@ def datasets_for(cfg: Config) -> Data:
             base_bank = datasets.ClassSubset(base_bank, d.in_classes)
         except ValueError as e:
             raise ConfigError(f"data.in_classes: {e}") from e
-    train = data.TwoViews(base_train, train_transform(d), cfg.seed)
+    if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
+        train: Any = views.CropViews(base_train, view_spec(d), cfg.seed)
+    else:
+        train = data.TwoViews(base_train, train_transform(d), cfg.seed)
     world = dist.world_size()
     sampler = data.ResumableSampler(len(train), cfg.train.batch_size, cfg.seed, dist.rank(), world)
     pin = torch.cuda.is_available()
@@ -105,6 +128,7 @@ def datasets_for(cfg: Config) -> Data:
         test_loader=eval_loader(data.Transformed(base_test, tf), cfg.eval.batch_size, workers),
         num_classes=datasets.num_classes(base_bank),
         in_classes=list(d.in_classes),
+        augment=photometric(d) if d.augment_on == "device" else None,
     )
 
 

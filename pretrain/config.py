@@ -45,6 +45,8 @@ class DataConfig:
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     num_workers: int = 8  # DataLoader processes per rank
+    augment_on: str = "device"  # device: crops in workers, photometric ops batched on the
+    # training device (pretrain/augment.py); workers: all per sample in workers (the reference)
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"
     in_classes: list[int] = field(default_factory=list)  # one-class / subset training: the
     # in-distribution classes kept in the training set and the kNN bank; [] = all classes
@@ -141,6 +143,7 @@ CHOICES = {
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("bf16", "fp16", "off"),
+    "data.augment_on": ("device", "workers"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
 
