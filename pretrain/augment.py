@@ -183,7 +183,7 @@ class Photometric(nn.Module):
         self.register_buffer("hsv_select", _HSV_SELECT.clone(), persistent=False)
 
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        x = x.to(torch.float32).div_(255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype(scale=True)
+        x = x.to(torch.float32).mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
         params = params.to(torch.float32)
         flag = lambda col: per_image(params[:, col]) > 0.5  # noqa: E731  (N, 1, 1, 1) bool
         if self.jitter:
