@@ -87,54 +87,61 @@ def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((h, s, maxc), dim=-3)
 
 
-# For sector i = floor(6h), which of (v, p, q, t) each of r, g, b takes (torchvision's table).
-_HSV_SELECT = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]])
-
-
-def hsv_to_rgb(hsv: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
-    """torchvision's ``_hsv_to_rgb``; (N, 3, H, W) -> (N, 3, H, W). ``table``: ``_HSV_SELECT``
-    already on the device (a module buffer), else it is copied there."""
+def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
+    """HSV -> RGB in closed form: channel c = v - v s clamp(min(k, 4 - k), 0, 1) with
+    k = (n_c + 6h) mod 6, n = (5, 3, 1) for (r, g, b). Equal to torchvision's sector table
+    (``_hsv_to_rgb``) up to float rounding, with elementwise ops only (no gather)."""
     h, s, v = hsv.unbind(dim=-3)
-    h6 = h * 6.0
-    i = torch.floor(h6)
-    f = h6 - i
-    sector = i.to(torch.int64).remainder(6)  # (N, H, W)
-    q = ((1.0 - s * f) * v).clamp(0.0, 1.0)
-    t = ((1.0 - s + s * f) * v).clamp(0.0, 1.0)
-    p = ((1.0 - s) * v).clamp(0.0, 1.0)
-    vpqt = torch.stack((v, p, q, t), dim=-3)  # (N, 4, H, W)
-    table = _HSV_SELECT.to(hsv.device) if table is None else table  # (3, 6)
-    select = table[:, sector].movedim(0, -3)  # (N, 3, H, W)
-    return vpqt.gather(-3, select)
+    h6 = 6.0 * h
+    k = torch.stack(
+        [(h6 + 5.0).remainder_(6.0), (h6 + 3.0).remainder_(6.0), (h6 + 1.0).remainder_(6.0)], -3
+    )
+    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)  # (N, 3, H, W)
+    return (v.unsqueeze(-3) * (1.0 - s.unsqueeze(-3) * ramp)).clamp_(0.0, 1.0)
 
 
-def adjust_hue(
-    x: torch.Tensor, shift: torch.Tensor, table: torch.Tensor | None = None
-) -> torch.Tensor:
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``)."""
     h, s, v = rgb_to_hsv(x).unbind(dim=-3)
     h = (h + shift.view(-1, 1, 1)).remainder(1.0)
-    return hsv_to_rgb(torch.stack((h, s, v), dim=-3), table)
+    return hsv_to_rgb(torch.stack((h, s, v), dim=-3))
+
+
+def blend_stage(x: torch.Tensor, factor: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+    """One of brightness (op 0), contrast (1), saturation (2) per image, or none (any other op,
+    e.g. hue): all three are ``clamp(f * x + (1 - f) * other)`` with ``other`` 0, the mean gray
+    level or the gray image (torchvision ``_blend``), so one pass serves the whole batch; images
+    whose op is none get f = 1, an exact identity."""
+    op = per_image(op)
+    f = torch.where((op >= 0) & (op <= 2), per_image(factor), torch.ones_like(per_image(factor)))
+    gray = grayscale(x)  # (N, 1, H, W)
+    mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
+    other = torch.where(op == 2, gray, torch.where(op == 1, mean, torch.zeros_like(mean)))
+    return blend(x, other, f)
 
 
 def color_jitter(
     x: torch.Tensor,
     params: torch.Tensor,
     orders: torch.Tensor,
-    hsv_select: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """ColorJitter with per-image factors, each image in its own op order.
+    """ColorJitter with per-image factors, each image in its own op order of the 24.
 
-    Stage j applies op ``orders[order_i, j]`` to image i: all four candidates are evaluated on the
-    whole batch and the right one picked per image with ``torch.where`` (no data-dependent
-    shapes). ``orders`` is ``ORDERS`` as a tensor on ``x``'s device, (24, 4)."""
-    order = orders[params[:, ORDER].long()]  # (N, 4): op index at each stage
-    for stage in range(4):
-        op = per_image(order[:, stage])
-        out = adjust_brightness(x, params[:, BRIGHTNESS])
-        out = torch.where(op == 1, adjust_contrast(x, params[:, CONTRAST]), out)
-        out = torch.where(op == 2, adjust_saturation(x, params[:, SATURATION]), out)
-        x = torch.where(op == 3, adjust_hue(x, params[:, HUE], hsv_select), out)
+    Hue (the costly op) runs once for the whole batch: the ops an image takes before its hue step
+    run first, in 3 stages, then hue, then the ops after it, in 3 more stages; at each stage every
+    image takes its own op or the identity (:func:`blend_stage`), so there are no data-dependent
+    shapes. ``orders`` is ``ORDERS`` as a tensor on ``x``'s device, (24, 4)."""
+    order = orders[params[:, ORDER].long()]  # (N, 4): op index at each position, hue = 3
+    hue_at = (order == 3).long().argmax(dim=1)  # (N,) position of the hue step
+    factors = params[:, [BRIGHTNESS, CONTRAST, SATURATION]]  # (N, 3)
+    none = torch.full_like(order[:, 0], -1)
+    for pos in range(3):  # before hue: positions 0..2 where pos < hue_at
+        op = torch.where(hue_at > pos, order[:, pos], none)
+        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
+    x = adjust_hue(x, params[:, HUE])
+    for pos in range(1, 4):  # after hue: positions 1..3 where pos > hue_at
+        op = torch.where(hue_at < pos, order[:, pos], none)
+        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
     return x
 
 
@@ -180,14 +187,13 @@ class Photometric(nn.Module):
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
-        self.register_buffer("hsv_select", _HSV_SELECT.clone(), persistent=False)
 
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.float32).mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
         params = params.to(torch.float32)
         flag = lambda col: per_image(params[:, col]) > 0.5  # noqa: E731  (N, 1, 1, 1) bool
         if self.jitter:
-            x = torch.where(flag(JITTER), color_jitter(x, params, self.orders, self.hsv_select), x)
+            x = torch.where(flag(JITTER), color_jitter(x, params, self.orders), x)
         if self.gray:
             x = torch.where(flag(GRAY), grayscale(x).expand_as(x), x)
         if self.blur:

@@ -70,8 +70,14 @@ def tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
     return out
 
 
-def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
-    epochs = ["train.epochs=2"]
+# digits turns the photometric ops off; the device path is tested with all of them on.
+PHOTOMETRIC = ["data.jitter_strength=0.4", "data.grayscale_prob=0.2", "data.blur_prob=0.5",
+               "data.hflip_prob=0.5"]  # fmt: skip
+
+
+@pytest.mark.parametrize("augment_on", ["device", "workers"])
+def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path, augment_on):
+    epochs = ["train.epochs=2", f"data.augment_on={augment_on}", *PHOTOMETRIC]
     full, cut = tmp_path / "full", tmp_path / "cut"
     done = pretrain(full, *epochs)
     assert done.returncode == 0, done.stderr
