@@ -47,8 +47,10 @@ def crop_boxes(
     """``n`` RandomResizedCrop boxes ``(top, left, h, w)`` (int64, shape (n, 4)) of an image of
     ``height`` x ``width``, distributed as ``RandomResizedCrop.get_params``."""
     area = height * width
-    target = area * rng.uniform(scale[0], scale[1], (n, CROP_TRIES))
-    aspect = np.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1]), (n, CROP_TRIES)))
+    u = rng.random((n, 2 * CROP_TRIES + 2))  # one draw: areas, log-ratios, top, left
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[:, :CROP_TRIES])
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = np.exp(lo + (hi - lo) * u[:, CROP_TRIES : 2 * CROP_TRIES])
     w = np.round(np.sqrt(target * aspect)).astype(np.int64)  # round half to even, as Python's
     h = np.round(np.sqrt(target / aspect)).astype(np.int64)
     fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
@@ -65,9 +67,8 @@ def crop_boxes(
         fw, fh = width, height
     hit = fits.any(axis=1)
     w, h = np.where(hit, w, fw), np.where(hit, h, fh)
-    u = rng.random((n, 2))
-    top = np.where(hit, np.floor(u[:, 0] * (height - h + 1)), (height - h) // 2)
-    left = np.where(hit, np.floor(u[:, 1] * (width - w + 1)), (width - w) // 2)
+    top = np.where(hit, np.floor(u[:, -2] * (height - h + 1)), (height - h) // 2)
+    left = np.where(hit, np.floor(u[:, -1] * (width - w + 1)), (width - w) // 2)
     return np.stack([top.astype(np.int64), left.astype(np.int64), h, w], axis=1)
 
 
@@ -97,16 +98,16 @@ def photometric(
     A factor whose op is off (probability 0 or strength 0) is drawn anyway and ignored, so the
     layout never changes; flags are 0.0/1.0."""
     s = jitter_strength
-    u = rng.random((n, 5))  # the five Bernoulli flags
+    u = rng.random((n, 11))  # one draw: 5 flags, 4 jitter factors, the order, sigma
+    lo, hi = max(0.0, 1.0 - s), 1.0 + s
     out = np.empty((n, NUM_PARAMS), dtype=np.float64)
     out[:, JITTER] = u[:, 0] < jitter_prob
-    for col in (BRIGHTNESS, CONTRAST, SATURATION):
-        out[:, col] = rng.uniform(max(0.0, 1.0 - s), 1.0 + s, n)
-    out[:, HUE] = rng.uniform(-s / 4, s / 4, n)
-    out[:, ORDER] = rng.integers(0, len(ORDERS), n)
     out[:, GRAY] = u[:, 1] < grayscale_prob
     out[:, BLUR] = u[:, 2] < blur_prob
-    out[:, SIGMA] = rng.uniform(SIGMA_RANGE[0], SIGMA_RANGE[1], n)
     out[:, FLIP] = u[:, 3] < hflip_prob
     out[:, SOLARIZE] = u[:, 4] < solarize_prob
+    out[:, BRIGHTNESS : SATURATION + 1] = lo + (hi - lo) * u[:, 5:8]
+    out[:, HUE] = s / 4 * (2.0 * u[:, 8] - 1.0)
+    out[:, ORDER] = np.minimum(np.floor(u[:, 9] * len(ORDERS)), len(ORDERS) - 1)
+    out[:, SIGMA] = SIGMA_RANGE[0] + (SIGMA_RANGE[1] - SIGMA_RANGE[0]) * u[:, 10]
     return out.astype(np.float32)

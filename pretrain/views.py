@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 import torchvision
 from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
@@ -71,8 +72,15 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
     top, left, h, w = (int(v) for v in ap.crop_boxes(
         rng, 1, height=image.shape[-2], width=image.shape[-1], scale=spec.crop_scale
     )[0])  # fmt: skip
-    size = [spec.image_size, spec.image_size]
-    return TF.resized_crop(image, top, left, h, w, size, antialias=True)
+    crop = image[:, top : top + h, left : left + w]
+    if (h, w) == (spec.image_size, spec.image_size) or image.device.type != "cpu":
+        size = [spec.image_size, spec.image_size]
+        return TF.resized_crop(image, top, left, h, w, size, antialias=True)
+    # TF.resized_crop's own call for uint8 on a CPU (native uint8 antialiased bilinear), without
+    # its Python dispatch (about 0.5 ms per view; tested equal)
+    out = F.interpolate(crop[None], size=(spec.image_size,) * 2, mode="bilinear",
+                        align_corners=False, antialias=True)  # fmt: skip
+    return out[0]
 
 
 def view_params(spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:

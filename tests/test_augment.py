@@ -92,16 +92,18 @@ def test_solarize_equals_torchvision():
     assert torch.equal(augment.solarize(x), TF.solarize(x, 0.5))
 
 
-def test_stage1_crop_equals_torchvision_resized_crop():
+@pytest.mark.parametrize("size", [16, 24, 40])  # up- and down-scaling, and the whole image
+def test_stage1_crop_equals_torchvision_resized_crop(size):
     """crop_view draws a box with crop_boxes and resizes exactly as v2.RandomResizedCrop."""
     g = torch.Generator().manual_seed(0)
     img = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8, generator=g)
-    spec = views.ViewSpec(24, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
-    out = views.crop_view(img, spec, np.random.default_rng(5))
-    top, left, h, w = ap.crop_boxes(np.random.default_rng(5), 1, height=40, width=56,
-                                    scale=(0.2, 1.0))[0]  # fmt: skip
-    expected = TF.resized_crop(img, int(top), int(left), int(h), int(w), [24, 24], antialias=True)
-    assert out.dtype == torch.uint8 and torch.equal(out, expected)
+    spec = views.ViewSpec(size, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    for seed in range(20):
+        out = views.crop_view(img, spec, np.random.default_rng(seed))
+        top, left, h, w = (int(v) for v in ap.crop_boxes(
+            np.random.default_rng(seed), 1, height=40, width=56, scale=(0.2, 1.0))[0])  # fmt: skip
+        expected = TF.resized_crop(img, top, left, h, w, [size, size], antialias=True)
+        assert out.dtype == torch.uint8 and torch.equal(out, expected)
 
 
 def reference_view(crop: torch.Tensor, p: torch.Tensor, kernel: int) -> torch.Tensor:
