@@ -36,12 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torchvision.transforms.v2 import functional as TF
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain import augment_params, build, config, data, engine, views  # noqa: E402
+from pretrain import build, config, data, engine, views  # noqa: E402
 
 CPU_CIFAR = ["model.arch=resnet_small", "model.width=32", "train.batch_size=128",
              "model.bn_splits=1", "train.base_lr=0.03"]  # fmt: skip
@@ -194,10 +193,16 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
     run.moco.train()
     sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
     run.data.sampler.set_epoch(0, 0)
-    it = iter(run.data.train_loader)
+    state = {"epoch": 0, "it": iter(run.data.train_loader)}
 
-    def batch_to_device():
-        x1, x2, y, _, *rows = next(it)
+    def batch_to_device() -> list[torch.Tensor]:
+        try:
+            x1, x2, y, _, *rows = next(state["it"])
+        except StopIteration:  # the next epoch (digits has 22 steps)
+            state["epoch"] += 1
+            run.data.sampler.set_epoch(state["epoch"], 0)
+            state["it"] = iter(run.data.train_loader)
+            x1, x2, y, _, *rows = next(state["it"])
         return [t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows)]
 
     x1, x2, y, *rows = batch_to_device()
@@ -221,7 +226,6 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
             engine.train_step(run, *fixed, 1.0)
         sync()
         model.append((time.perf_counter() - tic) / steps)
-    del it
     return 1e3 * min(trainer), 1e3 * min(model)
 
 
@@ -245,7 +249,7 @@ def main() -> None:
     p.add_argument("--images", type=int, default=None, help="images per size (part 1)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per block (part 2)")
     p.add_argument("--cifar-overrides", nargs="*", default=None,
-                   help=f"CIFAR-10 trainer overrides (CPU default: {' '.join(CPU_CIFAR)})")  # fmt: skip
+                   help="CIFAR-10 trainer overrides (CPU default: CPU_CIFAR)")  # fmt: skip
     a = p.parse_args()
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -276,13 +280,11 @@ def main() -> None:
             r, old_split, new_split = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
                                                     rounds, batch)  # fmt: skip
             rows += r
+        o, w = old_split, new_split
         notes.append(
-            "224 px, CPU ms per image: old = PIL decode {decode:.2f} + v2 chain {rest:.2f}; ".format(
-                **old_split
-            )
-            + "new = decode_image {decode:.2f} + crop {crop:.2f} + photometric {photometric:.2f}".format(
-                **new_split
-            )  # fmt: skip
+            f"224 px, CPU ms per image: old = PIL decode {o['decode']:.2f} + v2 chain "
+            f"{o['rest']:.2f}; new = decode_image {w['decode']:.2f} + crop {w['crop']:.2f} + "
+            f"photometric {w['photometric']:.2f}"
         )
         torch.set_num_threads(max(1, os.cpu_count() or 1))
         trows = ["| config | augment_on | trainer ms/step | model-only ms/step | ratio | "
@@ -298,6 +300,9 @@ def main() -> None:
             trainers.append(
                 ("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra])
             )
+            notes.append(
+                f"CIFAR-10 trainer: cifar10_moco.yaml on the JPEG folder, {' '.join(extra)}"
+            )
         for cfg_name, extra in trainers:
             for where in ("device", "workers"):
                 over = [*extra, f"data.augment_on={where}", f"out_dir={tmp / 'run'}",
@@ -306,10 +311,12 @@ def main() -> None:
                     over += ["model.width=8"]
                 cfg = config.load(cfg_name, over)
                 tr, mo = trainer_vs_model(cfg, steps)
-                trows.append(f"| {cfg_name} {' '.join(extra)} | {where} | {tr:.1f} | {mo:.1f} | "
-                             f"{tr / mo:.2f}x | {1e3 * cfg.train.batch_size / tr:.0f} |")  # fmt: skip
+                ips = 1e3 * cfg.train.batch_size / tr
+                trows.append(f"| {cfg_name} | {where} | {tr:.1f} | {mo:.1f} | {tr / mo:.2f}x | "
+                             f"{ips:.0f} |")  # fmt: skip
+    now = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
     head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{n} images per size, "
-            f"{rounds} interleaved rounds, stage 2 on {device}), {datetime.datetime.now():%Y-%m-%d %H:%M}\n\n"
+            f"{rounds} interleaved rounds, stage 2 on {device}), {now}\n\n"
             f"{machine(device)}\n\n")  # fmt: skip
     text = (head + "\n".join(rows) + "\n\n" + "\n".join(f"- {s}" for s in notes) +
             f"\n\nTrainer end to end ({steps} steps per block, default workers) vs model-only step:"
