@@ -282,7 +282,8 @@ def save(run: Run, also_epoch: bool = False) -> None:
 
 
 def restore(run: Run, state: dict[str, Any]) -> None:
-    saved = config.from_dict(state["config"], source="the checkpoint's config")
+    raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
+    saved = config.from_dict(raw, source="the checkpoint's config")  # older runs: per-sample path
     changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
     refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
     if refused:

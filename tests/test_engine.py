@@ -174,6 +174,22 @@ def test_resume_with_different_config_is_refused(tmp_path):
     assert "moco.temperature" in bad.stderr and "different config" in bad.stderr
 
 
+def test_checkpoint_from_before_augment_on_resumes_on_the_per_sample_path(tmp_path):
+    """A run saved before data.augment_on existed used the per-sample path: resuming it with the
+    new default would change its augmentation, so that is refused and workers is accepted."""
+    run = tmp_path / "run"
+    assert pretrain(run, "train.epochs=1").returncode == 0
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    del state["config"]["data"]["augment_on"]
+    torch.save(state, last)
+    bad = pretrain(run, "train.epochs=2")
+    assert bad.returncode == 2 and "data.augment_on" in bad.stderr, bad.stderr
+    good = pretrain(run, "train.epochs=2", "data.augment_on=workers", "eval.knn_every=0")
+    assert good.returncode == 0, good.stderr
+    assert "resuming at epoch 2" in good.stdout
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
