@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import cores, data, datasets, dist, imagefiles, objectives
+from pretrain import augment, cores, data, datasets, dist, imagefiles, objectives, views
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -40,6 +40,25 @@ def train_transform(d: DataConfig) -> Any:
     )
 
 
+def view_spec(d: DataConfig) -> views.ViewSpec:
+    return views.ViewSpec(d.image_size, d.crop_scale, d.affine_degrees, d.affine_translate,
+                          d.jitter_strength, d.jitter_prob, d.grayscale_prob, d.blur_prob,
+                          d.hflip_prob)  # fmt: skip
+
+
+def photometric(d: DataConfig) -> augment.Photometric:
+    """Stage 2 of ``augment_on: device``: the ops of :func:`train_transform` after the crop."""
+    return augment.Photometric(
+        jitter=d.jitter_strength > 0 and d.jitter_prob > 0,
+        grayscale=d.grayscale_prob > 0,
+        blur=d.blur_prob > 0,
+        hflip=d.hflip_prob > 0,
+        blur_kernel=augment.blur_kernel_size(d.image_size),
+        mean=tuple(d.mean),
+        std=tuple(d.std),
+    )
+
+
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
@@ -66,7 +85,7 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
 
 @dataclass
 class Data:
-    train: data.TwoViews
+    train: data.TwoViews | views.CropViews
     sampler: data.ResumableSampler
     train_loader: DataLoader
     bank_loader: DataLoader  # training images, eval transform: the kNN memory bank
@@ -75,6 +94,7 @@ class Data:
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.cores)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
+    augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -115,7 +135,10 @@ def datasets_for(cfg: Config) -> Data:
             f"train.batch_size {cfg.train.batch_size} exceeds the training set "
             f"({len(base_train)} images after data.subset/data.in_classes)"
         )
-    train = data.TwoViews(base_train, train_transform(d), cfg.seed)
+    if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
+        train: Any = views.CropViews(base_train, view_spec(d), cfg.seed)
+    else:
+        train = data.TwoViews(base_train, train_transform(d), cfg.seed)
     sampler = data.ResumableSampler(len(train), cfg.train.batch_size, cfg.seed, dist.rank(), world)
     pin = torch.cuda.is_available()
     per_rank = cfg.train.batch_size // world
@@ -131,6 +154,7 @@ def datasets_for(cfg: Config) -> Data:
         in_classes=list(d.in_classes),
         num_workers=workers,
         skipped=skipped,
+        augment=photometric(d) if d.augment_on == "device" else None,
     )
 
 

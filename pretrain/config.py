@@ -45,6 +45,8 @@ class DataConfig:
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     num_workers: int = 8  # DataLoader processes per rank, capped at this rank's cores - 1
+    augment_on: str = "device"  # device: crops in workers, photometric ops batched on the
+    # training device (pretrain/augment.py); workers: all per sample in workers (the reference)
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"; imagefolder: a
     # folder under root or an image-list file (*.txt, lines "relative/path label")
     test_split: str = "test"  # imagefolder: held-out folder (test/, else val/) or image list
@@ -148,6 +150,7 @@ CHOICES = {
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("bf16", "fp16", "off"),
+    "data.augment_on": ("device", "workers"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
 

@@ -83,9 +83,11 @@ class TwoViews(Dataset):
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, int, int]:
         epoch, index = key
         image, label = self.base[index]
-        # fork_rng keeps the caller's global RNG untouched (matters with num_workers=0).
+        # fork_rng keeps the caller's global RNG untouched (matters with num_workers=0). Seeding
+        # the CPU generator alone gives the same stream as torch.manual_seed without its ~0.9 ms
+        # of CUDA-generator bookkeeping per call.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sample_seed(self.seed, epoch, index))
+            torch.random.default_generator.manual_seed(sample_seed(self.seed, epoch, index))
             x1, x2 = self.transform(image), self.transform(image)
         return x1, x2, label, index
 

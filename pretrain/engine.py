@@ -89,10 +89,11 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
     run.moco.train()
     bar = progress(run, steps)
     tic, images = time.perf_counter(), 0
-    for x1, x2, y, _ in run.data.train_loader:
+    for x1, x2, y, _, *rows in run.data.train_loader:  # rows: stage-2 parameters (device path)
         epoch_f = st.epoch + st.step_in_epoch / steps
         lr = set_lr(run, epoch_f)
-        loss = train_step(run, *(t.to(run.device, non_blocking=True) for t in (x1, x2, y)), epoch_f)
+        x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
+        loss = train_step(run, x1, x2, y, epoch_f, *rows)
         st.loss_sum += loss.detach()
         st.bad_loss |= ~torch.isfinite(loss.detach())  # checked at log steps: no per-step sync
         st.step_in_epoch += 1
@@ -110,9 +111,19 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
 
 
 def train_step(
-    run: Run, x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, epoch: float
+    run: Run,
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    y: torch.Tensor,
+    epoch: float,
+    params: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One MoCo step (Algorithm 1 of He et al. 2020) with the strategy's extra negatives."""
+    """One MoCo step (Algorithm 1 of He et al. 2020) with the strategy's extra negatives.
+    ``params`` (N, 2, P): with ``data.augment_on: device``, x1 and x2 are uint8 crops and the
+    photometric ops run here, batched (stage 2, pretrain/augment.py)."""
+    if params is not None:
+        x = run.data.augment(torch.cat([x1, x2]), torch.cat([params[:, 0], params[:, 1]]))
+        x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
     if run.cfg.train.channels_last and run.device.type == "cuda":
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
@@ -271,7 +282,8 @@ def save(run: Run, also_epoch: bool = False) -> None:
 
 
 def restore(run: Run, state: dict[str, Any]) -> None:
-    saved = config.from_dict(state["config"], source="the checkpoint's config")
+    raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
+    saved = config.from_dict(raw, source="the checkpoint's config")  # older runs: per-sample path
     changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
     refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
     if refused:
@@ -319,6 +331,8 @@ def setup(cfg: Config) -> Run:
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.seed + dist.rank())
     data = build.datasets_for(cfg)
+    if data.augment is not None:
+        data.augment.to(device)
     info = config.derived(cfg, len(data.train), dist.world_size())
     if info["steps_per_epoch"] < 1:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")

@@ -77,12 +77,12 @@ def main(out: Path, overrides: list[str]) -> None:
     steps, record = run.info["steps_per_epoch"], []
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
-    for i, (x1, x2, y, index) in enumerate(run.data.train_loader):
+    for i, (x1, x2, y, index, *rows) in enumerate(run.data.train_loader):
         if i == STEPS:
             break
         epoch = i / steps
         engine.set_lr(run, epoch)
-        loss = engine.train_step(run, x1, x2, y, epoch)
+        loss = engine.train_step(run, x1, x2, y, epoch, *rows)
         record.append(
             {
                 "index": index.clone(),

@@ -78,6 +78,21 @@ VARIANTS = {
     "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"],
     "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "model.kappa_hidden=16"],
     "cider": ["loss.name=cider"],
+    # the input pipeline: stage 2 with every photometric op on (default augment_on: device),
+    # and the per-sample reference path
+    "photometric_device": [
+        "data.jitter_strength=0.4",
+        "data.grayscale_prob=0.2",
+        "data.blur_prob=0.5",
+        "data.hflip_prob=0.5",
+    ],  # fmt: skip
+    "photometric_workers": [
+        "data.augment_on=workers",
+        "data.jitter_strength=0.4",
+        "data.grayscale_prob=0.2",
+        "data.blur_prob=0.5",
+        "data.hflip_prob=0.5",
+    ],
 }
 
 

@@ -70,8 +70,14 @@ def tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
     return out
 
 
-def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path):
-    epochs = ["train.epochs=2"]
+# digits turns the photometric ops off; the device path is tested with all of them on.
+PHOTOMETRIC = ["data.jitter_strength=0.4", "data.grayscale_prob=0.2", "data.blur_prob=0.5",
+               "data.hflip_prob=0.5"]  # fmt: skip
+
+
+@pytest.mark.parametrize("augment_on", ["device", "workers"])
+def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path, augment_on):
+    epochs = ["train.epochs=2", f"data.augment_on={augment_on}", *PHOTOMETRIC]
     full, cut = tmp_path / "full", tmp_path / "cut"
     done = pretrain(full, *epochs)
     assert done.returncode == 0, done.stderr
@@ -166,6 +172,22 @@ def test_resume_with_different_config_is_refused(tmp_path):
     bad = pretrain(run, "train.epochs=1", "moco.temperature=0.5")
     assert bad.returncode == 2
     assert "moco.temperature" in bad.stderr and "different config" in bad.stderr
+
+
+def test_checkpoint_from_before_augment_on_resumes_on_the_per_sample_path(tmp_path):
+    """A run saved before data.augment_on existed used the per-sample path: resuming it with the
+    new default would change its augmentation, so that is refused and workers is accepted."""
+    run = tmp_path / "run"
+    assert pretrain(run, "train.epochs=1").returncode == 0
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    del state["config"]["data"]["augment_on"]
+    torch.save(state, last)
+    bad = pretrain(run, "train.epochs=2")
+    assert bad.returncode == 2 and "data.augment_on" in bad.stderr, bad.stderr
+    good = pretrain(run, "train.epochs=2", "data.augment_on=workers", "eval.knn_every=0")
+    assert good.returncode == 0, good.stderr
+    assert "resuming at epoch 2" in good.stdout
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):

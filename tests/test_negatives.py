@@ -174,9 +174,9 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
         f"negatives.name={name}", f"negatives.kwargs={{{kwargs}}}",
     ])  # fmt: skip
     run = engine.setup(cfg)
-    x1, x2, y, _ = next(iter(run.data.train_loader))
+    x1, x2, y, _, *rows = next(iter(run.data.train_loader))
     before = run.queue.keys.clone()
-    loss = engine.train_step(run, x1, x2, y, epoch=1.0)
+    loss = engine.train_step(run, x1, x2, y, 1.0, *rows)
     assert torch.isfinite(loss)
     assert torch.equal(run.queue.keys[16:], before[16:])  # only the batch's keys were enqueued
     assert not torch.equal(run.queue.keys[:16], before[:16])

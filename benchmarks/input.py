@@ -1,0 +1,334 @@
+"""Input pipeline: CPU time per image and images/s, per-sample path vs two-stage path.
+
+    python benchmarks/input.py [--quick] [--device cpu|cuda] [--cifar data/cifar10-jpg]
+                               [--results benchmarks/RESULTS.md] [--no-record]
+
+Part 1, the pipeline alone, one process and one thread (what one loader worker does), the two
+paths interleaved round by round on the same files:
+- old (``data.augment_on: workers``): PIL decode + the per-sample torchvision v2 chain, two views;
+- new (``device``): ``torchvision.io.decode_image`` + stage 1 (crops, parameter rows) + stage 2
+  (photometric ops, batched on ``--device``; its CPU time is counted, and on CUDA its device time
+  is reported beside it).
+At 32 px on the CIFAR-10 JPEGs (``--cifar``; skipped with a message if missing) with the
+cifar10_moco.yaml augmentation, and at 96 and 224 px on ImageNet-sized JPEGs (500x375, quality 90)
+generated into a temporary folder, with the MoCo v2 ImageNet augmentation (stl10_moco.yaml at 96,
+the defaults at 224). At 224 px it also splits the time into decode, crop and photometric ops.
+
+Part 2, the trainer end to end (loader with the config's workers + train step) against a
+model-only step (the same ``engine.train_step`` on one pre-made batch), on digits_moco.yaml and on
+cifar10_moco.yaml read from the JPEG folder. On a CPU the CIFAR-10 model is shrunk
+(``--cifar-overrides``); on CUDA it is the recipe as shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pretrain import build, config, data, engine, views  # noqa: E402
+
+CPU_CIFAR = ["model.arch=resnet_small", "model.width=32", "train.batch_size=128",
+             "model.bn_splits=1", "train.base_lr=0.03"]  # fmt: skip
+
+
+def machine(device: torch.device) -> str:
+    cpu = "unknown CPU"
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        for line in info.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    dev = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU used"
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {dev}, "
+            f"python {platform.python_version()}; uptime: {load}")  # fmt: skip
+
+
+# ---- files ----------------------------------------------------------------------------------
+
+
+def cifar_files(root: Path, n: int) -> list[Path]:
+    files = sorted((root / "train").glob("*/*.jpg"))
+    if not files:
+        raise FileNotFoundError(f"no train/<class>/*.jpg under {root}")
+    step = max(1, len(files) // n)
+    return files[::step][:n]
+
+
+def imagenet_like_jpegs(folder: Path, n: int, seed: int = 0) -> list[Path]:
+    """``n`` 500x375 JPEGs at quality 90 with photo-like content (smooth shapes + grain)."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(n):
+        low = torch.from_numpy(rng.random((1, 3, 12, 16), dtype=np.float32))
+        img = torch.nn.functional.interpolate(low, size=(375, 500), mode="bicubic")[0]
+        img = img + torch.from_numpy(rng.normal(0, 0.04, (3, 375, 500)).astype(np.float32))
+        arr = (img.clamp(0, 1) * 255).to(torch.uint8).permute(1, 2, 0).numpy()
+        path = folder / f"{i:04d}.jpg"
+        Image.fromarray(arr).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def pil_loader(path: Path) -> Image.Image:
+    """torchvision ImageFolder's default loader."""
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+class Files(torch.utils.data.Dataset):
+    def __init__(self, files: list[Path], loader) -> None:
+        self.files, self.loader = files, loader
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        return self.loader(self.files[i]), 0
+
+
+# ---- part 1: the pipeline alone --------------------------------------------------------------
+
+
+def cpu_clock() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    cpu, wall = cpu_clock()
+    return cpu - start[0], wall - start[1]
+
+
+def old_path(files: list[Path], d: config.DataConfig) -> dict[str, float]:
+    ds = data.TwoViews(Files(files, pil_loader), build.train_transform(d), seed=0)
+    t0 = cpu_clock()
+    for f in files:
+        pil_loader(f)
+    decode = since(t0)
+    t0 = cpu_clock()
+    for i in range(len(files)):
+        ds[(0, i)]
+    total = since(t0)
+    return {"cpu": total[0], "wall": total[1], "decode": decode[0], "rest": total[0] - decode[0]}
+
+
+def new_path(
+    files: list[Path], d: config.DataConfig, device: torch.device, batch: int
+) -> dict[str, float]:
+    ds = views.CropViews(Files(files, views.read_image), build.view_spec(d), seed=0)
+    stage2 = build.photometric(d).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t0 = cpu_clock()
+    for f in files:
+        views.read_image(f)
+    decode = since(t0)
+    t0 = cpu_clock()
+    items = [ds[(0, i)] for i in range(len(files))]
+    stage1 = since(t0)
+    s2_cpu = s2_wall = 0.0
+    for lo in range(0, len(items), batch):
+        chunk = items[lo : lo + batch]
+        x = torch.cat([torch.stack([it[0] for it in chunk]), torch.stack([it[1] for it in chunk])])
+        p = torch.cat(
+            [torch.stack([it[4][0] for it in chunk]), torch.stack([it[4][1] for it in chunk])]
+        )
+        x, p = x.to(device, non_blocking=True), p.to(device, non_blocking=True)
+        sync()
+        t0 = cpu_clock()
+        stage2(x, p)
+        cpu = since(t0)[0]  # launch cost on CUDA; the whole work on a CPU
+        sync()
+        s2_cpu, s2_wall = s2_cpu + cpu, s2_wall + since(t0)[1]
+    return {"cpu": stage1[0] + s2_cpu, "wall": stage1[1] + s2_wall, "decode": decode[0],
+            "crop": stage1[0] - decode[0], "photometric": s2_cpu, "device_s": s2_wall}  # fmt: skip
+
+
+def pipeline_rows(
+    name: str, files: list[Path], d: config.DataConfig, device, rounds: int, batch: int
+) -> tuple[list[str], dict[str, float], dict[str, float]]:
+    old: list[dict] = []
+    new: list[dict] = []
+    for _ in range(rounds):  # interleaved
+        old.append(old_path(files, d))
+        new.append(new_path(files, d, device, batch))
+    n = len(files)
+    med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
+    o_ms, n_ms = 1e3 * med(old, "cpu") / n, 1e3 * med(new, "cpu") / n
+    dev = f" (device {1e3 * med(new, 'device_s') / n:.3f} ms/img)" if device.type == "cuda" else ""
+    rows = [
+        f"| {name} | old (workers) | {o_ms:.3f} | {n / med(old, 'wall'):.0f} | 1.00x |",
+        f"| {name} | new (device){dev} | {n_ms:.3f} | {n / med(new, 'wall'):.0f} | "
+        f"{o_ms / n_ms:.2f}x |",
+    ]
+    per = lambda runs, k: 1e3 * med(runs, k) / n  # noqa: E731
+    return (
+        rows,
+        {k: per(old, k) for k in ("decode", "rest")},
+        {k: per(new, k) for k in ("decode", "crop", "photometric")},
+    )
+
+
+# ---- part 2: the trainer end to end ----------------------------------------------------------
+
+
+def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
+    """(trainer ms per step, model-only ms per step), medians of two interleaved blocks."""
+    run = engine.setup(cfg)
+    run.moco.train()
+    sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
+    run.data.sampler.set_epoch(0, 0)
+    state = {"epoch": 0, "it": iter(run.data.train_loader)}
+
+    def batch_to_device() -> list[torch.Tensor]:
+        try:
+            x1, x2, y, _, *rows = next(state["it"])
+        except StopIteration:  # the next epoch (digits has 22 steps)
+            state["epoch"] += 1
+            run.data.sampler.set_epoch(state["epoch"], 0)
+            state["it"] = iter(run.data.train_loader)
+            x1, x2, y, _, *rows = next(state["it"])
+        return [t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows)]
+
+    x1, x2, y, *rows = batch_to_device()
+    if rows:  # the model-only step gets normalised float views, made once
+        x = run.data.augment(torch.cat([x1, x2]), torch.cat([rows[0][:, 0], rows[0][:, 1]]))
+        x1, x2 = x.chunk(2)
+    fixed = (x1, x2, y)
+    engine.train_step(run, *fixed, 1.0)  # warm-up of both
+    engine.train_step(run, *batch_to_device()[:3], 1.0, *batch_to_device()[3:])
+    trainer, model = [], []
+    for _ in range(2):
+        sync()
+        tic = time.perf_counter()
+        for _ in range(steps):
+            b = batch_to_device()
+            engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+        sync()
+        trainer.append((time.perf_counter() - tic) / steps)
+        tic = time.perf_counter()
+        for _ in range(steps):
+            engine.train_step(run, *fixed, 1.0)
+        sync()
+        model.append((time.perf_counter() - tic) / steps)
+    return 1e3 * min(trainer), 1e3 * min(model)
+
+
+def cifar_root(cifar: Path, tmp: Path) -> Path:
+    """train/ and val/ links to the CIFAR-10 JPEG folder's train/ and test/ (imagefolder)."""
+    root = tmp / "cifar_links"
+    root.mkdir(exist_ok=True)
+    for name, target in (("train", "train"), ("val", "test")):
+        if not (root / name).exists():
+            (root / name).symlink_to((cifar / target).resolve())
+    return root
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for CI")
+    p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    p.add_argument("--no-record", action="store_true", help="print only")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--cifar", default="data/cifar10-jpg", help="CIFAR-10 JPEG folder")
+    p.add_argument("--images", type=int, default=None, help="images per size (part 1)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per block (part 2)")
+    p.add_argument("--cifar-overrides", nargs="*", default=None,
+                   help="CIFAR-10 trainer overrides (CPU default: CPU_CIFAR)")  # fmt: skip
+    a = p.parse_args()
+    device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: --device cuda but no CUDA device is available")
+    torch.set_num_threads(1)  # part 1 is what one loader worker does
+    n = a.images or (16 if a.quick else 512)
+    rounds, batch = (1, 8) if a.quick else (3, 128)
+    steps = a.steps or (2 if a.quick else 20)
+    cifar = Path(a.cifar)
+    notes: list[str] = []
+    rows = ["| images | path | CPU ms / image | images/s (1 thread) | CPU time old/new |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        if (cifar / "train").is_dir():
+            d = config.load("cifar10_moco.yaml", []).data
+            r, _, _ = pipeline_rows("CIFAR-10 32 px", cifar_files(cifar, n), d, device, rounds,
+                                    batch)  # fmt: skip
+            rows += r
+        else:
+            msg = f"skipped 32 px and CIFAR-10: no CIFAR-10 JPEG folder at {cifar} (--cifar PATH)"
+            print(msg)
+            notes.append(msg)
+        big = imagenet_like_jpegs(tmp, n)
+        for size, name in ((96, "stl10_moco.yaml"), (224, None)):
+            d = config.load(name, []).data if name else config.DataConfig()
+            d.image_size = size
+            r, old_split, new_split = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
+                                                    rounds, batch)  # fmt: skip
+            rows += r
+        o, w = old_split, new_split
+        notes.append(
+            f"224 px, CPU ms per image: old = PIL decode {o['decode']:.2f} + v2 chain "
+            f"{o['rest']:.2f}; new = decode_image {w['decode']:.2f} + crop {w['crop']:.2f} + "
+            f"photometric {w['photometric']:.2f}"
+        )
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+        trows = ["| config | augment_on | trainer ms/step | model-only ms/step | ratio | "
+                 "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+        trainers = [("digits_moco.yaml", [])]
+        if (cifar / "train").is_dir():
+            extra = a.cifar_overrides
+            if extra is None:
+                extra = CPU_CIFAR if device.type == "cpu" else []
+            if a.quick:
+                extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
+            root = cifar_root(cifar, tmp)
+            trainers.append(
+                ("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra])
+            )
+            notes.append(
+                f"CIFAR-10 trainer: cifar10_moco.yaml on the JPEG folder, {' '.join(extra)}"
+            )
+        for cfg_name, extra in trainers:
+            for where in ("device", "workers"):
+                over = [*extra, f"data.augment_on={where}", f"out_dir={tmp / 'run'}",
+                        "train.progress_bar=false"]  # fmt: skip
+                if a.quick and cfg_name.startswith("digits"):
+                    over += ["model.width=8"]
+                cfg = config.load(cfg_name, over)
+                tr, mo = trainer_vs_model(cfg, steps)
+                ips = 1e3 * cfg.train.batch_size / tr
+                trows.append(f"| {cfg_name} | {where} | {tr:.1f} | {mo:.1f} | {tr / mo:.2f}x | "
+                             f"{ips:.0f} |")  # fmt: skip
+    now = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
+    head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{n} images per size, "
+            f"{rounds} interleaved rounds, stage 2 on {device}), {now}\n\n"
+            f"{machine(device)}\n\n")  # fmt: skip
+    text = (head + "\n".join(rows) + "\n\n" + "\n".join(f"- {s}" for s in notes) +
+            f"\n\nTrainer end to end ({steps} steps per block, default workers) vs model-only step:"
+            "\n\n" + "\n".join(trows) + "\n")  # fmt: skip
+    print(text)
+    if not a.no_record:
+        results = Path(a.results)
+        if not results.exists():
+            results.write_text("# Benchmark results (appended by the scripts in benchmarks/)\n")
+        with results.open("a") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

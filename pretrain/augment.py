@@ -1,0 +1,205 @@
+"""Stage 2 of the input pipeline: MoCo v2's photometric ops, batched on the training device.
+
+Each image of the batch carries its own parameter row (``pretrain.augment_params``): colour jitter
+(brightness, contrast, saturation, hue, in that image's own order of the 24), grayscale, Gaussian
+blur with its own sigma, horizontal flip and solarize, then float conversion and normalisation,
+as ``torchvision.transforms.v2`` applies them one image at a time (He et al. 2020, MoCo v2
+``--aug-plus``; Chen et al. 2020, SimCLR appendix A). The formulas are torchvision's
+(``transforms/v2/functional/_color.py`` and ``_misc.py``), written with per-image factors of shape
+(N, 1, 1, 1).
+
+Sync-free by construction: a per-image choice evaluates every candidate and selects with
+``torch.where``; no boolean-mask indexing, ``nonzero`` or ``.item()``. NOTE: the ops run on float
+images; torchvision's reference path runs them on uint8 and rounds after each op, so the two agree
+within 1/255 per op, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pretrain.augment_params import (
+    BLUR,
+    BRIGHTNESS,
+    CONTRAST,
+    FLIP,
+    GRAY,
+    HUE,
+    JITTER,
+    ORDER,
+    ORDERS,
+    SATURATION,
+    SIGMA,
+    SOLARIZE,
+)
+
+
+def blur_kernel_size(image_size: int) -> int:
+    """About 10 % of the side, odd, at least 3 (SimCLR; the reference path's rule)."""
+    return max(3, int(0.1 * image_size) // 2 * 2 + 1)
+
+
+def per_image(v: torch.Tensor) -> torch.Tensor:
+    """(N,) -> (N, 1, 1, 1), to broadcast over (N, C, H, W)."""
+    return v.view(-1, 1, 1, 1)
+
+
+def grayscale(x: torch.Tensor) -> torch.Tensor:
+    """ITU-R 601-2 luma, torchvision's coefficients; (N, 3, H, W) -> (N, 1, H, W)."""
+    r, g, b = x.unbind(dim=-3)
+    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(-3)
+
+
+def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """``ratio * x + (1 - ratio) * other`` clamped to [0, 1] (torchvision ``_blend``)."""
+    return (x * ratio + other * (1.0 - ratio)).clamp_(0.0, 1.0)
+
+
+def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    return (x * per_image(factor)).clamp_(0.0, 1.0)
+
+
+def adjust_contrast(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    mean = grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
+    return blend(x, mean, per_image(factor))
+
+
+def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    return blend(x, grayscale(x), per_image(factor))
+
+
+def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``_rgb_to_hsv`` (after Pillow's Convert.c); h, s, v in [0, 1]."""
+    r, g, _ = x.unbind(dim=-3)
+    minc, maxc = torch.aminmax(x, dim=-3)
+    eqc = maxc == minc
+    ones = torch.ones_like(maxc)
+    s = (maxc - minc) / torch.where(eqc, ones, maxc)
+    divisor = torch.where(eqc, ones, maxc - minc).unsqueeze(-3)
+    rc, gc, bc = ((maxc.unsqueeze(-3) - x) / divisor).unbind(dim=-3)
+    max_is_r, max_is_g = maxc == r, maxc == g
+    hr = (bc - gc) * max_is_r
+    hg = (2.0 + rc - bc) * (max_is_g & ~max_is_r)
+    hb = (4.0 + gc - rc) * (~max_is_g & ~max_is_r)
+    h = ((hr + hg + hb) / 6.0 + 1.0).fmod(1.0)
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
+    """HSV -> RGB in closed form: channel c = v - v s clamp(min(k, 4 - k), 0, 1) with
+    k = (n_c + 6h) mod 6, n = (5, 3, 1) for (r, g, b). Equal to torchvision's sector table
+    (``_hsv_to_rgb``) up to float rounding, with elementwise ops only (no gather)."""
+    h, s, v = hsv.unbind(dim=-3)
+    h6 = 6.0 * h
+    k = torch.stack(
+        [(h6 + 5.0).remainder_(6.0), (h6 + 3.0).remainder_(6.0), (h6 + 1.0).remainder_(6.0)], -3
+    )
+    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)  # (N, 3, H, W)
+    return (v.unsqueeze(-3) * (1.0 - s.unsqueeze(-3) * ramp)).clamp_(0.0, 1.0)
+
+
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``)."""
+    h, s, v = rgb_to_hsv(x).unbind(dim=-3)
+    h = (h + shift.view(-1, 1, 1)).remainder(1.0)
+    return hsv_to_rgb(torch.stack((h, s, v), dim=-3))
+
+
+def blend_stage(x: torch.Tensor, factor: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
+    """One of brightness (op 0), contrast (1), saturation (2) per image, or none (any other op,
+    e.g. hue): all three are ``clamp(f * x + (1 - f) * other)`` with ``other`` 0, the mean gray
+    level or the gray image (torchvision ``_blend``), so one pass serves the whole batch; images
+    whose op is none get f = 1, an exact identity."""
+    op = per_image(op)
+    f = torch.where((op >= 0) & (op <= 2), per_image(factor), torch.ones_like(per_image(factor)))
+    gray = grayscale(x)  # (N, 1, H, W)
+    mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
+    other = torch.where(op == 2, gray, torch.where(op == 1, mean, torch.zeros_like(mean)))
+    return blend(x, other, f)
+
+
+def color_jitter(
+    x: torch.Tensor,
+    params: torch.Tensor,
+    orders: torch.Tensor,
+) -> torch.Tensor:
+    """ColorJitter with per-image factors, each image in its own op order of the 24.
+
+    Hue (the costly op) runs once for the whole batch: the ops an image takes before its hue step
+    run first, in 3 stages, then hue, then the ops after it, in 3 more stages; at each stage every
+    image takes its own op or the identity (:func:`blend_stage`), so there are no data-dependent
+    shapes. ``orders`` is ``ORDERS`` as a tensor on ``x``'s device, (24, 4)."""
+    order = orders[params[:, ORDER].long()]  # (N, 4): op index at each position, hue = 3
+    hue_at = (order == 3).long().argmax(dim=1)  # (N,) position of the hue step
+    factors = params[:, [BRIGHTNESS, CONTRAST, SATURATION]]  # (N, 3)
+    none = torch.full_like(order[:, 0], -1)
+    for pos in range(3):  # before hue: positions 0..2 where pos < hue_at
+        op = torch.where(hue_at > pos, order[:, pos], none)
+        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
+    x = adjust_hue(x, params[:, HUE])
+    for pos in range(1, 4):  # after hue: positions 1..3 where pos > hue_at
+        op = torch.where(hue_at < pos, order[:, pos], none)
+        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
+    return x
+
+
+def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> torch.Tensor:
+    """Gaussian blur with a per-image sigma (N,), torchvision's kernel and reflect padding; the
+    2-d kernel is the outer product of two 1-d ones, so it runs as two grouped 1-d convolutions."""
+    n, c, hgt, wid = x.shape
+    lim = (kernel_size - 1) / (2.0 * 2.0**0.5)
+    grid = torch.linspace(-lim, lim, kernel_size, dtype=x.dtype, device=x.device)
+    kernel = torch.softmax(-((grid / sigma.view(-1, 1).to(x.dtype)) ** 2), dim=1)  # (N, k)
+    kernel = kernel.repeat_interleave(c, dim=0, output_size=n * c)  # (N*C, k): one per channel
+    pad = kernel_size // 2
+    y = F.pad(x.reshape(1, n * c, hgt, wid), [pad, pad, pad, pad], mode="reflect")
+    y = F.conv2d(y, kernel.view(n * c, 1, 1, kernel_size), groups=n * c)  # along the width
+    y = F.conv2d(y, kernel.view(n * c, 1, kernel_size, 1), groups=n * c)  # along the height
+    return y.view(n, c, hgt, wid)
+
+
+def solarize(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    return torch.where(x >= threshold, 1.0 - x, x)
+
+
+class Photometric(nn.Module):
+    """uint8 views (N, 3, H, W) + parameter rows (N, NUM_PARAMS) -> normalised float views.
+
+    Ops whose probability is 0 in the config are skipped altogether (a static choice)."""
+
+    def __init__(
+        self,
+        *,
+        jitter: bool,
+        grayscale: bool,
+        blur: bool,
+        hflip: bool,
+        solarize: bool = False,
+        blur_kernel: int,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+    ) -> None:
+        super().__init__()
+        self.jitter, self.gray, self.blur, self.hflip = jitter, grayscale, blur, hflip
+        self.solarize, self.blur_kernel = solarize, blur_kernel
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
+
+    def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float32).mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
+        params = params.to(torch.float32)
+        flag = lambda col: per_image(params[:, col]) > 0.5  # noqa: E731  (N, 1, 1, 1) bool
+        if self.jitter:
+            x = torch.where(flag(JITTER), color_jitter(x, params, self.orders), x)
+        if self.gray:
+            x = torch.where(flag(GRAY), grayscale(x).expand_as(x), x)
+        if self.blur:
+            x = torch.where(flag(BLUR), gaussian_blur(x, params[:, SIGMA], self.blur_kernel), x)
+        if self.hflip:
+            x = torch.where(flag(FLIP), x.flip(-1), x)
+        if self.solarize:
+            x = torch.where(flag(SOLARIZE), solarize(x), x)
+        return (x - self.mean) / self.std

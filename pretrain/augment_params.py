@@ -1,0 +1,113 @@
+"""Vectorised draws of every random parameter of the MoCo v2 augmentation (numpy Generator).
+
+The same functions serve one sample (``n=1``, in the loader workers, from a generator seeded by
+(seed, epoch, index, view)) and a whole test batch (``n=100_000``). Each matches the distribution
+of the torchvision v2 transform it replaces:
+
+- crop: ``RandomResizedCrop.get_params`` (10 tries of area fraction ~ U(scale) and log aspect
+  ratio ~ U(log ratio), the first box that fits, else the whole image clipped to the ratio range);
+- jitter: ``RandomApply([ColorJitter(s, s, s, s/4)], p)``: brightness, contrast and saturation
+  factors ~ U[max(0, 1-s), 1+s], hue ~ U[-s/4, s/4], op order uniform over the 4! = 24 orders;
+- ``RandomGrayscale(p)``, ``RandomApply([GaussianBlur(k, (0.1, 2.0))], p)`` (sigma ~ U[0.1, 2]),
+  ``RandomHorizontalFlip(p)`` and ``RandomSolarize(0.5, p)``: Bernoulli flags.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+# Columns of the per-view photometric parameter row (float32), read by pretrain.augment.
+JITTER, BRIGHTNESS, CONTRAST, SATURATION, HUE, ORDER, GRAY, BLUR, SIGMA, FLIP, SOLARIZE = range(11)
+NUM_PARAMS = 11
+# ColorJitter's op order: row i is the i-th permutation of (brightness, contrast, saturation, hue).
+ORDERS = np.array(list(itertools.permutations(range(4))), dtype=np.int64)  # (24, 4)
+SIGMA_RANGE = (0.1, 2.0)  # MoCo v2 / SimCLR GaussianBlur
+RATIO = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default aspect-ratio range
+CROP_TRIES = 10  # as RandomResizedCrop.get_params
+
+
+def view_rng(seed: int, epoch: int, index: int, view: int) -> np.random.Generator:
+    """The generator of one view of one sample: a pure function of (seed, epoch, index, view).
+    The trailing 2 keeps it apart from the sampler's (seed, epoch, 0, 1) stream."""
+    return np.random.default_rng([seed, epoch, index, view, 2])
+
+
+def crop_boxes(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    height: int,
+    width: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float] = RATIO,
+) -> np.ndarray:
+    """``n`` RandomResizedCrop boxes ``(top, left, h, w)`` (int64, shape (n, 4)) of an image of
+    ``height`` x ``width``, distributed as ``RandomResizedCrop.get_params``."""
+    area = height * width
+    u = rng.random((n, 2 * CROP_TRIES + 2))  # one draw: areas, log-ratios, top, left
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[:, :CROP_TRIES])
+    lo, hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = np.exp(lo + (hi - lo) * u[:, CROP_TRIES : 2 * CROP_TRIES])
+    w = np.round(np.sqrt(target * aspect)).astype(np.int64)  # round half to even, as Python's
+    h = np.round(np.sqrt(target / aspect)).astype(np.int64)
+    fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+    first = fits.argmax(axis=1)
+    rows = np.arange(n)
+    w, h = w[rows, first], h[rows, first]
+    # Fallback after CROP_TRIES misses: the central crop of the whole image, ratio clipped.
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        fw, fh = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        fw, fh = int(round(height * max(ratio))), height
+    else:
+        fw, fh = width, height
+    hit = fits.any(axis=1)
+    w, h = np.where(hit, w, fw), np.where(hit, h, fh)
+    top = np.where(hit, np.floor(u[:, -2] * (height - h + 1)), (height - h) // 2)
+    left = np.where(hit, np.floor(u[:, -1] * (width - w + 1)), (width - w) // 2)
+    return np.stack([top.astype(np.int64), left.astype(np.int64), h, w], axis=1)
+
+
+def affine_params(
+    rng: np.random.Generator, *, degrees: float, translate: float, height: int, width: int
+) -> tuple[float, list[int]]:
+    """One ``RandomAffine(degrees, translate=(t, t))`` draw: (angle, [tx, ty]) in pixels."""
+    angle = float(rng.uniform(-degrees, degrees))
+    tx = int(round(float(rng.uniform(-translate * width, translate * width))))
+    ty = int(round(float(rng.uniform(-translate * height, translate * height))))
+    return angle, [tx, ty]
+
+
+def photometric(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    jitter_strength: float,
+    jitter_prob: float,
+    grayscale_prob: float,
+    blur_prob: float,
+    hflip_prob: float,
+    solarize_prob: float = 0.0,
+) -> np.ndarray:
+    """``n`` rows of photometric parameters (float32, (n, NUM_PARAMS), columns named above).
+
+    A factor whose op is off (probability 0 or strength 0) is drawn anyway and ignored, so the
+    layout never changes; flags are 0.0/1.0."""
+    s = jitter_strength
+    u = rng.random((n, 11))  # one draw: 5 flags, 4 jitter factors, the order, sigma
+    lo, hi = max(0.0, 1.0 - s), 1.0 + s
+    out = np.empty((n, NUM_PARAMS), dtype=np.float64)
+    out[:, JITTER] = u[:, 0] < jitter_prob
+    out[:, GRAY] = u[:, 1] < grayscale_prob
+    out[:, BLUR] = u[:, 2] < blur_prob
+    out[:, FLIP] = u[:, 3] < hflip_prob
+    out[:, SOLARIZE] = u[:, 4] < solarize_prob
+    out[:, BRIGHTNESS : SATURATION + 1] = lo + (hi - lo) * u[:, 5:8]
+    out[:, HUE] = s / 4 * (2.0 * u[:, 8] - 1.0)
+    out[:, ORDER] = np.minimum(np.floor(u[:, 9] * len(ORDERS)), len(ORDERS) - 1)
+    out[:, SIGMA] = SIGMA_RANGE[0] + (SIGMA_RANGE[1] - SIGMA_RANGE[0]) * u[:, 10]
+    return out.astype(np.float32)

@@ -1,0 +1,275 @@
+"""The two-stage pipeline against torchvision: each batched op equals
+``torchvision.transforms.v2.functional`` given the same parameters, and every sampled parameter
+follows the distribution of the torchvision transform it replaces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from torch.utils._python_dispatch import TorchDispatchMode
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+from pretrain import augment, views
+from pretrain import augment_params as ap
+
+N = 100_000
+ALPHA = 1e-3  # fixed seeds: each test is deterministic; this only sets how far off is "off"
+TOL = 1 / 255
+
+
+def images(n: int = 6, h: int = 20, w: int = 24, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, h, w, generator=g)
+    x[0] = x[0, :1]  # a gray image (max == min in HSV)
+    x[1, :, :4] = 1.0  # saturated pixels
+    return x
+
+
+def factors(n: int, lo: float, hi: float, seed: int = 1) -> torch.Tensor:
+    return torch.empty(n).uniform_(lo, hi, generator=torch.Generator().manual_seed(seed))
+
+
+def per_sample(ref, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    return torch.stack([ref(x[i], float(f[i])) for i in range(len(x))])
+
+
+@pytest.mark.parametrize(
+    "ours, ref, lo, hi",
+    [
+        (augment.adjust_brightness, TF.adjust_brightness, 0.0, 2.2),
+        (augment.adjust_contrast, TF.adjust_contrast, 0.0, 2.2),
+        (augment.adjust_saturation, TF.adjust_saturation, 0.0, 2.2),
+        (augment.adjust_hue, TF.adjust_hue, -0.5, 0.5),
+    ],
+)
+def test_jitter_ops_equal_torchvision(ours, ref, lo, hi):
+    x, f = images(), factors(6, lo, hi)
+    expected = per_sample(ref, x, f)
+    assert (ours(x, f) - expected).abs().max() <= TOL
+    # uint8 input, as the reference path feeds torchvision, which truncates its output (< 1/255)
+    # and, for contrast and saturation, floors the gray image (< |1 - factor| / 255 <= 1.2/255)
+    x8 = (x * 255).round().to(torch.uint8)
+    expected8 = per_sample(ref, x8, f).float() / 255
+    assert (ours(x8.float() / 255, f) - expected8).abs().max() <= 2.2 * TOL + 1e-6
+
+
+def test_grayscale_and_flip_are_exact():
+    x = images()
+    gray = augment.grayscale(x).expand_as(x)
+    assert torch.equal(gray, TF.rgb_to_grayscale(x, num_output_channels=3))
+    params = torch.zeros(6, ap.NUM_PARAMS)
+    params[::2, ap.FLIP] = 1.0
+    params[:3, ap.GRAY] = 1.0
+    stage2 = augment.Photometric(jitter=False, grayscale=True, blur=False, hflip=True,
+                                 blur_kernel=3, mean=(0.0,) * 3, std=(1.0,) * 3)  # fmt: skip
+    x8 = (x * 255).round().to(torch.uint8)
+    out = stage2(x8, params)
+    for i in range(6):
+        ref = TF.to_dtype(x8[i], torch.float32, scale=True)
+        if i < 3:
+            ref = TF.rgb_to_grayscale(ref, num_output_channels=3)
+        if i % 2 == 0:
+            ref = TF.horizontal_flip(ref)
+        assert torch.equal(out[i], ref)
+
+
+@pytest.mark.parametrize("kernel", [3, 5, 23])
+def test_gaussian_blur_equals_torchvision(kernel):
+    x = images(h=32, w=28)
+    sigma = factors(6, 0.1, 2.0)
+    expected = torch.stack([TF.gaussian_blur(x[i], [kernel, kernel], [float(sigma[i])] * 2)
+                            for i in range(6)])  # fmt: skip
+    assert (augment.gaussian_blur(x, sigma, kernel) - expected).abs().max() <= TOL
+
+
+def test_solarize_equals_torchvision():
+    x = images()
+    assert torch.equal(augment.solarize(x), TF.solarize(x, 0.5))
+
+
+@pytest.mark.parametrize("size", [16, 24, 40])  # up- and down-scaling, and the whole image
+def test_stage1_crop_equals_torchvision_resized_crop(size):
+    """crop_view draws a box with crop_boxes and resizes exactly as v2.RandomResizedCrop."""
+    g = torch.Generator().manual_seed(0)
+    img = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8, generator=g)
+    spec = views.ViewSpec(size, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    for seed in range(20):
+        out = views.crop_view(img, spec, np.random.default_rng(seed))
+        top, left, h, w = (int(v) for v in ap.crop_boxes(
+            np.random.default_rng(seed), 1, height=40, width=56, scale=(0.2, 1.0))[0])  # fmt: skip
+        expected = TF.resized_crop(img, top, left, h, w, [size, size], antialias=True)
+        assert out.dtype == torch.uint8 and torch.equal(out, expected)
+
+
+def reference_view(crop: torch.Tensor, p: torch.Tensor, kernel: int) -> torch.Tensor:
+    """What the reference path does after the crop, one image, torchvision functionals, floats."""
+    x = TF.to_dtype(crop, torch.float32, scale=True)
+    if p[ap.JITTER] > 0.5:
+        ops = [
+            lambda t: TF.adjust_brightness(t, float(p[ap.BRIGHTNESS])),
+            lambda t: TF.adjust_contrast(t, float(p[ap.CONTRAST])),
+            lambda t: TF.adjust_saturation(t, float(p[ap.SATURATION])),
+            lambda t: TF.adjust_hue(t, float(p[ap.HUE])),
+        ]
+        for op in ap.ORDERS[int(p[ap.ORDER])]:
+            x = ops[op](x)
+    if p[ap.GRAY] > 0.5:
+        x = TF.rgb_to_grayscale(x, num_output_channels=3)
+    if p[ap.BLUR] > 0.5:
+        x = TF.gaussian_blur(x, [kernel, kernel], [float(p[ap.SIGMA])] * 2)
+    if p[ap.FLIP] > 0.5:
+        x = TF.horizontal_flip(x)
+    if p[ap.SOLARIZE] > 0.5:
+        x = TF.solarize(x, 0.5)
+    return x
+
+
+def test_photometric_stage_equals_the_torchvision_chain():
+    """All ops with drawn per-image parameters (every op order among 64 images) against the
+    torchvision functionals applied one image at a time in the reference path's order."""
+    n, size = 64, 20
+    rows = torch.from_numpy(ap.photometric(np.random.default_rng(3), n, jitter_strength=0.4,
+                                           jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
+                                           hflip_prob=0.5, solarize_prob=0.2))  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    crops = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+    kernel = augment.blur_kernel_size(size)
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
+                                 solarize=True, blur_kernel=kernel, mean=mean, std=std)  # fmt: skip
+    out = stage2(crops, rows)
+    ref = torch.stack([reference_view(crops[i], rows[i], kernel) for i in range(n)])
+    ref = TF.normalize(ref, list(mean), list(std))
+    assert (out - ref).abs().max() <= TOL / min(std)
+
+
+def test_photometric_runs_without_host_syncs():
+    """No op that needs the host to read device data (helper 'gpu' runs a fuller counter)."""
+    banned = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "item")
+    seen: list[str] = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    rows = torch.from_numpy(ap.photometric(np.random.default_rng(0), 8, jitter_strength=0.4,
+                                           jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
+                                           hflip_prob=0.5, solarize_prob=0.2))  # fmt: skip
+    stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
+                                 solarize=True, blur_kernel=3, mean=(0.5,) * 3,
+                                 std=(0.5,) * 3)  # fmt: skip
+    x = torch.randint(0, 256, (8, 3, 12, 12), dtype=torch.uint8)
+    with Spy():
+        stage2(x, rows)
+    assert seen and not [op for op in seen if any(b in op for b in banned)]
+
+
+# ---- distributions ------------------------------------------------------------------------
+
+
+def draw(**kw: float) -> np.ndarray:
+    base = dict(jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
+                hflip_prob=0.5, solarize_prob=0.1)  # fmt: skip
+    return ap.photometric(np.random.default_rng(7), N, **{**base, **kw})
+
+
+@pytest.mark.parametrize("s", [0.4, 1.2])  # 1.2: the lower end clips at 0
+def test_jitter_factors_are_uniform(s):
+    p = draw(jitter_strength=s)
+    lo, hi = max(0.0, 1 - s), 1 + s
+    for col in (ap.BRIGHTNESS, ap.CONTRAST, ap.SATURATION):
+        assert stats.kstest(p[:, col], "uniform", args=(lo, hi - lo)).pvalue > ALPHA
+    assert stats.kstest(p[:, ap.HUE], "uniform", args=(-s / 4, s / 2)).pvalue > ALPHA
+
+
+def test_blur_sigma_is_uniform():
+    assert stats.kstest(draw()[:, ap.SIGMA], "uniform", args=(0.1, 1.9)).pvalue > ALPHA
+
+
+def test_flags_have_their_probabilities():
+    p = draw()
+    for col, prob in [(ap.JITTER, 0.8), (ap.GRAY, 0.2), (ap.BLUR, 0.5), (ap.FLIP, 0.5),
+                      (ap.SOLARIZE, 0.1)]:  # fmt: skip
+        assert set(np.unique(p[:, col])) <= {0.0, 1.0}
+        assert stats.binomtest(int(p[:, col].sum()), N, prob).pvalue > ALPHA
+
+
+def test_jitter_order_is_uniform_over_the_24_permutations():
+    counts = np.bincount(draw()[:, ap.ORDER].astype(np.int64), minlength=24)
+    assert len(counts) == 24 and stats.chisquare(counts).pvalue > ALPHA
+    assert len({tuple(r) for r in ap.ORDERS}) == 24
+
+
+def torchvision_boxes(n: int, h: int, w: int, scale: tuple[float, float]) -> np.ndarray:
+    torch.manual_seed(11)
+    img = torch.empty(3, h, w)
+    return np.array([v2.RandomResizedCrop.get_params(img, list(scale), [3 / 4, 4 / 3])
+                     for _ in range(n)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "h, w, scale, n_ref",
+    [(32, 32, (0.2, 1.0), 4000), (375, 500, (0.08, 1.0), 4000), (8, 80, (0.08, 1.0), 1500)],
+)  # (8, 80): most draws miss all 10 tries and take the fallback
+def test_crop_boxes_follow_random_resized_crop(h, w, scale, n_ref):
+    ours = ap.crop_boxes(np.random.default_rng(2), N, height=h, width=w, scale=scale)
+    ref = torchvision_boxes(n_ref, h, w, scale)
+    for boxes in (ours, ref):
+        top, left, bh, bw = boxes.T
+        assert (top >= 0).all() and (left >= 0).all()
+        assert (top + bh <= h).all() and (left + bw <= w).all()
+    area = lambda b: b[:, 2] * b[:, 3] / (h * w)  # noqa: E731
+    log_ratio = lambda b: np.log(b[:, 3] / b[:, 2])  # noqa: E731
+    rel_top = lambda b: (b[:, 0] + 0.5) / (h - b[:, 2] + 1)  # noqa: E731
+    for f in (area, log_ratio, rel_top):
+        assert stats.ks_2samp(f(ours), f(ref)).pvalue > ALPHA
+    fallback = lambda b: (b[:, 2] == h) & (b[:, 3] == round(h * 4 / 3))  # noqa: E731
+    if w / h > 4 / 3:  # the fallback box, as often as torchvision takes it
+        k_ref, k = int(fallback(ref).sum()), int(fallback(ours).sum())
+        table = [[k, N - k], [k_ref, n_ref - k_ref]]
+        assert stats.chi2_contingency(table).pvalue > ALPHA
+        if h == 8:
+            assert k > N / 4
+
+
+def test_crop_log_ratio_and_scale_before_rounding_are_torchvision_s():
+    """The exact law on a large image, where rounding is negligible: scale ~ U(0.08, 1) and
+    log-ratio ~ U(log 3/4, log 4/3) given that the first try fits (always for this image)."""
+    b = ap.crop_boxes(np.random.default_rng(4), N, height=4000, width=4000, scale=(0.08, 0.5))
+    assert stats.kstest(b[:, 2] * b[:, 3] / 4000**2, "uniform", args=(0.08, 0.42)).pvalue > ALPHA
+    lo = math.log(3 / 4)
+    assert stats.kstest(np.log(b[:, 3] / b[:, 2]), "uniform", args=(lo, -2 * lo)).pvalue > ALPHA
+
+
+class Pictures(torch.utils.data.Dataset):
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.data = torch.randint(0, 256, (8, 3, 30, 40), dtype=torch.uint8, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.data[i], i % 2
+
+
+def test_stage1_replays_from_seed_epoch_index_view():
+    spec = views.ViewSpec(16, (0.2, 1.0), 10.0, 0.1, 0.4, 0.8, 0.2, 0.5, 0.5)
+    ds = views.CropViews(Pictures(), spec, seed=3)
+    a, b = ds[(2, 5)], views.CropViews(Pictures(), spec, seed=3)[(2, 5)]
+    for u, v in zip(a, b, strict=True):
+        assert torch.equal(torch.as_tensor(u), torch.as_tensor(v))
+    assert a[0].shape == (3, 16, 16) and a[0].dtype == torch.uint8 and a[4].shape == (2, 11)
+    assert not torch.equal(a[4][0], a[4][1])  # the two views draw apart
+    for other in (ds[(3, 5)], ds[(2, 4)], views.CropViews(Pictures(), spec, seed=4)[(2, 5)]):
+        assert not torch.equal(a[4], other[4])
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    ds[(0, 0)]
+    assert torch.equal(torch.get_rng_state(), before)  # the global RNG is never touched
