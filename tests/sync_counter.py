@@ -18,7 +18,9 @@ each op below blocks the host until the device queue drains; on a CPU they run a
 - device-to-host copies (``_to_copy``/``copy_`` to the CPU from another device). On a CPU every
   tensor is already on the host, so ``Tensor.cpu``, ``Tensor.numpy`` and ``Tensor.tolist`` (which
   do not dispatch when the tensor is on the CPU) are counted by wrapping those methods while the
-  counter is active: in a training step any of them is a host copy on a GPU.
+  counter is active: in a training step any of them is a host copy on a GPU. One such call is
+  one sync (``t.tolist()`` is one copy on CUDA, not one ``.item()`` per element as on a CPU), and
+  ``t.cpu().numpy()`` counts once.
 
 Not a test file: importable by tests (``tests/`` is on pytest's path) and by the benchmarks
 (``sys.path.insert(0, "tests")``).
@@ -51,6 +53,7 @@ ALWAYS = {  # op packet -> kind; every overload of these syncs
     aten.bincount: "bincount",
 }
 HOST_METHODS = ("cpu", "numpy", "tolist")
+MARK = "_sync_counter_on_host"  # set on the result of a counted .cpu()
 
 
 @dataclass
@@ -70,6 +73,8 @@ class SyncCounter(TorchDispatchMode):
         super().__init__()
         self.syncs: list[Sync] = []
         self._saved: dict[str, Any] = {}
+        self._marked: list[torch.Tensor] = []  # results of a counted .cpu(), unmarked at exit
+        self._inside = 0  # > 0 inside a counted host method: its own dispatches are not new syncs
 
     @property
     def count(self) -> int:
@@ -97,7 +102,7 @@ class SyncCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        kind = classify(func, args, kwargs)
+        kind = None if self._inside else classify(func, args, kwargs)
         if kind:
             self._record(kind, str(func))
         return func(*args, **kwargs)
@@ -114,13 +119,26 @@ class SyncCounter(TorchDispatchMode):
         for name, original in self._saved.items():
             setattr(torch.Tensor, name, original)
         self._saved.clear()
+        for t in self._marked:
+            delattr(t, MARK)
+        self._marked.clear()
 
     def _host_method(self, name: str, original: Any) -> Any:
         counter = self
 
         def wrapped(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if getattr(t, MARK, False):  # x.cpu().numpy(): one copy, counted at .cpu()
+                return original(t, *args, **kwargs)
             counter._record("host_copy", f"Tensor.{name}")
-            return original(t, *args, **kwargs)
+            counter._inside += 1
+            try:
+                out = original(t, *args, **kwargs)
+            finally:
+                counter._inside -= 1
+            if isinstance(out, torch.Tensor):
+                setattr(out, MARK, True)
+                counter._marked.append(out)
+            return out
 
         return wrapped
 

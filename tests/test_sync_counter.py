@@ -78,3 +78,12 @@ def test_a_known_sync_free_training_step_counts_zero():
         loss = torch.nn.functional.cross_entropy(net(data), target)
         print(f"loss {loss.item():.3f}")
     assert syncs.kinds() == {"item": 1}
+
+
+def test_one_host_copy_counts_once():
+    """``t.tolist()`` is one device-to-host copy on CUDA (a CPU dispatches an item per element);
+    ``t.cpu().numpy()`` is one copy too."""
+    with SyncCounter() as syncs:
+        torch.stack([x.sum(), x.max()]).tolist()
+        x.cpu().numpy()
+    assert syncs.kinds() == {"host_copy": 2}, syncs.report()
