@@ -248,6 +248,12 @@ def allreduce_per_parameter(state: object, bucket: td.GradBucket) -> torch.futur
     return torch.futures.collect_all([w.get_future() for w in works]).then(written)
 
 
+# DDP checks the hook's annotations as objects (this module's are strings)
+allreduce_per_parameter.__annotations__.update(
+    bucket=td.GradBucket, state=object, **{"return": torch.futures.Future[torch.Tensor]}
+)
+
+
 def finish(status: int) -> None:
     """End a process of a multi-rank run: barrier, destroy the process group, flush, and leave
     with ``status`` through ``os._exit`` (no interpreter teardown).
