@@ -92,7 +92,7 @@ def test_three_ranks_sigterm_mid_epoch_then_resume_is_bit_identical(tmp_path):
     mid = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
     assert 0 < mid["step_in_epoch"] < steps and mid["world_size"] == 3
 
-    for status, out, err in finish(launch(3, f"out_dir={cut}", *TINY)):
+    for status, _, err in finish(launch(3, f"out_dir={cut}", *TINY)):
         assert status == 0, err
     a = torch.load(full / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
