@@ -37,8 +37,15 @@ def launch(world: int, *args: str) -> list[subprocess.Popen]:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", *args]
         procs.append(
-            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, cwd=ROOT, start_new_session=True)  # fmt: skip
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                start_new_session=True,
+            )  # fmt: skip
         )
     return procs
 
