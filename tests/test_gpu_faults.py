@@ -190,3 +190,21 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
 
 def rng(state: dict) -> list[torch.Tensor]:
     return [state["torch"], *state["cuda"], state["numpy"][1]]
+
+
+def test_restore_applies_the_world_size_rule(tmp_path):
+    """A checkpoint of 2 ranks x bn_splits=1 resumes in one process with bn_splits=2 (the same
+    BatchNorm groups) and is refused with bn_splits=1 (exit 2 via ConfigError)."""
+    small = [f"out_dir={tmp_path}", *TINY]
+    saved_run = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
+    state = engine.state_dict(saved_run)
+    state["world_size"] = 2  # as if written by 2 ranks
+    two_splits = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=2"]))
+    engine.restore(two_splits, state)
+    one_split = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
+    with pytest.raises(ConfigError, match=r"2 rank\(s\) x model.bn_splits=1 \(2 BatchNorm"):
+        engine.restore(one_split, state)
+    del state["world_size"]  # an older checkpoint: bn_splits must stay
+    engine.restore(one_split, state)
+    with pytest.raises(ConfigError, match="model.bn_splits"):
+        engine.restore(two_splits, state)
