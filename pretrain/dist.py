@@ -254,7 +254,7 @@ allreduce_per_parameter.__annotations__.update(
 )
 
 
-def finish(status: int) -> None:
+def finish(status: int, leave: bool = True) -> None:
     """End a process of a multi-rank run: barrier, destroy the process group, flush, and leave
     with ``status`` through ``os._exit`` (no interpreter teardown).
 
@@ -262,7 +262,8 @@ def finish(status: int) -> None:
     with "terminate called without an active exception": a c10d/gloo C++ thread still joinable
     when static destructors run. Destroying the group removes most of it but not provably all,
     so the exit skips teardown: a finished job always reports its real status. Does nothing in
-    one process.
+    one process. ``leave=False`` (submitit, which must still write the task's result) only
+    destroys the group.
     """
     if not is_on():
         return
@@ -273,4 +274,5 @@ def finish(status: int) -> None:
         print(f"warning: process group shutdown: {e}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    if leave:
+        os._exit(status)

@@ -208,3 +208,15 @@ def test_restore_applies_the_world_size_rule(tmp_path):
     engine.restore(one_split, state)
     with pytest.raises(ConfigError, match="model.bn_splits"):
         engine.restore(two_splits, state)
+
+
+def test_finish_without_leaving_destroys_the_group_and_returns(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dist, "is_on", lambda: True)
+    monkeypatch.setattr(dist.td, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(dist.td, "destroy_process_group", lambda: calls.append("destroy"))
+    monkeypatch.setattr(dist.os, "_exit", lambda s: calls.append(("exit", s)))
+    dist.finish(0, leave=False)  # submitit: the task must return its result
+    assert calls == ["barrier", "destroy"]
+    dist.finish(130)
+    assert calls[-1] == ("exit", 130)
