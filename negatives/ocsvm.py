@@ -171,7 +171,7 @@ class OneClassSVM:
         chunk = self.chunk_size if device_loop else n + 1000  # host: no chunk boundary needed
         alpha0 = smo.initial_alpha(self.nu, n)
         s, n_iter, timed_out = smo.solve(ops, alpha0, eps, max_iter, self.shrinking, chunk)
-        G, a, perm = (torch.as_tensor(t).cpu().numpy() for t in (s.G, s.alpha, s.perm))
+        G, a, perm = solution_to_host(s.G, s.alpha, s.perm)
         self.n_syncs_ = ops.n_syncs + device_loop  # + this copy of the solution to the host
         alpha = np.zeros(n)
         alpha[perm] = a  # libsvm's "put back the solution"
@@ -249,3 +249,14 @@ class OneClassSVM:
     def predict(self, Y: torch.Tensor) -> torch.Tensor:
         """+1 for inliers (f > 0, as libsvm), -1 for outliers: (m,) int64 on Y's device."""
         return torch.where(self.decision_function(Y) > 0, 1, -1)
+
+
+def solution_to_host(G: Any, alpha: Any, perm: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(G, alpha, perm) as numpy arrays, in one device-to-host copy when they are tensors (one
+    sync on CUDA, not three): perm's indices are exact in float64."""
+    if not all(isinstance(t, torch.Tensor) for t in (G, alpha, perm)):
+        return tuple(np.asarray(torch.as_tensor(t).cpu()) for t in (G, alpha, perm))  # type: ignore
+    n = len(perm)
+    both = torch.cat([G.to(torch.float64), alpha.to(torch.float64), perm.to(torch.float64)])
+    host = both.cpu().numpy()
+    return host[: len(G)], host[len(G) : len(G) + len(alpha)], host[-n:].astype(np.int64)

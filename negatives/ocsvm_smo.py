@@ -283,7 +283,7 @@ class DeviceOps(HostOps):
 
     def nonzero(self, m: torch.Tensor) -> list[int]:
         self.n_syncs += 1
-        return torch.nonzero(m).squeeze(1).tolist()
+        return np.flatnonzero(m.cpu().numpy()).tolist()  # one copy (nonzero + tolist: two)
 
     def run(self, s: _State, steps: int, eps: float) -> tuple[int, bool]:
         live = torch.ones(1, dtype=torch.bool, device=self.dev)

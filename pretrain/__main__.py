@@ -4,7 +4,9 @@
 
 Re-running the same command on an existing run directory resumes from its last checkpoint.
 Exit status: 0 done (or stopped by SIGTERM/SIGUSR2 with a checkpoint), 1 runtime error (corrupt
-checkpoint, non-finite loss), 2 config error, 130 Ctrl-C (checkpoint written).
+checkpoint, non-finite loss), 2 config error, 130 Ctrl-C (checkpoint written). A multi-rank run
+that finished or stopped cleanly destroys its process group and exits through ``os._exit``
+(``dist.finish``), so no teardown abort can turn a saved run into a failed job.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pretrain import config, engine
+from pretrain import config, dist, engine
 from pretrain.datasets import DatasetNotFoundError
 
 
@@ -23,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = config.load(args.cfg, args.overrides)
-        return engine.main(cfg)
+        status = engine.main(cfg)
     except (config.ConfigError, DatasetNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if status in (0, 130):  # checkpoint on disk: a multi-rank run leaves with exactly this status
+        dist.finish(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -104,6 +104,14 @@ def load_module(module: torch.nn.Module, weights: dict[str, torch.Tensor], what:
     module.load_state_dict(weights)
 
 
+def load_scaler(scaler: torch.amp.GradScaler, state: dict[str, Any]) -> None:
+    """Load a GradScaler's state; an empty one (saved by a disabled scaler: a CPU run, or amp
+    bf16/off) leaves an enabled scaler at its initial scale, as a fresh fp16 run starts."""
+    if not state and scaler.is_enabled():
+        return
+    scaler.load_state_dict(state)
+
+
 def rng_state() -> dict[str, Any]:
     """Every RNG the run draws from, as tensors and plain containers."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()

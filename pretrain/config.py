@@ -99,6 +99,8 @@ class TrainConfig:
     max_steps: int = 0  # > 0: stop after this many global steps with a checkpoint, as a stop
     # signal does (raise it, or set 0, and run the same command to continue)
     max_requeues: int = 100  # SLURM: requeues after preemption or time limit before giving up
+    dist_timeout_min: float = 60.0  # DDP: collective timeout (NCCL's default is 10): ranks wait
+    # this long in a barrier while rank 0 runs the kNN monitor; raise it for a large eval set
 
 
 @dataclass
@@ -315,6 +317,7 @@ def validate(cfg: Config) -> None:
         ),
         ("train.log_every", cfg.train.log_every > 0, "must be positive"),
         ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
+        ("train.dist_timeout_min", cfg.train.dist_timeout_min > 0, "must be positive"),
         ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
         (
             "model.bn_splits",

@@ -8,9 +8,11 @@ process group.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
+import sys
 from typing import Any
 
 import torch
@@ -35,18 +37,21 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init_from_env() -> torch.device:
+def init_from_env(timeout_min: float | None = None) -> torch.device:
     """Join the process group of torchrun's (or srun's) variables, if any; return the device.
 
     NCCL on CUDA, gloo on CPU; a gloo group for control messages (:func:`any_rank`) is created
-    alongside, collectively, so that no rank creates it alone later.
+    alongside, collectively, so that no rank creates it alone later. ``timeout_min`` (config
+    ``train.dist_timeout_min``) bounds every collective of both groups, e.g. the barrier the
+    other ranks wait in while rank 0 runs the kNN monitor (NCCL's default is 10 minutes).
     """
     slurm_env_to_torch()
+    timeout = datetime.timedelta(minutes=timeout_min) if timeout_min else None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_on():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        td.init_process_group(backend)
+        td.init_process_group(backend, timeout=timeout)
     if is_on():
-        _control_group()
+        _control_group(timeout)
     if torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
         torch.cuda.set_device(local)
@@ -119,7 +124,7 @@ def barrier() -> None:
         td.barrier()
 
 
-def _control_group() -> object:
+def _control_group(timeout: datetime.timedelta | None = None) -> object:
     """A gloo group over all ranks for small CPU messages (the default group if it is gloo).
 
     Created once per default group; creating a group is collective, so every rank must get here
@@ -129,7 +134,7 @@ def _control_group() -> object:
     world = td.group.WORLD
     if _control is None or _control[0] is not world:
         gloo = td.get_backend() == "gloo"
-        _control = (world, world if gloo else td.new_group(backend="gloo"))
+        _control = (world, world if gloo else td.new_group(backend="gloo", timeout=timeout))
     return _control[1]
 
 
@@ -147,14 +152,27 @@ def any_rank(flag: bool) -> bool:
     return bool(t.item())
 
 
+def _all_gather(x: torch.Tensor) -> torch.Tensor:
+    """all_gather + cat with the same (contiguous) layout on both sides of the wire: NCCL copies
+    raw memory, so a channels_last ``empty_like`` output would receive a contiguous input's
+    bytes scrambled. The result has ``x``'s layout (channels_last images stay channels_last)."""
+    flat = x.contiguous()
+    out = [torch.empty_like(flat, memory_format=torch.contiguous_format)
+           for _ in range(world_size())]  # fmt: skip
+    td.all_gather(out, flat)
+    full = torch.cat(out)
+    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    if channels_last and not x.is_contiguous():
+        full = full.contiguous(memory_format=torch.channels_last)
+    return full
+
+
 @torch.no_grad()
 def gather(x: torch.Tensor) -> torch.Tensor:
     """Concatenate ``x`` from every rank along dim 0 (no gradient); identity in one process."""
     if not is_on():
         return x
-    out = [torch.empty_like(x) for _ in range(world_size())]
-    td.all_gather(out, x.contiguous())
-    return torch.cat(out)
+    return _all_gather(x)
 
 
 class _GatherWithGrad(torch.autograd.Function):
@@ -164,9 +182,7 @@ class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         ctx.n = x.shape[0]
-        out = [torch.empty_like(x) for _ in range(world_size())]
-        td.all_gather(out, x.contiguous())
-        return torch.cat(out)
+        return _all_gather(x)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
@@ -206,3 +222,57 @@ def shuffle_batch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def unshuffle_batch(x: torch.Tensor, unshuffle: torch.Tensor) -> torch.Tensor:
     """Undo :func:`shuffle_batch` on this rank's outputs."""
     return gather(x)[unshuffle]
+
+
+def allreduce_per_parameter(state: object, bucket: td.GradBucket) -> torch.futures.Future:
+    """DDP comm hook: average each parameter's gradient in its own all-reduce.
+
+    DDP's buckets change after its first backward (rebuilt in gradient-ready order), and a ring
+    all-reduce at 3+ ranks sums an element in an order that depends on where it sits in the
+    bucket; a run resumed mid-epoch reduces its first step in the initial layout, so it drifted
+    from the uninterrupted run in the last bits. Reducing every gradient as its own tensor makes
+    the result independent of the bucket layout: resume is bit-identical at any world size.
+    Costs one collective per parameter tensor (ResNet-50: 161) instead of one per 25 MB bucket.
+    """
+    world = world_size()
+    works = [td.all_reduce(g, async_op=True) for g in bucket.gradients()]
+    buffer = bucket.buffer()
+
+    def written(_: Any) -> torch.Tensor:
+        grads = bucket.gradients()  # views into the buffer: the sums are already in place
+        base = buffer.untyped_storage().data_ptr()
+        if any(g.untyped_storage().data_ptr() != base for g in grads):
+            buffer.copy_(torch.cat([g.reshape(-1) for g in grads]))
+        return buffer.div_(world)
+
+    return torch.futures.collect_all([w.get_future() for w in works]).then(written)
+
+
+# DDP checks the hook's annotations as objects (this module's are strings)
+allreduce_per_parameter.__annotations__.update(
+    bucket=td.GradBucket, state=object, **{"return": torch.futures.Future[torch.Tensor]}
+)
+
+
+def finish(status: int, leave: bool = True) -> None:
+    """End a process of a multi-rank run: barrier, destroy the process group, flush, and leave
+    with ``status`` through ``os._exit`` (no interpreter teardown).
+
+    After a finished run (``last.pt`` on disk) 2 of ~85 gloo runs at 4 ranks aborted at exit
+    with "terminate called without an active exception": a c10d/gloo C++ thread still joinable
+    when static destructors run. Destroying the group removes most of it but not provably all,
+    so the exit skips teardown: a finished job always reports its real status. Does nothing in
+    one process. ``leave=False`` (submitit, which must still write the task's result) only
+    destroys the group.
+    """
+    if not is_on():
+        return
+    try:
+        td.barrier()
+        td.destroy_process_group()
+    except Exception as e:  # a peer already gone: the status still stands
+        print(f"warning: process group shutdown: {e}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if leave:
+        os._exit(status)

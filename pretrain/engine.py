@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, dist, knn
+from pretrain import build, checkpoint, config, dist, knn, world
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = (
     "train.ckpt_every",
     "train.keep_every",
     "train.max_requeues",
+    "train.dist_timeout_min",
     "eval.",
 )
 
@@ -265,6 +266,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "scaler": run.scaler.state_dict(),
         "scheduler": {"kind": run.cfg.train.lr_schedule, "global_step": st.global_step},
         "rng": checkpoint.rng_state(),
+        "world_size": dist.world_size(),  # checked on resume (pretrain/world.py)
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
     }
 
@@ -286,6 +288,10 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     saved = config.from_dict(raw, source="the checkpoint's config")  # older runs: per-sample path
     changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
     refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
+    problem = world.resume_problem(saved, state.get("world_size"), run.cfg, dist.world_size())
+    if problem:
+        raise ConfigError(f"{run.run_dir}: {problem}")
+    refused = [k for k in refused if k != "model.bn_splits"]  # the world-size rule decided
     if refused:
         raise ConfigError(
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
@@ -297,7 +303,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     checkpoint.load_module(run.criterion, state.get("objective", {}), "objective")
     try:
         run.optimizer.load_state_dict(state["optimizer"])
-        run.scaler.load_state_dict(state["scaler"])
+        checkpoint.load_scaler(run.scaler, state["scaler"])
     except (ValueError, KeyError, RuntimeError) as e:
         raise checkpoint.CheckpointError(f"optimizer state does not fit this model: {e}") from None
     checkpoint.set_rng_state(state["rng"])
@@ -307,7 +313,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
         state["step_in_epoch"],
         state["global_step"],
     )
-    st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)
+    st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)  # the rest stays on the CPU
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
@@ -322,7 +328,8 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def setup(cfg: Config) -> Run:
-    device = dist.init_from_env()
+    device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
+    world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
@@ -348,6 +355,7 @@ def setup(cfg: Config) -> Run:
     query = moco.encoder_q
     if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
         query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
+        query.register_comm_hook(None, dist.allreduce_per_parameter)  # exact resume at 3+ ranks
     opt = build.optimizer(moco.encoder_q, info["lr"], cfg)
     scaler = torch.amp.GradScaler(
         device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16"
@@ -399,7 +407,7 @@ def run_training(cfg: Config) -> int:
     last = run.run_dir / "checkpoints" / "last.pt"
     resumed = last.exists()
     if resumed:
-        restore(run, checkpoint.load(last, map_location=run.device))
+        restore(run, checkpoint.load(last, map_location="cpu"))  # RNG states must stay on the CPU
         run.log.truncate(run.state.global_step)
     else:
         init_objective(run)
@@ -409,13 +417,17 @@ def run_training(cfg: Config) -> int:
         while st.epoch < cfg.train.epochs:
             tic = time.perf_counter()
             finished = train_one_epoch(run, stop)
+            if finished and dist.any_rank(stop.stop):  # a stop in the epoch's last step: save
+                stop.received = stop.received or signal.SIGTERM  # before the kNN monitor; the
+                finished = False  # resume (step_in_epoch == steps) goes to the epoch's end
             if not finished:
                 save(run)
-                print(
-                    f"\n{stop.name}: checkpoint saved at epoch {st.epoch + 1} step "
-                    f"{st.step_in_epoch}/{steps}; run the same command to resume",
-                    flush=True,
-                )
+                if dist.is_main():
+                    print(
+                        f"\n{stop.name}: checkpoint saved at epoch {st.epoch + 1} step "
+                        f"{st.step_in_epoch}/{steps}; run the same command to resume",
+                        flush=True,
+                    )
                 run.log.close()
                 stop.forward()  # e.g. submitit: checkpoint() + requeue; returns for a plain run
                 return 130 if stop.name == "SIGINT" else 0

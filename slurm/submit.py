@@ -91,11 +91,12 @@ class PretrainTask:
         import submitit
 
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        from pretrain import config, engine
+        from pretrain import config, dist, engine
 
         status = engine.main(config.load(self.cfg, self.overrides))
         if status not in (0, 130):
             raise RuntimeError(f"pretraining failed with exit status {status}")
+        dist.finish(status, leave=False)  # destroy the group; submitit still writes the result
         return status
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:

@@ -73,7 +73,9 @@ def sequential_ema(
     """
     num_classes = prototypes.shape[0]
     bad = (labels < 0) | (labels >= num_classes)
-    onehot = F.one_hot(labels.clamp(0, num_classes - 1), num_classes)  # (2N, C)
+    classes = torch.arange(num_classes, device=labels.device)
+    onehot = (labels.clamp(0, num_classes - 1)[:, None] == classes).long()  # (2N, C); F.one_hot
+    # would check the range with two more host syncs on a CPU (CUDA skips them): checked below
     rank = (onehot.cumsum(dim=0) * onehot).sum(dim=1) - 1  # (2N,) position within its class
     invalid, rounds = torch.stack([bad.any().long(), onehot.sum(dim=0).max()]).tolist()
     if invalid:

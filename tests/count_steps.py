@@ -1,0 +1,120 @@
+"""Count the would-be CUDA host syncs of steady-state training steps, for every valid pair of
+registered objective x registered negative strategy (and a kappa-head variant).
+
+    python tests/count_steps.py OUT                           # one process: OUT.rank0
+    torchrun --nproc_per_node 2 tests/count_steps.py OUT      # two gloo ranks: OUT.rank{0,1}
+
+Each pair is built by the trainer's own ``engine.setup`` from ``digits_moco.yaml`` at tiny sizes
+(invalid pairs are the ones the config refuses: ``ConfigError``), runs ``WARM`` steps of
+``engine.train_step`` past every warm-up (``epoch`` > every ``warmup_epochs``), then counts
+``COUNTED`` more steps with :class:`sync_counter.SyncCounter`. No step here is a logging step:
+``train_step`` never logs (``engine.log_step`` is the loop's separate, counted-as-intended sync).
+Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the OC-SVM's own n_syncs_ per
+counted step, 0 without one], "where": [stack tops of the first counted step]}}`` and
+``{"invalid": [pairs refused by the config]}``. The OC-SVM runs its CUDA path (device loop, full
+kernel matrix) on any device. Not a test file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sync_counter import SyncCounter  # noqa: E402
+
+import negatives  # noqa: E402
+from pretrain import config, dist, engine, objectives  # noqa: E402
+from pretrain.config import ConfigError  # noqa: E402
+
+WARM, COUNTED = 2, 2
+EPOCH = 1.5  # past every warm-up below (warmup_epochs=0 where a strategy has one)
+TINY = [
+    "model.width=8",
+    "train.batch_size=16",
+    "moco.queue_size=64",
+    "data.num_workers=0",
+    "train.progress_bar=false",
+    "train.amp='off'",
+]
+STRATEGY_KWARGS = {  # tiny sizes that fit a 64-key queue and a batch of 16; warm-ups off
+    "none": "{}",
+    "mochi": "{num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
+    "modified_mochi": "{num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
+    "mioc": "{num_synthetic: 16, num_inlier_synthetic: 8, nu: 0.1, gamma: 0.1, warmup_epochs: 0}",
+    "outliers": "{ratio: 0.5}",
+}
+VARIANTS = {"": [], "+kappa": ["model.kappa_hidden=16"]}
+KAPPA_WITH = ("supcon",)  # the kappa head is objective-agnostic: counted with one objective
+
+
+def pairs() -> list[tuple[str, str, str]]:
+    out = []
+    for loss in objectives.list_objectives():
+        for name in negatives.list_strategies():
+            out.append((loss, name, ""))
+            if loss in KAPPA_WITH:
+                out.append((loss, name, "+kappa"))
+    return out
+
+
+def key(loss: str, strategy: str, variant: str = "") -> str:
+    return f"{loss}{variant}/{strategy}"
+
+
+def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[str, Any] | None:
+    kwargs = STRATEGY_KWARGS.get(strategy, "{}")  # an unknown strategy runs with its defaults
+    overrides = [f"out_dir={out_dir}", *TINY, f"loss.name={loss}", f"negatives.name={strategy}"]
+    overrides += [f"negatives.kwargs={kwargs}", *VARIANTS[variant]]
+    try:
+        cfg = config.load("digits_moco.yaml", overrides)
+        run = engine.setup(cfg)
+    except ConfigError:
+        return None
+    svm = getattr(run.strategy, "svm", None)
+    if svm is not None:  # the OC-SVM solver's CUDA path (device loop, full kernel) on any device
+        svm.loop, svm.kernel_cache = "device", "full"
+    torch.manual_seed(0)
+    engine.init_objective(run)
+    run.data.sampler.set_epoch(0, 0)
+    run.moco.train()
+    counts, solver, where = [], [], []
+    for i, (x1, x2, y, _) in enumerate(run.data.train_loader):
+        if i == WARM + COUNTED:
+            break
+        x1, x2, y = (t.to(run.device) for t in (x1, x2, y))
+        engine.set_lr(run, EPOCH)
+        with SyncCounter() as syncs:
+            engine.train_step(run, x1, x2, y, EPOCH)
+        if i >= WARM:
+            counts.append(syncs.count)
+            solver.append(svm.n_syncs_ if svm is not None else 0)
+            where = where or [f"{s.kind}: {s.where()}" for s in syncs.syncs]
+    run.log.close()
+    return {"counts": counts, "solver_syncs": solver, "where": where}
+
+
+def main(out: Path) -> None:
+    result: dict[str, Any] = {"invalid": [], "world_size": None}
+    for loss, strategy, variant in pairs():
+        run_dir = out.parent / f"run_{loss}{variant}_{strategy}"
+        counted = count_pair(run_dir, loss, strategy, variant)
+        if counted is None:
+            result["invalid"].append(key(loss, strategy, variant))
+        else:
+            result[key(loss, strategy, variant)] = counted
+    result["world_size"] = dist.world_size()
+    Path(f"{out}.rank{dist.rank()}").write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    if dist.is_on():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,67 @@
+"""Every valid objective x strategy pair (+ the kappa head) syncs the documented number of times
+per steady-state training step, in one process and at 2 gloo ranks (tests/count_steps.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import sync_table
+from test_ddp import free_port, run_worker
+
+import negatives
+from pretrain import objectives
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "count_steps.py"
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one_process", "ddp2"])
+def counted(request, tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp(f"syncs{request.param}") / "counts"
+    if request.param == 1:
+        run_worker(sys.executable, str(WORKER), str(out), timeout=300)
+    else:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+        torchrun += ["--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+        torchrun += ["--master_port", str(free_port())]
+        run_worker(*torchrun, str(WORKER), str(out), timeout=600)
+    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(request.param)]
+
+
+def test_every_registered_objective_and_strategy_has_a_documented_count():
+    assert sorted(sync_table.OBJECTIVE_SYNCS) == objectives.list_objectives()
+    assert sorted(sync_table.STRATEGY_SYNCS) == negatives.list_strategies()
+
+
+def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
+    for result in counted:
+        pairs = [k for k in result if "/" in k]
+        assert len(pairs) >= 20, pairs  # every objective x strategy the config accepts
+        assert "cider/mochi" in result["invalid"]  # refused pairs are left out, not counted
+        for pair in pairs:
+            loss, strategy = pair.split("/")
+            kappa = loss.endswith("+kappa")
+            loss = loss.removesuffix("+kappa")
+            got = result[pair]
+            assert len(got["counts"]) == 2
+            for count, n in zip(got["counts"], got["solver_syncs"], strict=True):
+                want = sync_table.documented(loss, strategy, n, kappa)
+                assert count == want, f"{pair}: {count} syncs, documented {want}: {got['where']}"
+            if strategy == "mioc":
+                assert all(n >= 2 for n in got["solver_syncs"])  # a chunk check + the solution
+
+
+def test_readme_sync_table_matches_the_documented_counts():
+    """README's table (README_gpu.md until merged) lists each objective's and strategy's count."""
+    text = "\n".join(p.read_text() for p in (ROOT / "README.md", ROOT / "README_gpu.md")
+                     if p.exists())  # fmt: skip
+    rows = dict(re.findall(r"^\| `([a-z_+]+)` \| ([^|]+?) \|", text, flags=re.M))
+    for name, (count, _) in sync_table.OBJECTIVE_SYNCS.items():
+        assert rows.get(name) == str(count), (name, rows.get(name))
+    for name, (expr, _) in sync_table.STRATEGY_SYNCS.items():
+        assert rows.get(name) == expr, (name, rows.get(name))
+    assert rows.get("kappa") == str(sync_table.KAPPA_SYNCS[0])
