@@ -19,10 +19,11 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, dist, knn, world
+from pretrain import build, checkpoint, config, cores, dist, knn, world
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
+from pretrain.progress import Progress
 from pretrain.schedules import learning_rate
 
 # Keys that may change between a run and its resume; any other difference is refused.
@@ -36,7 +37,10 @@ RESUMABLE_CHANGES = (
     "train.ckpt_every",
     "train.keep_every",
     "train.max_requeues",
+    "train.max_steps",
     "train.dist_timeout_min",
+    "data.test_split",
+    "data.skip_bad_images",
     "eval.",
 )
 
@@ -54,6 +58,7 @@ class State:
     global_step: int = 0
     loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))  # this epoch, on device
     bad_loss: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.bool))
+    saved_step: int = -1  # global step of the checkpoint on disk (-1: none yet); not saved
 
 
 @dataclass
@@ -84,13 +89,15 @@ class Run:
 
 
 def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
-    """Train from ``run.state`` to the end of its epoch; False if a stop signal came first."""
+    """Train from ``run.state`` to the end of its epoch; False if a stop signal or
+    ``train.max_steps`` came first."""
     st, steps = run.state, run.info["steps_per_epoch"]
     run.data.sampler.set_epoch(st.epoch, st.step_in_epoch)
     run.moco.train()
-    bar = progress(run, steps)
+    show = run.cfg.train.progress_bar and dist.is_main()
+    bar = Progress(epoch=st.epoch + 1, steps=steps, start=st.step_in_epoch, show=show)
     tic, images = time.perf_counter(), 0
-    for x1, x2, y, _, *rows in run.data.train_loader:  # rows: stage-2 parameters (device path)
+    for x1, x2, y, _, *rows in bar.batches(run.data.train_loader):  # rows: stage-2 parameters
         epoch_f = st.epoch + st.step_in_epoch / steps
         lr = set_lr(run, epoch_f)
         x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
@@ -100,15 +107,21 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
         st.step_in_epoch += 1
         st.global_step += 1
         images += x1.shape[0] * dist.world_size()
-        bar.update(1)
+        bar.update()
         if st.global_step % run.cfg.train.log_every == 0:
-            log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic)
+            log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic, bar)
             tic, images = time.perf_counter(), 0
         if dist.any_rank(stop.stop):  # all ranks stop at the same step (gloo, no CUDA sync)
             stop.received = stop.received or signal.SIGTERM  # a rank that was not signalled
             break
+        if reached_max_steps(run):
+            break
     bar.close()
     return st.step_in_epoch >= steps
+
+
+def reached_max_steps(run: Run) -> bool:
+    return 0 < run.cfg.train.max_steps <= run.state.global_step
 
 
 def train_step(
@@ -183,7 +196,9 @@ def set_lr(run: Run, epoch: float) -> float:
     return lr
 
 
-def log_step(run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, dt: float) -> None:
+def log_step(
+    run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, dt: float, bar: Progress
+) -> None:
     """A metrics line every ``train.log_every`` steps: the only host syncs of the loop."""
     check_finite(run)
     record = {
@@ -194,7 +209,10 @@ def log_step(run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int,
         "lr": lr,
         "images_per_s": images / dt,
         "step_time_s": dt * run.cfg.train.batch_size / images,  # images counted over all ranks
+        "data_wait_frac": min(1.0, bar.take_wait() / dt),  # this rank's wait on its loader
     }
+    if run.data.skipped is not None:  # data.skip_bad_images: this rank's skips so far
+        record["skipped_images"] = int(run.data.skipped.sum())
     for key, value in run.strategy.diagnostics().items():
         record[f"neg_{key}"] = float(value)
     for key, value in run.criterion.diagnostics().items():
@@ -202,29 +220,37 @@ def log_step(run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int,
     run.log.write(record, "train")
     for key, values in run.criterion.histograms().items():
         run.log.histogram(f"train/{key}", values, run.state.global_step)
-
-
-def progress(run: Run, steps: int) -> Any:
-    from tqdm import tqdm
-
-    show = run.cfg.train.progress_bar and dist.is_main()
-    return tqdm(
-        total=steps,
-        initial=run.state.step_in_epoch,
-        desc=f"epoch {run.state.epoch + 1}",
-        disable=None if show else True,
-        leave=False,
-        dynamic_ncols=True,
-    )
+    total = run.info["total_steps"]
+    if run.cfg.train.max_steps:
+        total = min(total, run.cfg.train.max_steps)
+    bar.report(record, step_in_epoch=run.state.step_in_epoch,
+               steps_left=total - run.state.global_step)  # fmt: skip
 
 
 def check_finite(run: Run) -> None:
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
-        raise NonFiniteLossError(
-            f"non-finite loss at or before global step {run.state.global_step} (epoch "
-            f"{run.state.epoch + 1}); training stopped. {run.run_dir / 'checkpoints/last.pt'} is "
-            "the last good state. Lower train.base_lr, use train.amp=bf16 or check the data."
-        )
+        raise NonFiniteLossError(divergence_message(run))
+
+
+def divergence_message(run: Run) -> str:
+    """What went wrong, which checkpoint (if any) holds the last good state, and advice that
+    applies on this device."""
+    st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
+    where = (
+        f"{last} (global step {st.saved_step}) is the last good state; re-running the same "
+        "command resumes from it"
+        if st.saved_step >= 0 and last.exists()
+        else "no checkpoint was written before it (re-running starts afresh)"
+    )
+    advice = ["lower train.base_lr (or add train.warmup_epochs)", "check the data"]
+    if run.device.type == "cuda" and run.cfg.train.amp == "fp16":
+        advice.insert(1, "use train.amp=bf16 (fp16 overflows more easily)")
+    elif run.cfg.train.amp != "off" and run.device.type in ("cuda", "cpu"):
+        advice.insert(1, "try train.amp=off (full fp32) to rule out reduced precision")
+    return (
+        f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
+        f"training stopped. {where}. Advice: {'; '.join(advice)}."
+    )
 
 
 def evaluate(run: Run) -> dict[str, float]:
@@ -281,6 +307,7 @@ def save(run: Run, also_epoch: bool = False) -> None:
         if also_epoch:
             checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt")
     dist.barrier()
+    run.state.saved_step = run.state.global_step
 
 
 def restore(run: Run, state: dict[str, Any]) -> None:
@@ -314,6 +341,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
         state["global_step"],
     )
     st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)  # the rest stays on the CPU
+    st.saved_step = st.global_step
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
@@ -330,6 +358,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 def setup(cfg: Config) -> Run:
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
+    check_run_dir(cfg)  # every rank, before any data is read
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
@@ -384,17 +413,51 @@ def setup(cfg: Config) -> Run:
 def announce(run: Run, resumed: bool) -> None:
     if not dist.is_main():
         return
-    run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "config.yaml").write_text(config.dump(run.cfg))
     (run.run_dir / "derived.yaml").write_text(yaml.safe_dump(run.info, sort_keys=False))
-    print(config.dump(run.cfg), end="")
     print("derived:", yaml.safe_dump(run.info, sort_keys=False, default_flow_style=True), end="")
+    if run.data.num_workers < run.cfg.data.num_workers:
+        print(
+            f"data.num_workers {run.cfg.data.num_workers} capped at {run.data.num_workers}: this "
+            f"rank may use {cores.per_rank()} core(s) (one is the training process's)"
+        )
     st = run.state
     print(
         f"{'resuming at' if resumed else 'starting'} epoch {st.epoch + 1} step {st.step_in_epoch} "
-        f"on {run.device}; run directory {run.run_dir}",
+        f"on {run.device}; run directory {run.run_dir} (resolved config: "
+        f"{run.run_dir / 'config.yaml'})",
         flush=True,
     )
+
+
+def stop_at_max_steps(run: Run) -> int:
+    """``train.max_steps`` reached: checkpoint as a stop signal would, then exit 0."""
+    if run.state.saved_step != run.state.global_step:
+        save(run)
+    if dist.is_main():
+        print(
+            f"train.max_steps={run.cfg.train.max_steps} reached: checkpoint saved at global step "
+            f"{run.state.global_step} (epoch {run.state.epoch + 1} step "
+            f"{run.state.step_in_epoch}); raise train.max_steps (0 = no limit) and run the same "
+            "command to continue",
+            flush=True,
+        )
+    run.log.close()
+    return 0
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Refuse an ``out_dir`` that cannot be written before anything starts (exit 2)."""
+    path = Path(cfg.out_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write_test.{dist.rank()}.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"out_dir {path} cannot be written ({e.strerror or e}); choose a writable out_dir"
+        ) from None
 
 
 def run_training(cfg: Config) -> int:
@@ -415,11 +478,15 @@ def run_training(cfg: Config) -> int:
     st, steps = run.state, run.info["steps_per_epoch"]
     with checkpoint.StopSignals() as stop:
         while st.epoch < cfg.train.epochs:
+            if reached_max_steps(run):  # at an epoch boundary (or a rerun with the same limit)
+                return stop_at_max_steps(run)
             tic = time.perf_counter()
             finished = train_one_epoch(run, stop)
             if finished and dist.any_rank(stop.stop):  # a stop in the epoch's last step: save
                 stop.received = stop.received or signal.SIGTERM  # before the kNN monitor; the
                 finished = False  # resume (step_in_epoch == steps) goes to the epoch's end
+            if not finished and stop.received is None:  # train.max_steps, mid-epoch
+                return stop_at_max_steps(run)
             if not finished:
                 save(run)
                 if dist.is_main():
