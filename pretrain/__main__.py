@@ -16,6 +16,7 @@ import sys
 
 from pretrain import config, dist, engine
 from pretrain.datasets import DatasetNotFoundError
+from pretrain.imagefiles import DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.load(args.cfg, args.overrides)
         status = engine.main(cfg)
-    except (config.ConfigError, DatasetNotFoundError) as e:
+    except (config.ConfigError, DatasetNotFoundError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if status in (0, 130):  # checkpoint on disk: a multi-rank run leaves with exactly this status

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, cores, dist, knn, world
+from pretrain import build, checkpoint, config, cores, dist, imagefiles, knn, world
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
@@ -243,9 +243,9 @@ def divergence_message(run: Run) -> str:
         else "no checkpoint was written before it (re-running starts afresh)"
     )
     advice = ["lower train.base_lr (or add train.warmup_epochs)", "check the data"]
-    if run.device.type == "cuda" and run.cfg.train.amp == "fp16":
-        advice.insert(1, "use train.amp=bf16 (fp16 overflows more easily)")
-    elif run.cfg.train.amp != "off" and run.device.type in ("cuda", "cpu"):
+    if isinstance(run.autocast(), torch.autocast):  # reduced precision is active here
+        if run.cfg.train.amp == "fp16":
+            advice.insert(1, "use train.amp=bf16 (fp16 overflows more easily)")
         advice.insert(1, "try train.amp=off (full fp32) to rule out reduced precision")
     return (
         f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
@@ -548,3 +548,15 @@ def main(cfg: Config) -> int:
     except (checkpoint.CheckpointError, NonFiniteLossError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except imagefiles.BadImageError as e:  # also when re-raised from a loader worker
+        print(f"error: {bad_image(e)}\nSet data.skip_bad_images=true to skip unreadable images "
+              "(each skip is counted in the log).", file=sys.stderr)  # fmt: skip
+        return 1
+
+
+def bad_image(e: Exception) -> str:
+    """The 'cannot read image PATH: why' line of an error, also from a worker's traceback."""
+    for line in reversed(str(e).splitlines()):
+        if "BadImageError: " in line:
+            return line.split("BadImageError: ", 1)[1]
+    return str(e)
