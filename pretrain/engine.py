@@ -141,7 +141,7 @@ def train_step(
     if run.cfg.train.channels_last and run.device.type == "cuda":
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
-    with run.autocast():
+    with run.autocast():  # the encoders only: negatives and the loss run in float32 below
         if run.cfg.loss.symmetric:  # both views through the query encoder in one batch (SupCon)
             splits = run.cfg.model.bn_splits
             z, kappa = run.query(pair_views(x1, x2, splits), with_kappa=True)  # (2N, D)
@@ -150,23 +150,30 @@ def train_step(
             q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
             q2 = kappa_q2 = None
         k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
-        k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
-        if run.strategy.needs_global_batch:
-            seen = dist.gather(q.detach()), k_all, y_all
-        else:
-            seen = q.detach(), k, y
-        extra = run.strategy.negatives(
-            seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
-        )
-        step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
-                           run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
-        loss = run.criterion(step)
+    q, q2, k, kappa_q, kappa_q2, kappa_k = map(as_float32, (q, q2, k, kappa_q, kappa_q2, kappa_k))
+    k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
+    if run.strategy.needs_global_batch:
+        seen = dist.gather(q.detach()), k_all, y_all
+    else:
+        seen = q.detach(), k, y
+    extra = run.strategy.negatives(
+        seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
+    )
+    step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
+                       run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
+    loss = run.criterion(step)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
     run.scaler.update()
     run.queue.enqueue(k_all, y_all)  # after the logits (and backward); never synthetic points
     return loss
+
+
+def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Encoder outputs leave autocast as float32 (a no-op in fp32 runs): the queue, the
+    strategies' negatives (MiOC's OC-SVM, MoCHi's mixing) and every loss see float32 inputs."""
+    return t if t is None or t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 def pair_views(x1: torch.Tensor, x2: torch.Tensor, splits: int) -> torch.Tensor:
