@@ -274,3 +274,18 @@ def test_stage1_replays_from_seed_epoch_index_view():
     before = torch.get_rng_state()
     ds[(0, 0)]
     assert torch.equal(torch.get_rng_state(), before)  # the global RNG is never touched
+
+
+@pytest.mark.parametrize("h, w", [(32, 32), (375, 500), (8, 80), (80, 8)])
+def test_per_sample_draws_equal_the_vectorised_ones(h, w):
+    """The workers' plain-Python draws (crop_box, photometric_row) give the rows the tested
+    vectorised samplers give from the same generator state."""
+    kw = dict(jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
+              hflip_prob=0.5, solarize_prob=0.1)  # fmt: skip
+    for seed in range(2000):
+        box = ap.crop_box(np.random.default_rng(seed), height=h, width=w, scale=(0.08, 1.0))
+        ref = ap.crop_boxes(np.random.default_rng(seed), 1, height=h, width=w, scale=(0.08, 1.0))
+        assert list(box) == ref[0].tolist()
+    for seed in range(200):
+        row = np.float32(ap.photometric_row(np.random.default_rng(seed), **kw))
+        assert np.array_equal(row, ap.photometric(np.random.default_rng(seed), 1, **kw)[0])
