@@ -211,7 +211,8 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
         x1, x2 = x.chunk(2)
     fixed = (x1, x2, y)
     engine.train_step(run, *fixed, 1.0)  # warm-up of both
-    engine.train_step(run, *batch_to_device()[:3], 1.0, *batch_to_device()[3:])
+    b = batch_to_device()
+    engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
     trainer, model = [], []
     for _ in range(2):
         sync()

@@ -69,9 +69,9 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
             width=image.shape[-1],
         )
         image = TF.affine(image, angle=angle, translate=shift, scale=1.0, shear=[0.0, 0.0])
-    top, left, h, w = (int(v) for v in ap.crop_boxes(
-        rng, 1, height=image.shape[-2], width=image.shape[-1], scale=spec.crop_scale
-    )[0])  # fmt: skip
+    top, left, h, w = ap.crop_box(
+        rng, height=image.shape[-2], width=image.shape[-1], scale=spec.crop_scale
+    )
     crop = image[:, top : top + h, left : left + w]
     if (h, w) == (spec.image_size, spec.image_size) or image.device.type != "cpu":
         size = [spec.image_size, spec.image_size]
@@ -85,9 +85,8 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
 
 def view_params(spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:
     """The view's photometric parameter row (NUM_PARAMS,) float32."""
-    row = ap.photometric(
+    row = ap.photometric_row(
         rng,
-        1,
         jitter_strength=spec.jitter_strength,
         jitter_prob=spec.jitter_prob,
         grayscale_prob=spec.grayscale_prob,
@@ -95,7 +94,7 @@ def view_params(spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:
         hflip_prob=spec.hflip_prob,
         solarize_prob=spec.solarize_prob,
     )
-    return torch.from_numpy(row[0])
+    return torch.tensor(row, dtype=torch.float32)
 
 
 class CropViews(Dataset):

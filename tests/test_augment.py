@@ -142,7 +142,8 @@ def test_photometric_stage_equals_the_torchvision_chain():
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
     stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
                                  solarize=True, blur_kernel=kernel, mean=mean, std=std)  # fmt: skip
-    out = stage2(crops, rows)
+    out = stage2(crops, rows)  # 64 images: 4 CPU chunks
+    assert torch.equal(out[:16], stage2(crops[:16], rows[:16]))
     ref = torch.stack([reference_view(crops[i], rows[i], kernel) for i in range(n)])
     ref = TF.normalize(ref, list(mean), list(std))
     assert (out - ref).abs().max() <= TOL / min(std)
@@ -273,3 +274,18 @@ def test_stage1_replays_from_seed_epoch_index_view():
     before = torch.get_rng_state()
     ds[(0, 0)]
     assert torch.equal(torch.get_rng_state(), before)  # the global RNG is never touched
+
+
+@pytest.mark.parametrize("h, w", [(32, 32), (375, 500), (8, 80), (80, 8)])
+def test_per_sample_draws_equal_the_vectorised_ones(h, w):
+    """The workers' plain-Python draws (crop_box, photometric_row) give the rows the tested
+    vectorised samplers give from the same generator state."""
+    kw = dict(jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
+              hflip_prob=0.5, solarize_prob=0.1)  # fmt: skip
+    for seed in range(2000):
+        box = ap.crop_box(np.random.default_rng(seed), height=h, width=w, scale=(0.08, 1.0))
+        ref = ap.crop_boxes(np.random.default_rng(seed), 1, height=h, width=w, scale=(0.08, 1.0))
+        assert list(box) == ref[0].tolist()
+    for seed in range(200):
+        row = np.float32(ap.photometric_row(np.random.default_rng(seed), **kw))
+        assert np.array_equal(row, ap.photometric(np.random.default_rng(seed), 1, **kw)[0])
