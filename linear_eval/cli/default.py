@@ -22,6 +22,7 @@ from typing import Any
 
 from linear_eval.classify import probe
 from linear_eval.classify.knn import PRESETS, knn_votes
+from linear_eval.inputs import guards
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.records import summary
 from pretrain import checkpoint
@@ -71,7 +72,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _out_path(args: argparse.Namespace) -> Path:
+    suffix = "_random" if args.random_init else ""
+    if args.out:
+        return Path(args.out)
+    return Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    guards.require_checkpoint(args.ckpt)
+    guards.require_writable(_out_path(args).parent, "--out's directory")
     opts = Options(
         data_root=args.data_root,
         num_workers=args.num_workers,
@@ -161,15 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     except checkpoint.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except DatasetNotFoundError as e:
+    except (DatasetNotFoundError, guards.UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    suffix = "_random" if args.random_init else ""
-    out = (
-        Path(args.out)
-        if args.out
-        else Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
-    )
+    out = _out_path(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(clean(result), indent=2) + "\n")
     print(

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from linear_eval.detect.detectors import ViewSet
-from linear_eval.inputs import features
+from linear_eval.inputs import features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
 
 
@@ -55,8 +55,15 @@ class Session:
 
     def __init__(self, ckpt: str | Path, opts: Options) -> None:
         self.opts = opts
-        self.model = features.load_model(ckpt, random_init=opts.random_init)
+        self.model = features.load_model(guards.require_checkpoint(ckpt), opts.random_init)
         cfg = self.model.cfg
+        for d, what in (
+            (self.eval_dir, "the results directory"),
+            (self.report_dir, "the report directory"),
+        ):
+            guards.require_writable(d, what)
+        if opts.cache:
+            guards.require_writable(self.model.run_dir / "features", "the feature cache")
         device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         cache = self.model.run_dir / "features" if opts.cache else None
         self.store = FeatureStore(

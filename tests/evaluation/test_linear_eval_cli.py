@@ -169,8 +169,9 @@ def test_id_vs_ood_datasets_and_a_missing_one(ckpt, tmp_path, capsys):
 
 
 def test_exit_statuses(tmp_path, ckpt, capsys):
-    assert main(["--ckpt", str(tmp_path / "nope.pt")]) == 1
-    assert main(["all", "--ckpt", str(tmp_path / "nope.pt")]) == 1
+    assert main(["--ckpt", str(tmp_path / "nope.pt")]) == 2  # a bad argument, as the README says
+    assert main(["all", "--ckpt", str(tmp_path / "nope.pt")]) == 2
+    assert "nope.pt does not exist" in capsys.readouterr().err
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"PK\x03\x04 not a zip")
     assert main(["knn", "--ckpt", str(bad)]) == 1
@@ -180,3 +181,59 @@ def test_exit_statuses(tmp_path, ckpt, capsys):
     with pytest.raises(SystemExit) as e:
         main(["linear", "--ckpt", str(ckpt), "--protocol", "nope"])
     assert e.value.code == 2
+
+
+def test_help_lists_every_subcommand(capsys):
+    from linear_eval.cli.main import COMMANDS
+
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for cmd in COMMANDS:
+        assert re.search(rf"^\s+{cmd}\s+\S", text, re.M), cmd
+    assert "without a subcommand" in text
+
+
+def test_misspelt_subcommand_gets_did_you_mean(capsys):
+    assert main(["lineer", "--ckpt", "x.pt"]) == 2
+    assert "did you mean 'linear'?" in capsys.readouterr().err
+    assert main(["zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown subcommand 'zzzz'" in err and "did you mean" not in err
+
+
+def test_unwritable_output_fails_before_any_feature(ckpt, tmp_path, monkeypatch, capsys):
+    from linear_eval.inputs import features
+
+    def boom(*a, **k):
+        raise AssertionError("features computed before the output was checked")
+
+    monkeypatch.setattr(features.FeatureStore, "features", boom)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["--ckpt", str(ckpt), "--out", str(blocker / "sub" / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and str(blocker / "sub") in err
+
+
+def test_unwritable_run_directory_fails_before_any_feature(ckpt, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from linear_eval.inputs import features
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(ckpt, run / "checkpoints" / "last.pt")
+    (run / "eval").write_text("a file where the results directory should be")
+    monkeypatch.setattr(features.FeatureStore, "features", lambda *a, **k: 1 / 0)
+    assert main(["knn", "--ckpt", str(run / "checkpoints" / "last.pt")]) == 2
+    assert "the results directory" in capsys.readouterr().err
+
+
+def test_subcommands_print_a_summary_line_before_the_json(ckpt, capsys):
+    assert main(["knn", "--ckpt", str(ckpt), "--presets", "cifar"]) == 0
+    cap = capsys.readouterr()
+    line = cap.err.strip().splitlines()[-1]
+    assert line.startswith("knn: ") and "top1" in line and len(line) < 300
+    rec = json.loads(cap.out.strip().splitlines()[-1])
+    top1 = rec["variants"]["cifar"]["top1"]
+    assert f"variants.cifar.top1 {top1:.2f}" in line
