@@ -31,15 +31,18 @@ from typing import Any
 
 from linear_eval.classify import knn, limited, probe
 from linear_eval.classify import transfer as transfer_lib
-from linear_eval.cli import classification, default, detection, summary_line
-from linear_eval.detect import detectors
+from linear_eval.cli import classification, default, detection, openood, summary_line
+from linear_eval.detect import detectors, fitted
 from linear_eval.detect.detectors import Settings
+from linear_eval.inputs import openood as openood_data
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
 from pretrain.checkpoint import CheckpointError
 from pretrain.datasets import DatasetNotFoundError
 
-COMMANDS = ("all", "linear", "knn", "transfer", "limited", "ood", "kappa", "report", "compare")
+COMMANDS = (
+    "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare"
+)  # fmt: skip
 
 
 def _csv(text: str) -> list[str]:
@@ -145,6 +148,15 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="ID-vs-OOD protocol against these sets (default: one-class protocol)",
     )
+    p = sub.add_parser("openood", parents=base, help="OpenOOD v1.5 near/far-OOD benchmark")
+    p.add_argument("--benchmark", choices=sorted(openood_data.BENCHMARKS), required=True)
+    p.add_argument("--root", required=True, help="OpenOOD's data folder (benchmark_imglist/...)")
+    p.add_argument(
+        "--detectors",
+        type=_csv,
+        default=list(fitted.FITTERS),
+        help=f"comma-separated, from {', '.join(fitted.FITTERS)} (default: all)",
+    )
     p = sub.add_parser("kappa", parents=base, help="kappa vs correctness and corruption severity")
     _kappa_args(p)
     sub.add_parser("report", parents=base, help="figures + report.md from RUN/eval")
@@ -208,6 +220,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.ood_datasets:
             return detection.run_ood_datasets(sess, args.ood_datasets, names, settings, args.crops)
         return detection.run_one_class(sess, names, settings, args.crops)
+    if cmd == "openood":
+        return openood.run_openood(sess, args.benchmark, args.root, args.detectors)
     if cmd == "kappa":
         return detection.run_kappa(sess, corruptions_root=args.corruptions_root)
     if cmd == "report":

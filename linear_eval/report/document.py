@@ -8,6 +8,7 @@ one-class AUROC per class; kappa sections (seed 004) only when the model has a k
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,36 @@ def _kappa(ev: Path, sfx: str) -> list[dict[str, Any]]:
     ]
 
 
+def openood_sections(ev: Path, sfx: str) -> list[dict[str, Any]]:
+    """One section per OpenOOD benchmark in ``RUN/eval/openood_*.json``: a table per detector with
+    every OOD set and the near / far means (OpenOOD's columns)."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(ev.glob(f"openood_*{sfx}.json")):
+        rec = json.loads(path.read_text())
+        if "detectors" not in rec or (not sfx and path.stem.endswith("_random")):
+            continue
+        text = (
+            f"OpenOOD v1.5 protocol, groups near = {', '.join(rec['groups']['near'])}, far = "
+            f"{', '.join(rec['groups']['far'])}. ID accuracy ({rec['id_acc_classifier']}): "
+            f"{rec['id_acc']:.2f} %. FPR@95 takes OOD as positive (OpenOOD); FPR@95_ID+ takes ID "
+            "(KNN-OOD, CIDER)."
+        )
+        if rec["skipped"]:
+            text += " Skipped: " + "; ".join(f"{k} ({v})" for k, v in rec["skipped"].items())
+        out.append({"title": f"OpenOOD: {rec['benchmark']}", "text": text})
+        for name, d in rec["detectors"].items():
+            rows = d["per_set"] | {"nearood": d["nearood"], "farood": d["farood"]}
+            table = [{"set": n} | r for n, r in rows.items() if r]
+            out.append(
+                {
+                    "title": f"OpenOOD {rec['benchmark']}: {name}",
+                    "text": d["description"],
+                    "table": table,
+                }
+            )
+    return out
+
+
 def build(sess: Session) -> dict[str, Any]:
     """Draw the feature figures, assemble every result present in ``RUN/eval`` into
     ``RUN/reports/report.md``; returns the figures' numbers (written to ``eval/figures.json``)."""
@@ -330,6 +361,7 @@ def build(sess: Session) -> dict[str, Any]:
         }
     )
     sections += _detection(ev, sfx, rd)
+    sections += openood_sections(ev, sfx)
     if sess.model.has_kappa:
         sections += _kappa(ev, sfx)
     m = sess.model
