@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from linear_eval.classify import knn, limited, linear, probe, transfer
+from linear_eval.classify import knn, limited, linear, probe, select, transfer
 from linear_eval.cli import detection
 from linear_eval.inputs.features import describe
 from linear_eval.inputs.session import Session
@@ -82,6 +82,28 @@ def run_knn(sess: Session, presets: Sequence[str] = tuple(knn.PRESETS)) -> dict[
     )
     record = {"variants": records, "distance": "cosine on backbone features"}
     sess.write("knn", record)
+    return record
+
+
+def run_selected(
+    sess: Session, evaluator: str, fraction: float = select.FRACTION, seed: int = 0
+) -> dict[str, Any]:
+    """``--select-on val``: kNN (k, T) or the linear protocol chosen on a stratified held-out part
+    of the training set, test accuracy reported once; ``RUN/eval/<evaluator>_select.json``."""
+    train, test = sess.train(), sess.test()
+    fn = select.knn if evaluator == "knn" else select.linear
+    record = fn(
+        train.backbone,
+        train.labels,
+        test.backbone,
+        test.labels,
+        sess.num_classes,
+        fraction=fraction,
+        seed=seed,
+    )
+    if evaluator == "linear":
+        sess.model.assert_unchanged()
+    sess.write(f"{evaluator}_select", record)
     return record
 
 

@@ -91,6 +91,17 @@ def _linear_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", choices=("features", "images"), default="features")
 
 
+def _select_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--select-on",
+        choices=("test", "val"),
+        default="test",
+        help="val: choose the hyper-parameters on a stratified held-out part of the training set "
+        "and report test accuracy once (default test: report every preset on the test set)",
+    )
+    p.add_argument("--val-fraction", type=float, default=0.1, help="held-out share per class")
+
+
 def _ood_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--detectors",
@@ -130,8 +141,10 @@ def parser() -> argparse.ArgumentParser:
     _kappa_args(p)
     _linear = sub.add_parser("linear", parents=base, help="linear probe")
     _linear_args(_linear)
+    _select_args(_linear)
     p = sub.add_parser("knn", parents=base, help="kNN presets and majority votes")
     p.add_argument("--presets", nargs="+", choices=sorted(knn.PRESETS), default=list(knn.PRESETS))
+    _select_args(p)
     p = sub.add_parser("transfer", parents=base, help="linear + kNN on other datasets")
     p.add_argument("--datasets", type=_csv, default=list(transfer_lib.DEFAULT_DATASETS))
     p.add_argument("--protocol", choices=sorted(probe.PROTOCOLS), default="lbfgs")
@@ -206,6 +219,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if len(paths) != 1:
         raise ValueError(f"{cmd} takes one checkpoint, got {len(paths)}")
     sess = Session(paths[0], opts)
+    if cmd in ("linear", "knn") and args.select_on == "val":
+        return classification.run_selected(sess, cmd, args.val_fraction)
     if cmd == "linear":
         return classification.run_linear(sess, args.protocol, args.seeds, args.probe)
     if cmd == "knn":

@@ -268,6 +268,25 @@ def _kappa(ev: Path, sfx: str) -> list[dict[str, Any]]:
     ]
 
 
+def selection_sections(ev: Path, sfx: str) -> list[dict[str, Any]]:
+    """``--select-on val`` results: what was chosen, on which held-out split, and test top-1."""
+    rows = []
+    for name in ("knn", "linear"):
+        rec = read(ev, f"{name}_select", sfx)
+        if rec:
+            sel = rec["selection"]
+            chosen = ", ".join(f"{k}={v}" for k, v in sel["selected"].items() if k != "l2")
+            rows.append(
+                {"evaluator": name, "selected": chosen, "val": sel["val"],
+                 "val size": sel["val_size"], "best val top-1": max(sel["val_top1"].values()),
+                 "test top-1": rec["top1"]}
+            )  # fmt: skip
+    if not rows:
+        return []
+    text = "Hyper-parameters chosen on a held-out part of the training set; test accuracy once."
+    return [{"title": "Selection on a validation split", "text": text, "table": rows}]
+
+
 def openood_sections(ev: Path, sfx: str) -> list[dict[str, Any]]:
     """One section per OpenOOD benchmark in ``RUN/eval/openood_*.json``: a table per detector with
     every OOD set and the near / far means (OpenOOD's columns)."""
@@ -361,6 +380,7 @@ def build(sess: Session) -> dict[str, Any]:
         }
     )
     sections += _detection(ev, sfx, rd)
+    sections += selection_sections(ev, sfx)
     sections += openood_sections(ev, sfx)
     if sess.model.has_kappa:
         sections += _kappa(ev, sfx)
