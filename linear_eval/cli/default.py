@@ -69,6 +69,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--out", default=None, help="JSON path (default RUN/eval/linear_eval.json)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="weights made elsewhere (MoCo v1/v2, torchvision/timm, solo-learn): the negmine "
+        "config naming the dataset and eval settings; results go to <file>.eval/",
+    )
+    p.add_argument("--set", nargs="*", default=[], metavar="key=value", help="--config overrides")
     return p.parse_args(argv)
 
 
@@ -76,6 +83,9 @@ def _out_path(args: argparse.Namespace) -> Path:
     suffix = "_random" if args.random_init else ""
     if args.out:
         return Path(args.out)
+    if args.config:
+        ckpt = Path(args.ckpt).resolve()
+        return ckpt.parent / f"{ckpt.name}.eval" / "eval" / f"linear_eval{suffix}.json"
     return Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
 
 
@@ -87,6 +97,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         num_workers=args.num_workers,
         cache=not args.no_cache,
         random_init=args.random_init,
+        config=args.config,
+        overrides=tuple(args.set),
     )
     sess = Session(args.ckpt, opts)
     cfg, device = sess.model.cfg, sess.store.device
@@ -171,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except checkpoint.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except (DatasetNotFoundError, guards.UsageError) as e:
+    except (DatasetNotFoundError, ValueError) as e:  # UsageError, ConfigError
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = _out_path(args)

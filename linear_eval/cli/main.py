@@ -38,6 +38,7 @@ from linear_eval.inputs import openood as openood_data
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
 from pretrain.checkpoint import CheckpointError
+from pretrain.config import ConfigError
 from pretrain.datasets import DatasetNotFoundError
 
 COMMANDS = (
@@ -67,6 +68,15 @@ def common() -> argparse.ArgumentParser:
         help="checkpoint (RUN/checkpoints/last.pt); repeat it or give a quoted glob for several",
     )
     p.add_argument("--data-root", default=None, help="override the run's data.root")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="weights made elsewhere (MoCo v1/v2 .pth.tar, torchvision/timm state dict, "
+        "solo-learn): the negmine config naming the dataset and eval settings",
+    )
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="key=value", help="overrides of --config"
+    )
     p.add_argument("--batch-size", type=int, default=None, help="extraction batch")
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
@@ -197,6 +207,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         not args.no_cache,
         args.random_init,
         args.device,
+        args.config,
+        tuple(args.set),
     )
     configure_threads(args.threads, args.device)
     paths = _checkpoints(args.ckpt)
@@ -307,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except (DatasetNotFoundError, ValueError) as e:
+    except (DatasetNotFoundError, ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary_line.line(args.command, clean(result)), file=sys.stderr)

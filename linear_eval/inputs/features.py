@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from linear_eval.inputs import corruptions, eval_datasets
+from linear_eval.inputs import corruptions, eval_datasets, foreign
 from pretrain import build, checkpoint, config, data, datasets
 from pretrain.config import Config, ConfigError
 from pretrain.model import Encoder
@@ -59,11 +59,12 @@ class Model:
     tag: str  # identifies checkpoint + weights in cache keys ("random-seed<s>" for random init)
     ckpt: Path
     reference: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)  # loaded weights
+    out_dir: Path | None = None  # results folder of foreign weights (<file>.eval)
 
     @property
     def run_dir(self) -> Path:
-        """RUN for ``RUN/checkpoints/<name>.pt``."""
-        return self.ckpt.resolve().parent.parent
+        """RUN for ``RUN/checkpoints/<name>.pt`` (``<file>.eval`` for weights made elsewhere)."""
+        return self.out_dir or self.ckpt.resolve().parent.parent
 
     @property
     def has_kappa(self) -> bool:
@@ -79,6 +80,17 @@ class Model:
         ]
         if changed:
             raise RuntimeError(f"the frozen encoder changed during evaluation: {changed[:5]}")
+
+
+def load_foreign(path: str | Path, cfg_name: str, overrides: list[str] | None = None) -> Model:
+    """Weights made elsewhere (:mod:`linear_eval.inputs.foreign`) as a :class:`Model`."""
+    encoder, cfg, tag = foreign.load(path, cfg_name, overrides)
+    encoder = encoder.eval().requires_grad_(False)
+    reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
+    p = Path(path)
+    return Model(
+        encoder, cfg, 0, 0, tag, p, reference, out_dir=p.resolve().parent / f"{p.name}.eval"
+    )
 
 
 def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:

@@ -27,6 +27,8 @@ class Options:
     cache: bool = True
     random_init: bool = False
     device: str | None = None  # None: cuda if available, else cpu
+    config: str | None = None  # weights made elsewhere: the evaluation config (dataset, eval.*)
+    overrides: tuple[str, ...] = ()  # dotted overrides of that config
 
 
 SMALL_CPU = 4  # cores; at or below this the CLI runs torch on one thread by default
@@ -55,7 +57,11 @@ class Session:
 
     def __init__(self, ckpt: str | Path, opts: Options) -> None:
         self.opts = opts
-        self.model = features.load_model(guards.require_checkpoint(ckpt), opts.random_init)
+        guards.require_checkpoint(ckpt)
+        if opts.config:
+            self.model = features.load_foreign(ckpt, opts.config, list(opts.overrides))
+        else:
+            self.model = features.load_model(ckpt, opts.random_init)
         cfg = self.model.cfg
         for d, what in (
             (self.eval_dir, "the results directory"),
