@@ -11,11 +11,11 @@ HEADLINE = ("top1", "auroc", "aulc", "near_auroc", "far_auroc", "id_acc", "spear
 def _walk(obj: Any, path: tuple[str, ...], out: list[tuple[str, float]]) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
-            if k in ("protocol", "points", "per_class", "train", "per_draw"):
+            if k in ("protocol", "points", "per_class", "train", "per_draw", "per_set"):
                 continue
             _walk(v, path + (str(k),), out)
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool) and path:
-        if path[-1] in HEADLINE or path[-1].endswith("_top1"):
+        if path[-1].lower() in HEADLINE or path[-1].endswith("_top1"):
             out.append((".".join(path), float(obj)))
 
 
