@@ -22,16 +22,17 @@ def require_checkpoint(path: str | Path) -> Path:
 
 
 def require_writable(directory: str | Path, what: str) -> Path:
-    """Create ``directory`` (and parents) and prove a file can be written in it; otherwise a
-    :class:`UsageError` naming ``what`` and the path."""
-    d = Path(directory)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        probe = d / f".negmine-write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
+    """Check, creating nothing, that ``directory`` can be created or written: its nearest existing
+    ancestor must be a directory this process may write into (read-only mounts count as not
+    writable); otherwise a :class:`UsageError` naming ``what`` and the path."""
+    d = Path(directory).absolute()
+    p = d
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise UsageError(f"{what} {d} cannot be written: {p} is a file; nothing was computed")
+    if not os.access(p, os.W_OK | os.X_OK):
         raise UsageError(
-            f"{what} {d} cannot be written ({e.strerror or e}); nothing was computed"
-        ) from e
+            f"{what} {d} cannot be written ({p} is not writable); nothing was computed"
+        )
     return d
