@@ -1,6 +1,7 @@
 """Pretrain with MoCo v2 and a negative strategy.
 
     python -m pretrain --cfg digits_moco.yaml [dotted.key=value ...]
+    python -m pretrain export --ckpt RUN/checkpoints/last.pt --to torchvision --out r50.pth
 
 Re-running the same command on an existing run directory resumes from its last checkpoint.
 Exit status: 0 done (or stopped by SIGTERM/SIGUSR2 with a checkpoint), 1 runtime error (corrupt
@@ -20,6 +21,11 @@ from pretrain.imagefiles import DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export"]:
+        from pretrain import export
+
+        return export.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__.split("\n")[0])
     parser.add_argument("--cfg", required=True, help="shipped config name or path to a YAML file")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")

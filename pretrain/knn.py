@@ -102,7 +102,8 @@ def one_class_auroc(
 ) -> float:
     """AUROC (%) of s_con (seed 000 eq. 3: mean of the top-k cosine similarities to the bank of
     in-distribution training features), test images of ``in_classes`` being the positive class.
-    The training monitor of one-class runs; ``linear_eval.ood`` has the full set of scores."""
+    The training monitor of one-class runs; ``linear_eval.detect.scores`` has the full set of
+    scores."""
     from sklearn.metrics import roc_auc_score
 
     bank, test = F.normalize(bank.float(), dim=1), F.normalize(test.float(), dim=1)

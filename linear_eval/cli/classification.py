@@ -1,0 +1,196 @@
+"""The classification subcommands: read features through a :class:`Session`, run one evaluator,
+write ``RUN/eval/<evaluator>.json`` (and its figure), return the record.
+
+Detection (one-class, ID vs OOD, kappa, AULC) lives in :mod:`linear_eval.cli.detection`; the
+report in :mod:`linear_eval.report.document`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from linear_eval.classify import knn, limited, linear, probe, select, transfer
+from linear_eval.cli import detection
+from linear_eval.inputs.features import describe
+from linear_eval.inputs.session import Session
+from linear_eval.records import stats, summary
+from linear_eval.report import document
+
+FROZEN_NOTE = (
+    "after training, every encoder parameter and buffer (BatchNorm running statistics included) "
+    "was compared with the checkpoint's and found equal"
+)
+
+
+def run_linear(
+    sess: Session,
+    recipe_name: str = "lbfgs",
+    seeds: Sequence[int] = (0, 1, 2),
+    mode: str = "features",
+) -> dict[str, Any]:
+    """Linear probe on the frozen backbone: ``features`` (cached, un-augmented) or ``images``
+    (augmented images through the backbone, SGD recipes only)."""
+    recipe = probe.protocol(recipe_name)
+    train, test = sess.train(), sess.test()
+    c = sess.num_classes
+    if mode == "features":
+        record, _ = linear.evaluate(
+            train.backbone, train.labels, test.backbone, test.labels, c, recipe, seeds
+        )
+    elif mode == "images":
+        if recipe.solver != "sgd":
+            raise ValueError("--probe images needs an SGD protocol (moco, mioc, transfer)")
+        correct = []
+        for seed in seeds:
+            fc = probe.train_on_images(
+                sess.model.encoder.backbone,
+                sess.store.augmented_loader(recipe.batch_size, seed),
+                c,
+                train.backbone.shape[1],
+                sess.store.device,
+                epochs=recipe.epochs,
+                lr=recipe.lr,
+                milestones=list(recipe.milestones),
+                weight_decay=recipe.weight_decay,
+                seed=seed,
+            )
+            scores = probe.predict(fc, test.backbone.to(sess.store.device)).cpu()
+            correct.append((scores.argmax(1) == test.labels).cpu())
+        record = {
+            "protocol": recipe.as_dict(),
+            "seeds": list(seeds),
+            **summary.accuracy(torch.stack(correct), "top1"),
+        }
+    else:
+        raise ValueError(f"probe mode must be 'features' or 'images', got {mode!r}")
+    sess.model.assert_unchanged()
+    record |= {"mode": mode, "frozen_check": FROZEN_NOTE, "train": describe(train)}
+    sess.write("linear", record)
+    return record
+
+
+def run_knn(sess: Session, presets: Sequence[str] = tuple(knn.PRESETS)) -> dict[str, Any]:
+    """Weighted kNN presets, the run's own (k, T) as ``run``, and SINCERE's 1-NN / 5-NN."""
+    train, test = sess.train(), sess.test()
+    e = sess.model.cfg.eval
+    own = {"run": {"k": e.knn_k, "temperature": e.knn_temperature, "source": "the run's eval.*"}}
+    records, _ = knn.evaluate(
+        train.backbone, train.labels, test.backbone, test.labels, sess.num_classes, presets, own
+    )
+    record = {"variants": records, "distance": "cosine on backbone features"}
+    sess.write("knn", record)
+    return record
+
+
+def run_selected(
+    sess: Session, evaluator: str, fraction: float = select.FRACTION, seed: int = 0
+) -> dict[str, Any]:
+    """``--select-on val``: kNN (k, T) or the linear protocol chosen on a stratified held-out part
+    of the training set, test accuracy reported once; ``RUN/eval/<evaluator>_select.json``."""
+    train, test = sess.train(), sess.test()
+    fn = select.knn if evaluator == "knn" else select.linear
+    record = fn(
+        train.backbone,
+        train.labels,
+        test.backbone,
+        test.labels,
+        sess.num_classes,
+        fraction=fraction,
+        seed=seed,
+    )
+    if evaluator == "linear":
+        sess.model.assert_unchanged()
+    sess.write(f"{evaluator}_select", record)
+    return record
+
+
+def run_limited(
+    sess: Session,
+    counts: Sequence[int] = limited.COUNTS,
+    draws: int = limited.DRAWS,
+    recipe_name: str = "lbfgs",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Linear evaluation with k labels per class over seeded draws; table + plot."""
+    train, test = sess.train(), sess.test()
+    record = limited.evaluate(
+        train.backbone,
+        train.labels,
+        test.backbone,
+        test.labels,
+        sess.num_classes,
+        probe.protocol(recipe_name),
+        counts,
+        draws,
+        seed,
+    )
+    sess.write("limited", record)
+    document.draw_limited(record, sess.report_dir)
+    return record
+
+
+def run_transfer(
+    sess: Session,
+    names: Sequence[str] = transfer.DEFAULT_DATASETS,
+    recipe_name: str = "lbfgs",
+    seeds: Sequence[int] = (0,),
+    knn_presets: Sequence[str] = ("cifar",),
+) -> dict[str, Any]:
+    """Linear probe + kNN on each transfer dataset. Every dataset is opened before any feature is
+    extracted, so a missing one fails at once (DatasetNotFoundError names its path)."""
+    recipe = probe.protocol(recipe_name)
+    for name in names:
+        for split in ("train", "test"):
+            sess.store.dataset(name, split)
+    per: dict[str, Any] = {}
+    for name in names:
+        tr = sess.features("train", name, transform="transfer")
+        te = sess.features("test", name, transform="transfer")
+        per[name] = transfer.evaluate(
+            tr.backbone, tr.labels, te.backbone, te.labels, recipe, seeds, knn_presets
+        )
+        per[name]["transform"] = repr(sess.store.transform(name, "transfer"))
+    record = {"datasets": per, "protocol": recipe.as_dict()}
+    sess.write("transfer", record)
+    return record
+
+
+def run_compare(
+    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5
+) -> dict[str, Any]:
+    """Checkpoint A vs B on the same test set: paired bootstrap intervals of the differences of
+    kNN and L-BFGS linear top-1 (SINCERE's test) and of the one-class s_con AUROC."""
+    if a.model.cfg.data.name != b.model.cfg.data.name:
+        raise ValueError(
+            f"compare needs the same dataset: {a.model.cfg.data.name} vs {b.model.cfg.data.name}"
+        )
+    correct = {}
+    for tag, s in (("a", a), ("b", b)):
+        tr, te = s.train(), s.test()
+        _, near = knn.evaluate(
+            tr.backbone, tr.labels, te.backbone, te.labels, s.num_classes, [knn_preset], majority=()
+        )
+        _, lin = linear.evaluate(
+            tr.backbone, tr.labels, te.backbone, te.labels, s.num_classes, probe.protocol("lbfgs")
+        )
+        correct[tag] = {"knn": near[knn_preset], "linear": lin[0]}
+    record: dict[str, Any] = {"a": str(a.model.ckpt), "b": str(b.model.ckpt)}
+    for what in ("knn", "linear"):
+        ca, cb = correct["a"][what], correct["b"][what]
+        d = stats.paired_difference_ci(ca.numpy().astype("int8"), cb.numpy().astype("int8"))
+        ra, rb = summary.accuracy(ca, "a"), summary.accuracy(cb, "b")
+        record[f"{what}_top1"] = {
+            "a": ra["a"],
+            "a_ci": ra["a_ci"],
+            "b": rb["b"],
+            "b_ci": rb["b_ci"],
+            "difference": d.point,
+            "ci": [d.low, d.high],
+            "excludes_zero": d.excludes_zero,
+        }
+    record["oneclass_s_con"] = detection.compare_one_class(a, b, detector_k)
+    a.write("compare", record)
+    return record

@@ -1,0 +1,209 @@
+"""The default command, ``python -m linear_eval --ckpt X``: weighted kNN and an SGD linear probe
+on the frozen backbone, one JSON line at the end (what the trainer's smoke test and SLURM eval jobs
+read).
+
+    python -m linear_eval --ckpt runs/digits_moco/checkpoints/last.pt
+    python -m linear_eval --ckpt RUN/checkpoints/last.pt --probe images --knn-preset imagenet
+    python -m linear_eval --ckpt RUN/checkpoints/last.pt --random-init   # the untrained baseline
+
+Prints a summary, writes RUN/eval/linear_eval[_random].json, and ends with one JSON line holding
+``knn_top1``, ``knn_top5``, ``linear_top1``, ``linear_top5`` (percent), their bootstrap 95%
+intervals (``*_ci``) and the protocol used. Exit status: 0 done, 1 unusable checkpoint, 2 bad
+arguments or missing dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from linear_eval.classify import probe
+from linear_eval.classify.knn import PRESETS, knn_votes
+from linear_eval.inputs import guards
+from linear_eval.inputs.session import Options, Session, clean, configure_threads
+from linear_eval.records import summary
+from pretrain import checkpoint
+from pretrain.datasets import DatasetNotFoundError
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m linear_eval",
+        description=__doc__.split("\n")[0],
+        epilog="Subcommands (all, linear, knn, transfer, limited, ood, kappa, report, compare): "
+        "python -m linear_eval all --help",
+    )
+    p.add_argument(
+        "--ckpt", required=True, help="a pretraining checkpoint (RUN/checkpoints/last.pt)"
+    )
+    p.add_argument(
+        "--knn-preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="k and T of a published protocol (default: the run's eval.knn_k/temperature)",
+    )
+    p.add_argument("--k", type=int, default=None, help="kNN neighbours")
+    p.add_argument("--temperature", type=float, default=None, help="kNN vote temperature")
+    p.add_argument(
+        "--probe",
+        choices=("features", "images"),
+        default="features",
+        help="features: fast, on cached un-augmented features; images: MoCo's protocol "
+        "with RandomResizedCrop + flip through the frozen backbone",
+    )
+    p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--lr", type=float, default=30.0)
+    p.add_argument("--milestones", type=int, nargs="*", default=[60, 80])
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--random-init",
+        action="store_true",
+        help="evaluate the same architecture untrained (the baseline)",
+    )
+    p.add_argument("--data-root", default=None, help="override the run's data.root")
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--out", default=None, help="JSON path (default RUN/eval/linear_eval.json)")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="weights made elsewhere (MoCo v1/v2, torchvision/timm, solo-learn): the negmine "
+        "config naming the dataset and eval settings; results go to <file>.eval/",
+    )
+    p.add_argument("--set", nargs="*", default=[], metavar="key=value", help="--config overrides")
+    return p.parse_args(argv)
+
+
+def _out_path(args: argparse.Namespace) -> Path:
+    suffix = "_random" if args.random_init else ""
+    if args.out:
+        return Path(args.out)
+    if args.config:
+        ckpt = Path(args.ckpt).resolve()
+        return ckpt.parent / f"{ckpt.name}.eval" / "eval" / f"linear_eval{suffix}.json"
+    return Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    guards.require_checkpoint(args.ckpt)
+    guards.require_writable(_out_path(args).parent, "--out's directory")
+    opts = Options(
+        data_root=args.data_root,
+        num_workers=args.num_workers,
+        cache=not args.no_cache,
+        random_init=args.random_init,
+        config=args.config,
+        overrides=tuple(args.set),
+    )
+    sess = Session(args.ckpt, opts)
+    cfg, device = sess.model.cfg, sess.store.device
+    train, test = sess.train(), sess.test()
+    num_classes = sess.num_classes
+    preset = (
+        PRESETS[args.knn_preset]
+        if args.knn_preset
+        else {"k": cfg.eval.knn_k, "temperature": cfg.eval.knn_temperature}
+    )
+    k = args.k or preset["k"]
+    t = args.temperature or preset["temperature"]
+    votes = knn_votes(train.backbone, train.labels, test.backbone, k, t, num_classes)
+    recipe = probe.Protocol(
+        "custom",
+        epochs=args.epochs,
+        lr=args.lr,
+        milestones=tuple(args.milestones),
+        batch_size=args.batch_size,
+        weight_decay=args.weight_decay,
+    )
+    common = dict(
+        epochs=args.epochs,
+        lr=args.lr,
+        milestones=args.milestones,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+    )
+    if args.probe == "features":
+        scores, _ = probe.fit_predict(
+            train.backbone.to(device),
+            train.labels,
+            test.backbone.to(device),
+            num_classes,
+            recipe,
+            args.seed,
+        )
+    else:
+        fc = probe.train_on_images(
+            sess.model.encoder.backbone,
+            sess.store.augmented_loader(args.batch_size, args.seed),
+            num_classes,
+            train.backbone.shape[1],
+            device,
+            **common,
+        )
+        scores = probe.predict(fc, test.backbone.to(device)).cpu()
+    sess.model.assert_unchanged()
+    knn_rec = summary.accuracy(summary.topk_correct(votes, test.labels, 1), "knn_top1")
+    knn5 = summary.accuracy(summary.topk_correct(votes, test.labels, 5), "knn_top5")
+    lin = summary.accuracy(summary.topk_correct(scores, test.labels, 1), "linear_top1")
+    lin5 = summary.accuracy(summary.topk_correct(scores, test.labels, 5), "linear_top5")
+    return {
+        "checkpoint": str(args.ckpt),
+        "weights": "random" if args.random_init else "pretrained",
+        "epoch": sess.model.epoch,
+        "global_step": sess.model.global_step,
+        "dataset": cfg.data.name,
+        "features": "backbone (pooled, penultimate)",
+        # the monitor's float32 reduction (pretrain.knn.knn_top1), so the two numbers are equal
+        "knn_top1": 100.0 * summary.topk_correct(votes, test.labels, 1).float().mean().item(),
+        "knn_top1_ci": knn_rec["knn_top1_ci"],
+        "knn_top5": knn5["knn_top5"],
+        "knn_top5_ci": knn5["knn_top5_ci"],
+        "knn": {"k": k, "temperature": t, "distance": "cosine", "weighting": "exp(sim/T)"},
+        "linear_top1": lin["linear_top1"],
+        "linear_top1_ci": lin["linear_top1_ci"],
+        "linear_top5": lin5["linear_top5"],
+        "linear_top5_ci": lin5["linear_top5_ci"],
+        "linear": {"mode": args.probe, "batch_size": args.batch_size, "momentum": 0.9, **common},
+        "frozen_check": "encoder parameters and BatchNorm statistics equal to the checkpoint's",
+        "train_size": int(train.labels.numel()),
+        "test_size": int(test.labels.numel()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    configure_threads(None, None)
+    try:
+        result = evaluate(args)
+    except checkpoint.CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (DatasetNotFoundError, ValueError) as e:  # UsageError, ConfigError
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = _out_path(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(clean(result), indent=2) + "\n")
+    print(
+        f"kNN (k={result['knn']['k']}, T={result['knn']['temperature']}): "
+        f"top-1 {result['knn_top1']:.2f} {_ci(result['knn_top1_ci'])}  "
+        f"top-5 {result['knn_top5']:.2f}",
+        file=sys.stderr,
+    )
+    print(
+        f"linear ({args.probe}): top-1 {result['linear_top1']:.2f} "
+        f"{_ci(result['linear_top1_ci'])}  "
+        f"top-5 {result['linear_top5']:.2f}   written to {out}",
+        file=sys.stderr,
+    )
+    print(json.dumps(clean(result)))
+    return 0
+
+
+def _ci(pair: list[float]) -> str:
+    return f"[{pair[0]:.2f}, {pair[1]:.2f}]"

@@ -1,0 +1,161 @@
+"""The OOD / anomaly detectors by name: each maps a bank (training features of the in-distribution
+classes) and a test set, both with their test-time views, to normality scores (higher = ID).
+
+The maths is in :mod:`linear_eval.detect.scores` (SEMANTICS §5, §7); this module only decides which
+features each detector reads and with which settings:
+
+- ``s_con`` (FIRM eq. 3, k = 5), ``s_con*`` (eq. 4), ``s_center`` (eq. 7), ``knn+`` (Sun et al.
+  2022), ``maha_tied`` / ``maha_global`` / ``maha_per_class`` (Lee et al. 2018 / CIDER code /
+  SSD+), ``kde``, ``ocsvm`` (linear One-Class SVM, ν = 0.1): on the backbone (penultimate)
+  features, FIRM's encoder output f(x) and CIDER's penultimate features.
+- ``s_shift`` (eq. 5): s_con averaged over the 4 rotations, bank rotated by the same angle;
+  ``s_ens`` (eq. 6): averaged over the 4 rotations × N random crops of the test image, each against
+  the bank at that rotation (FIRM ``evaluate_oneclass.py``: the bank is never cropped).
+- ``kappa`` (seed 004: κ alone) and ``knn_kappa`` (seed 004 Table 2: k-NN, k = 5, on [μ, κ] with μ
+  the unit-norm head output).
+
+KNN+'s k: CIDER uses K = 100 on CIFAR-10's 50,000 training images (0.2% of the bank); we keep that
+fraction, k = max(1, round(0.002 · N)), unless ``knn_plus_k`` is given. ``ocsvm`` (libsvm, O(N²))
+is fitted on a seeded subsample of at most ``ocsvm_max_bank`` bank rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from linear_eval.detect import scores
+from linear_eval.inputs.features import Features
+
+CIDER_K_FRACTION = 100 / 50_000
+
+
+@dataclass
+class ViewSet:
+    """Features of one image set: the plain view, the 4 rotations (0 = plain) and, per rotation,
+    N random crops (test side of ``s_ens`` only). Rows are the same images in every view."""
+
+    plain: Features
+    rotations: dict[int, Features] = field(default_factory=dict)
+    crops: dict[int, list[Features]] = field(default_factory=dict)
+
+    def subset(self, rows: torch.Tensor) -> ViewSet:
+        return ViewSet(
+            self.plain.subset(rows),
+            {r: f.subset(rows) for r, f in self.rotations.items()},
+            {r: [f.subset(rows) for f in fs] for r, fs in self.crops.items()},
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    k: int = 5  # s_con / s_con* / s_shift / s_ens (FIRM main tables)
+    knn_plus_k: int | None = None  # None: CIDER's fraction of the bank
+    kappa_k: int = 5  # seed 004 Table 2
+    ocsvm_nu: float = 0.1
+    ocsvm_max_bank: int = 10_000
+    kde_bandwidth: float | None = None  # None: Scott's rule on the normalised bank
+    seed: int = 0  # crop draws and the OC-SVM subsample
+
+
+DEFAULT_SETTINGS = Settings()
+Detector = Callable[[ViewSet, ViewSet, Settings], torch.Tensor]
+
+
+def _k(k: int, bank: ViewSet) -> int:
+    return max(1, min(k, len(bank.plain)))
+
+
+def _s_shift(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+    angles = sorted(test.rotations)
+    return scores.ensemble_knn_score(
+        [bank.rotations[r].backbone for r in angles],
+        [test.rotations[r].backbone for r in angles],
+        _k(s.k, bank),
+    )
+
+
+def _s_ens(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+    pairs = [(bank.rotations[r], crop) for r in sorted(test.crops) for crop in test.crops[r]]
+    return scores.ensemble_knn_score(
+        [b.backbone for b, _ in pairs], [t.backbone for _, t in pairs], _k(s.k, bank)
+    )
+
+
+def _knn_plus(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+    k = s.knn_plus_k or round(CIDER_K_FRACTION * len(bank.plain))
+    return scores.knn_plus(bank.plain.backbone, test.plain.backbone, _k(k, bank))
+
+
+def _maha(covariance: str) -> Detector:
+    def score(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+        b = bank.plain
+        return scores.mahalanobis(b.backbone, b.labels, test.plain.backbone, covariance)
+
+    return score
+
+
+def _ocsvm(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+    b = bank.plain.backbone
+    if b.shape[0] > s.ocsvm_max_bank:
+        g = torch.Generator().manual_seed(s.seed)
+        b = b[torch.randperm(b.shape[0], generator=g)[: s.ocsvm_max_bank]]
+    return scores.ocsvm_score(b, test.plain.backbone, nu=s.ocsvm_nu)
+
+
+def _knn_kappa(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
+    b, t = bank.plain, test.plain
+    return scores.knn_with_kappa(b.head, b.kappa, t.head, t.kappa, _k(s.kappa_k, bank))
+
+
+DETECTORS: dict[str, Detector] = {
+    "s_con": lambda b, t, s: scores.knn_score(b.plain.backbone, t.plain.backbone, _k(s.k, b)),
+    "s_con*": lambda b, t, s: scores.knn_score_norm(b.plain.backbone, t.plain.backbone, _k(s.k, b)),
+    "s_shift": _s_shift,
+    "s_ens": _s_ens,
+    "s_center": lambda b, t, s: scores.center_score(b.plain.backbone, t.plain.backbone),
+    "knn+": _knn_plus,
+    "maha_tied": _maha("tied"),
+    "maha_global": _maha("global"),
+    "maha_per_class": _maha("per_class"),
+    "kde": lambda b, t, s: scores.kde_score(b.plain.backbone, t.plain.backbone, s.kde_bandwidth),
+    "ocsvm": _ocsvm,
+    "kappa": lambda b, t, s: scores.kappa_score(t.plain.kappa),
+    "knn_kappa": _knn_kappa,
+}
+DEFAULT = tuple(DETECTORS)
+
+
+def unavailable(name: str, bank: ViewSet, test: ViewSet) -> str | None:
+    """Why ``name`` cannot run on these feature sets (None if it can)."""
+    if name not in DETECTORS:
+        return f"unknown detector; choose from {', '.join(DETECTORS)}"
+    if name in ("kappa", "knn_kappa") and (test.plain.kappa is None or bank.plain.kappa is None):
+        return "the model has no kappa head"
+    if name == "s_shift" and not (test.rotations and set(test.rotations) <= set(bank.rotations)):
+        return "needs the rotated views (rotations were not extracted)"
+    if name == "s_ens" and not (test.crops and set(test.crops) <= set(bank.rotations)):
+        return "needs the random-crop views (crops were not extracted)"
+    return None
+
+
+def score(name: str, bank: ViewSet, test: ViewSet, settings: Settings) -> torch.Tensor:
+    """Normality scores (M,) of detector ``name``, float64 on CPU."""
+    why = unavailable(name, bank, test)
+    if why is not None:
+        raise ValueError(f"detector {name!r}: {why}")
+    return torch.as_tensor(DETECTORS[name](bank, test, settings)).double().cpu()
+
+
+def check(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in DETECTORS]
+    if unknown:
+        raise ValueError(f"unknown detector(s) {unknown}; choose from {', '.join(DETECTORS)}")
+    return names
+
+
+def settings_dict(s: Settings) -> dict[str, Any]:
+    return {k: getattr(s, k) for k in Settings.__dataclass_fields__}

@@ -1,0 +1,60 @@
+"""Detectors fitted once on a bank (ID training features and labels) that then score any number
+of test sets; each score is a normality score (higher = ID) from :mod:`linear_eval.detect.scores`.
+
+``knn`` is OpenOOD v1.5's KNN postprocessor (Sun et al. 2022, https://arxiv.org/abs/2204.06507):
+L2-normalised penultimate features, score = −(distance to the K-th nearest training feature),
+K = 50 as OpenOOD's ``configs/postprocessors/knn.yml`` for CIFAR (= :func:`scores.knn_plus`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from linear_eval.detect import scores
+
+Scorer = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _knn(k: int) -> Callable[[torch.Tensor, torch.Tensor], Scorer]:
+    def fit(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
+        unit = F.normalize(bank.float(), dim=1)  # normalised once
+        return lambda test: scores.knn_plus(unit, test, k)
+
+    return fit
+
+
+def _s_con(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
+    unit = F.normalize(bank.float(), dim=1)
+    return lambda test: scores.knn_score(unit, test, 5)
+
+
+def _maha(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
+    return lambda test: scores.mahalanobis(bank, labels, test, "tied")
+
+
+def _center(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
+    return lambda test: scores.center_score(bank, test)
+
+
+FITTERS: dict[str, Callable[[torch.Tensor, torch.Tensor], Scorer]] = {
+    "knn": _knn(50),
+    "s_con": _s_con,
+    "maha_tied": _maha,
+    "s_center": _center,
+}
+DESCRIPTIONS = {
+    "knn": "OpenOOD KNN postprocessor, K=50, L2-normalised backbone features",
+    "s_con": "mean top-5 cosine similarity (FIRM s_con)",
+    "maha_tied": "Mahalanobis, class means + tied covariance (Lee et al. 2018)",
+    "s_center": "-(1 - cos) to the mean training feature",
+}
+
+
+def fit(name: str, bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
+    """The scorer of detector ``name`` fitted on ``bank`` (N, D) with ``labels`` (N,)."""
+    if name not in FITTERS:
+        raise ValueError(f"unknown OpenOOD detector {name!r}; choose from {', '.join(FITTERS)}")
+    return FITTERS[name](bank, labels)

@@ -1,0 +1,82 @@
+"""Weights made elsewhere, mapped onto our encoder's backbone with a strict key check, so released
+baselines run through the same protocols. Recognised layouts:
+
+* MoCo v1/v2 (facebookresearch/moco ``main_moco.py``: ``moco_v2_800ep_pretrain.pth.tar``):
+  ``{"state_dict": {"module.encoder_q.<torchvision name>": ...}, "arch": ...}``; the MLP head
+  ``module.encoder_q.fc.*`` is dropped.
+* A torchvision or timm ResNet state dict (``conv1.weight``, ``layer1.0.bn1.weight``, ...;
+  ``fc.*`` dropped); also ``python -m pretrain export --to torchvision|timm`` output.
+* solo-learn (Lightning checkpoint, ``state_dict`` with ``backbone.*``; ``projector.*``,
+  ``classifier.*``, momentum copies dropped). lightly saves no fixed layout and is not read.
+
+The evaluation config (dataset, preprocessing, eval settings) comes from ``--config`` (a shipped
+name or YAML); ``model.arch`` comes from the file (MoCo's ``arch``, else the block layout) and
+``model.cifar_stem`` from the shape of ``conv1`` (3x3 = CIFAR stem). The projection head is
+freshly initialised (seeded) and meaningless: use backbone features (the default everywhere).
+Results go to ``<file>.eval/`` beside the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from pretrain import build, checkpoint, config
+from pretrain.checkpoint import CheckpointError
+
+MOCO = "module.encoder_q."
+
+
+def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], str, str | None]:
+    """(backbone state dict under torchvision names, layout name, arch named by the file)."""
+    if isinstance(raw, dict) and isinstance(raw.get("state_dict"), dict):
+        sd = raw["state_dict"]
+        if any(k.startswith(MOCO) for k in sd):
+            out = {
+                k[len(MOCO) :]: v
+                for k, v in sd.items()
+                if k.startswith(MOCO) and not k.startswith(MOCO + "fc.")
+            }
+            return out, "moco", raw.get("arch") if isinstance(raw.get("arch"), str) else None
+        if any(k.startswith("backbone.") for k in sd):
+            out = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
+            return {k: v for k, v in out.items() if not k.startswith("fc.")}, "solo-learn", None
+    if isinstance(raw, dict) and "conv1.weight" in raw:
+        out = {k: v for k, v in raw.items() if not k.startswith("fc.")}
+        return out, "torchvision/timm state dict", None
+    keys = list(raw)[:8] if isinstance(raw, dict) else type(raw).__name__
+    raise CheckpointError(
+        f"{path} is neither a negmine checkpoint nor a known layout (MoCo v1/v2 "
+        f"'state_dict' with '{MOCO}*', a torchvision/timm state dict, solo-learn 'backbone.*'); "
+        f"its top-level keys: {keys}"
+    )
+
+
+def infer_arch(sd: dict[str, torch.Tensor]) -> str | None:
+    """resnet18/34/50 from the keys: bottleneck ``conv3`` = resnet50; else blocks in layer3."""
+    if "layer1.0.conv3.weight" in sd:
+        return "resnet50"
+    blocks = {k.split(".")[1] for k in sd if k.startswith("layer3.")}
+    return {2: "resnet18", 6: "resnet34"}.get(len(blocks))
+
+
+def load(path: str | Path, cfg_name: str, overrides: list[str] | None = None) -> tuple:
+    """(encoder, cfg, tag) for weights made elsewhere; CheckpointError names unmatched keys."""
+    path = Path(path)
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path} cannot be read with weights_only=True: {e}") from None
+    sd, layout, arch = backbone_weights(raw, path)
+    arch = arch or infer_arch(sd)
+    conv1 = sd.get("conv1.weight")
+    stem = [] if conv1 is None else [f"model.cifar_stem={str(conv1.shape[-1] == 3).lower()}"]
+    named = [f"model.arch={arch}"] if arch else []
+    cfg = config.load(cfg_name, [*named, *stem, *(overrides or [])])
+    torch.manual_seed(cfg.seed)
+    encoder = build.model(cfg).encoder_q
+    checkpoint.load_module(encoder.backbone, sd, f"backbone ({layout} layout, {path.name})")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return encoder, cfg, f"foreign-{layout.split('/')[0]}-{digest}"

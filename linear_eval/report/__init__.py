@@ -1,0 +1,2 @@
+"""The report: figures as pure functions (``figures``), markdown tables (``markdown``) and the
+``report.md`` document that ties them together (``document``)."""

@@ -1,0 +1,507 @@
+"""Evaluation figures: pure functions from feature arrays to PNG + numbers.
+
+Each plotting function takes arrays (numpy or torch, any device), writes one PNG (dpi 120, closed
+after saving) and returns the numbers it shows as plain Python floats, so a CLI can put them in a
+JSON file and in the tables of :func:`linear_eval.report.markdown.write_report`. Papers:
+
+- [001] MiOC, Fig. 5: t-SNE of the features with Davies-Bouldin / Calinski-Harabasz indices.
+- [002] SINCERE (arXiv 2309.14277), Table 1: cosine similarity of each test embedding to its
+  nearest same-class ("target") and other-class ("noise") training embedding.
+- [004] vMF kappa (probabilistic contrastive learning), Table 1: kappa falls as corruption
+  severity rises; kappa separates correct from wrong predictions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a display; must precede the pyplot import
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
+from scipy import stats  # noqa: E402
+from sklearn.manifold import TSNE  # noqa: E402
+from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score  # noqa: E402
+
+DPI = 120
+ArrayLike = Any  # numpy array, torch tensor or nested sequence
+
+
+def _np(x: ArrayLike, name: str, ndim: int, dtype: type = np.float64) -> np.ndarray:
+    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    a = a.astype(dtype) if dtype is not object else a
+    if a.ndim != ndim or a.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty {ndim}-D array, got shape {a.shape}")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise ValueError(f"{name} has NaN or inf entries; drop them before plotting")
+    return a
+
+
+def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    """A floating (N, F) tensor; a torch input keeps its device and dtype (GPU-sized banks)."""
+    t = x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, np.float64))
+    t = t if t.is_floating_point() else t.double()
+    if t.ndim != 2 or t.shape[0] == 0 or not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be a non-empty finite 2-D array, got shape {tuple(t.shape)}")
+    return t
+
+
+def _same_length(**arrays: np.ndarray) -> None:
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"one value per sample is needed, got lengths {lengths}")
+
+
+def _l2(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _save(fig: plt.Figure, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # "tight" keeps legends placed outside the axes inside the image
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
+
+def tsne_plot(
+    features: ArrayLike,
+    labels: ArrayLike,
+    path: str | Path,
+    title: str,
+    seed: int = 0,
+    max_points: int = 5000,
+    class_names: Sequence[str] | None = None,
+) -> dict[str, float]:
+    """2-D t-SNE of the L2-normalised features (N, F), coloured by label ([001] Fig. 5).
+
+    scikit-learn TSNE with PCA init and perplexity min(30, (n - 1) / 3); above ``max_points`` a
+    seeded random subset is embedded. Davies-Bouldin (lower = tighter clusters) and
+    Calinski-Harabasz (higher) are computed on all normalised features as in [001] (keys
+    ``davies_bouldin``, ``calinski_harabasz``) and on the plotted 2-D embedding (``*_tsne``).
+    """
+    x = _l2(_np(features, "features", 2))
+    y = _np(labels, "labels", 1, np.int64)
+    _same_length(features=x, labels=y)
+    classes = np.unique(y)
+    if not 2 <= len(classes) < len(y):
+        raise ValueError(f"DB/CH indices need 2 <= classes < samples, got {len(classes)}/{len(y)}")
+    idx = np.arange(len(y))
+    if len(y) > max_points:
+        idx = np.sort(np.random.default_rng(seed).choice(len(y), max_points, replace=False))
+    n = len(idx)
+    emb = TSNE(2, perplexity=min(30.0, (n - 1) / 3), init="pca", random_state=seed).fit_transform(
+        x[idx]
+    )
+    out = {
+        "davies_bouldin": davies_bouldin_score(x, y),
+        "calinski_harabasz": calinski_harabasz_score(x, y),
+    }
+    sub = y[idx]
+    if 2 <= len(np.unique(sub)) < n:
+        out |= {
+            "davies_bouldin_tsne": davies_bouldin_score(emb, sub),
+            "calinski_harabasz_tsne": calinski_harabasz_score(emb, sub),
+        }
+    out = {k: float(v) for k, v in out.items()} | {"n_points": len(y), "n_tsne_points": n}
+
+    fig, ax = plt.subplots(figsize=(7.5, 6))
+    cmap = plt.get_cmap(
+        "tab10" if len(classes) <= 10 else "tab20" if len(classes) <= 20 else "turbo"
+    )
+    for i, c in enumerate(classes):
+        m = sub == c
+        name = class_names[c] if class_names is not None else str(c)
+        color = cmap(i if len(classes) <= 20 else i / (len(classes) - 1))
+        ax.scatter(emb[m, 0], emb[m, 1], s=8, color=color, label=name, alpha=0.8, linewidths=0)
+    if len(classes) <= 30:
+        ax.legend(
+            title="class",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            markerscale=2,
+            fontsize=8,
+            ncol=1 if len(classes) <= 15 else 2,
+        )
+    else:  # a 100-entry legend is unreadable: a colour bar of the class index instead
+        norm = matplotlib.colors.Normalize(0, len(classes) - 1)
+        fig.colorbar(matplotlib.cm.ScalarMappable(norm, cmap), ax=ax, label="class (sorted index)")
+    ax.set(xlabel="t-SNE dimension 1", ylabel="t-SNE dimension 2")
+    ax.set_title(
+        f"{title}\nDB {out['davies_bouldin']:.3f}, CH {out['calinski_harabasz']:.1f} on the "
+        f"L2-normalised features (MiOC Fig. 5), not the 2-D map; n={len(y)}",
+        fontsize=9,
+    )
+    _save(fig, path)
+    return out
+
+
+def nn_margin_histograms(
+    train_features: ArrayLike,
+    train_labels: ArrayLike,
+    test_features: ArrayLike,
+    test_labels: ArrayLike,
+    path: str | Path,
+    chunk: int = 1024,
+) -> dict[str, float]:
+    """Nearest same-class ("target") vs nearest other-class ("noise") training similarity.
+
+    For each test embedding z and L2-normalised training bank B ([002] Table 1):
+    target = max_{b in B, y_b = y_z} cos(z, b), noise = max_{b in B, y_b != y_z} cos(z, b),
+    margin = target - noise. Returns the means and the fraction of samples with margin > 0.
+    """
+    tr = _tensor(train_features, "train_features")
+    te = _tensor(test_features, "test_features").to(tr)
+    ytr = torch.as_tensor(_np(train_labels, "train_labels", 1, np.int64), device=tr.device)
+    yte = torch.as_tensor(_np(test_labels, "test_labels", 1, np.int64), device=tr.device)
+    _same_length(train_features=tr, train_labels=ytr)
+    _same_length(test_features=te, test_labels=yte)
+    missing = set(yte.unique().tolist()) - set(ytr.unique().tolist())
+    if missing or len(ytr.unique()) < 2:
+        raise ValueError(
+            f"every test class needs training samples and the bank needs >= 2 classes; "
+            f"test classes absent from training: {sorted(missing)}"
+        )
+    tr, te = torch.nn.functional.normalize(tr, dim=1), torch.nn.functional.normalize(te, dim=1)
+    target, noise = [], []
+    for rows, y in zip(te.split(chunk), yte.split(chunk)):  # bounded (chunk, N) memory
+        sim = rows @ tr.T  # (c, N)
+        same = y[:, None] == ytr[None, :]  # (c, N)
+        target.append(sim.masked_fill(~same, -math.inf).amax(1))
+        noise.append(sim.masked_fill(same, -math.inf).amax(1))
+    t, n = torch.cat(target).double().cpu().numpy(), torch.cat(noise).double().cpu().numpy()
+    out = {
+        "mean_target": float(t.mean()),
+        "mean_noise": float(n.mean()),
+        "mean_margin": float((t - n).mean()),
+        "frac_positive_margin": float((t > n).mean()),
+        "n_test": len(t),
+    }
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bins = np.linspace(min(t.min(), n.min()), max(t.max(), n.max()), 41)
+    ax.hist(
+        t, bins, alpha=0.55, color="tab:blue", label=f"target (same class), mean {t.mean():.3f}"
+    )
+    ax.hist(n, bins, alpha=0.55, color="tab:red", label=f"noise (other class), mean {n.mean():.3f}")
+    ax.set(xlabel="cosine similarity to nearest training embedding", ylabel="test samples")
+    ax.set_title(
+        f"SINCERE Table 1 margin: mean {out['mean_margin']:.3f}, "
+        f"{100 * out['frac_positive_margin']:.1f}% of {len(t)} test samples positive",
+        fontsize=10,
+    )
+    ax.legend(loc="best")
+    _save(fig, path)
+    return out
+
+
+def kappa_histograms(kappa: ArrayLike, correct: ArrayLike, path: str | Path) -> dict[str, Any]:
+    """kappa of correctly vs wrongly classified samples, with a two-sided Mann-Whitney U test.
+
+    ``u`` is U of the correct group (scipy's convention), ``effect_size`` = U / (n_c * n_w) =
+    P(kappa_correct > kappa_wrong) + P(tie) / 2. With an empty group there is no test: ``u`` and
+    ``p_value`` are None and ``note`` says why.
+    """
+    k = _np(kappa, "kappa", 1)
+    ok = _np(correct, "correct", 1, bool)
+    _same_length(kappa=k, correct=ok)
+    kc, kw = k[ok], k[~ok]
+    out: dict[str, Any] = {
+        "n_correct": len(kc),
+        "n_wrong": len(kw),
+        "mean_correct": float(kc.mean()) if len(kc) else None,
+        "mean_wrong": float(kw.mean()) if len(kw) else None,
+        "u": None,
+        "p_value": None,
+        "effect_size": None,
+    }
+    if len(kc) and len(kw):
+        res = stats.mannwhitneyu(kc, kw, alternative="two-sided")
+        u = float(res.statistic)
+        out |= {"u": u, "p_value": float(res.pvalue), "effect_size": u / (len(kc) * len(kw))}
+    else:
+        out["note"] = f"no {'wrongly' if len(kc) else 'correctly'} classified samples: no test"
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bins = np.linspace(k.min(), k.max() + (k.max() == k.min()), 41)
+    for group, color, name in ((kc, "tab:green", "correct"), (kw, "tab:red", "wrong")):
+        if len(group):
+            ax.hist(
+                group,
+                bins,
+                density=True,
+                alpha=0.55,
+                color=color,
+                label=f"{name} (n={len(group)}, mean {group.mean():.3g})",
+            )
+            ax.axvline(group.mean(), color=color, linestyle="--", linewidth=1)
+    test = (
+        f"Mann-Whitney U={out['u']:.6g}, p={out['p_value']:.3g}"
+        if out["u"] is not None
+        else out["note"]
+    )
+    ax.set(xlabel="κ (vMF concentration)", ylabel="density")
+    ax.set_title(f"κ of correct vs wrong predictions; {test}", fontsize=10)
+    ax.legend(loc="best")
+    _save(fig, path)
+    return out
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    with warnings.catch_warnings():  # constant input: rho is NaN, reported as such
+        warnings.simplefilter("ignore")
+        res = stats.spearmanr(a, b)
+    return float(res.statistic), float(res.pvalue)
+
+
+def _per_severity(sev: np.ndarray, k: np.ndarray) -> tuple[dict[int, float], dict[int, float]]:
+    levels = np.unique(sev)
+    return (
+        {int(s): float(k[sev == s].mean()) for s in levels},
+        {int(s): float(k[sev == s].std()) for s in levels},
+    )
+
+
+def kappa_vs_severity(
+    severity: ArrayLike, kappa: ArrayLike, path: str | Path, kinds: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Mean kappa (± population std) per corruption severity (0 = clean .. 5), [004] Table 1.
+
+    Spearman rho between kappa and severity over samples, overall and per corruption kind. The
+    clean samples (severity 0) belong to every kind, whatever their entry in ``kinds``, so each
+    kind's curve and rho start from the same clean set.
+    """
+    s = _np(severity, "severity", 1, np.int64)
+    k = _np(kappa, "kappa", 1)
+    _same_length(severity=s, kappa=k)
+    if s.min() < 0 or s.max() > 5:
+        raise ValueError(f"severity must be in 0..5 (0 = clean), got {s.min()}..{s.max()}")
+    rho, p = _spearman(k, s)
+    mean, std = _per_severity(s, k)
+    out: dict[str, Any] = {"spearman_rho": rho, "spearman_p": p, "n": len(s)}
+    out |= {"mean_kappa_per_severity": mean, "std_kappa_per_severity": std, "per_kind": {}}
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    if kinds is not None:
+        kd = _np(kinds, "kinds", 1, object).astype(str)
+        _same_length(severity=s, kinds=kd)
+        names = sorted(str(n) for n in set(kd[s > 0]))
+        colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+        for name, color in zip(names, colors * (len(names) // len(colors) + 1)):
+            m = (kd == name) | (s == 0)
+            r, pk = _spearman(k[m], s[m])
+            mk, sk = _per_severity(s[m], k[m])
+            out["per_kind"][name] = {"spearman_rho": r, "spearman_p": pk, "n": int(m.sum())}
+            out["per_kind"][name] |= {"mean_kappa_per_severity": mk, "std_kappa_per_severity": sk}
+            ax.errorbar(
+                list(mk),
+                list(mk.values()),
+                yerr=list(sk.values()) if len(names) <= 4 else None,  # 15 bars are clutter
+                color=color,
+                marker="o",
+                ms=3,
+                capsize=2,
+                linewidth=1,
+                alpha=0.8,
+                label=f"{name} (ρ={r:.2f})",
+            )
+    ax.errorbar(
+        list(mean),
+        list(mean.values()),
+        yerr=list(std.values()),
+        color="black",
+        marker="s",
+        linewidth=2.5,
+        capsize=3,
+        label=f"all (ρ={rho:.2f})",
+    )
+    ax.set_xticks(range(6))
+    ax.set(xlabel="corruption severity (0 = clean)", ylabel="mean κ (± std over samples)")
+    bars = "std bars on 'all' only" if len(out["per_kind"]) > 4 else "bars: std"
+    ax.set_title(
+        f"κ vs corruption severity: Spearman ρ={rho:.3f} (p={p:.2g}), n={len(s)}; {bars}",
+        fontsize=10,
+    )
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    _save(fig, path)
+    return out
+
+
+def read_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``, last one kept per (kind, global_step); a line cut by a
+    hard kill is skipped. Raises ValueError if the file is missing or holds no records."""
+    p = Path(metrics_path)
+    if not p.is_file():
+        raise ValueError(f"{p} does not exist; pass RUN/metrics.jsonl of a pretraining run")
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    for line in p.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(r, dict) and r.get("kind") in ("step", "epoch") and "global_step" in r:
+            records[(r["kind"], r["global_step"])] = r
+    if not records:
+        raise ValueError(f"{p} has no step or epoch records; has the run logged a step yet?")
+    return sorted(records.values(), key=lambda r: (r["global_step"], r["kind"] == "epoch"))
+
+
+def learning_curves(metrics_path: str | Path, path: str | Path) -> dict[str, Any]:
+    """Training loss per logged step and per epoch (mean), and kNN top-1 per evaluated epoch.
+
+    x is the epoch: fractional for step lines, the number of finished epochs for epoch lines.
+    ``final_loss`` is the last epoch mean (the last step loss if no epoch finished).
+    """
+    recs = read_metrics(metrics_path)
+    steps = [r for r in recs if r["kind"] == "step"]
+    epochs = [r for r in recs if r["kind"] == "epoch"]
+    knn = [r for r in epochs if isinstance(r.get("knn_top1"), (int, float))]
+    knn = [r for r in knn if math.isfinite(r["knn_top1"])]
+    best = max(knn, key=lambda r: r["knn_top1"], default=None)
+    out: dict[str, Any] = {
+        "final_step_loss": steps[-1]["loss"] if steps else None,
+        "final_epoch_loss": epochs[-1]["loss"] if epochs else None,
+        "best_knn_top1": best["knn_top1"] if best else None,
+        "best_knn_epoch": best["epoch"] if best else None,
+        "last_knn_top1": knn[-1]["knn_top1"] if knn else None,
+        "last_knn_epoch": knn[-1]["epoch"] if knn else None,
+        "num_steps_logged": len(steps),
+        "num_epochs": len(epochs),
+    }
+    out["final_loss"] = out["final_epoch_loss"] if epochs else out["final_step_loss"]
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6), sharex=True)
+    if steps:
+        top.plot(
+            [r["epoch"] for r in steps],
+            [r["loss"] for r in steps],
+            linewidth=0.8,
+            alpha=0.7,
+            color="tab:blue",
+            label="per logged step",
+        )
+    if epochs:
+        top.plot(
+            [r["epoch"] for r in epochs],
+            [r["loss"] for r in epochs],
+            "o-",
+            color="tab:orange",
+            markersize=3,
+            label="epoch mean",
+        )
+    last = "last epoch mean" if epochs else "last logged step"
+    top.set(ylabel="training loss", title=f"final loss {out['final_loss']:.4g} ({last})")
+    top.legend(loc="best")
+    if knn:
+        bottom.plot(
+            [r["epoch"] for r in knn],
+            [r["knn_top1"] for r in knn],
+            "o-",
+            color="tab:green",
+            markersize=3,
+            label=f"kNN top-1 (best {best['knn_top1']:.2f} at epoch "
+            f"{best['epoch']}, last {knn[-1]['knn_top1']:.2f})",
+        )
+        bottom.legend(loc="best")
+    else:
+        bottom.text(
+            0.5,
+            0.5,
+            "no kNN evaluation in this run",
+            ha="center",
+            va="center",
+            transform=bottom.transAxes,
+        )
+    bottom.set(xlabel="epoch", ylabel="kNN top-1 (%)")
+    _save(fig, path)
+    return out
+
+
+def _draws(table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]]) -> dict[int, list]:
+    if isinstance(table, Mapping):
+        return {int(n): [float(a) for a in accs] for n, accs in table.items()}
+    draws: dict[int, list] = {}
+    for row in table:
+        if "labels_per_class" not in row or not ({"accuracy", "accuracies"} & set(row)):
+            raise ValueError(f"a row needs labels_per_class and accuracy or accuracies: {row}")
+        accs = row["accuracies"] if "accuracies" in row else [row["accuracy"]]
+        draws.setdefault(int(row["labels_per_class"]), []).extend(float(a) for a in accs)
+    return draws
+
+
+def limited_labels_plot(
+    table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]],
+    path: str | Path,
+    title: str = "linear probe with few labels",
+) -> dict[int, dict[str, float]]:
+    """Mean ± sample std (ddof 1; 0 for one draw) of accuracy over draws vs labels per class.
+
+    ``table`` is {labels_per_class: [accuracy of each draw]} or rows
+    {"labels_per_class": n, "accuracy": a} (one per draw) / {..., "accuracies": [a, ...]}.
+    """
+    draws = dict(sorted(_draws(table).items()))
+    if not draws or any(n < 1 or not accs for n, accs in draws.items()):
+        raise ValueError(f"need labels_per_class >= 1, each with >= 1 draw, got {draws}")
+    out = {
+        n: {
+            "mean": float(np.mean(a)),
+            "std": float(np.std(a, ddof=1)) if len(a) > 1 else 0.0,
+            "draws": len(a),
+        }
+        for n, a in draws.items()
+    }
+    ns = list(out)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.errorbar(
+        ns,
+        [v["mean"] for v in out.values()],
+        yerr=[v["std"] for v in out.values()],
+        marker="o",
+        capsize=3,
+        label="mean ± std over draws",
+    )
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(ns))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set(xlabel="labelled samples per class (log scale)", ylabel="accuracy", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    _save(fig, path)
+    return out
+
+
+def auroc_bar_plot(
+    per_class: Mapping[Any, float] | Sequence[float], path: str | Path, title: str
+) -> dict[str, Any]:
+    """One bar per normal class of the one-class AUROC, with the mean as a dashed line."""
+    items = list(per_class.items() if isinstance(per_class, Mapping) else enumerate(per_class))
+    names = [str(c) for c, _ in items]
+    v = _np([a for _, a in items], "per_class AUROC", 1)
+    mean = float(v.mean())
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(v) + 2), 4.5))
+    bars = ax.bar(range(len(v)), v, color="tab:blue", label="per class")
+    ax.axhline(mean, color="tab:red", linestyle="--", label=f"mean {mean:.3f}")
+    if len(v) <= 20:  # a white box keeps a value readable where the mean line crosses it
+        for text in ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=2):
+            text.set(bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5}, zorder=3)
+    long_names = len(v) > 10 or max(map(len, names)) > 5  # would overlap when horizontal
+    tilt = {"rotation": 45, "ha": "right"} if long_names else {}
+    ax.set_xticks(range(len(v)), names, **tilt)
+    ax.set_ylim(min(0.5, v.min() - 0.05), max(1.0, v.max()) * 1.06)
+    ax.set(xlabel="normal class (one-class setting)", ylabel="AUROC", title=title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(fig, path)
+    return {
+        "mean": mean,
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "per_class": dict(zip(names, v.tolist())),
+    }

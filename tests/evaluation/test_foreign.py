@@ -1,0 +1,58 @@
+"""Weights made elsewhere: a MoCo v2 ``.pth.tar`` layout and a torchvision state dict, built
+here from a negmine checkpoint, give the same kNN results as that checkpoint; unmatched keys are
+named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fakeckpt import make_checkpoint
+
+from linear_eval.__main__ import main
+from pretrain import checkpoint
+
+R18 = ["model.arch=resnet18", "model.cifar_stem=false"]
+SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num_workers=0"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    base = tmp_path_factory.mktemp("foreign")
+    ckpt = make_checkpoint(base / "run", *R18)
+    model = checkpoint.load(ckpt)["model"]
+    pre = "encoder_q.backbone."
+    bb = {k[len(pre) :]: v for k, v in model.items() if k.startswith(pre)}
+    moco = {f"module.encoder_q.{k}": v for k, v in bb.items()}
+    moco |= {"module.encoder_q.fc.0.weight": torch.zeros(4, 512), "module.queue": torch.zeros(2)}
+    torch.save({"state_dict": moco, "arch": "resnet18", "epoch": 800}, base / "moco.pth.tar")
+    torch.save(bb | {"fc.weight": torch.zeros(10, 512)}, base / "tv.pth")
+    broken = dict(bb)
+    del broken["layer3.0.bn2.running_var"]
+    torch.save(broken, base / "broken.pth")
+    torch.save({"weights": bb}, base / "odd.pth")
+    return base, ckpt
+
+
+def _knn(capsys, *args) -> dict:
+    assert main(["knn", "--presets", "cifar", "--no-cache", *args]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_moco_and_torchvision_layouts_equal_the_negmine_checkpoint(files, capsys):
+    base, ckpt = files
+    ours = _knn(capsys, "--ckpt", str(ckpt))
+    for name in ("moco.pth.tar", "tv.pth"):
+        got = _knn(capsys, "--ckpt", str(base / name), *SET)
+        assert got["variants"]["cifar"]["top1"] == ours["variants"]["cifar"]["top1"], name
+        assert (base / f"{name}.eval" / "eval" / "knn.json").is_file()
+
+
+def test_unmatched_keys_are_named(files, capsys):
+    base, _ = files
+    assert main(["knn", "--ckpt", str(base / "broken.pth"), "--no-cache", *SET]) == 1
+    assert "missing ['layer3.0.bn2.running_var']" in capsys.readouterr().err
+    assert main(["knn", "--ckpt", str(base / "odd.pth"), "--no-cache", *SET]) == 1
+    err = capsys.readouterr().err
+    assert "neither a negmine checkpoint nor a known layout" in err and "['weights']" in err
