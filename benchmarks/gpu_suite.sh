@@ -73,7 +73,7 @@ if [ "$DEVICE" = cuda ]; then
 else
   note "skip: --sync-debug error (CUDA only)"
 fi
-if has_flag benchmarks/step.py --all-strategies; then STEP_FLAGS+=(--all-strategies); fi
+if [ "$DEVICE" = cuda ] && has_flag benchmarks/step.py --all-strategies; then STEP_FLAGS+=(--all-strategies); fi  # CPU smoke: none/mioc/mochi
 bench benchmarks/step.py "${STEP_FLAGS[@]}"
 bench benchmarks/ocsvm.py
 bench benchmarks/input.py

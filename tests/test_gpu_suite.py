@@ -24,6 +24,8 @@ def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
     assert "## GPU suite" in text and "on cpu" in text
     assert "skip: cuda-marked tests (no CUDA device)" in proc.stdout
     assert "skip: --sync-debug error (CUDA only)" in proc.stdout
-    for script in ("step.py", "ocsvm.py", "input.py"):  # each ran, or was skipped with a note
-        assert f"benchmarks/{script}" in proc.stdout
+    for script in ("step.py", "ocsvm.py", "input.py"):  # each ran with the convention's flags
+        assert f"benchmarks/{script}" in proc.stdout and f"{script}: skipped" not in text
+    assert "### step time" in text and "OC-SVM fit and scoring" in text  # their tables landed
+    assert "## Input pipeline" in text
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == default  # --results was obeyed
