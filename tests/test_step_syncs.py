@@ -56,9 +56,8 @@ def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
 
 
 def test_readme_sync_table_matches_the_documented_counts():
-    """README's table (README_gpu.md until merged) lists each objective's and strategy's count."""
-    text = "\n".join(p.read_text() for p in (ROOT / "README.md", ROOT / "README_gpu.md")
-                     if p.exists())  # fmt: skip
+    """README's table lists each objective's and strategy's count."""
+    text = (ROOT / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z_+]+)` \| ([^|]+?) \|", text, flags=re.M))
     for name, (count, _) in sync_table.OBJECTIVE_SYNCS.items():
         assert rows.get(name) == str(count), (name, rows.get(name))
