@@ -106,6 +106,9 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     knn_every: int = 10  # epochs between kNN monitor runs; 0 = never (the last epoch always runs)
+    online_probe: bool = False  # a stop-gradient linear probe trained during pretraining on the
+    # backbone features (labels needed); logs online_train_top1 / online_test_top1 every epoch
+    online_probe_lr: float = 0.1  # its SGD lr (momentum 0.9, no weight decay, constant)
     knn_k: int = 200  # InstDisc / MoCo CIFAR demo
     knn_temperature: float = 0.1
     batch_size: int = 256  # feature extraction batch
@@ -370,6 +373,7 @@ def validate(cfg: Config) -> None:
         ),
         ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
+        ("eval.online_probe_lr", cfg.eval.online_probe_lr > 0, "must be positive"),
         (
             "model.sync_bn",
             not (cfg.model.sync_bn and cfg.model.bn_splits > 1),

@@ -23,6 +23,7 @@ from pretrain import build, checkpoint, config, cores, dist, imagefiles, knn, wo
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
+from pretrain.online_probe import OnlineProbe
 from pretrain.progress import Progress
 from pretrain.schedules import learning_rate
 
@@ -76,6 +77,7 @@ class Run:
     data: build.Data
     log: MetricsLog
     state: State
+    probe: OnlineProbe | None = None  # eval.online_probe
 
     @property
     def run_dir(self) -> Path:
@@ -162,6 +164,11 @@ def train_step(
     step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
                        run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
     loss = run.criterion(step)
+    if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
+        feats = run.probe.features
+        if run.cfg.loss.symmetric:
+            feats = split_views(feats, run.cfg.model.bn_splits)[0]
+        run.probe.train_step(feats, y)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
@@ -301,6 +308,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "rng": checkpoint.rng_state(),
         "world_size": dist.world_size(),  # checked on resume (pretrain/world.py)
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
+        **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
     }
 
 
@@ -322,6 +330,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     saved = config.from_dict(raw, source="the checkpoint's config")  # older runs: per-sample path
     changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
     refused = [k for k in changed if not k.startswith(RESUMABLE_CHANGES)]
+    refused += [k for k in changed if k == "eval.online_probe"]  # its state is in the run
     problem = world.resume_problem(saved, state.get("world_size"), run.cfg, dist.world_size())
     if problem:
         raise ConfigError(f"{run.run_dir}: {problem}")
@@ -335,6 +344,8 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
     checkpoint.load_module(run.criterion, state.get("objective", {}), "objective")
+    if run.probe is not None:
+        run.probe.load_checkpoint_state(state["online_probe"])
     try:
         run.optimizer.load_state_dict(state["optimizer"])
         checkpoint.load_scaler(run.scaler, state["scaler"])
@@ -414,7 +425,24 @@ def setup(cfg: Config) -> Run:
         data,
         MetricsLog(cfg.out_dir),
         state,
+        online_probe(cfg, moco, data.num_classes, device),
     )
+
+
+def online_probe(
+    cfg: Config, moco: torch.nn.Module, num_classes: int, device: torch.device
+) -> OnlineProbe | None:
+    """``eval.online_probe``: the probe on the query backbone (hooked after the key encoder was
+    copied, so the key encoder carries no hook); same initial weights on every rank."""
+    if not cfg.eval.online_probe:
+        return None
+    backbone = moco.encoder_q.backbone
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        probe = OnlineProbe(feature_dim=backbone.feature_dim, num_classes=num_classes,
+                            lr=cfg.eval.online_probe_lr).to(device)  # fmt: skip
+    probe.attach(backbone)
+    return probe
 
 
 def announce(run: Run, resumed: bool) -> None:
@@ -538,6 +566,15 @@ def end_of_epoch(run: Run, seconds: float) -> dict[str, Any]:
         "loss": st.loss_sum.item() / run.info["steps_per_epoch"],
         "epoch_time_s": seconds,
     }
+    if run.probe is not None:  # "online": not the offline linear probe of linear_eval
+        record["online_train_top1"] = run.probe.take_train_top1()  # rank 0's shard
+        if dist.is_main():
+            feats, labels = knn.extract(run.moco.encoder_q.backbone, run.data.test_loader,
+                                        run.device)  # fmt: skip
+            record["online_test_top1"] = run.probe.top1(feats, labels)
+        else:
+            record["online_test_top1"] = math.nan
+        dist.barrier()
     every = cfg.eval.knn_every
     if epoch == cfg.train.epochs or (every > 0 and epoch % every == 0):
         if dist.is_main():
