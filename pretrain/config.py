@@ -82,7 +82,8 @@ class TrainConfig:
     weight_decay: float = 1e-4
     sgd_momentum: float = 0.9
     wd_exclude_bias_and_norm: bool = False  # MoCo decays every parameter
-    amp: str = "bf16"  # bf16 | fp16 | off (CUDA only; CPU runs in fp32)
+    amp: str = "auto"  # encoders' autocast: auto (bf16 on CUDA and on bf16-capable CPUs) | bf16
+    # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32 (pretrain/precision.py)
     channels_last: bool = True  # CUDA only
     deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
     log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
@@ -140,7 +141,7 @@ CHOICES = {
     "data.name": ("digits", "cifar10", "cifar100", "stl10", "imagefolder", "imagenet100"),
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
     "train.lr_schedule": ("cosine", "step"),
-    "train.amp": ("bf16", "fp16", "off"),
+    "train.amp": ("auto", "bf16", "fp16", "off"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
 

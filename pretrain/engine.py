@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, dist, knn
+from pretrain import build, checkpoint, config, dist, knn, precision
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
@@ -76,10 +76,8 @@ class Run:
         return Path(self.cfg.out_dir)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.device.type != "cuda" or self.cfg.train.amp == "off":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.train.amp == "bf16" else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
+        """The encoders' autocast (``train.amp``, CPU or CUDA); see :mod:`pretrain.precision`."""
+        return precision.autocast(self.device, precision.amp_dtype(self.cfg.train.amp, self.device))
 
 
 def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
@@ -116,7 +114,7 @@ def train_step(
     if run.cfg.train.channels_last and run.device.type == "cuda":
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
-    with run.autocast():
+    with run.autocast():  # the encoders only: negatives, logits and loss run in float32
         if run.cfg.loss.symmetric:  # both views through the query encoder in one batch (SupCon)
             splits = run.cfg.model.bn_splits
             z, kappa = run.query(pair_views(x1, x2, splits), with_kappa=True)  # (2N, D)
@@ -125,17 +123,20 @@ def train_step(
             q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
             q2 = kappa_q2 = None
         k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
-        k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
-        if run.strategy.needs_global_batch:
-            seen = dist.gather(q.detach()), k_all, y_all
-        else:
-            seen = q.detach(), k, y
-        extra = run.strategy.negatives(
-            seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
-        )
-        step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
-                           run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
-        loss = run.criterion(step)
+    q, q2, k, kappa_q, kappa_q2, kappa_k = map(
+        precision.full, (q, q2, k, kappa_q, kappa_q2, kappa_k)
+    )  # float32 from here
+    k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
+    if run.strategy.needs_global_batch:
+        seen = dist.gather(q.detach()), k_all, y_all
+    else:
+        seen = q.detach(), k, y
+    extra = run.strategy.negatives(
+        seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
+    )
+    step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
+                       run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
+    loss = run.criterion(step)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
@@ -311,6 +312,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 
 def setup(cfg: Config) -> Run:
     device = dist.init_from_env()
+    precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
