@@ -85,6 +85,9 @@ class TrainConfig:
     amp: str = "auto"  # encoders' autocast: auto (bf16 on CUDA and on bf16-capable CPUs) | bf16
     # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32 (pretrain/precision.py)
     channels_last: bool = True  # CUDA only
+    threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/threads.py: 1 on a
+    # share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
+    compile: bool = False  # torch.compile the encoders' forward (modules and state dicts unchanged)
     deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
     log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt
@@ -306,6 +309,7 @@ def validate(cfg: Config) -> None:
         ),
         ("train.log_every", cfg.train.log_every > 0, "must be positive"),
         ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
+        ("train.threads", cfg.train.threads >= 0, "must be >= 0 (0 = automatic)"),
         ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
         (
             "model.bn_splits",

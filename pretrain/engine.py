@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, dist, knn, precision
+from pretrain import build, checkpoint, config, dist, knn, precision, threads
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = (
     "train.ckpt_every",
     "train.keep_every",
     "train.max_requeues",
+    "train.threads",
     "eval.",
 )
 
@@ -313,6 +314,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 def setup(cfg: Config) -> Run:
     device = dist.init_from_env()
     precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
+    threads.configure(cfg.train.threads, device)  # this rank's share of the cores
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
