@@ -166,6 +166,8 @@ def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
         "cifar10_moco.yaml": [f"data.root={root}", *quick],
     }
     names = [n for n in PRECISION if args.device == "cpu" or "channels_last" not in n]
+    if args.settings:
+        names = ["fp32 eager", *(n for n in args.settings.split(",") if n != "fp32 eager")]
     for cfg_name, sized in models.items():
         settings = {}
         for name in names:
@@ -189,6 +191,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny models, few steps (CI)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--sync-debug", choices=("off", "error"), default="off")
+    p.add_argument("--settings", default="", help="precision mode: comma list (default: all)")
     p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
     p.add_argument("--no-record", action="store_true", help="print only")
     p.add_argument("overrides", nargs="*")
