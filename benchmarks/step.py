@@ -1,155 +1,226 @@
-"""Training-step time of the negative strategies on one model and one batch.
+"""Training-step time and peak memory: the negative strategies, and the precision/compile settings.
 
-    python benchmarks/step.py [--cfg digits_moco.yaml] [--steps 20] [override ...]
-    python benchmarks/step.py --device cuda --sync-debug error --all-strategies   # GPU suite
-    python benchmarks/step.py --quick --no-record                                # smoke (CI)
+    python benchmarks/step.py [--mode strategies|precision|all] [--quick] [--device cpu|cuda]
+        [--sync-debug error] [--results PATH] [--no-record] [--cfg digits_moco.yaml] [override ...]
 
-With ``--sync-debug error`` on CUDA the timed steps run under
-``torch.cuda.set_sync_debug_mode("error")`` for every strategy whose documented host-sync count is
-0 (tests/sync_table.py), and under "warn" for the others (MiOC's OC-SVM checks once per chunk).
+``strategies`` (default): every registered negative strategy on ``--cfg`` (digits sizes on the
+digits configs), ratio to ``none``. ``precision``: on the digits model (``digits_moco.yaml``) and
+the CIFAR-10 model (``cifar10_moco.yaml``: ResNet-18, CIFAR stem, batch 512, K 4096; on a tiny
+CIFAR-10 written in its true format by tests/fakedata.py), the full training step (both
+encoders, loss, queue) in fp32 eager, fp32 + channels_last, bf16 autocast, bf16 + channels_last,
+compile, compile + bf16; ratio to fp32 eager. Every setting of a table is built once (same seed,
+model and batch) and timed round-robin, so drift of a shared machine hits them alike.
 
-Builds the run of ``--cfg`` once per strategy (same seed, so the same model and batch), then times
-``engine.train_step`` past every strategy's warm-up, interleaving the strategies round by round so
-that drift of the machine hits all of them alike. Prints a table (median and p90 step time, ratio
-to ``none``) and appends it, with the machine and date, to benchmarks/RESULTS.md.
+Peak memory per step: CUDA ``torch.cuda.max_memory_allocated`` (reset per setting) minus the
+allocation before the steps; CPU the peak resident set (VmHWM of /proc/self/status, reset through
+/proc/self/clear_refs before each setting's steps) above the resident set before them.
+
+``--sync-debug error``: on CUDA the timed steps run under torch.cuda.set_sync_debug_mode("error")
+(a host-device sync raises); on the CPU there is nothing to raise on: a no-op, said in the output.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import platform
+import math
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-import negatives
-from pretrain import config, engine
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sync_table import STRATEGY_SYNCS  # noqa: E402
+import negatives  # noqa: E402
+from benchmarks.results_md import record_table  # noqa: E402
+from pretrain import config, engine  # noqa: E402
 
-STRATEGIES = {
-    "none": [],
-    "mioc": ["negatives.name=mioc"],
-    "mochi": ["negatives.name=mochi"],
+DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
+    "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
+    "mochi": "{num_hard: 64, num_mix: 32, num_query_mix: 16}",
+    "modified_mochi": "{num_hard: 64, num_mix: 32, num_query_mix: 16}",
 }
-DIGITS_KWARGS = {  # the digits configs' sizes, so that all of them run on the 256-key queue
-    "mioc": ["negatives.kwargs={num_synthetic: 64, num_inlier_synthetic: 32}"],
-    "mochi": ["negatives.kwargs={num_hard: 64, num_mix: 32, num_query_mix: 16}"],
-    "modified_mochi": ["negatives.kwargs={num_hard: 64, num_mix: 32, num_query_mix: 16}"],
+PRECISION = {  # name: (overrides, channels_last)
+    "fp32 eager": (["train.amp='off'"], False),
+    "fp32 channels_last": (["train.amp='off'"], True),
+    "bf16": (["train.amp=bf16"], False),
+    "bf16 channels_last": (["train.amp=bf16"], True),
+    "compile": (["train.amp='off'", "train.compile=true"], False),
+    "compile + bf16": (["train.amp=bf16", "train.compile=true"], False),
 }
-EXTRA_KWARGS = {"outliers": ["negatives.kwargs={ratio: 0.5}"]}  # rotations of the batch
 
 
-def sync_mode(name: str, wanted: str) -> contextlib.AbstractContextManager:
-    """``torch.cuda.set_sync_debug_mode`` for a strategy's timed steps (CUDA only)."""
-    if wanted == "off" or not torch.cuda.is_available():
-        return contextlib.nullcontext()
-    mode = wanted if STRATEGY_SYNCS.get(name, ("?",))[0] == "0" else "warn"
-
-    @contextlib.contextmanager
-    def scope():  # noqa: ANN202
-        before = torch.cuda.get_sync_debug_mode()
-        torch.cuda.set_sync_debug_mode(mode)
-        try:
-            yield
-        finally:
-            torch.cuda.set_sync_debug_mode(before)
-
-    return scope()
+def rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    return (f"{cpu}, {torch.get_num_threads()} threads, {dev}, torch {torch.__version__}, "
-            f"python {platform.python_version()}")  # fmt: skip
+class PeakMemory:
+    """Peak bytes above the start while open (see the module docstring for what is measured)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.peak = device, 0
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            with contextlib.suppress(OSError):
+                Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            self.base = rss_kib("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.peak = rss_kib("VmHWM") * 1024 - self.base
+
+
+def build(cfg_name: str, overrides: list[str], device: str, channels_last: bool = False):
+    cfg = config.load(cfg_name, overrides)
+    run = engine.setup(cfg)
+    if run.device.type != device:
+        sys.exit(f"--device {device} but the run is on {run.device}")
+    run.moco.train()
+    x1, x2, y, _ = next(iter(run.data.train_loader))
+    x1, x2, y = (t.to(run.device) for t in (x1, x2, y))
+    if channels_last and run.device.type == "cpu":  # the trainer does this on CUDA only
+        run.moco.to(memory_format=torch.channels_last)
+        x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+    return run, (x1, x2, y)
+
+
+def time_settings(settings: dict, args: argparse.Namespace) -> dict[str, tuple[float, float, int]]:
+    """Round-robin timing; returns name -> (median s, p90 s, peak bytes)."""
+    dev = next(iter(settings.values()))[0].device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    debug = args.sync_debug == "error" and dev.type == "cuda"
+    times: dict[str, list[float]] = {n: [] for n in settings}
+    peaks = dict.fromkeys(settings, 0)
+    for r in range(args.warmup_steps + args.steps):
+        for name, (run, batch) in settings.items():
+            with PeakMemory(dev) as mem:
+                sync()
+                if debug:
+                    torch.cuda.set_sync_debug_mode("error")
+                tic = time.perf_counter()
+                engine.train_step(run, *batch, 1e6)  # past every warm-up
+                if debug:
+                    torch.cuda.set_sync_debug_mode(0)
+                sync()
+            if r >= args.warmup_steps:
+                times[name].append(time.perf_counter() - tic)
+                peaks[name] = max(peaks[name], mem.peak)
+    out = {}
+    for name, ts in times.items():
+        out[name] = (statistics.median(ts), sorted(ts)[math.ceil(0.9 * (len(ts) - 1))], peaks[name])
+    return out
+
+
+def table(result: dict, base: str, what: str) -> list[str]:
+    rows = [
+        f"| {what} | median step ms | p90 ms | speed vs {base} | peak MiB |",
+        "|---|---|---|---|---|",
+    ]
+    for name, (med, p90, peak) in result.items():
+        rows.append(
+            f"| {name} | {1e3 * med:.1f} | {1e3 * p90:.1f} | {result[base][0] / med:.2f}x | "
+            f"{peak / 2**20:.1f} |"
+        )
+    return rows
+
+
+def strategies(args: argparse.Namespace, common: list[str]) -> list[str]:
+    settings = {}
+    for name in negatives.list_strategies():
+        extra = [f"negatives.name={name}"]
+        if args.cfg.startswith("digits") and name in DIGITS_KWARGS:
+            extra.append(f"negatives.kwargs={DIGITS_KWARGS[name]}")
+        settings[name] = build(args.cfg, [*common, *args.overrides, *extra], args.device)
+    res = time_settings(settings, args)
+    cfg = settings["none"][0].cfg
+    title = (f"{args.cfg} {' '.join(args.overrides)}: batch {cfg.train.batch_size}, "
+             f"K {cfg.moco.queue_size}, {cfg.model.arch}, amp {cfg.train.amp}")  # fmt: skip
+    return [f"strategies, {title}", "", *table(res, "none", "strategy"), ""]
+
+
+def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
+    from fakedata import write_cifar10
+
+    out = []
+    root = tempfile.mkdtemp(prefix="negmine_step_")
+    per_batch = 64 if args.quick else 1024  # 5 batches: 320 / 5120 training images
+    write_cifar10(Path(root), per_batch=per_batch, test=16)
+    quick = ["model.width=8", "train.batch_size=32", "moco.queue_size=64"] if args.quick else []
+    models = {
+        "digits_moco.yaml": quick,
+        "cifar10_moco.yaml": [f"data.root={root}", *quick],
+    }
+    names = [n for n in PRECISION if args.device == "cpu" or "channels_last" not in n]
+    if args.settings:
+        names = ["fp32 eager", *(n for n in args.settings.split(",") if n != "fp32 eager")]
+    for cfg_name, sized in models.items():
+        settings = {}
+        for name in names:
+            over, cl = PRECISION[name]
+            settings[name] = build(cfg_name, [*common, *sized, *over], args.device, cl)
+        res = time_settings(settings, args)
+        torch._dynamo.reset()
+        cfg = settings["fp32 eager"][0].cfg
+        title = (f"{cfg_name}: batch {cfg.train.batch_size}, K {cfg.moco.queue_size}, "
+                 f"{cfg.model.arch} width {cfg.model.width}")  # fmt: skip
+        out += [f"precision, {title}", "", *table(res, "fp32 eager", "setting"), ""]
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cfg", default="digits_moco.yaml")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per strategy")
+    p.add_argument("--mode", choices=("strategies", "precision", "all"), default="strategies")
+    p.add_argument("--cfg", default="digits_moco.yaml", help="strategies mode: the config")
+    p.add_argument("--steps", type=int, default=0, help="timed steps per setting")
     p.add_argument("--warmup-steps", type=int, default=3)
-    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if any")
-    p.add_argument("--all-strategies", action="store_true", help="every registered strategy")
-    p.add_argument("--sync-debug", choices=("off", "warn", "error"), default="off",
-                   help="CUDA: torch.cuda.set_sync_debug_mode for the timed steps")  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="3 steps after 1 warm-up (smoke)")
-    p.add_argument("--results", default=str(Path(__file__).parent / "RESULTS.md"))
+    p.add_argument("--quick", action="store_true", help="tiny models, few steps (CI)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--sync-debug", choices=("off", "error"), default="off")
+    p.add_argument("--settings", default="", help="precision mode: comma list (default: all)")
+    p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
     p.add_argument("--no-record", action="store_true", help="print only")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    if args.quick:
-        args.steps, args.warmup_steps = 3, 1
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device here")
-    if device == "cpu":
-        args.overrides = ["train.amp='off'", *args.overrides]  # a CPU run without CUDA autocast
-    names = negatives.list_strategies() if args.all_strategies else list(STRATEGIES)
-
-    runs, batches = {}, {}
-    for name in names:
-        extra = STRATEGIES.get(name, [f"negatives.name={name}"]) + EXTRA_KWARGS.get(name, [])
-        sized = DIGITS_KWARGS.get(name, []) if args.cfg.startswith("digits") else []
-        cfg = config.load(args.cfg, [*args.overrides, *extra, *sized, "out_dir=/tmp/negmine_bench"])
-        run = engine.setup(cfg)
-        if run.device.type != device:
-            sys.exit(f"the run is on {run.device}, not {device}")
-        run.moco.train()
-        batch = next(iter(run.data.train_loader))  # (x1, x2, y, index[, stage-2 params])
-        x1, x2, y, _, *rows = (t.to(run.device) for t in batch)
-        batches[name] = (x1, x2, y, *rows)
-        runs[name] = run
-    epoch = 1e6  # past every warm-up
-    times: dict[str, list[float]] = {n: [] for n in runs}
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for r in range(args.warmup_steps + args.steps):
-        for name, run in runs.items():
-            x1, x2, y, *rows = batches[name]
-            sync()
-            tic = time.perf_counter()
-            with sync_mode(name, args.sync_debug if r >= args.warmup_steps else "off"):
-                engine.train_step(run, x1, x2, y, epoch, *rows)
-            sync()
-            if r >= args.warmup_steps:
-                times[name].append(time.perf_counter() - tic)
-
-    base = statistics.median(times["none"])
-    rows = ["| strategy | median step (ms) | p90 (ms) | vs none |", "|---|---|---|---|"]
-    for name, ts in times.items():
-        med, p90 = statistics.median(ts), sorted(ts)[int(0.9 * (len(ts) - 1))]
-        rows.append(f"| {name} | {1e3 * med:.1f} | {1e3 * p90:.1f} | {med / base:.3f}x |")
-    cfg = runs["none"].cfg
-    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    debug = f"; sync debug mode {args.sync_debug}" if device == "cuda" else ""
-    head = (f"\n### step time, {args.cfg} {' '.join(args.overrides)} "
-            f"(batch {cfg.train.batch_size}, K {cfg.moco.queue_size}, {cfg.model.arch}, "
-            f"augment_on {cfg.data.augment_on}), {datetime.date.today()}\n\n{machine()}; "
-            f"{args.steps} steps after {args.warmup_steps} warm-up, strategies interleaved"
-            f"{debug}; load: {load}\n\n")  # fmt: skip
-    table = head + "\n".join(rows) + "\n"
-    print(table)
-    if args.no_record:
-        return
-    results = Path(args.results)
-    if not results.exists():
-        results.write_text("# Benchmark results\n\nAppended by the scripts in benchmarks/.\n")
-    with results.open("a") as f:
-        f.write(table)
+    args.steps = args.steps or (2 if args.quick else 20)
+    args.warmup_steps = 1 if args.quick else args.warmup_steps
+    common = ["out_dir=/tmp/negmine_bench", "data.num_workers=0", "train.progress_bar=false"]
+    if args.quick and args.mode != "precision":
+        args.overrides = ["model.width=8", "train.batch_size=32", *args.overrides]
+    lines = []
+    if args.mode in ("strategies", "all"):
+        lines += strategies(args, common)
+    if args.mode in ("precision", "all"):
+        lines += precision(args, common)
+    note = {
+        "off": "sync debug off",
+        "error": "timed steps under torch.cuda.set_sync_debug_mode('error')"
+        if args.device == "cuda"
+        else "--sync-debug error: no-op on the CPU (nothing to raise on)",
+    }[args.sync_debug]
+    lines += [
+        f"{args.steps} steps after {args.warmup_steps} warm-up, settings interleaved; {note}; "
+        + (
+            "peak = CUDA max_memory_allocated above the start"
+            if args.device == "cuda"
+            else "peak = resident set (VmHWM) above the start of the step"
+        )  # fmt: skip
+    ]
+    record_table("Training step", lines, args.results, not args.no_record, args.device)
 
 
 if __name__ == "__main__":

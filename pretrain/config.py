@@ -89,8 +89,12 @@ class TrainConfig:
     weight_decay: float = 1e-4
     sgd_momentum: float = 0.9
     wd_exclude_bias_and_norm: bool = False  # MoCo decays every parameter
-    amp: str = "bf16"  # bf16 | fp16 | off (CUDA only; CPU runs in fp32)
+    amp: str = "auto"  # encoders' autocast: auto (bf16 on CUDA and on bf16-capable CPUs) | bf16
+    # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32 (pretrain/precision.py)
     channels_last: bool = True  # CUDA only
+    threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/threads.py: 1 on a
+    # share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
+    compile: bool = False  # torch.compile the encoders' forward (modules and state dicts unchanged)
     deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
     log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt
@@ -154,7 +158,7 @@ CHOICES = {
     "data.name": ("digits", "cifar10", "cifar100", "stl10", "imagefolder", "imagenet100"),
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
     "train.lr_schedule": ("cosine", "step"),
-    "train.amp": ("bf16", "fp16", "off"),
+    "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
@@ -321,6 +325,7 @@ def validate(cfg: Config) -> None:
         ("train.log_every", cfg.train.log_every > 0, "must be positive"),
         ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
         ("train.dist_timeout_min", cfg.train.dist_timeout_min > 0, "must be positive"),
+        ("train.threads", cfg.train.threads >= 0, "must be >= 0 (0 = automatic)"),
         ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
         (
             "model.bn_splits",
@@ -374,6 +379,11 @@ def validate(cfg: Config) -> None:
         ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
         ("eval.online_probe_lr", cfg.eval.online_probe_lr > 0, "must be positive"),
+        (
+            "eval.online_probe",
+            not (cfg.eval.online_probe and cfg.train.compile),
+            "cannot be combined with train.compile (the probe reads the backbone through a hook)",
+        ),
         (
             "model.sync_bn",
             not (cfg.model.sync_bn and cfg.model.bn_splits > 1),

@@ -19,7 +19,18 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import build, checkpoint, config, cores, dist, imagefiles, knn, world
+from pretrain import (
+    build,
+    checkpoint,
+    config,
+    cores,
+    dist,
+    imagefiles,
+    knn,
+    precision,
+    threads,
+    world,
+)
 from pretrain.config import Config, ConfigError
 from pretrain.metrics_log import MetricsLog
 from pretrain.objectives import Objective, StepTensors
@@ -42,6 +53,8 @@ RESUMABLE_CHANGES = (
     "train.dist_timeout_min",
     "data.test_split",
     "data.skip_bad_images",
+    "train.threads",
+    "train.compile",
     "eval.",
 )
 
@@ -84,10 +97,8 @@ class Run:
         return Path(self.cfg.out_dir)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.device.type != "cuda" or self.cfg.train.amp == "off":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.cfg.train.amp == "bf16" else torch.float16
-        return torch.autocast("cuda", dtype=dtype)
+        """The encoders' autocast (``train.amp``, CPU or CUDA); see :mod:`pretrain.precision`."""
+        return precision.autocast(self.device, precision.amp_dtype(self.cfg.train.amp, self.device))
 
 
 def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
@@ -152,7 +163,9 @@ def train_step(
             q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
             q2 = kappa_q2 = None
         k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
-    q, q2, k, kappa_q, kappa_q2, kappa_k = map(as_float32, (q, q2, k, kappa_q, kappa_q2, kappa_k))
+    q, q2, k, kappa_q, kappa_q2, kappa_k = map(
+        precision.full, (q, q2, k, kappa_q, kappa_q2, kappa_k)
+    )  # float32 from here
     k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
     if run.strategy.needs_global_batch:
         seen = dist.gather(q.detach()), k_all, y_all
@@ -175,12 +188,6 @@ def train_step(
     run.scaler.update()
     run.queue.enqueue(k_all, y_all)  # after the logits (and backward); never synthetic points
     return loss
-
-
-def as_float32(t: torch.Tensor | None) -> torch.Tensor | None:
-    """Encoder outputs leave autocast as float32 (a no-op in fp32 runs): the queue, the
-    strategies' negatives (MiOC's OC-SVM, MoCHi's mixing) and every loss see float32 inputs."""
-    return t if t is None or t.dtype in (torch.float32, torch.float64) else t.float()
 
 
 def pair_views(x1: torch.Tensor, x2: torch.Tensor, splits: int) -> torch.Tensor:
@@ -377,6 +384,8 @@ def setup(cfg: Config) -> Run:
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     check_run_dir(cfg)  # every rank, before any data is read
+    precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
+    threads.configure(cfg.train.threads, device)  # this rank's share of the cores
     if cfg.train.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
@@ -396,6 +405,8 @@ def setup(cfg: Config) -> Run:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, info["train_size"]).to(device)
     strategy = build.strategy(cfg).to(device)
+    if cfg.train.compile:
+        compile_encoders(moco, dist.world_size())
     if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
         moco = torch.nn.SyncBatchNorm.convert_sync_batchnorm(moco)
         moco.shuffle_keys = False
@@ -443,6 +454,19 @@ def online_probe(
                             lr=cfg.eval.online_probe_lr).to(device)  # fmt: skip
     probe.attach(backbone)
     return probe
+
+
+def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
+    """``train.compile``: torch.compile both encoders' forward in place (``Module.compile``), so
+    the modules, their parameters (the momentum update) and state-dict keys are unchanged and
+    checkpoints move freely between compiled and eager runs."""
+    if world_size > 1:
+        raise ConfigError(
+            "train.compile=true is refused under DDP: compiled DDP splits the graph at gradient "
+            "buckets and has not been shown to equal one process here; set train.compile=false"
+        )
+    moco.encoder_q.compile()
+    moco.encoder_k.compile()
 
 
 def announce(run: Run, resumed: bool) -> None:

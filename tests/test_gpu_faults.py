@@ -4,7 +4,6 @@ exit after a finished run, world-size config rules, the stop signal in an epoch'
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import signal
 import subprocess
@@ -221,36 +220,3 @@ def test_finish_without_leaving_destroys_the_group_and_returns(monkeypatch):
     assert calls == ["barrier", "destroy"]
     dist.finish(130)
     assert calls[-1] == ("exit", 130)
-
-
-def test_autocast_covers_the_encoders_only_negatives_and_loss_in_float32(tmp_path, monkeypatch):
-    """Under autocast (CUDA's, emulated with CPU bf16 autocast) the encoders run in bf16, but the
-    strategy's negatives and the loss see float32 inputs and run outside autocast: recomputing the
-    loss in plain float32 from the tensors the objective received gives the same value."""
-    cfg = config.load(
-        "digits_mochi.yaml", [f"out_dir={tmp_path}", *TINY, "negatives.kwargs.warmup_epochs=0"]
-    )
-    run = engine.setup(cfg)
-    monkeypatch.setattr(type(run), "autocast", lambda self: torch.autocast("cpu", torch.bfloat16))
-    seen = {}
-    criterion, negatives = run.criterion, run.strategy.negatives
-
-    def spy_negatives(q, k, *rest):
-        seen["neg_inputs"] = (q.dtype, k.dtype, torch.is_autocast_enabled("cpu"))
-        return negatives(q, k, *rest)
-
-    def spy_criterion(step):
-        seen["step"] = dataclasses.replace(step, queue=step.queue.clone())  # enqueued in place
-        seen["in_autocast"] = torch.is_autocast_enabled("cpu")
-        return criterion(step)
-
-    monkeypatch.setattr(run.strategy, "negatives", spy_negatives)
-    run.criterion = spy_criterion
-    x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    loss = engine.train_step(run, x1, x2, y, 1.0, *rows)
-    step = seen["step"]
-    assert seen["neg_inputs"] == (torch.float32, torch.float32, False)
-    assert not seen["in_autocast"] and loss.dtype == torch.float32
-    assert step.q.dtype == step.k.dtype == torch.float32
-    assert step.extra.per_query is not None and step.extra.per_query.dtype == torch.float32
-    torch.testing.assert_close(criterion(step).detach(), loss.detach(), rtol=0, atol=0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import torch
 from linear_eval.detect.detectors import ViewSet
 from linear_eval.inputs import features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
+from pretrain import threads as pretrain_threads
 
 
 @dataclass(frozen=True)
@@ -31,24 +31,21 @@ class Options:
     overrides: tuple[str, ...] = ()  # dotted overrides of that config
 
 
-SMALL_CPU = 4  # cores; at or below this the CLI runs torch on one thread by default
+SMALL_CPU = pretrain_threads.SMALL_SHARE  # cores; at or below this: one torch thread by default
 
 
 def configure_threads(threads: int | None, device: str | None) -> int:
-    """Set torch's intra-op threads; None = one thread on a CPU run with <= 4 cores, else torch's
-    default. Returns the number in use.
+    """Set torch's intra-op threads (:func:`pretrain.threads.configure`: ``threads`` if given,
+    else this process's share of its cores, one thread on a share of <= 4 cores). Returns the
+    number in use.
 
     Why: on a small CPU shared with other jobs, intra-op threads cost far more than they give on
     these small matrices (``all`` on the digits checkpoint, 2 cores at load ~4: 50 s with one
     thread, 3 min with two)."""
-    if threads is None:
-        on_cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cpu")
-        if on_cpu and (os.cpu_count() or 1) <= SMALL_CPU:
-            threads = 1
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {threads}")
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    pretrain_threads.configure(threads or 0, "cpu" if dev.startswith("cpu") else "cuda")
     return torch.get_num_threads()
 
 
