@@ -85,13 +85,13 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     counts, solver, where = [], [], []
-    for i, (x1, x2, y, _) in enumerate(run.data.train_loader):
+    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         if i == WARM + COUNTED:
             break
-        x1, x2, y = (t.to(run.device) for t in (x1, x2, y))
+        x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         engine.set_lr(run, EPOCH)
-        with SyncCounter() as syncs:
-            engine.train_step(run, x1, x2, y, EPOCH)
+        with SyncCounter() as syncs:  # the batched photometric stage 2 is counted too
+            engine.train_step(run, x1, x2, y, EPOCH, *rows)
         if i >= WARM:
             counts.append(syncs.count)
             solver.append(svm.n_syncs_ if svm is not None else 0)

@@ -26,6 +26,6 @@ def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
     assert "skip: --sync-debug error (CUDA only)" in proc.stdout
     for script in ("step.py", "ocsvm.py", "input.py"):  # each ran with the convention's flags
         assert f"benchmarks/{script}" in proc.stdout and f"{script}: skipped" not in text
-    assert "### step time" in text and "OC-SVM fit and scoring" in text  # their tables landed
+    assert "## Training step" in text and "OC-SVM fit and scoring" in text  # their tables landed
     assert "## Input pipeline" in text
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == default  # --results was obeyed
