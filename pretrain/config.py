@@ -85,6 +85,8 @@ class TrainConfig:
     lr_schedule: str = "cosine"  # cosine | step
     lr_milestones: list[int] = field(default_factory=lambda: [120, 160])  # step schedule only
     lr_per_epoch: bool = True  # MoCo sets the lr once per epoch; False = per step
+    lr_first_epoch: int = 0  # epoch number the schedule reads in the first epoch: 0 as
+    # main_moco.py; 1 as the MoCo CIFAR-10 colab (0.06 * 0.5 * (1 + cos(pi * 1/200)) in epoch 1)
     warmup_epochs: float = 0.0  # linear warm-up from 0, in epochs
     weight_decay: float = 1e-4
     sgd_momentum: float = 0.9
@@ -114,6 +116,8 @@ class EvalConfig:
     # backbone features (labels needed); logs online_train_top1 / online_test_top1 every epoch
     online_probe_lr: float = 0.1  # its SGD lr (momentum 0.9, no weight decay, constant)
     knn_k: int = 200  # InstDisc / MoCo CIFAR demo
+    knn_features: str = "backbone"  # backbone (pooled, as linear_eval) | head (the projection
+    # head's output, as the MoCo CIFAR colab's monitor) | head+backbone (both; the first is knn_top1)
     knn_temperature: float = 0.1
     batch_size: int = 256  # feature extraction batch
 
@@ -160,6 +164,7 @@ CHOICES = {
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),
+    "eval.knn_features": ("backbone", "head", "head+backbone", "backbone+head"),
     "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
 
@@ -323,6 +328,12 @@ def validate(cfg: Config) -> None:
             "must lie in [0, train.epochs)",
         ),
         ("train.log_every", cfg.train.log_every > 0, "must be positive"),
+        (
+            "train.lr_first_epoch",
+            cfg.train.lr_first_epoch in (0, 1)
+            and (cfg.train.lr_first_epoch == 0 or cfg.train.warmup_epochs == 0),
+            "must be 0 or 1 (1 only without train.warmup_epochs)",
+        ),
         ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
         ("train.dist_timeout_min", cfg.train.dist_timeout_min > 0, "must be positive"),
         ("train.threads", cfg.train.threads >= 0, "must be >= 0 (0 = automatic)"),

@@ -210,8 +210,8 @@ def split_views(
 
 def set_lr(run: Run, epoch: float) -> float:
     t = run.cfg.train
-    lr = learning_rate(epoch, run.info["lr"], t.epochs, t.warmup_epochs, t.lr_schedule,
-                       t.lr_milestones, t.lr_per_epoch)  # fmt: skip
+    lr = learning_rate(epoch + t.lr_first_epoch, run.info["lr"], t.epochs, t.warmup_epochs,
+                       t.lr_schedule, t.lr_milestones, t.lr_per_epoch)  # fmt: skip
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     return lr
@@ -275,18 +275,28 @@ def divergence_message(run: Run) -> str:
 
 
 def evaluate(run: Run) -> dict[str, float]:
-    """The monitor on the query backbone, training images as bank and held-out as queries:
-    weighted kNN top-1 (%), or for one-class runs (``data.in_classes``) the AUROC (%) of s_con
-    (k=1) with the held-out images of those classes as in-distribution."""
-    cfg, backbone = run.cfg, run.moco.encoder_q.backbone
-    bank, bank_y = knn.extract(backbone, run.data.bank_loader, run.device)
-    test, test_y = knn.extract(backbone, run.data.test_loader, run.device)
+    """The monitor on the query encoder, training images as bank and held-out as queries (both
+    under the eval transform): weighted kNN top-1 (%) on ``eval.knn_features`` (the pooled
+    backbone, the head's output, or both in one pass; the first is ``knn_top1``), or for one-class
+    runs (``data.in_classes``) the AUROC (%) of s_con (k=1) with the held-out images of those
+    classes as in-distribution."""
+    cfg = run.cfg
+    taps = knn.Taps(run.moco.encoder_q, tuple(cfg.eval.knn_features.split("+")))
+    bank, bank_y = knn.extract(taps, run.data.bank_loader, run.device)
+    banks = taps.split(bank)
+    test, test_y = knn.extract(taps, run.data.test_loader, run.device)
+    tests = taps.split(test)
+    first = taps.names[0]
     if run.data.in_classes:
-        return {"oc_auroc": knn.one_class_auroc(bank, test, test_y, run.data.in_classes, k=1)}
-    top1 = knn.knn_top1(
-        bank, bank_y, test, test_y, cfg.eval.knn_k, cfg.eval.knn_temperature, run.data.num_classes
-    )
-    return {"knn_top1": top1}
+        auroc = knn.one_class_auroc(banks[first], tests[first], test_y, run.data.in_classes, k=1)
+        return {"oc_auroc": auroc}
+    out = {}
+    for name in taps.names:
+        out[f"knn_top1_{name}"] = knn.knn_top1(banks[name], bank_y, tests[name], test_y,
+                                               cfg.eval.knn_k, cfg.eval.knn_temperature,
+                                               run.data.num_classes)  # fmt: skip
+    out["knn_top1"] = out[f"knn_top1_{first}"]
+    return out if len(taps.names) > 1 else {"knn_top1": out["knn_top1"]}
 
 
 def init_objective(run: Run) -> None:

@@ -33,6 +33,30 @@ def extract(
     return torch.cat(feats), torch.cat(labels)
 
 
+class Taps(nn.Module):
+    """An encoder's kNN features in one forward: the pooled backbone output and/or the projection
+    head's output (before the L2 normalisation, which the kNN applies), side by side in ``names``'
+    order. The MoCo CIFAR colab's monitor reads the head (its ``ModelBase`` ends in the fc);
+    ``linear_eval`` and our default monitor read the backbone."""
+
+    def __init__(self, encoder: nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        if not names or any(n not in ("backbone", "head") for n in names):
+            raise ValueError(f"kNN features must be 'backbone' and/or 'head', got {names}")
+        self.encoder, self.names = encoder, names
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.encoder.backbone(x)
+        tap = {"backbone": h, "head": self.encoder.head(h) if "head" in self.names else None}
+        parts = [tap[n].flatten(1) for n in self.names]
+        self.widths = [p.shape[1] for p in parts]
+        return torch.cat(parts, dim=1)
+
+    def split(self, feats: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The (N, sum of widths) output cut back into {name: (N, width)}."""
+        return dict(zip(self.names, feats.split(self.widths, dim=1)))
+
+
 @torch.no_grad()
 def knn_votes(
     train_features: torch.Tensor,
