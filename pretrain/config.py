@@ -117,7 +117,7 @@ class EvalConfig:
     online_probe_lr: float = 0.1  # its SGD lr (momentum 0.9, no weight decay, constant)
     knn_k: int = 200  # InstDisc / MoCo CIFAR demo
     knn_features: str = "backbone"  # backbone (pooled, as linear_eval) | head (the projection
-    # head's output, as the MoCo CIFAR colab's monitor) | head+backbone (both; the first is knn_top1)
+    # head's output, as the MoCo CIFAR colab's monitor) | head+backbone (both; first = knn_top1)
     knn_temperature: float = 0.1
     batch_size: int = 256  # feature extraction batch
 
