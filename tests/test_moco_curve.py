@@ -1,0 +1,71 @@
+"""benchmarks/moco_curve.py: the issue-15 table, from metrics.jsonl as the trainer writes it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import moco_curve  # noqa: E402
+
+
+def test_official_curve_is_the_notebooks_output():
+    ref = moco_curve.official()
+    assert len(ref) == 200 and (ref[1], ref[5], ref[10], ref[20], ref[200]) == (
+        31.98,
+        37.95,
+        48.03,
+        61.38,
+        82.58,
+    )
+
+
+def test_table_from_a_run_directory(tmp_path, capsys):
+    recs = [
+        {
+            "kind": "step",
+            "global_step": 5,
+            "epoch": 0.2,
+            "images_per_s": 10.0,
+            "data_wait_frac": 0.1,
+        },
+        {
+            "kind": "step",
+            "global_step": 10,
+            "epoch": 0.6,
+            "images_per_s": 30.0,
+            "data_wait_frac": 0.3,
+        },
+        {
+            "kind": "step",
+            "global_step": 15,
+            "epoch": 0.9,
+            "images_per_s": 20.0,
+            "data_wait_frac": 0.2,
+        },
+        {
+            "kind": "epoch",
+            "epoch": 1,
+            "knn_top1": 30.5,
+            "knn_top1_head": 30.5,
+            "knn_top1_backbone": 35.25,
+            "epoch_time_s": 120.0,
+        },
+        {"kind": "epoch", "epoch": 2, "loss": 7.0, "epoch_time_s": 100.0},  # no monitor: no row
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    assert moco_curve.main([f"moco={tmp_path}", "--png", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    row = next(line for line in out if line.startswith("| 1 |"))
+    # official epoch 1 31.98; ours 30.50 (-1.48); backbone 35.25; median img/s 20.0, wait 20 %
+    assert row == "| 1 | 31.98 | 30.50 | -1.48 | 35.25 | 20.0 | 20 % | 2.0 |"
+    assert not any(line.startswith("| 2 |") for line in out)
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_a_folder_without_metrics_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="metrics.jsonl not found"):
+        moco_curve.main([f"x={tmp_path}"])
