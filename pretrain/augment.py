@@ -28,11 +28,14 @@ from pretrain.augment_params import (
     GRAY,
     HUE,
     JITTER,
+    NUM_COLUMNS,
+    NUM_PARAMS,
     ORDER,
     ORDERS,
     SATURATION,
     SIGMA,
     SOLARIZE,
+    THETA,
 )
 
 
@@ -160,17 +163,83 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> tor
     return y.view(n, c, hgt, wid)
 
 
+def resize_weights(start: torch.Tensor, length: torch.Tensor, size: int, out: int) -> torch.Tensor:
+    """(N, out, size) weights that resample pixels [start, start + length) of a side of ``size``
+    pixels to ``out`` pixels, per image, as ``F.interpolate(mode="bilinear",
+    align_corners=False)`` does: source coordinate (i + 0.5) * length / out - 0.5, clamped to
+    the crop. For length <= out (upsampling) this is also the antialiased filter of
+    ``TF.resized_crop(..., antialias=True)``: its triangle support is one pixel there, and its
+    weights renormalised at the crop's edges equal the clamp."""
+    dev = start.device
+    dst = torch.arange(out, device=dev, dtype=torch.float32)
+    length = length.to(torch.float32)[:, None]  # (N, 1)
+    src = ((dst + 0.5) * (length / out) - 0.5).clamp_(min=0.0)  # (N, out)
+    i0 = src.floor()
+    lam = (src - i0)[..., None]  # (N, out, 1)
+    i0 = torch.minimum(i0, length - 1.0)
+    i1 = torch.minimum(i0 + 1.0, length - 1.0)
+    base = start.to(torch.float32)[:, None, None]
+    cols = torch.arange(size, device=dev, dtype=torch.float32)  # (size,)
+    return (cols == base + i0[..., None]) * (1.0 - lam) + (cols == base + i1[..., None]) * lam
+
+
+def crop_resize(x: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
+    """RandomResizedCrop's resize, batched: uint8-valued float images (N, C, S, S) and boxes
+    (N, 4) = (top, left, h, w) with h, w <= S -> (N, C, S, S), rounded to whole levels as the
+    uint8 crop of stage 1 is (within 1 level of ``TF.resized_crop``, whose uint8 kernel uses
+    fixed-point weights; tested). Two batched matmuls, no host sync."""
+    n, c, h, s = x.shape
+    wy = resize_weights(box[:, 0], box[:, 2], h, s)  # (N, S, H)
+    wx = resize_weights(box[:, 1], box[:, 3], s, s)  # (N, S, W)
+    # horizontal pass first, rounded to whole levels, then the vertical one: the order and the
+    # intermediate rounding of torch's (and Pillow's) separable uint8 resampler
+    y = torch.bmm(x.reshape(n, c * h, s), wx.transpose(1, 2)).add_(0.5).floor_()  # (N, C*H, S)
+    y = y.view(n, c, h, s).transpose(1, 2).reshape(n, h, c * s)
+    z = torch.bmm(wy, y).add_(0.5).floor_().clamp_(0.0, 255.0)  # (N, S, C*S)
+    return z.view(n, s, c, s).transpose(1, 2).contiguous()
+
+
+def affine_nearest(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """RandomAffine's resampling, batched: images (N, C, H, W) float and per-image inverse
+    matrices (N, 6) in torchvision's layout -> (N, C, H, W): ``TF.affine``'s grid (its
+    ``_affine_grid``, the same float32 operations) and nearest ``grid_sample`` with zeros
+    outside, i.e. fill 0, as ``v2.RandomAffine`` does; the identity theta is an exact no-op."""
+    n, c, h, w = x.shape
+    dev, dt = x.device, torch.float32
+    base = torch.empty(1, h, w, 3, dtype=dt, device=dev)
+    base[..., 0].copy_(torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, steps=w, device=dev))
+    base[..., 1].copy_(
+        torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=dev).unsqueeze_(-1)
+    )
+    base[..., 2].fill_(1)
+    scale = torch.tensor([0.5 * w, 0.5 * h], dtype=dt, device=dev)
+    rescaled = theta.to(dt).view(n, 2, 3).transpose(1, 2).div(scale)  # (N, 3, 2)
+    grid = base.view(1, h * w, 3).expand(n, -1, -1).bmm(rescaled).view(n, h, w, 2)
+    return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
+
+
 def solarize(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     return torch.where(x >= threshold, 1.0 - x, x)
 
 
-CPU_CHUNK = 16  # images per pass on a CPU: 224 px at batch 128 ran ~2x slower in one pass
+CPU_PIXELS = 1 << 18  # pixels per pass on a CPU, to keep intermediates in cache: 224 px at batch
+# 128 ran ~2x slower in one pass, and 16 images per pass at 32 px ran 2.2x slower than 256 (the ops
+# are ~90 small kernels per pass, so a pass must hold enough pixels to amortise them)
+CPU_MIN_CHUNK = 16
+
+
+def cpu_chunk(height: int, width: int) -> int:
+    """Images per pass on a CPU: about ``CPU_PIXELS`` pixels, at least ``CPU_MIN_CHUNK`` images
+    (16 at 96 and 224 px as before, 256 at 32 px, 1024 at 16 px)."""
+    return max(CPU_MIN_CHUNK, CPU_PIXELS // (height * width))
 
 
 class Photometric(nn.Module):
-    """uint8 views (N, 3, H, W) + parameter rows (N, NUM_PARAMS) -> normalised float views.
+    """uint8 views (N, 3, H, W) + parameter rows (N, NUM_PARAMS), or (N, NUM_COLUMNS) with the
+    crop boxes of stage 1 (``pretrain.views.CropViews``) -> normalised float views.
 
-    Ops whose probability is 0 in the config are skipped altogether (a static choice)."""
+    Ops whose probability is 0 in the config are skipped altogether (a static choice); the
+    deferred affine runs when ``affine`` (the config has one) and the rows carry theta."""
 
     def __init__(
         self,
@@ -180,27 +249,35 @@ class Photometric(nn.Module):
         blur: bool,
         hflip: bool,
         solarize: bool = False,
+        affine: bool = False,
         blur_kernel: int,
         mean: tuple[float, ...],
         std: tuple[float, ...],
     ) -> None:
         super().__init__()
         self.jitter, self.gray, self.blur, self.hflip = jitter, grayscale, blur, hflip
-        self.solarize, self.blur_kernel = solarize, blur_kernel
+        self.solarize, self.blur_kernel, self.affine = solarize, blur_kernel, affine
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
 
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "cpu" and x.shape[0] > CPU_CHUNK:  # keep intermediates in cache
-            parts = zip(x.split(CPU_CHUNK), params.split(CPU_CHUNK), strict=True)
+        chunk = cpu_chunk(x.shape[-2], x.shape[-1])
+        if x.device.type == "cpu" and x.shape[0] > chunk:  # keep intermediates in cache
+            parts = zip(x.split(chunk), params.split(chunk), strict=True)
             return torch.cat([self.batch(xc, pc) for xc, pc in parts])
         return self.batch(x, params)
 
     def batch(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        """The ops on one batch; every op is per image, so splitting the batch changes nothing."""
-        x = x.to(torch.float32).mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
+        """The ops on one batch; every op is per image, so splitting the batch changes nothing.
+        Rows with a crop box (stage 1's columns after NUM_PARAMS) are cropped first."""
         params = params.to(torch.float32)
+        x = x.to(torch.float32)
+        if self.affine and params.shape[1] >= NUM_COLUMNS:  # deferred by stage 1 (or identity)
+            x = affine_nearest(x, params[:, THETA : THETA + 6])
+        if params.shape[1] > NUM_PARAMS:  # the crop deferred by stage 1 (identity where done)
+            x = crop_resize(x, params[:, NUM_PARAMS : NUM_PARAMS + 4])
+        x = x.mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
         flag = lambda col: per_image(params[:, col]) > 0.5  # noqa: E731  (N, 1, 1, 1) bool
         if self.jitter:
             x = torch.where(flag(JITTER), color_jitter(x, params, self.orders), x)

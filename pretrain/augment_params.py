@@ -22,6 +22,15 @@ import numpy as np
 # Columns of the per-view photometric parameter row (float32), read by pretrain.augment.
 JITTER, BRIGHTNESS, CONTRAST, SATURATION, HUE, ORDER, GRAY, BLUR, SIGMA, FLIP, SOLARIZE = range(11)
 NUM_PARAMS = 11
+# Stage 1 appends the view's crop box (top, left, h, w) after the photometric columns. For an image
+# already at the output size the crop is deferred to stage 2 (batched); a box of the whole image
+# (0, 0, S, S) means stage 1 cropped it already (affine configured, or another image size).
+TOP, LEFT, HEIGHT, WIDTH = range(NUM_PARAMS, NUM_PARAMS + 4)
+# Then the RandomAffine's inverse matrix (6 floats, torchvision's layout), identity unless the
+# affine is deferred with the crop (pretrain.augment.affine_nearest).
+THETA = NUM_PARAMS + 4
+NUM_COLUMNS = NUM_PARAMS + 4 + 6
+IDENTITY_THETA = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
 # ColorJitter's op order: row i is the i-th permutation of (brightness, contrast, saturation, hue).
 ORDERS = np.array(list(itertools.permutations(range(4))), dtype=np.int64)  # (24, 4)
 SIGMA_RANGE = (0.1, 2.0)  # MoCo v2 / SimCLR GaussianBlur
@@ -33,6 +42,14 @@ def view_rng(seed: int, epoch: int, index: int, view: int) -> np.random.Generato
     """The generator of one view of one sample: a pure function of (seed, epoch, index, view).
     The trailing 2 keeps it apart from the sampler's (seed, epoch, 0, 1) stream."""
     return np.random.default_rng([seed, epoch, index, view, 2])
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of one sample's two views, drawn in order (view 0's crop and row, then view
+    1's): a pure function of (seed, epoch, index), so view v's draws are one of (seed, epoch,
+    index, v). One generator per sample instead of one per view: seeding costs ~35 us. The
+    trailing 3 keeps it apart from the sampler's stream and from :func:`view_rng`'s."""
+    return np.random.default_rng([seed, epoch, index, 3])
 
 
 def crop_boxes(
@@ -111,20 +128,44 @@ def affine_params(
     return angle, [tx, ty]
 
 
+def inverse_affine_matrix(angle: float, translate: list[int]) -> list[float]:
+    """torchvision's ``_get_inverse_affine_matrix`` for RandomAffine's draws (centre (0, 0) =
+    the image centre, scale 1, no shear), with the same float operations in the same order, so
+    the float32 theta built from it is bit-equal to the one ``TF.affine`` builds."""
+    rot, sx, sy = math.radians(angle), math.radians(0.0), math.radians(0.0)
+    cx, cy = 0.0, 0.0
+    tx, ty = float(translate[0]), float(translate[1])
+    cos_sy, tan_sx, rot_minus_sy = math.cos(sy), math.tan(sx), rot - sy
+    cx_plus_tx, cy_plus_ty = cx + tx, cy + ty
+    a = math.cos(rot_minus_sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot_minus_sy) / cos_sy
+    d = math.cos(rot) - c * tan_sx
+    m = [d / 1.0, -b / 1.0, 0.0, -c / 1.0, a / 1.0, 0.0]
+    m[2] += cx - m[0] * cx_plus_tx - m[1] * cy_plus_ty
+    m[5] += cy - m[3] * cx_plus_tx - m[4] * cy_plus_ty
+    return m
+
+
 def photometric_row(rng: np.random.Generator, **kwargs: float) -> list[float]:
     """:func:`photometric` for one row, in plain Python; same uniforms, same row (tested)."""
     u = rng.random(11).tolist()
     s = kwargs["jitter_strength"]
-    lo, hi = max(0.0, 1.0 - s), 1.0 + s
-    row = [0.0] * NUM_PARAMS
-    flags = ("jitter_prob", "grayscale_prob", "blur_prob", "hflip_prob", "solarize_prob")
-    for col, key, v in zip((JITTER, GRAY, BLUR, FLIP, SOLARIZE), flags, u[:5], strict=True):
-        row[col] = float(v < kwargs.get(key, 0.0))
-    row[BRIGHTNESS], row[CONTRAST], row[SATURATION] = (lo + (hi - lo) * v for v in u[5:8])
-    row[HUE] = s / 4 * (2.0 * u[8] - 1.0)
-    row[ORDER] = float(min(math.floor(u[9] * len(ORDERS)), len(ORDERS) - 1))
-    row[SIGMA] = SIGMA_RANGE[0] + (SIGMA_RANGE[1] - SIGMA_RANGE[0]) * u[10]
-    return row
+    lo, span = max(0.0, 1.0 - s), 1.0 + s - max(0.0, 1.0 - s)
+    get = kwargs.get
+    return [
+        float(u[0] < get("jitter_prob", 0.0)),  # JITTER
+        lo + span * u[5],  # BRIGHTNESS
+        lo + span * u[6],  # CONTRAST
+        lo + span * u[7],  # SATURATION
+        s / 4 * (2.0 * u[8] - 1.0),  # HUE
+        float(min(math.floor(u[9] * 24), 23)),  # ORDER (24 = len(ORDERS))
+        float(u[1] < get("grayscale_prob", 0.0)),  # GRAY
+        float(u[2] < get("blur_prob", 0.0)),  # BLUR
+        SIGMA_RANGE[0] + (SIGMA_RANGE[1] - SIGMA_RANGE[0]) * u[10],  # SIGMA
+        float(u[3] < get("hflip_prob", 0.0)),  # FLIP
+        float(u[4] < get("solarize_prob", 0.0)),  # SOLARIZE
+    ]
 
 
 def photometric(

@@ -53,6 +53,7 @@ def photometric(d: DataConfig) -> augment.Photometric:
         grayscale=d.grayscale_prob > 0,
         blur=d.blur_prob > 0,
         hflip=d.hflip_prob > 0,
+        affine=d.affine_degrees > 0 or d.affine_translate > 0,
         blur_kernel=augment.blur_kernel_size(d.image_size),
         mean=tuple(d.mean),
         std=tuple(d.std),

@@ -3,8 +3,9 @@
 For each of the two views: the random affine (if configured) and the RandomResizedCrop to the
 output size, as uint8, plus the view's photometric parameter row for stage 2
 (``pretrain.augment.Photometric``, batched on the training device). Every draw of view v of sample
-i in epoch e comes from ``augment_params.view_rng(seed, e, i, v)``, so a resumed run, any number of
-workers and any number of ranks replay it exactly.
+i in epoch e comes from ``augment_params.sample_rng(seed, e, i)`` (view 0's draws first), so a
+resumed run, any number of workers and any number of ranks replay it exactly. Images already at
+the output size leave their affine and crop to stage 2 too (:func:`defers_crop`).
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
     return out[0]
 
 
-def view_params(spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:
-    """The view's photometric parameter row (NUM_PARAMS,) float32."""
-    row = ap.photometric_row(
+def view_params(spec: ViewSpec, rng: np.random.Generator) -> list[float]:
+    """The view's photometric parameter row (NUM_PARAMS floats)."""
+    return ap.photometric_row(
         rng,
         jitter_strength=spec.jitter_strength,
         jitter_prob=spec.jitter_prob,
@@ -94,12 +95,39 @@ def view_params(spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:
         hflip_prob=spec.hflip_prob,
         solarize_prob=spec.solarize_prob,
     )
-    return torch.tensor(row, dtype=torch.float32)
+
+
+def defers_crop(image: torch.Tensor, spec: ViewSpec) -> bool:
+    """True when stage 2 can do this image's affine and crop batched: the image is already at the
+    output size (digits, CIFAR, STL-10 at 96 px), so the affine keeps that size and every
+    RandomResizedCrop box upsamples (or is the identity), where the antialias filter reduces to
+    plain bilinear (pretrain.augment.affine_nearest, crop_resize)."""
+    return tuple(image.shape[-2:]) == (spec.image_size, spec.image_size)
+
+
+def deferred_row(spec: ViewSpec, rng: np.random.Generator) -> list[float]:
+    """Draws in :func:`crop_view`'s order (affine, crop box) then the photometric row, for an
+    image left whole: [photometric..., top, left, h, w, theta...]."""
+    size, theta = spec.image_size, ap.IDENTITY_THETA
+    if spec.affine_degrees > 0 or spec.affine_translate > 0:
+        angle, shift = ap.affine_params(
+            rng, degrees=spec.affine_degrees, translate=spec.affine_translate, height=size,
+            width=size,
+        )  # fmt: skip
+        theta = ap.inverse_affine_matrix(angle, shift)
+    box = ap.crop_box(rng, height=size, width=size, scale=spec.crop_scale)
+    return view_params(spec, rng) + [float(v) for v in box] + theta
 
 
 class CropViews(Dataset):
-    """Yields ``(view1, view2, label, index, params)``: two uint8 crops (3, S, S) and their
-    photometric rows (2, NUM_PARAMS); the key is ``(epoch, index)`` from ResumableSampler."""
+    """Yields ``(view1, view2, label, index, params)``: two uint8 views (3, S, S) and their rows
+    (2, NUM_COLUMNS): photometric parameters, the crop box, the affine's theta. The key is
+    ``(epoch, index)`` from ResumableSampler; both views draw from ``sample_rng(seed, epoch,
+    index)``, view 0 first.
+
+    An image already at the output size S x S is returned whole with its affine and box, and
+    stage 2 transforms the batch at once (:func:`defers_crop`); any other image is cropped here,
+    and its row reads box (0, 0, S, S) and the identity theta, a no-op for stage 2."""
 
     def __init__(self, base: Dataset, spec: ViewSpec, seed: int) -> None:
         self.base, self.spec, self.seed = base, spec, seed
@@ -111,9 +139,16 @@ class CropViews(Dataset):
         epoch, index = key
         image, label = self.base[index]
         image = as_uint8_tensor(image)
+        rng = ap.sample_rng(self.seed, epoch, index)
+        size = self.spec.image_size
         views, rows = [], []
-        for view in (0, 1):
-            rng = ap.view_rng(self.seed, epoch, index, view)
-            views.append(crop_view(image, self.spec, rng))
-            rows.append(view_params(self.spec, rng))
-        return views[0], views[1], label, index, torch.stack(rows)
+        if defers_crop(image, self.spec):
+            for _ in (0, 1):
+                rows.append(deferred_row(self.spec, rng))
+                views.append(image)
+        else:
+            whole = [0.0, 0.0, float(size), float(size)] + ap.IDENTITY_THETA
+            for _ in (0, 1):
+                views.append(crop_view(image, self.spec, rng))
+                rows.append(view_params(self.spec, rng) + whole)
+        return views[0], views[1], label, index, torch.tensor(rows, dtype=torch.float32)

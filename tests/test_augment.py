@@ -266,7 +266,8 @@ def test_stage1_replays_from_seed_epoch_index_view():
     a, b = ds[(2, 5)], views.CropViews(Pictures(), spec, seed=3)[(2, 5)]
     for u, v in zip(a, b, strict=True):
         assert torch.equal(torch.as_tensor(u), torch.as_tensor(v))
-    assert a[0].shape == (3, 16, 16) and a[0].dtype == torch.uint8 and a[4].shape == (2, 11)
+    assert a[0].shape == (3, 16, 16) and a[0].dtype == torch.uint8
+    assert a[4].shape == (2, ap.NUM_COLUMNS)
     assert not torch.equal(a[4][0], a[4][1])  # the two views draw apart
     for other in (ds[(3, 5)], ds[(2, 4)], views.CropViews(Pictures(), spec, seed=4)[(2, 5)]):
         assert not torch.equal(a[4], other[4])
@@ -274,6 +275,102 @@ def test_stage1_replays_from_seed_epoch_index_view():
     before = torch.get_rng_state()
     ds[(0, 0)]
     assert torch.equal(torch.get_rng_state(), before)  # the global RNG is never touched
+
+
+class Squares(torch.utils.data.Dataset):
+    """Images already at the output size (as CIFAR's 32 x 32): stage 1 defers their crop."""
+
+    def __init__(self, size: int = 16, n: int = 8) -> None:
+        g = torch.Generator().manual_seed(1)
+        self.data = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.data[i], i % 2
+
+
+@pytest.mark.parametrize("size", [16, 32])
+def test_deferred_crop_equals_torchvision_resized_crop(size):
+    """S x S images: stage 1 returns them whole with the box, stage 2 crops the batch; the result
+    is TF.resized_crop of the same box within one uint8 level (its fixed-point uint8 kernel), and
+    the boxes are what crop_box draws from the sample's generator, view 0 first."""
+    spec = views.ViewSpec(size, (0.08, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    base = Squares(size, n=64)
+    ds = views.CropViews(base, spec, seed=5)
+    items = [ds[(1, i)] for i in range(len(base))]
+    x = torch.cat([torch.stack([it[v] for it in items]) for v in (0, 1)])  # (2n, 3, S, S)
+    rows = torch.cat([torch.stack([it[4][v] for it in items]) for v in (0, 1)])
+    assert torch.equal(x[: len(base)], base.data)  # whole images travel to stage 2
+    crops = augment.crop_resize(x.float(), rows[:, ap.TOP : ap.TOP + 4])
+    worst, off = 0.0, 0
+    for j in range(len(x)):
+        i, v = j % len(base), j // len(base)
+        rng = ap.sample_rng(5, 1, i)
+        for _ in range(v + 1):  # view 0's crop and row come first from the sample's generator
+            box = ap.crop_box(rng, height=size, width=size, scale=(0.08, 1.0))
+            views.view_params(spec, rng)
+        assert rows[j, ap.TOP : ap.TOP + 4].tolist() == [float(b) for b in box]
+        assert rows[j, ap.THETA :].tolist() == ap.IDENTITY_THETA
+        ref = TF.resized_crop(base.data[i], *box, [size, size], antialias=True).float()
+        diff = (crops[j] - ref).abs()
+        worst, off = max(worst, float(diff.max())), off + int((diff > 0).sum())
+    assert worst <= 1.0  # within 1/255 after ToDtype
+    assert off <= 0.01 * crops.numel()  # and nearly always equal
+
+
+def test_identity_box_leaves_a_cropped_view_unchanged_and_other_sizes_crop_in_stage1():
+    spec = views.ViewSpec(16, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    item = views.CropViews(Pictures(), spec, seed=3)[(0, 2)]  # 30 x 40 images: cropped here
+    assert item[4][:, ap.NUM_PARAMS :].tolist() == [[0.0, 0.0, 16.0, 16.0] + ap.IDENTITY_THETA] * 2
+    x = torch.stack([item[0], item[1]]).float()
+    assert torch.equal(augment.crop_resize(x, item[4][:, ap.TOP : ap.TOP + 4]), x)
+    assert torch.equal(augment.affine_nearest(x, item[4][:, ap.THETA :]), x)
+
+
+def test_deferred_crop_in_stage2_matches_the_uint8_crop_then_stage2():
+    """Photometric with box columns = crop_resize, then the same ops as a row without them."""
+    spec = views.ViewSpec(16, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    item = views.CropViews(Squares(16), spec, seed=2)[(0, 3)]
+    x, rows = torch.stack([item[0], item[1]]), item[4]
+    stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
+                                 blur_kernel=3, mean=(0.5,) * 3, std=(0.25,) * 3)  # fmt: skip
+    cropped = augment.crop_resize(x.float(), rows[:, ap.TOP : ap.TOP + 4]).to(torch.uint8)
+    assert torch.equal(stage2(x, rows), stage2(cropped, rows[:, : ap.NUM_PARAMS]))
+
+
+def test_deferred_affine_and_crop_equal_torchvision_affine_then_resized_crop():
+    """Digits' stage 1 (RandomAffine 15 deg, translate 0.1, then the crop) deferred to stage 2:
+    TF.affine (nearest, fill 0) of the drawn angle and shift, then TF.resized_crop of the box,
+    per image, against affine_nearest + crop_resize on the batch."""
+    spec = views.ViewSpec(16, (0.5, 1.0), 15.0, 0.1, 0.0, 0.8, 0.0, 0.0, 0.0)
+    base = Squares(16, n=48)
+    ds = views.CropViews(base, spec, seed=9)
+    items = [ds[(0, i)] for i in range(len(base))]
+    x = torch.stack([it[0] for it in items]).float()
+    rows = torch.stack([it[4][0] for it in items])
+    out = augment.crop_resize(augment.affine_nearest(x, rows[:, ap.THETA :]),
+                              rows[:, ap.TOP : ap.TOP + 4])  # fmt: skip
+    worst = 0.0
+    for i in range(len(base)):
+        rng = ap.sample_rng(9, 0, i)
+        angle, shift = ap.affine_params(rng, degrees=15.0, translate=0.1, height=16, width=16)
+        turned = TF.affine(base.data[i], angle=angle, translate=shift, scale=1.0,
+                           shear=[0.0, 0.0])  # fmt: skip
+        assert torch.equal(augment.affine_nearest(x[i : i + 1], rows[i : i + 1, ap.THETA :])[0],
+                           turned.float())  # fmt: skip
+        box = ap.crop_box(rng, height=16, width=16, scale=(0.5, 1.0))
+        ref = TF.resized_crop(turned, *box, [16, 16], antialias=True).float()
+        worst = max(worst, float((out[i] - ref).abs().max()))
+    assert worst <= 1.0
+
+
+def test_the_digits_stage2_is_built_with_the_affine():
+    from pretrain import build, config
+
+    assert build.photometric(config.load("digits_moco.yaml").data).affine
+    assert not build.photometric(config.load("cifar10_moco.yaml").data).affine
 
 
 @pytest.mark.parametrize("h, w", [(32, 32), (375, 500), (8, 80), (80, 8)])
