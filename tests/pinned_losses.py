@@ -1,4 +1,4 @@
-"""The first three training losses of every shipped config, at a shared tiny size (issue 16, item 8).
+"""The first three training losses of every shipped config, at a shared tiny size (issue 16).
 
 Each config runs in one CPU process on the embedded digits with the same shrink: resnet_small
 width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past its warm-up
@@ -6,7 +6,7 @@ width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past
 and their settings, the head, the temperature and momentum, split BN, the kappa head, the symmetric
 layout: the code paths a refactor must not change.
 
-    python tests/pinned_losses.py --write     # re-record tests/pinned_losses.json (say why in the commit)
+    python tests/pinned_losses.py --write   # re-record pinned_losses.json; say why in the commit
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ SHRINK = [
     "model.width=8",
     "train.batch_size=16",
     "moco.queue_size=64",
-    "train.amp=\"off\"",
+    'train.amp="off"',
     "train.compile=false",
     "train.threads=1",
     "train.progress_bar=false",
