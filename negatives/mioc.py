@@ -33,9 +33,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from negatives import register
 from negatives.base import ExtraNegatives, NegativeStrategy
 from negatives.ocsvm import OneClassSVM
+from negatives.registry import strategies
 
 
 def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ def sample_mask(mask: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tens
     return torch.where(count > 0, inside, anywhere), count
 
 
-@register("mioc")
+@strategies.register("mioc")
 class MiOC(NegativeStrategy):
     """MiOC synthetic negatives guided by a One-Class SVM fitted on the batch.
 

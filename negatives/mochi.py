@@ -8,8 +8,8 @@ import torch
 import torch.distributed as td
 import torch.nn.functional as F
 
-from negatives import register
 from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.registry import strategies
 
 
 class Draws(NamedTuple):
@@ -82,7 +82,7 @@ def _same_class(queue_labels: torch.Tensor, hard: torch.Tensor, y: torch.Tensor)
     return (queue_labels[hard] == y) & (y >= 0)
 
 
-@register("mochi")
+@strategies.register("mochi")
 class MoCHi(NegativeStrategy):
     """Hard negative mixing: per-query synthetic negatives from the hardest queue keys [0].
 
@@ -221,7 +221,7 @@ class MoCHi(NegativeStrategy):
         return dict(self._stats)
 
 
-@register("modified_mochi")
+@strategies.register("modified_mochi")
 class ModifiedMoCHi(MoCHi):
     """MoCHi with s + s' synthetic negatives shared by the batch ("modified MoCHi", [2] A.1).
 

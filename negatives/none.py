@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from negatives import register
 from negatives.base import NegativeStrategy
+from negatives.registry import strategies
 
 
-@register("none")
+@strategies.register("none")
 class NoNegatives(NegativeStrategy):
     """The queue alone (MoCo v2). No arguments."""

@@ -52,9 +52,9 @@ import torch
 import torch.distributed as torch_dist
 import torch.nn.functional as F
 
-from negatives import register
 from negatives.base import OUTLIER_LABEL, NegativeStrategy
 from negatives.oe_images import OE_HELP, load_oe_images
+from negatives.registry import strategies
 
 KINDS = ("rotate", "cutpaste", "oe")
 
@@ -180,7 +180,7 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-@register("outliers")
+@strategies.register("outliers")
 class Outliers(NegativeStrategy):
     """Synthetic outliers in place of a fraction of the batch (FIRM [0, 1], CutPaste [2], OE [3]).
 

@@ -165,8 +165,19 @@ CHOICES = {
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),
     "eval.knn_features": ("backbone", "head", "head+backbone", "backbone+head"),
-    "loss.name": ("infonce", "nt_xent", "supcon", "sincere", "firm", "cider"),
 }
+
+
+def registered_choices() -> dict[str, list[str]]:
+    """The names the registries hold (``loss.name``, ``negatives.name``): one list, never copied
+    here, so a new loss or strategy file is a valid config value with no edit to this module."""
+    import negatives  # the registries import torch; config stays importable on its own
+    from pretrain import objectives
+
+    return {
+        "loss.name": objectives.list_objectives(),
+        "negatives.name": negatives.list_strategies(),
+    }
 
 
 def resolve_path(name: str) -> Path:
@@ -306,7 +317,7 @@ def _type_name(hint: Any) -> str:
 
 def validate(cfg: Config) -> None:
     """Value checks that the types alone cannot express."""
-    for key, allowed in CHOICES.items():
+    for key, allowed in {**CHOICES, **registered_choices()}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value not in allowed:
@@ -315,6 +326,13 @@ def validate(cfg: Config) -> None:
                 f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)}"
                 + (f" (did you mean {close[0]!r}?)" if close else "")
             )
+    from negatives.registry import strategies
+
+    given = {k: v for k, v in cfg.negatives.kwargs.items() if v is not None}
+    try:
+        strategies.check_kwargs(cfg.negatives.name, given)
+    except ValueError as e:
+        raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
     checks = [
         ("moco.queue_size", cfg.moco.queue_size > 0, "must be positive"),
         ("moco.momentum", 0.0 <= cfg.moco.momentum <= 1.0, "must lie in [0, 1]"),

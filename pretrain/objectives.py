@@ -24,8 +24,6 @@ the momentum encoder, so only the query side carries gradient.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +31,7 @@ import torch
 from torch import nn
 
 from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.registry import Registry
 from pretrain import dist, losses
 
 
@@ -107,33 +106,18 @@ class Objective(nn.Module):
     name = "objective"
 
 
-_REGISTRY: dict[str, type[Objective]] = {}
-
-
-def register(name: str) -> Callable[[type[Objective]], type[Objective]]:
-    def add(cls: type[Objective]) -> type[Objective]:
-        if name in _REGISTRY:
-            raise ValueError(f"objective {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return add
+#: The losses (``loss.name``), in the registry class the negative strategies use.
+losses_registry: Registry[Objective] = Registry("loss")
+register = losses_registry.register
 
 
 def list_objectives() -> list[str]:
-    return sorted(_REGISTRY)
+    return losses_registry.names()
 
 
 def create(name: str, **kwargs: Any) -> Objective:
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-        raise ValueError(
-            f"unknown loss {name!r}"
-            + (f" (did you mean {close[0]!r}?)" if close else "")
-            + f"; available: {', '.join(list_objectives())}"
-        )
-    return _REGISTRY[name](**kwargs)
+    """Build loss ``name``; an unknown name or kwarg is a ValueError with a suggestion."""
+    return losses_registry.create(name, **kwargs)
 
 
 @register("infonce")

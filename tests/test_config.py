@@ -176,7 +176,8 @@ def test_to_dict_from_dict_round_trip():
         [
             "train.lr_milestones=[3, 6]",
             "data.crop_scale=[0.3, 0.9]",
-            "negatives.kwargs={alpha: 0.5}",
+            "negatives.name=mioc",
+            "negatives.kwargs={nu: 0.5}",
             "seed=7",
         ],
     )
@@ -185,7 +186,7 @@ def test_to_dict_from_dict_round_trip():
     back = config.from_dict(raw)
     assert back == cfg
     assert back.data.crop_scale == (0.3, 0.9)
-    assert back.negatives.kwargs == {"alpha": 0.5}
+    assert back.negatives.kwargs == {"nu": 0.5}
 
 
 def test_from_dict_is_strict():
