@@ -128,7 +128,16 @@ class InfoNCE(Objective):
         logits = losses.moco_logits(
             s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
         )
+        self._logits = logits.detach()  # contrast accuracy, computed on log steps only
         return losses.info_nce(logits)
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """``contrast_top1``: MoCo's acc@1 (%), the own key ranked first among own + queue +
+        extras (``main_moco.py`` logs it as Acc@1)."""
+        logits = getattr(self, "_logits", None)
+        if logits is None:
+            return {}
+        return {"contrast_top1": (logits.argmax(dim=1) == 0).float().mean() * 100.0}
 
 
 def contrast_set(
@@ -176,6 +185,15 @@ class QueueContrastive(Objective):
             anchor_labels = torch.cat([s.labels, s.labels])
             own, exclude = torch.cat([local + b, local]), torch.cat([local, local + b])
             detach = False
+        self._seen = (
+            anchors,
+            candidates,
+            anchor_labels,
+            cand_labels,
+            own,
+            s.extra.per_query,
+            exclude,
+        )  # fmt: skip  (for contrast_top1 on log steps; no copy)
         return losses.queue_contrastive(
             anchors,
             candidates,
@@ -189,6 +207,15 @@ class QueueContrastive(Objective):
             exclude=exclude,
             detach_candidates=detach,
         )
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """``contrast_top1``: % of anchors whose nearest candidate is one of their positives."""
+        seen = getattr(self, "_seen", None)
+        if seen is None:
+            return {}
+        a, c, al, cl, own, private, exclude = seen
+        top1 = losses.contrast_top1(a, c, al, cl, own, self.kind, private, exclude)
+        return {"contrast_top1": top1}
 
 
 @register("nt_xent")

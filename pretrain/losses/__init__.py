@@ -11,7 +11,12 @@ from pretrain.losses.cider import cider, cider_terms, sequential_ema
 from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
 from pretrain.losses.kappa import kappa_alignment, kappa_terms
 from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
-from pretrain.losses.queue_layout import QUEUE_KINDS, queue_contrastive, queue_positives
+from pretrain.losses.queue_layout import (
+    QUEUE_KINDS,
+    contrast_top1,
+    queue_contrastive,
+    queue_positives,
+)
 
 __all__ = [
     "FIRM_LAYOUTS",
@@ -25,6 +30,7 @@ __all__ = [
     "kappa_terms",
     "moco_logits",
     "nt_xent",
+    "contrast_top1",
     "queue_contrastive",
     "queue_positives",
     "sequential_ema",

@@ -156,3 +156,31 @@ def queue_contrastive(
     else:
         loss = denominator_loss(logits, positive, contrast)
     return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
+
+
+@torch.no_grad()
+def contrast_top1(
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    anchor_labels: torch.Tensor,
+    candidate_labels: torch.Tensor,
+    own: torch.Tensor,
+    kind: str,
+    per_query: torch.Tensor | None = None,
+    exclude: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Contrast accuracy (%), 0-dim on the device: the share of anchors whose most similar
+    candidate (over the contrast set and their private negatives, the anchor itself left out) is
+    one of their positives P(i) for ``kind``; for ``nt_xent`` that is MoCo's acc@1 of the own key
+    (``main_moco.py``'s ``accuracy(output, target)``). No host sync."""
+    positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
+    sim = q.detach().float() @ candidates.detach().float().T  # (N, M)
+    if exclude is not None:
+        rows = torch.arange(sim.shape[0], device=sim.device)
+        sim[rows, exclude] = -torch.inf
+    best, idx = sim.max(dim=1)
+    hit = positive.gather(1, idx[:, None])[:, 0]
+    if per_query is not None:  # a private negative above every candidate is a miss
+        private = torch.einsum("nd,nsd->ns", q.detach().float(), per_query.detach().float())
+        hit &= private.max(dim=1).values <= best
+    return hit.float().mean() * 100.0
