@@ -57,9 +57,9 @@ def test_contrast_top1_equals_a_loop(kind, extras):
     assert 0.0 < want < 100.0  # the data separates hits from misses
 
 
-def step(n: int = 16, k: int = 32, d: int = 8) -> objectives.StepTensors:
+def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> objectives.StepTensors:
     q = unit(n, d, seed=11)
-    key = F.normalize(q + 0.5 * unit(n, d, seed=12), dim=1)
+    key = F.normalize(q + noise * unit(n, d, seed=12), dim=1)
     labels = torch.arange(n) % 4
     return objectives.StepTensors(
         q, key, key, labels, labels, 0, unit(k, d, seed=13), torch.full((k,), NO_LABEL),
@@ -68,12 +68,13 @@ def step(n: int = 16, k: int = 32, d: int = 8) -> objectives.StepTensors:
 
 
 def test_infonce_logs_mocos_acc1():
-    s = step()
+    s = step(noise=1.5)
     crit = objectives.create("infonce", temperature=0.2)
     crit(s)
     logits = torch.cat([(s.q * s.k).sum(1, keepdim=True), s.q @ s.queue.T,
                         s.q @ s.extra.shared.T], dim=1)  # fmt: skip
     want = 100.0 * (logits.argmax(1) == 0).float().mean()  # main_moco.py's accuracy, top-1
+    assert 0.0 < float(want) < 100.0
     assert float(crit.diagnostics()["contrast_top1"]) == pytest.approx(float(want))
 
 
