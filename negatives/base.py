@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as td
 from torch import nn
 
 # Label conventions shared by the queue, the strategies and the objectives (one place):
@@ -22,6 +23,15 @@ def rotation_label(quarter_turns: int) -> int:
     if quarter_turns not in (1, 2, 3):
         raise ValueError(f"quarter_turns must be 1, 2 or 3, got {quarter_turns}")
     return -1 - quarter_turns
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size, (0, 1) without torch.distributed: the one helper
+    the strategies (as :meth:`NegativeStrategy.rank_and_world`) and the trainer
+    (``pretrain.dist.rank`` / ``world_size``) read them from."""
+    if td.is_available() and td.is_initialized():
+        return td.get_rank(), td.get_world_size()
+    return 0, 1
 
 
 def is_outlier(labels: torch.Tensor) -> torch.Tensor:
@@ -55,6 +65,10 @@ class NegativeStrategy(nn.Module):
     and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
     same synthetic points.
     """
+
+    #: This process's (rank, world size): strategies that draw for the global batch and keep
+    #: their own rows read them here (one helper for the whole code base).
+    rank_and_world = staticmethod(rank_and_world)
 
     #: When True the trainer passes the batch gathered from all ranks (q, k, labels), e.g. for an
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.distributed as td
 import torch.nn.functional as F
 
 from negatives.base import ExtraNegatives, NegativeStrategy
@@ -188,8 +187,7 @@ class MoCHi(NegativeStrategy):
         top, hard = (qw @ keys.T).topk(self.num_hard, dim=1)  # (B, N): each query's own hard set
         # Under DDP draw for the global batch and keep this rank's rows: ranks share the RNG
         # state, so local draws would repeat on every rank; one process draws the same rows.
-        on = td.is_available() and td.is_initialized()
-        world, rank = (td.get_world_size(), td.get_rank()) if on else (1, 0)
+        rank, world = self.rank_and_world()
         n = q.shape[0]
         d = Draws(*(t[rank * n : (rank + 1) * n] for t in self._draw(n * world, qw)))
         st, parts, same = self._stats, [], []

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as torch_dist
 import torch.nn.functional as F
 
 from negatives.base import OUTLIER_LABEL, NegativeStrategy
@@ -171,13 +170,6 @@ def check_range(name: str, value: Sequence[float], top: float) -> tuple[float, f
     if len(value) != 2 or not 0.0 < value[0] <= value[1] <= top:
         raise ValueError(f"{name} must be a range [lo, hi] with 0 < lo <= hi <= {top}: {value}")
     return float(value[0]), float(value[1])
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This process's rank and the world size; (0, 1) without torch.distributed."""
-    if torch_dist.is_available() and torch_dist.is_initialized():
-        return torch_dist.get_rank(), torch_dist.get_world_size()
-    return 0, 1
 
 
 @strategies.register("outliers")
@@ -335,7 +327,7 @@ class Outliers(NegativeStrategy):
     def oe_views(self, m: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two normalised views (m, C, S, S) of m random OE images, dtype/device of ``like``."""
         self.follow(like.device)
-        rank, world = rank_and_world()
+        rank, world = self.rank_and_world()
         # (world, m) draws keep the ranks' RNGs in step while each rank takes its own images.
         index = torch.randint(len(self.oe_images), (world, m), device=like.device)[rank]  # (m,)
         images = self.oe_images[index].to(like.dtype) / 255.0  # (m, C, S, S) in [0, 1]

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as td
 
+from negatives.base import rank_and_world
+
 _control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)
 
 
@@ -26,11 +28,11 @@ def is_on() -> bool:
 
 
 def world_size() -> int:
-    return td.get_world_size() if is_on() else 1
+    return rank_and_world()[1]
 
 
 def rank() -> int:
-    return td.get_rank() if is_on() else 0
+    return rank_and_world()[0]
 
 
 def is_main() -> bool:

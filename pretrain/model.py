@@ -228,10 +228,6 @@ class MoCo(nn.Module):
             kappa = None if kappa is None else dist.unshuffle_batch(kappa, unshuffle)
         return (k, kappa) if with_kappa else k
 
-    def forward(self, x_q: torch.Tensor) -> torch.Tensor:
-        """q = normalize(encoder_q(x_q)): (N, D), with gradient."""
-        return self.encoder_q(x_q)
-
 
 def build(
     arch: str,

@@ -80,8 +80,7 @@ class Objective(nn.Module):
 
     def __init__(self, temperature: float) -> None:
         super().__init__()
-        if temperature <= 1e-3:
-            raise ValueError(f"temperature must be above 1e-3, got {temperature}")
+        losses.check_temperature(temperature)
         self.temperature = temperature
 
     def check_strategy(self, name: str) -> None:

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from moco_loss import InfoNCE
 
-from pretrain.losses import InfoNCE, info_nce, moco_logits
+from pretrain.losses import info_nce, moco_logits
 
 N, D, K, M, S = 8, 16, 32, 5, 3
 T = 0.2

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from moco_loss import InfoNCE
 from torch import nn
 
-from pretrain.losses import InfoNCE
 from pretrain.model import SplitBatchNorm, backbone, build, projection_head
 
 N, DIM = 8, 16
@@ -95,7 +95,7 @@ def test_keys_apply_momentum_first_and_never_receive_gradients():
     model.train()
     perturb_query(model)
     k_old, q_before = params_np(model.encoder_k), params_np(model.encoder_q)
-    q = model(images(1))
+    q = model.encoder_q(images(1))
     k = model.keys(images(2), 0.9)
     queue = F.normalize(torch.randn(32, DIM), dim=1)
     InfoNCE(0.2)(q, k, queue).backward()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from moco_loss import InfoNCE
 
-from pretrain.losses import InfoNCE
 from pretrain.queue import NO_LABEL, LabeledQueue
 
 K, D = 32, 16

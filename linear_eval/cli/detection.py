@@ -18,7 +18,7 @@ from linear_eval.inputs import corruptions
 from linear_eval.inputs.features import CORRUPT_SOURCE
 from linear_eval.inputs.session import Session
 from linear_eval.records import summary
-from linear_eval.report import document
+from linear_eval.report import document, figures
 from pretrain.datasets import DatasetNotFoundError
 
 # CIDER / KNN+ CIFAR-10 benchmark (SEMANTICS §6-7)
@@ -190,7 +190,7 @@ def run_kappa(
     fc, _ = logreg.train(train.backbone, train.labels, sess.num_classes)
     correct = fc(test.backbone).argmax(1).cpu() == test.labels
     out = sess.report_dir
-    hist = document.kappa_histograms(test.kappa, correct, out)
+    hist = figures.kappa_histograms(test.kappa, correct, out / document.FIGURES["kappa_hist"])
     record: dict[str, Any] = {"correct_vs_wrong": hist, "classifier": "L-BFGS linear probe"}
     if correct.any() and not correct.all():
         k = test.kappa.cpu().double()

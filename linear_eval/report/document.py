@@ -65,10 +65,6 @@ def draw_one_class(record: dict[str, Any], report_dir: Path) -> dict[str, Any] |
     return figures.auroc_bar_plot(per, report_dir / FIGURES["oneclass"], f"one-class AUROC, {name}")
 
 
-def kappa_histograms(kappa: torch.Tensor, correct: torch.Tensor, report_dir: Path) -> dict:
-    return figures.kappa_histograms(kappa, correct, report_dir / FIGURES["kappa_hist"])
-
-
 def kappa_severity(
     severity: torch.Tensor, kappa: torch.Tensor, kinds: list[str], report_dir: Path
 ) -> dict:

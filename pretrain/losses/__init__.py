@@ -1,4 +1,5 @@
-"""Contrastive objectives as pure functions on tensors (and the InfoNCE module the trainer calls).
+"""Contrastive objectives as pure functions on tensors; ``pretrain.objectives`` wraps them for the
+trainer (one registered module per ``loss.name``).
 
 - ``infonce``: MoCo's logits and InfoNCE.
 - ``multiview``: NT-Xent, SupCon, SINCERE and FIRM on a ``[view1; view2]`` batch.
@@ -8,8 +9,9 @@
 """
 
 from pretrain.losses.cider import cider, cider_terms, sequential_ema
-from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
+from pretrain.losses.infonce import info_nce, moco_logits
 from pretrain.losses.kappa import kappa_alignment, kappa_terms
+from pretrain.losses.masked import check_temperature
 from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
 from pretrain.losses.queue_layout import (
     QUEUE_KINDS,
@@ -21,7 +23,7 @@ from pretrain.losses.queue_layout import (
 __all__ = [
     "FIRM_LAYOUTS",
     "QUEUE_KINDS",
-    "InfoNCE",
+    "check_temperature",
     "cider",
     "cider_terms",
     "firm",

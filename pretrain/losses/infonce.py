@@ -1,10 +1,10 @@
-"""Contrastive objectives as pure functions on tensors, and the thin module the trainer calls."""
+"""MoCo's InfoNCE as pure functions on tensors; the trainer calls them through
+``pretrain.objectives`` (``loss.name: infonce``)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 
 def moco_logits(
@@ -46,27 +46,3 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
     target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
     # bf16/fp16 logits are upcast; float64 stays float64 (exact tests, gradcheck)
     return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), target)
-
-
-class InfoNCE(nn.Module):
-    """MoCo's InfoNCE over the positive key, the queue and any extra negatives.
-
-    Args:
-        temperature: T (MoCo v2: 0.2).
-    """
-
-    def __init__(self, temperature: float = 0.2) -> None:
-        super().__init__()
-        if temperature <= 1e-3:
-            raise ValueError(f"temperature must be above 1e-3, got {temperature}")
-        self.temperature = temperature
-
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        shared: torch.Tensor | None = None,
-        per_query: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return info_nce(moco_logits(q, k, queue, self.temperature, shared, per_query))
