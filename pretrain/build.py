@@ -17,7 +17,15 @@ from pretrain.queue import LabeledQueue
 
 def model(cfg: Config) -> model_lib.MoCo:
     m = cfg.model
-    return model_lib.build(m.arch, m.width, m.cifar_stem, m.dim, m.mlp, m.bn_splits, m.kappa_hidden)
+    return model_lib.build(
+        arch=m.arch,
+        width=m.width,
+        cifar_stem=m.cifar_stem,
+        dim=m.dim,
+        mlp=m.mlp,
+        bn_splits=m.bn_splits,
+        kappa_hidden=m.kappa_hidden,
+    )
 
 
 def eval_transform(d: DataConfig) -> Any:
@@ -26,24 +34,32 @@ def eval_transform(d: DataConfig) -> Any:
 
 def train_transform(d: DataConfig) -> Any:
     return data.train_transform(
-        d.image_size,
-        d.crop_scale,
-        d.jitter_strength,
-        d.jitter_prob,
-        d.grayscale_prob,
-        d.blur_prob,
-        d.hflip_prob,
-        d.affine_degrees,
-        d.affine_translate,
-        d.mean,
-        d.std,
+        image_size=d.image_size,
+        crop_scale=d.crop_scale,
+        jitter_strength=d.jitter_strength,
+        jitter_prob=d.jitter_prob,
+        grayscale_prob=d.grayscale_prob,
+        blur_prob=d.blur_prob,
+        hflip_prob=d.hflip_prob,
+        affine_degrees=d.affine_degrees,
+        affine_translate=d.affine_translate,
+        mean=d.mean,
+        std=d.std,
     )
 
 
 def view_spec(d: DataConfig) -> views.ViewSpec:
-    return views.ViewSpec(d.image_size, d.crop_scale, d.affine_degrees, d.affine_translate,
-                          d.jitter_strength, d.jitter_prob, d.grayscale_prob, d.blur_prob,
-                          d.hflip_prob)  # fmt: skip
+    return views.ViewSpec(
+        image_size=d.image_size,
+        crop_scale=d.crop_scale,
+        affine_degrees=d.affine_degrees,
+        affine_translate=d.affine_translate,
+        jitter_strength=d.jitter_strength,
+        jitter_prob=d.jitter_prob,
+        grayscale_prob=d.grayscale_prob,
+        blur_prob=d.blur_prob,
+        hflip_prob=d.hflip_prob,
+    )
 
 
 def photometric(d: DataConfig) -> augment.Photometric:

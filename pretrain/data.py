@@ -19,6 +19,7 @@ from torchvision.transforms import v2
 
 
 def train_transform(
+    *,
     image_size: int,
     crop_scale: tuple[float, float],
     jitter_strength: float,

@@ -75,8 +75,10 @@ class State:
     saved_step: int = -1  # global step of the checkpoint on disk (-1: none yet); not saved
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
+    """Everything one training run holds; built by :func:`setup`, by keyword only."""
+
     cfg: Config
     info: dict[str, Any]
     device: torch.device
@@ -174,8 +176,10 @@ def train_step(
     extra = run.strategy.negatives(
         seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
     )
-    step = StepTensors(q, k, k_all, y, y_all, dist.rank() * q.shape[0], run.queue.keys,
-                       run.queue.labels, extra, kappa_q, kappa_k, q2, kappa_q2)  # fmt: skip
+    step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
+                       offset=dist.rank() * q.shape[0], queue=run.queue.keys,
+                       queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,
+                       kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2)  # fmt: skip
     loss = run.criterion(step)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         feats = run.probe.features
@@ -433,20 +437,20 @@ def setup(cfg: Config) -> Run:
         bad_loss=torch.zeros((), dtype=torch.bool, device=device),
     )
     return Run(
-        cfg,
-        info,
-        device,
-        moco,
-        query,
-        queue,
-        strategy,
-        build.criterion(cfg, data.num_classes).to(device),
-        opt,
-        scaler,
-        data,
-        MetricsLog(cfg.out_dir),
-        state,
-        online_probe(cfg, moco, data.num_classes, device),
+        cfg=cfg,
+        info=info,
+        device=device,
+        moco=moco,
+        query=query,
+        queue=queue,
+        strategy=strategy,
+        criterion=build.criterion(cfg, data.num_classes).to(device),
+        optimizer=opt,
+        scaler=scaler,
+        data=data,
+        log=MetricsLog(cfg.out_dir),
+        state=state,
+        probe=online_probe(cfg, moco, data.num_classes, device),
     )
 
 

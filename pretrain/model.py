@@ -230,6 +230,7 @@ class MoCo(nn.Module):
 
 
 def build(
+    *,
     arch: str,
     width: int,
     cifar_stem: bool,

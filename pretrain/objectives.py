@@ -35,9 +35,16 @@ from negatives.registry import Registry
 from pretrain import dist, losses
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepTensors:
-    """What an objective sees of one training step (all on the device)."""
+    """What an objective sees of one training step (all on the device), by keyword only.
+
+    ``StepTensors.single(q, k, queue=...)`` fills in the one-process defaults, so any loss can be
+    tried in two lines::
+
+        step = StepTensors.single(q, k, queue=queue)
+        loss = objectives.create("supcon", temperature=0.1)(step)
+    """
 
     q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
     k: torch.Tensor  # (N, D) this rank's keys, unit norm, constants
@@ -52,6 +59,28 @@ class StepTensors:
     kappa_k: torch.Tensor | None = None  # (N,)
     q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
     kappa_q2: torch.Tensor | None = None  # (N,)
+
+    @classmethod
+    def single(
+        cls,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        *,
+        queue: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        queue_labels: torch.Tensor | None = None,
+        extra: ExtraNegatives | None = None,
+        **optional: torch.Tensor | None,
+    ) -> StepTensors:
+        """One process: k_all = k, labels_all = labels, offset 0; labels default to NO_LABEL
+        (unknown: no label-positives), queue labels likewise, no extra negatives. ``optional``:
+        kappa_q, kappa_k, q2, kappa_q2."""
+        n, K = q.shape[0], queue.shape[0]
+        unknown = lambda m: torch.full((m,), NO_LABEL, dtype=torch.long, device=q.device)  # noqa: E731
+        labels = unknown(n) if labels is None else labels
+        return cls(q=q, k=k, k_all=k, labels=labels, labels_all=labels, offset=0, queue=queue,
+                   queue_labels=unknown(K) if queue_labels is None else queue_labels,
+                   extra=extra or ExtraNegatives(), **optional)  # fmt: skip
 
 
 def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:

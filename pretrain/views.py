@@ -43,7 +43,7 @@ def as_uint8_tensor(image: Any) -> torch.Tensor:
     return image
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ViewSpec:
     """Static settings of stage 1 (the config's data section, as plain values)."""
 

@@ -97,7 +97,17 @@ def test_stage1_crop_equals_torchvision_resized_crop(size):
     """crop_view draws a box with crop_boxes and resizes exactly as v2.RandomResizedCrop."""
     g = torch.Generator().manual_seed(0)
     img = torch.randint(0, 256, (3, 40, 56), dtype=torch.uint8, generator=g)
-    spec = views.ViewSpec(size, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    spec = views.ViewSpec(
+        image_size=size,
+        crop_scale=(0.2, 1.0),
+        affine_degrees=0.0,
+        affine_translate=0.0,
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+    )
     for seed in range(20):
         out = views.crop_view(img, spec, np.random.default_rng(seed))
         top, left, h, w = (int(v) for v in ap.crop_boxes(
@@ -261,7 +271,17 @@ class Pictures(torch.utils.data.Dataset):
 
 
 def test_stage1_replays_from_seed_epoch_index_view():
-    spec = views.ViewSpec(16, (0.2, 1.0), 10.0, 0.1, 0.4, 0.8, 0.2, 0.5, 0.5)
+    spec = views.ViewSpec(
+        image_size=16,
+        crop_scale=(0.2, 1.0),
+        affine_degrees=10.0,
+        affine_translate=0.1,
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+    )
     ds = views.CropViews(Pictures(), spec, seed=3)
     a, b = ds[(2, 5)], views.CropViews(Pictures(), spec, seed=3)[(2, 5)]
     for u, v in zip(a, b, strict=True):
@@ -296,7 +316,17 @@ def test_deferred_crop_equals_torchvision_resized_crop(size):
     """S x S images: stage 1 returns them whole with the box, stage 2 crops the batch; the result
     is TF.resized_crop of the same box within one uint8 level (its fixed-point uint8 kernel), and
     the boxes are what crop_box draws from the sample's generator, view 0 first."""
-    spec = views.ViewSpec(size, (0.08, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    spec = views.ViewSpec(
+        image_size=size,
+        crop_scale=(0.08, 1.0),
+        affine_degrees=0.0,
+        affine_translate=0.0,
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+    )
     base = Squares(size, n=64)
     ds = views.CropViews(base, spec, seed=5)
     items = [ds[(1, i)] for i in range(len(base))]
@@ -321,7 +351,17 @@ def test_deferred_crop_equals_torchvision_resized_crop(size):
 
 
 def test_identity_box_leaves_a_cropped_view_unchanged_and_other_sizes_crop_in_stage1():
-    spec = views.ViewSpec(16, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    spec = views.ViewSpec(
+        image_size=16,
+        crop_scale=(0.2, 1.0),
+        affine_degrees=0.0,
+        affine_translate=0.0,
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+    )
     item = views.CropViews(Pictures(), spec, seed=3)[(0, 2)]  # 30 x 40 images: cropped here
     assert item[4][:, ap.NUM_PARAMS :].tolist() == [[0.0, 0.0, 16.0, 16.0] + ap.IDENTITY_THETA] * 2
     x = torch.stack([item[0], item[1]]).float()
@@ -331,7 +371,17 @@ def test_identity_box_leaves_a_cropped_view_unchanged_and_other_sizes_crop_in_st
 
 def test_deferred_crop_in_stage2_matches_the_uint8_crop_then_stage2():
     """Photometric with box columns = crop_resize, then the same ops as a row without them."""
-    spec = views.ViewSpec(16, (0.2, 1.0), 0.0, 0.0, 0.4, 0.8, 0.2, 0.5, 0.5)
+    spec = views.ViewSpec(
+        image_size=16,
+        crop_scale=(0.2, 1.0),
+        affine_degrees=0.0,
+        affine_translate=0.0,
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+    )
     item = views.CropViews(Squares(16), spec, seed=2)[(0, 3)]
     x, rows = torch.stack([item[0], item[1]]), item[4]
     stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
@@ -344,7 +394,17 @@ def test_deferred_affine_and_crop_equal_torchvision_affine_then_resized_crop():
     """Digits' stage 1 (RandomAffine 15 deg, translate 0.1, then the crop) deferred to stage 2:
     TF.affine (nearest, fill 0) of the drawn angle and shift, then TF.resized_crop of the box,
     per image, against affine_nearest + crop_resize on the batch."""
-    spec = views.ViewSpec(16, (0.5, 1.0), 15.0, 0.1, 0.0, 0.8, 0.0, 0.0, 0.0)
+    spec = views.ViewSpec(
+        image_size=16,
+        crop_scale=(0.5, 1.0),
+        affine_degrees=15.0,
+        affine_translate=0.1,
+        jitter_strength=0.0,
+        jitter_prob=0.8,
+        grayscale_prob=0.0,
+        blur_prob=0.0,
+        hflip_prob=0.0,
+    )
     base = Squares(16, n=48)
     ds = views.CropViews(base, spec, seed=9)
     items = [ds[(0, i)] for i in range(len(base))]

@@ -61,10 +61,9 @@ def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> objectives
     q = unit(n, d, seed=11)
     key = F.normalize(q + noise * unit(n, d, seed=12), dim=1)
     labels = torch.arange(n) % 4
-    return objectives.StepTensors(
-        q, key, key, labels, labels, 0, unit(k, d, seed=13), torch.full((k,), NO_LABEL),
-        ExtraNegatives(shared=unit(5, d, seed=14)),
-    )  # fmt: skip
+    return objectives.StepTensors.single(
+        q, key, queue=unit(k, d, seed=13), labels=labels, extra=ExtraNegatives(unit(5, d, seed=14))
+    )
 
 
 def test_infonce_logs_mocos_acc1():

@@ -26,7 +26,19 @@ class TinyImages(Dataset):
 
 
 def every_augmentation_on():
-    return train_transform(16, (0.2, 1.0), 0.4, 0.8, 0.2, 0.5, 0.5, 15.0, 0.1, MEAN, STD)
+    return train_transform(
+        image_size=16,
+        crop_scale=(0.2, 1.0),
+        jitter_strength=0.4,
+        jitter_prob=0.8,
+        grayscale_prob=0.2,
+        blur_prob=0.5,
+        hflip_prob=0.5,
+        affine_degrees=15.0,
+        affine_translate=0.1,
+        mean=MEAN,
+        std=STD,
+    )
 
 
 def two_views(seed: int = 0) -> TwoViews:

@@ -323,8 +323,11 @@ class TinyImages(Dataset):
 
 
 def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: int = 8) -> list:
-    transform = data.train_transform(16, (0.2, 1.0), 0.4, 0.8, 0.2, 0.5, 0.5, 15.0, 0.1,
-                                     (0.5,) * 3, (0.25,) * 3)  # fmt: skip
+    transform = data.train_transform(
+        image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
+        grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
+        affine_translate=0.1, mean=(0.5,) * 3, std=(0.25,) * 3,
+    )  # fmt: skip
     views = data.TwoViews(TinyImages(), transform, seed=3)
     sampler = data.ResumableSampler(len(views), global_batch, 3, rank, world)
     sampler.set_epoch(epoch, start_step)

@@ -16,7 +16,8 @@ N, DIM = 8, 16
 
 def tiny_moco(bn_splits: int = 1):
     torch.manual_seed(0)
-    return build("resnet_small", 8, True, DIM, True, bn_splits)
+    return build(arch="resnet_small", width=8, cifar_stem=True, dim=DIM, mlp=True,
+                 bn_splits=bn_splits)  # fmt: skip
 
 
 def images(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -350,3 +350,19 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
     assert engine.main(cfg) == 0
     epoch, steps = read_epoch(tmp_path)
     assert all(np.isfinite(r["loss"]) for r in steps) and "oc_auroc" in epoch
+
+
+def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
+    q, k, queue = unit(4, 8, seed=2), unit(4, 8, seed=1), unit(6, 8, seed=3)
+    with pytest.raises(TypeError):
+        objectives.StepTensors(q, k, k, None, None, 0, queue, None, ExtraNegatives())  # noqa
+    s = objectives.StepTensors.single(q, k, queue=queue)
+    assert s.k_all is k and s.offset == 0 and s.extra.shared is None
+    assert (s.labels == NO_LABEL).all() and (s.queue_labels == NO_LABEL).all()
+    full = step_tensors(n=4, k_size=6)  # the explicit form: same loss in one process
+    two = objectives.StepTensors.single(
+        full.q, full.k, queue=full.queue, labels=full.labels, queue_labels=full.queue_labels
+    )
+    for name in ("infonce", "supcon"):
+        crit = objectives.create(name, temperature=0.2)
+        assert torch.equal(crit(full), crit(two))

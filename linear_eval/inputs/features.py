@@ -313,7 +313,17 @@ class FeatureStore:
         probability), shuffled by a seeded generator: for the linear probe on images."""
         d = self.model.cfg.data
         aug = data.train_transform(
-            d.image_size, d.crop_scale, 0.0, 0.0, 0.0, 0.0, d.hflip_prob, 0.0, 0.0, d.mean, d.std
+            image_size=d.image_size,
+            crop_scale=d.crop_scale,
+            jitter_strength=0.0,
+            jitter_prob=0.0,
+            grayscale_prob=0.0,
+            blur_prob=0.0,
+            hflip_prob=d.hflip_prob,
+            affine_degrees=0.0,
+            affine_translate=0.0,
+            mean=d.mean,
+            std=d.std,
         )
         return DataLoader(
             data.Transformed(self.dataset(d.name, "train"), aug),
