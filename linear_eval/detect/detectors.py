@@ -142,12 +142,54 @@ def unavailable(name: str, bank: ViewSet, test: ViewSet) -> str | None:
     return None
 
 
+Scorer = Callable[[ViewSet], torch.Tensor]
+
+
+def _ocsvm_fit(bank: ViewSet, s: Settings) -> Callable[[torch.Tensor], torch.Tensor]:
+    b = bank.plain.backbone
+    if b.shape[0] > s.ocsvm_max_bank:
+        g = torch.Generator().manual_seed(s.seed)
+        b = b[torch.randperm(b.shape[0], generator=g)[: s.ocsvm_max_bank]]
+    return scores.ocsvm_fit(b, nu=s.ocsvm_nu)
+
+
+#: Detectors whose fit is costly (a pseudo-inverse, an O(N^2) SVM) fit once per bank here; the
+#: others close over the bank (their work is per test point).
+FITS: dict[str, Callable[[ViewSet, Settings], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "maha_tied": lambda b, s: scores.mahalanobis_fit(b.plain.backbone, b.plain.labels, "tied"),
+    "maha_global": lambda b, s: scores.mahalanobis_fit(b.plain.backbone, b.plain.labels, "global"),
+    "maha_per_class": lambda b, s: scores.mahalanobis_fit(
+        b.plain.backbone, b.plain.labels, "per_class"
+    ),
+    "ocsvm": _ocsvm_fit,
+}
+
+
+def fit(name: str, bank: ViewSet, settings: Settings) -> Scorer:
+    """Detector ``name`` fitted once on ``bank``: a scorer ``test -> normality scores (M,)``,
+    float64 on CPU, for any number of test sets (OpenOOD's setup-then-postprocess)."""
+    if name not in DETECTORS:
+        raise ValueError(f"detector {name!r}: unknown detector; choose from {', '.join(DETECTORS)}")
+    fitted = FITS[name](bank, settings) if name in FITS else None
+
+    def scorer(test: ViewSet) -> torch.Tensor:
+        why = unavailable(name, bank, test)
+        if why is not None:
+            raise ValueError(f"detector {name!r}: {why}")
+        if fitted is not None:
+            return torch.as_tensor(fitted(test.plain.backbone)).double().cpu()
+        return torch.as_tensor(DETECTORS[name](bank, test, settings)).double().cpu()
+
+    return scorer
+
+
 def score(name: str, bank: ViewSet, test: ViewSet, settings: Settings) -> torch.Tensor:
-    """Normality scores (M,) of detector ``name``, float64 on CPU."""
+    """Normality scores (M,) of detector ``name``, float64 on CPU: :func:`fit` then score, for
+    one test set."""
     why = unavailable(name, bank, test)
     if why is not None:
         raise ValueError(f"detector {name!r}: {why}")
-    return torch.as_tensor(DETECTORS[name](bank, test, settings)).double().cpu()
+    return fit(name, bank, settings)(test)
 
 
 def check(names: list[str]) -> list[str]:

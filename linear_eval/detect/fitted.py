@@ -32,7 +32,7 @@ def _s_con(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
 
 
 def _maha(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
-    return lambda test: scores.mahalanobis(bank, labels, test, "tied")
+    return scores.mahalanobis_fit(bank, labels, "tied")  # means and precision once per bank
 
 
 def _center(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:

@@ -102,10 +102,11 @@ def id_vs_ood(
                 skipped[n] = f"{why} ({name})"
     out: dict[str, Any] = {}
     for n in usable:
-        s_id = detectors.score(n, bank, id_test, settings)
+        scorer = detectors.fit(n, bank, settings)  # once per bank, not once per OOD set
+        s_id = scorer(id_test)
         per, pairs = {}, []
         for name, feats in ood_sets.items():
-            s_ood = detectors.score(n, bank, feats, settings)
+            s_ood = scorer(feats)
             per[name] = summary.detection(s_id, s_ood)
             pairs.append((s_id, s_ood))
         out[n] = {"mean": _mean_record(pairs, list(per.values())), "per_set": per}

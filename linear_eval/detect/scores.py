@@ -163,6 +163,58 @@ def _sq_mahalanobis(z: torch.Tensor, means: torch.Tensor, precision: torch.Tenso
     return d2.clamp_min(0.0)
 
 
+def mahalanobis_fit(
+    train_features: ArrayLike,
+    train_labels: ArrayLike,
+    covariance: Literal["tied", "global", "per_class"] = "tied",
+) -> Callable[[ArrayLike], torch.Tensor]:
+    """The class means and precision(s) of :func:`mahalanobis`, computed once; returns the scorer
+    ``test_features -> max_c −d²_M`` (M,), so a bank scores any number of test sets."""
+    x = _features(train_features, "train_features")
+    y = torch.as_tensor(train_labels).to(x.device).reshape(-1)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"train_labels has {y.shape[0]} entries for {x.shape[0]} features")
+    if covariance not in ("tied", "global", "per_class"):
+        raise ValueError(f"covariance must be 'tied', 'global' or 'per_class', got {covariance!r}")
+    normalise = covariance in ("global", "per_class")
+    if normalise:
+        x = F.normalize(x, dim=1)
+    m = s = None
+    if covariance == "per_class":
+        m, s = x.mean(0), x.std(0, unbiased=False) + 1e-10
+        x = (x - m) / s
+    means, inverse = _class_means(x, y)
+    if covariance == "tied":
+        centred = x - means[inverse]  # (N, F)
+        precisions = [torch.linalg.pinv(centred.T @ centred / x.shape[0], hermitian=True)]
+    elif covariance == "global":
+        precisions = [torch.linalg.pinv(torch.cov(x.T), hermitian=True)]
+    else:
+        precisions = []
+        for c in range(len(means)):  # one precision per class (C of them, not per sample)
+            xc = x[inverse == c] - means[c]  # (N_c, F)
+            if xc.shape[0] < 2:
+                raise ValueError(
+                    f"per_class covariance needs >= 2 samples per class; class {c} has 1"
+                )
+            precisions.append(torch.linalg.pinv(xc.T @ xc / xc.shape[0], hermitian=True))
+
+    def score(test_features: ArrayLike) -> torch.Tensor:
+        z = _features(test_features, "test_features").to(x.device, x.dtype)
+        if z.shape[1] != x.shape[1]:
+            raise ValueError(f"test features have {z.shape[1]} dims, the bank {x.shape[1]}")
+        if normalise:
+            z = F.normalize(z, dim=1)
+        if m is not None:
+            z = (z - m) / s
+        if len(precisions) == 1:
+            return -_sq_mahalanobis(z, means, precisions[0]).min(1).values
+        d2 = [_sq_mahalanobis(z, means[c : c + 1], p)[:, 0] for c, p in enumerate(precisions)]
+        return -torch.stack(d2, 1).min(1).values
+
+    return score
+
+
 def mahalanobis(
     train_features: ArrayLike,
     train_labels: ArrayLike,
@@ -182,34 +234,10 @@ def mahalanobis(
       pinv each; the score is −min_c d²_c.
 
     NOTE: Lee's and CIDER's code use −½ d²; the factor does not change any ranking metric.
+    :func:`mahalanobis_fit` is the same, fitted once for many test sets.
     """
-    x, z = _bank_and_test(train_features, test_features)
-    y = torch.as_tensor(train_labels).to(x.device).reshape(-1)
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"train_labels has {y.shape[0]} entries for {x.shape[0]} features")
-    if covariance in ("global", "per_class"):
-        x, z = F.normalize(x, dim=1), F.normalize(z, dim=1)
-    if covariance == "per_class":
-        m, s = x.mean(0), x.std(0, unbiased=False) + 1e-10
-        x, z = (x - m) / s, (z - m) / s
-    means, inverse = _class_means(x, y)
-    if covariance == "tied":
-        centred = x - means[inverse]  # (N, F)
-        precision = torch.linalg.pinv(centred.T @ centred / x.shape[0], hermitian=True)
-        return -_sq_mahalanobis(z, means, precision).min(1).values
-    if covariance == "global":
-        precision = torch.linalg.pinv(torch.cov(x.T), hermitian=True)
-        return -_sq_mahalanobis(z, means, precision).min(1).values
-    if covariance != "per_class":
-        raise ValueError(f"covariance must be 'tied', 'global' or 'per_class', got {covariance!r}")
-    d2 = []
-    for c in range(len(means)):  # one precision per class (C of them, not per sample)
-        xc = x[inverse == c] - means[c]  # (N_c, F)
-        if xc.shape[0] < 2:
-            raise ValueError(f"per_class covariance needs >= 2 samples per class; class {c} has 1")
-        precision = torch.linalg.pinv(xc.T @ xc / xc.shape[0], hermitian=True)
-        d2.append(_sq_mahalanobis(z, means[c : c + 1], precision)[:, 0])
-    return -torch.stack(d2, 1).min(1).values
+    _bank_and_test(train_features, test_features)  # the shared shape checks
+    return mahalanobis_fit(train_features, train_labels, covariance)(test_features)
 
 
 def kde_bandwidth(features: torch.Tensor, rule: Literal["scott", "silverman"] = "scott") -> float:
@@ -259,6 +287,25 @@ def kde_score(
     return torch.cat(out) - math.log(n) - 0.5 * d * math.log(2 * math.pi * h * h)
 
 
+def ocsvm_fit(train_features: ArrayLike, nu: float = 0.1) -> Callable[[ArrayLike], torch.Tensor]:
+    """The linear One-Class SVM of :func:`ocsvm_score`, fitted once; returns the scorer."""
+    if not 0.0 < nu <= 1.0:
+        raise ValueError(f"nu must be in (0, 1], got {nu}")
+    bank = _features(train_features, "train_features")
+    b = bank.cpu().numpy()
+    svm = OneClassSVM(kernel="linear", nu=nu).fit(b / np.linalg.norm(b, axis=1, keepdims=True))
+
+    def score(test_features: ArrayLike) -> torch.Tensor:
+        test = _features(test_features, "test_features")
+        if test.shape[1] != bank.shape[1]:
+            raise ValueError(f"test features have {test.shape[1]} dims, the bank {bank.shape[1]}")
+        t = test.cpu().numpy()
+        values = svm.decision_function(t / np.linalg.norm(t, axis=1, keepdims=True))
+        return torch.from_numpy(np.asarray(values, np.float64)).to(test.device)
+
+    return score
+
+
 def ocsvm_score(
     train_features: ArrayLike, test_features: ArrayLike, nu: float = 0.1
 ) -> torch.Tensor:
@@ -270,11 +317,8 @@ def ocsvm_score(
     """
     if not 0.0 < nu <= 1.0:
         raise ValueError(f"nu must be in (0, 1], got {nu}")
-    bank, test = _bank_and_test(train_features, test_features)
-    b, t = bank.cpu().numpy(), test.cpu().numpy()
-    svm = OneClassSVM(kernel="linear", nu=nu).fit(b / np.linalg.norm(b, axis=1, keepdims=True))
-    score = svm.decision_function(t / np.linalg.norm(t, axis=1, keepdims=True))
-    return torch.from_numpy(np.asarray(score, np.float64)).to(test.device)
+    _bank_and_test(train_features, test_features)
+    return ocsvm_fit(train_features, nu)(test_features)
 
 
 def kappa_score(kappa: ArrayLike) -> torch.Tensor:
