@@ -169,12 +169,12 @@ def train_step(
         precision.full, (q, q2, k, kappa_q, kappa_q2, kappa_k)
     )  # float32 from here
     k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
-    if run.strategy.needs_global_batch:
-        seen = dist.gather(q.detach()), k_all, y_all
+    if run.strategy.needs_global_batch:  # e.g. an OC-SVM fitted on the global batch
+        seen_q, seen_k, seen_y = dist.gather(q.detach()), k_all, y_all
     else:
-        seen = q.detach(), k, y
+        seen_q, seen_k, seen_y = q.detach(), k, y
     extra = run.strategy.negatives(
-        seen[0], seen[1], run.queue.keys, run.queue.labels, epoch, seen[2]
+        seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, labels=seen_y
     )
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
