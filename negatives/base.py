@@ -70,6 +70,10 @@ class NegativeStrategy(nn.Module):
     #: their own rows read them here (one helper for the whole code base).
     rank_and_world = staticmethod(rank_and_world)
 
+    #: False when the strategy's negatives belong to the first view's queries only (per-query
+    #: negatives), so ``loss.symmetric`` is refused with it.
+    symmetric_ok: bool = True
+
     #: When True the trainer passes the batch gathered from all ranks (q, k, labels), e.g. for an
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
     needs_global_batch: bool = False

@@ -120,6 +120,8 @@ class MoCHi(NegativeStrategy):
     (B, s + s', D) in q's dtype, or no extras.
     """
 
+    symmetric_ok = False  # its per-query hard negatives belong to view 1's queries
+
     def __init__(
         self,
         num_hard: int = 1024,
@@ -240,6 +242,8 @@ class ModifiedMoCHi(MoCHi):
 
     Args: as :class:`MoCHi`. Returns ``shared`` (s + s', D) in q's dtype, or no extras.
     """
+
+    symmetric_ok = True  # its synthetic negatives are shared by every query
 
     needs_global_batch = True
 

@@ -193,30 +193,8 @@ def queue(cfg: Config, train_size: int) -> LabeledQueue:
 def criterion(cfg: Config, num_classes: int = 0) -> objectives.Objective:
     """The objective named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
     checked against the negative strategy it is combined with."""
-    loss, t = cfg.loss, cfg.moco.temperature
-    kwargs: dict[str, Any] = {"temperature": t}
-    if loss.name in ("nt_xent", "supcon", "sincere", "firm"):
-        kwargs["reference_scale"] = loss.supcon_reference_scale and loss.name == "supcon"
-        kwargs["contrast_queue"] = loss.contrast_queue
-    if loss.symmetric and cfg.negatives.name in ("mochi",):
-        raise ConfigError(
-            "loss.symmetric cannot be combined with negatives 'mochi': its per-query negatives "
-            "belong to the first view's queries only"
-        )
-    if loss.name == "cider":
-        if cfg.data.train_split != "train" or cfg.data.name == "stl10":
-            raise ConfigError(
-                "loss 'cider' needs a label for every training image; data.train_split "
-                f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images"
-            )
-        kwargs.update(
-            num_classes=num_classes,
-            dim=cfg.model.dim,
-            lambda_c=loss.cider_lambda_c,
-            alpha=loss.cider_alpha,
-            comp_scale=loss.cider_comp_scale,
-            classes=list(cfg.data.in_classes),
-        )
+    loss = cfg.loss
+    kwargs = objectives.losses_registry.get(loss.name).config_kwargs(cfg, num_classes)
     try:
         made = objectives.create(loss.name, **kwargs)
         if cfg.model.kappa_hidden > 0:

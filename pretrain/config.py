@@ -327,7 +327,12 @@ def validate(cfg: Config) -> None:
                 + (f" (did you mean {close[0]!r}?)" if close else "")
             )
     from negatives.registry import strategies
+    from pretrain.objectives import losses_registry
 
+    loss_cls = losses_registry.get(cfg.loss.name)
+    strategy_cls = strategies.get(cfg.negatives.name)
+    batch_losses = [n for n in losses_registry.names() if losses_registry.get(n).batch_layout]
+    queue_optional = [n for n in losses_registry.names() if losses_registry.get(n).can_drop_queue]
     given = {k: v for k, v in cfg.negatives.kwargs.items() if v is not None}
     try:
         strategies.check_kwargs(cfg.negatives.name, given)
@@ -386,13 +391,26 @@ def validate(cfg: Config) -> None:
         ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
         (
             "loss.symmetric",
-            not cfg.loss.symmetric or cfg.loss.name != "infonce",
-            "needs a batch objective (nt_xent, supcon, sincere, firm, cider); infonce is MoCo's",
+            not cfg.loss.symmetric or loss_cls.batch_layout,
+            f"needs a batch loss ({', '.join(batch_losses)}); {cfg.loss.name} has its own layout",
         ),
         (
             "loss.contrast_queue",
-            cfg.loss.contrast_queue or cfg.loss.name in ("nt_xent", "supcon", "sincere", "firm"),
-            "can be turned off for nt_xent, supcon, sincere and firm only",
+            cfg.loss.contrast_queue or loss_cls.can_drop_queue,
+            f"can be turned off for {', '.join(queue_optional)} only",
+        ),
+        (
+            "loss.symmetric",
+            not cfg.loss.symmetric or strategy_cls.symmetric_ok,
+            f"cannot be combined with negatives {cfg.negatives.name!r}: its per-query negatives "
+            "belong to the first view's queries only",
+        ),
+        (
+            "data.train_split",
+            not loss_cls.needs_labels
+            or (cfg.data.train_split == "train" and cfg.data.name != "stl10"),
+            f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images; loss "
+            f"{cfg.loss.name!r} needs a label for every training image",
         ),
         (
             "loss.supcon_reference_scale",
@@ -402,7 +420,8 @@ def validate(cfg: Config) -> None:
         (
             "loss.kappa_lambda_align",
             cfg.model.kappa_hidden > 0
-            or (cfg.loss.kappa_lambda_align, cfg.loss.kappa_lambda_reg) == (0.05, 0.005),
+            or (cfg.loss.kappa_lambda_align, cfg.loss.kappa_lambda_reg)
+            == (LossConfig.kappa_lambda_align, LossConfig.kappa_lambda_reg),  # the defaults
             "is set but the model has no kappa head (set model.kappa_hidden, e.g. 512)",
         ),
         ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),

@@ -101,11 +101,25 @@ class Objective(nn.Module):
         needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
             of a fresh run, with the normalised head outputs of the training images (CIDER).
         accepts_strategies: negative strategies this objective can be combined with (None = any).
+        batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
+        can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
+        needs_labels: needs a label on every training image (refuses unlabelled splits).
+
+    A new loss is one file: a registered subclass whose :meth:`config_kwargs` reads its settings
+    from the config; ``config.validate`` and the builder read these attributes, never its name.
     """
 
     needs_class_means: bool = False
     accepts_strategies: tuple[str, ...] | None = None
     why_strategies: str = ""
+    batch_layout: bool = True
+    can_drop_queue: bool = False
+    needs_labels: bool = False
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
+        """Constructor kwargs from the resolved config (``pretrain.config.Config``)."""
+        return {"temperature": cfg.moco.temperature}
 
     def __init__(self, temperature: float) -> None:
         super().__init__()
@@ -152,6 +166,8 @@ def create(name: str, **kwargs: Any) -> Objective:
 class InfoNCE(Objective):
     """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
 
+    batch_layout = False  # MoCo's own asymmetric layout
+
     def forward(self, s: StepTensors) -> torch.Tensor:
         logits = losses.moco_logits(
             s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
@@ -193,6 +209,16 @@ class QueueContrastive(Objective):
     ``contrast_queue`` is False)."""
 
     kind = ""
+    can_drop_queue = True
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
+        loss = cfg.loss
+        return {
+            "temperature": cfg.moco.temperature,
+            "reference_scale": loss.supcon_reference_scale and cls.kind == "supcon",
+            "contrast_queue": loss.contrast_queue,
+        }
 
     def __init__(
         self, temperature: float, reference_scale: bool = False, contrast_queue: bool = True
@@ -294,11 +320,25 @@ class Cider(Objective):
     """
 
     needs_class_means = True
+    needs_labels = True
     accepts_strategies = ("none",)
     why_strategies = (
         "CIDER contrasts samples with class prototypes, not with instance negatives, so extra "
         "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
     )
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
+        loss = cfg.loss
+        return {
+            "temperature": cfg.moco.temperature,
+            "num_classes": num_classes,
+            "dim": cfg.model.dim,
+            "lambda_c": loss.cider_lambda_c,
+            "alpha": loss.cider_alpha,
+            "comp_scale": loss.cider_comp_scale,
+            "classes": list(cfg.data.in_classes),
+        }
 
     def __init__(
         self,
