@@ -80,6 +80,7 @@ class MiOC(NegativeStrategy):
 
     def __init__(
         self,
+        *,
         num_synthetic: int = 1024,
         num_inlier_synthetic: int = 512,
         num_queue_mix: int = 0,

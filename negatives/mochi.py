@@ -124,6 +124,7 @@ class MoCHi(NegativeStrategy):
 
     def __init__(
         self,
+        *,
         num_hard: int = 1024,
         num_mix: int = 512,
         num_query_mix: int = 128,

@@ -70,6 +70,7 @@ class OneClassSVM:
 
     def __init__(
         self,
+        *,
         nu: float = 0.01,
         gamma: float = 0.01,
         kernel: str = "rbf",

@@ -194,6 +194,7 @@ class Outliers(NegativeStrategy):
 
     def __init__(
         self,
+        *,
         ratio: float = 0.75,
         kinds: Sequence[str] = ("rotate",),
         angles: Sequence[int] = (90, 180, 270),

@@ -156,7 +156,9 @@ def datasets_for(cfg: Config) -> Data:
         train: Any = views.CropViews(base_train, view_spec(d), cfg.seed)
     else:
         train = data.TwoViews(base_train, train_transform(d), cfg.seed)
-    sampler = data.ResumableSampler(len(train), cfg.train.batch_size, cfg.seed, dist.rank(), world)
+    sampler = data.ResumableSampler(
+        len(train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(), world_size=world
+    )
     pin = torch.cuda.is_available()
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)

@@ -116,7 +116,7 @@ class ResumableSampler(Sampler):
     """
 
     def __init__(
-        self, size: int, global_batch: int, seed: int, rank: int = 0, world_size: int = 1
+        self, size: int, global_batch: int, *, seed: int, rank: int = 0, world_size: int = 1
     ) -> None:
         if global_batch % world_size:
             raise ValueError(f"global batch {global_batch} is not divisible by {world_size} ranks")

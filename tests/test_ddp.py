@@ -329,7 +329,7 @@ def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: in
         affine_translate=0.1, mean=(0.5,) * 3, std=(0.25,) * 3,
     )  # fmt: skip
     views = data.TwoViews(TinyImages(), transform, seed=3)
-    sampler = data.ResumableSampler(len(views), global_batch, 3, rank, world)
+    sampler = data.ResumableSampler(len(views), global_batch, seed=3, rank=rank, world_size=world)
     sampler.set_epoch(epoch, start_step)
     return list(data.loader(views, global_batch // world, sampler, num_workers=0))
 
