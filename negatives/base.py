@@ -8,7 +8,7 @@ import torch
 import torch.distributed as td
 from torch import nn
 
-# Label conventions shared by the queue, the strategies and the objectives (one place):
+# Label conventions shared by the queue, the strategies and the losses (one place):
 #   labels >= 0      real images of a known class (in-distribution)
 #   NO_LABEL (-1)    unknown: an unlabelled image, or a queue slot not yet filled
 #   <= -2            synthetic outliers made by a data-level strategy: OUTLIER_LABEL (-2) for one

@@ -1,7 +1,7 @@
 """One registry class for everything the YAML names: negative strategies (``negatives.name``) and
 losses (``loss.name``). A leaf module (imports only the standard library), so strategy and loss
 modules import it without a cycle; ``negatives`` never imports ``pretrain``, so it lives here and
-``pretrain.objectives`` imports it (as timm keeps its registry in a leaf module that model files
+``pretrain.losses.modules`` imports it (as timm keeps its registry in a leaf module that model files
 import).
 
     strategies = Registry("negative strategy")

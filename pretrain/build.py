@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import augment, cores, data, datasets, dist, imagefiles, objectives, views
+from pretrain import augment, cores, data, datasets, dist, imagefiles, losses, views
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -192,15 +192,15 @@ def queue(cfg: Config, train_size: int) -> LabeledQueue:
     return q
 
 
-def criterion(cfg: Config, num_classes: int = 0) -> objectives.Objective:
-    """The objective named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
+def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
+    """The loss named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
     checked against the negative strategy it is combined with."""
     loss = cfg.loss
-    kwargs = objectives.losses_registry.get(loss.name).config_kwargs(cfg, num_classes)
+    kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
     try:
-        made = objectives.create(loss.name, **kwargs)
+        made = losses.create(loss.name, **kwargs)
         if cfg.model.kappa_hidden > 0:
-            made = objectives.WithKappa(made, loss.kappa_lambda_align, loss.kappa_lambda_reg)
+            made = losses.WithKappa(made, loss.kappa_lambda_align, loss.kappa_lambda_reg)
         made.check_strategy(cfg.negatives.name)
     except ValueError as e:
         raise ConfigError(f"loss: {e}") from e

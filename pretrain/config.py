@@ -124,7 +124,7 @@ class EvalConfig:
 
 @dataclass
 class LossConfig:
-    """The objective (``pretrain.objectives``); MoCo's ``moco.temperature`` is its T."""
+    """The loss (``pretrain.losses.modules``); MoCo's ``moco.temperature`` is its T."""
 
     name: str = "infonce"  # infonce | nt_xent | supcon | sincere | firm | cider
     supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
@@ -172,10 +172,10 @@ def registered_choices() -> dict[str, list[str]]:
     """The names the registries hold (``loss.name``, ``negatives.name``): one list, never copied
     here, so a new loss or strategy file is a valid config value with no edit to this module."""
     import negatives  # the registries import torch; config stays importable on its own
-    from pretrain import objectives
+    from pretrain import losses
 
     return {
-        "loss.name": objectives.list_objectives(),
+        "loss.name": losses.list_losses(),
         "negatives.name": negatives.list_strategies(),
     }
 
@@ -327,7 +327,7 @@ def validate(cfg: Config) -> None:
                 + (f" (did you mean {close[0]!r}?)" if close else "")
             )
     from negatives.registry import strategies
-    from pretrain.objectives import losses_registry
+    from pretrain.losses import registry as losses_registry
 
     loss_cls = losses_registry.get(cfg.loss.name)
     strategy_cls = strategies.get(cfg.negatives.name)

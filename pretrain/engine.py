@@ -32,8 +32,8 @@ from pretrain import (
     world,
 )
 from pretrain.config import Config, ConfigError
+from pretrain.losses import Loss, StepTensors
 from pretrain.metrics_log import MetricsLog
-from pretrain.objectives import Objective, StepTensors
 from pretrain.online_probe import OnlineProbe
 from pretrain.progress import Progress
 from pretrain.schedules import learning_rate
@@ -86,7 +86,7 @@ class Run:
     query: torch.nn.Module  # moco.encoder_q, or its DDP wrapper (state dicts stay unprefixed)
     queue: torch.nn.Module
     strategy: torch.nn.Module
-    criterion: Objective
+    loss_fn: Loss
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     data: build.Data
@@ -174,13 +174,13 @@ def train_step(
     else:
         seen_q, seen_k, seen_y = q.detach(), k, y
     extra = run.strategy.negatives(
-        seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, labels=seen_y
+        seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, seen_y
     )
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
                        queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,
                        kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2)  # fmt: skip
-    loss = run.criterion(step)
+    loss = run.loss_fn(step)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         feats = run.probe.features
         if run.cfg.loss.symmetric:
@@ -240,10 +240,10 @@ def log_step(
         record["skipped_images"] = int(run.data.skipped.sum())
     for key, value in run.strategy.diagnostics().items():
         record[f"neg_{key}"] = float(value)
-    for key, value in run.criterion.diagnostics().items():
+    for key, value in run.loss_fn.diagnostics().items():
         record[f"loss_{key}"] = float(value)
     run.log.write(record, "train")
-    for key, values in run.criterion.histograms().items():
+    for key, values in run.loss_fn.histograms().items():
         run.log.histogram(f"train/{key}", values, run.state.global_step)
     total = run.info["total_steps"]
     if run.cfg.train.max_steps:
@@ -303,12 +303,12 @@ def evaluate(run: Run) -> dict[str, float]:
     return out if len(taps.names) > 1 else {"knn_top1": out["knn_top1"]}
 
 
-def init_objective(run: Run) -> None:
+def init_loss(run: Run) -> None:
     """Class prototypes (CIDER) from the normalised head outputs of the training images, in
     eval mode, before the first step of a fresh run (every rank computes the same means)."""
-    if run.criterion.needs_class_means:
+    if run.loss_fn.needs_class_means:
         z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
-        run.criterion.init_class_means(z.to(run.device), y.to(run.device))
+        run.loss_fn.init_class_means(z.to(run.device), y.to(run.device))
 
 
 def state_dict(run: Run) -> dict[str, Any]:
@@ -322,7 +322,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "model": run.moco.state_dict(),
         "queue": run.queue.state_dict(),
         "strategy": run.strategy.state_dict(),
-        "objective": run.criterion.state_dict(),
+        "loss": run.loss_fn.state_dict(),
         "optimizer": run.optimizer.state_dict(),
         "scaler": run.scaler.state_dict(),
         "scheduler": {"kind": run.cfg.train.lr_schedule, "global_step": st.global_step},
@@ -364,7 +364,8 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
-    checkpoint.load_module(run.criterion, state.get("objective", {}), "objective")
+    loss_state = state.get("loss", state.get("objective", {}))  # "objective": before 2026-11-24
+    checkpoint.load_module(run.loss_fn, loss_state, "loss")
     if run.probe is not None:
         run.probe.load_checkpoint_state(state["online_probe"])
     try:
@@ -444,7 +445,7 @@ def setup(cfg: Config) -> Run:
         query=query,
         queue=queue,
         strategy=strategy,
-        criterion=build.criterion(cfg, data.num_classes).to(device),
+        loss_fn=build.loss_fn(cfg, data.num_classes).to(device),
         optimizer=opt,
         scaler=scaler,
         data=data,
@@ -546,7 +547,7 @@ def run_training(cfg: Config) -> int:
         restore(run, checkpoint.load(last, map_location="cpu"))  # RNG states must stay on the CPU
         run.log.truncate(run.state.global_step)
     else:
-        init_objective(run)
+        init_loss(run)
     announce(run, resumed)
     st, steps = run.state, run.info["steps_per_epoch"]
     with checkpoint.StopSignals() as stop:

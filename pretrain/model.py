@@ -189,7 +189,7 @@ class MoCo(nn.Module):
     Implementation based on https://github.com/facebookresearch/moco/blob/b8ae0d9/moco/builder.py.
 
     The queue and the loss live outside (``pretrain.queue``, ``pretrain.losses``), so that negative
-    strategies and objectives can be swapped without touching this module.
+    strategies and losses can be swapped without touching this module.
 
     Args:
         encoder: the query encoder; the key encoder is a deep copy with ``requires_grad=False``.

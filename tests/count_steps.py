@@ -1,5 +1,5 @@
 """Count the would-be CUDA host syncs of steady-state training steps, for every valid pair of
-registered objective x registered negative strategy (and a kappa-head variant).
+registered loss x registered negative strategy (and a kappa-head variant).
 
     python tests/count_steps.py OUT                           # one process: OUT.rank0
     torchrun --nproc_per_node 2 tests/count_steps.py OUT      # two gloo ranks: OUT.rank{0,1}
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sync_counter import SyncCounter  # noqa: E402
 
 import negatives  # noqa: E402
-from pretrain import config, dist, engine, objectives  # noqa: E402
+from pretrain import config, dist, engine, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 
 WARM, COUNTED = 2, 2
@@ -51,12 +51,12 @@ STRATEGY_KWARGS = {  # tiny sizes that fit a 64-key queue and a batch of 16; war
     "outliers": "{ratio: 0.5}",
 }
 VARIANTS = {"": [], "+kappa": ["model.kappa_hidden=16"]}
-KAPPA_WITH = ("supcon",)  # the kappa head is objective-agnostic: counted with one objective
+KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss
 
 
 def pairs() -> list[tuple[str, str, str]]:
     out = []
-    for loss in objectives.list_objectives():
+    for loss in losses.list_losses():
         for name in negatives.list_strategies():
             out.append((loss, name, ""))
             if loss in KAPPA_WITH:
@@ -81,7 +81,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     if svm is not None:  # the OC-SVM solver's CUDA path (device loop, full kernel) on any device
         svm.loop, svm.kernel_cache = "device", "full"
     torch.manual_seed(0)
-    engine.init_objective(run)
+    engine.init_loss(run)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     counts, solver, where = [], [], []

@@ -71,7 +71,7 @@ def control(out: Path) -> None:
 def main(out: Path, overrides: list[str]) -> None:
     cfg = config.load("digits_moco.yaml", [f"out_dir={out / 'run'}", *overrides])
     run = engine.setup(cfg)
-    engine.init_objective(run)  # CIDER: class means of the training set (same on every rank)
+    engine.init_loss(run)  # CIDER: class means of the training set (same on every rank)
     grads: list[dict[str, torch.Tensor]] = []
     snapshot_grads(run, grads)
     steps, record = run.info["steps_per_epoch"], []

@@ -2,7 +2,7 @@
 
 Each config runs in one CPU process on the embedded digits with the same shrink: resnet_small
 width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past its warm-up
-(epoch 50, so MiOC fits its OC-SVM and MoCHi mixes). What stays is each config's objective, strategy
+(epoch 50, so MiOC fits its OC-SVM and MoCHi mixes). What stays is each config's loss, strategy
 and their settings, the head, the temperature and momentum, split BN, the kappa head, the symmetric
 layout: the code paths a refactor must not change.
 

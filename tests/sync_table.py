@@ -1,14 +1,14 @@
 """The documented number of would-be CUDA host syncs per steady-state training step, as measured
 by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; README's sync table
-copies it). A pair's count is its objective's plus its strategy's (the kappa head adds 0).
+copies it). A pair's count is its loss's plus its strategy's (the kappa head adds 0).
 
-A new objective or strategy has no entry, so the test fails until its count is written here
+A new loss or strategy has no entry, so the test fails until its count is written here
 with its reason.
 """
 
 from __future__ import annotations
 
-OBJECTIVE_SYNCS: dict[str, tuple[int, str]] = {
+LOSS_SYNCS: dict[str, tuple[int, str]] = {
     "infonce": (0, "-"),
     "nt_xent": (0, "-"),
     "supcon": (0, "-"),
@@ -41,8 +41,8 @@ MIOC_DETAIL = [
 ]
 
 
-def documented(objective: str, strategy: str, solver_syncs: int, kappa: bool = False) -> int:
-    """The documented CPU-measured count of ``objective`` x ``strategy`` (KeyError if missing)."""
+def documented(loss: str, strategy: str, solver_syncs: int, kappa: bool = False) -> int:
+    """The documented CPU-measured count of ``loss`` x ``strategy`` (KeyError if missing)."""
     expr = STRATEGY_SYNCS[strategy][0]
-    base = OBJECTIVE_SYNCS[objective][0] + (KAPPA_SYNCS[0] if kappa else 0)
+    base = LOSS_SYNCS[loss][0] + (KAPPA_SYNCS[0] if kappa else 0)
     return base + int(eval(expr, {}, {"n": solver_syncs}))  # noqa: S307 (our own table)

@@ -43,7 +43,7 @@ def test_shipped_config_loads_and_builds(name):
     assert cfg.out_dir == f"runs/{Path(name).stem}"
     moco = build.model(cfg)
     assert sum(p.numel() for p in moco.encoder_q.parameters()) > 0
-    assert build.criterion(cfg, num_classes=10).temperature == cfg.moco.temperature
+    assert build.loss_fn(cfg, num_classes=10).temperature == cfg.moco.temperature
 
 
 def test_paper_settings():

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from negatives.base import NO_LABEL, ExtraNegatives
-from pretrain import objectives
+from pretrain import losses
 from pretrain.losses import contrast_top1
 
 
@@ -57,18 +57,18 @@ def test_contrast_top1_equals_a_loop(kind, extras):
     assert 0.0 < want < 100.0  # the data separates hits from misses
 
 
-def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> objectives.StepTensors:
+def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> losses.StepTensors:
     q = unit(n, d, seed=11)
     key = F.normalize(q + noise * unit(n, d, seed=12), dim=1)
     labels = torch.arange(n) % 4
-    return objectives.StepTensors.single(
+    return losses.StepTensors.single(
         q, key, queue=unit(k, d, seed=13), labels=labels, extra=ExtraNegatives(unit(5, d, seed=14))
     )
 
 
 def test_infonce_logs_mocos_acc1():
     s = step(noise=1.5)
-    crit = objectives.create("infonce", temperature=0.2)
+    crit = losses.create("infonce", temperature=0.2)
     crit(s)
     logits = torch.cat([(s.q * s.k).sum(1, keepdim=True), s.q @ s.queue.T,
                         s.q @ s.extra.shared.T], dim=1)  # fmt: skip
@@ -80,7 +80,7 @@ def test_infonce_logs_mocos_acc1():
 @pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere", "firm"])
 def test_batch_objectives_log_it_and_nt_xent_matches_infonce(name):
     s = step()
-    crit = objectives.create(name, temperature=0.2)
+    crit = losses.create(name, temperature=0.2)
     crit(s)
     top1 = float(crit.diagnostics()["contrast_top1"])
     assert 0.0 <= top1 <= 100.0
@@ -91,4 +91,4 @@ def test_batch_objectives_log_it_and_nt_xent_matches_infonce(name):
 
 
 def test_not_logged_before_the_first_step():
-    assert objectives.create("infonce", temperature=0.2).diagnostics() == {}
+    assert losses.create("infonce", temperature=0.2).diagnostics() == {}

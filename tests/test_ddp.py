@@ -69,7 +69,7 @@ def run_worker(*args: str, timeout: float = 120) -> None:
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{out}\n{err}"
 
 
-# InfoNCE; and a labelled objective in MoCo's layout (each rank's queries against the gathered
+# InfoNCE; and a labelled loss in MoCo's layout (each rank's queries against the gathered
 # keys, own key at rank * n + i) with a kappa head (its BN split like the backbone's)
 # and the papers' symmetric layout (both views through the query encoder, all ranks' views as
 # candidates with the gradient routed back) and CIDER (prototypes from every rank's views)

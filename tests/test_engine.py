@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain import build, config, engine, objectives
+from pretrain import build, config, engine, losses
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -207,14 +207,14 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     assert ev.returncode == 1 and "corrupt" in ev.stderr and "Traceback" not in ev.stderr
 
 
-class _NaNAfter(objectives.InfoNCE):
+class _NaNAfter(losses.InfoNCE):
     """InfoNCE that returns NaN from global step ``bad_step`` on."""
 
     def __init__(self, temperature: float, bad_step: int) -> None:
         super().__init__(temperature)
         self.bad_step, self.calls = bad_step, 0
 
-    def forward(self, step: objectives.StepTensors) -> torch.Tensor:
+    def forward(self, step: losses.StepTensors) -> torch.Tensor:
         self.calls += 1
         loss = super().forward(step)
         return loss * float("nan") if self.calls > self.bad_step else loss
@@ -223,7 +223,7 @@ class _NaNAfter(objectives.InfoNCE):
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, capsys):
     steps = 1437 // 32
     monkeypatch.setattr(
-        build, "criterion", lambda cfg, n=0: _NaNAfter(cfg.moco.temperature, steps + 2)
+        build, "loss_fn", lambda cfg, n=0: _NaNAfter(cfg.moco.temperature, steps + 2)
     )
     cfg = config.load(
         "digits_moco.yaml",

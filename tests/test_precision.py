@@ -48,23 +48,23 @@ def test_fp16_on_cpu_is_a_config_error(tmp_path):
 
 
 def spy_step(run: engine.Run, monkeypatch) -> dict:
-    """Record what the encoder's head, the strategy and the objective see in one step."""
+    """Record what the encoder's head, the strategy and the loss see in one step."""
     seen: dict = {}
     head = run.moco.encoder_q.head
     head.register_forward_hook(lambda m, i, o: seen.setdefault("head", o.dtype) and None)
-    negatives, criterion = run.strategy.negatives, run.criterion.forward
+    negatives, loss_forward = run.strategy.negatives, run.loss_fn.forward
 
     def spy_negatives(q, k, *rest):
         seen["neg"] = (q.dtype, k.dtype, torch.is_autocast_enabled("cpu"))
         return negatives(q, k, *rest)
 
-    def spy_criterion(step):
+    def spy_loss(step):
         seen["loss_in"] = (step.q.dtype, step.k.dtype, torch.is_autocast_enabled("cpu"))
         seen["step"] = dataclasses.replace(step, queue=step.queue.clone())  # enqueue is in place
-        return criterion(step)
+        return loss_forward(step)
 
     monkeypatch.setattr(run.strategy, "negatives", spy_negatives)
-    monkeypatch.setattr(run.criterion, "forward", spy_criterion)
+    monkeypatch.setattr(run.loss_fn, "forward", spy_loss)
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
     seen["loss"] = engine.train_step(run, x1, x2, y, 1.0, *rows)
     return seen
@@ -94,7 +94,7 @@ def test_autocast_covers_the_encoders_only(tmp_path, monkeypatch, force):
     shared = s.extra.shared
     per_query = s.extra.per_query
     logits = infonce.moco_logits(
-        s.q.double(), s.k.double(), s.queue.double(), run.criterion.temperature,
+        s.q.double(), s.k.double(), s.queue.double(), run.loss_fn.temperature,
         None if shared is None else shared.double(),
         None if per_query is None else per_query.double(),
     )  # fmt: skip

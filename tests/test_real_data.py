@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from pretrain import build, config, engine, objectives
+from pretrain import build, config, engine, losses
 from tests.fakedata import random_images
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,13 +130,13 @@ def test_unreadable_image_mid_epoch_is_named_or_skipped_and_counted(folder, tmp_
     assert "skipped-images" in capsys.readouterr().out
 
 
-class _NaNFromStart(objectives.InfoNCE):
-    def forward(self, step: objectives.StepTensors) -> torch.Tensor:
+class _NaNFromStart(losses.InfoNCE):
+    def forward(self, step: losses.StepTensors) -> torch.Tensor:
         return super().forward(step) * float("nan")
 
 
 def test_divergence_before_any_checkpoint_names_none(folder, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(build, "criterion", lambda cfg, n=0: _NaNFromStart(cfg.moco.temperature))
+    monkeypatch.setattr(build, "loss_fn", lambda cfg, n=0: _NaNFromStart(cfg.moco.temperature))
     assert run(tmp_path, folder) == 1
     err = capsys.readouterr().err
     assert "non-finite loss at or before global step 1" in err

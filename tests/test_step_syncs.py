@@ -1,4 +1,4 @@
-"""Every valid objective x strategy pair (+ the kappa head) syncs the documented number of times
+"""Every valid loss x strategy pair (+ the kappa head) syncs the documented number of times
 per steady-state training step, in one process and at 2 gloo ranks (tests/count_steps.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sync_table
 from test_ddp import free_port, run_worker
 
 import negatives
-from pretrain import objectives
+from pretrain import losses
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "count_steps.py"
@@ -33,14 +33,14 @@ def counted(request, tmp_path_factory) -> list[dict]:
 
 
 def test_every_registered_objective_and_strategy_has_a_documented_count():
-    assert sorted(sync_table.OBJECTIVE_SYNCS) == objectives.list_objectives()
+    assert sorted(sync_table.LOSS_SYNCS) == losses.list_losses()
     assert sorted(sync_table.STRATEGY_SYNCS) == negatives.list_strategies()
 
 
 def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
     for result in counted:
         pairs = [k for k in result if "/" in k]
-        assert len(pairs) >= 20, pairs  # every objective x strategy the config accepts
+        assert len(pairs) >= 20, pairs  # every loss x strategy the config accepts
         assert "cider/mochi" in result["invalid"]  # refused pairs are left out, not counted
         for pair in pairs:
             loss, strategy = pair.split("/")
@@ -56,10 +56,10 @@ def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
 
 
 def test_readme_sync_table_matches_the_documented_counts():
-    """README's table lists each objective's and strategy's count."""
+    """README's table lists each loss's and strategy's count."""
     text = (ROOT / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([a-z_+]+)` \| ([^|]+?) \|", text, flags=re.M))
-    for name, (count, _) in sync_table.OBJECTIVE_SYNCS.items():
+    for name, (count, _) in sync_table.LOSS_SYNCS.items():
         assert rows.get(name) == str(count), (name, rows.get(name))
     for name, (expr, _) in sync_table.STRATEGY_SYNCS.items():
         assert rows.get(name) == expr, (name, rows.get(name))

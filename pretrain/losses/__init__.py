@@ -1,5 +1,10 @@
-"""Contrastive objectives as pure functions on tensors; ``pretrain.objectives`` wraps them for the
-trainer (one registered module per ``loss.name``).
+"""The losses: pure functions on tensors, and the registered modules the trainer calls.
+
+    step = losses.StepTensors.single(q, k, queue=queue)
+    loss = losses.create("supcon", temperature=0.1)(step)      # any ``loss.name``
+
+- ``modules``: the registry of ``loss.name`` (``create``, ``list_losses``, ``register``), the
+  base class ``Loss``, ``StepTensors`` and one module per loss, in MoCo's layout.
 
 - ``infonce``: MoCo's logits and InfoNCE.
 - ``multiview``: NT-Xent, SupCon, SINCERE and FIRM on a ``[view1; view2]`` batch.
@@ -12,6 +17,20 @@ from pretrain.losses.cider import cider, cider_terms, sequential_ema
 from pretrain.losses.infonce import info_nce, moco_logits
 from pretrain.losses.kappa import kappa_alignment, kappa_terms
 from pretrain.losses.masked import check_temperature
+
+# last: the modules read the functions above through this package
+from pretrain.losses.modules import (  # noqa: E402
+    Cider,
+    InfoNCE,
+    Loss,
+    QueueContrastive,
+    StepTensors,
+    WithKappa,
+    create,
+    list_losses,
+    register,
+    registry,
+)
 from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
 from pretrain.losses.queue_layout import (
     QUEUE_KINDS,
@@ -22,6 +41,16 @@ from pretrain.losses.queue_layout import (
 
 __all__ = [
     "FIRM_LAYOUTS",
+    "Cider",
+    "InfoNCE",
+    "Loss",
+    "QueueContrastive",
+    "StepTensors",
+    "WithKappa",
+    "create",
+    "list_losses",
+    "register",
+    "registry",
     "QUEUE_KINDS",
     "check_temperature",
     "cider",

@@ -1,5 +1,5 @@
 """MoCo's InfoNCE as pure functions on tensors; the trainer calls them through
-``pretrain.objectives`` (``loss.name: infonce``)."""
+``pretrain.losses.modules`` (``loss.name: infonce``)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,23 @@
-"""The objectives the trainer calls, keyed by the YAML name ``loss.name``.
+"""The losses the trainer calls, keyed by the YAML name ``loss.name``.
 
-    criterion = objectives.create("supcon", temperature=0.1)
-    loss = criterion(step)  # step: a StepTensors of one training step
+    loss_fn = losses.create("supcon", temperature=0.1)
+    loss = loss_fn(step)  # step: a StepTensors of one training step
 
-Each objective is a thin module around a pure function of :mod:`pretrain.losses`, in MoCo's layout:
+Each loss is a thin module around a pure function of :mod:`pretrain.losses`, in MoCo's layout:
 the anchors are this rank's queries q (with gradient); the contrast set is the keys of the whole
 (gathered) batch, then the queue, then the strategy's shared negatives (all constants), plus the
-strategy's per-query negatives. So the labelled objectives contrast against the other batch keys
+strategy's per-query negatives. So the labelled losses contrast against the other batch keys
 as well as the queue, as SupCon contrasts against the whole batch; MoCo's ``infonce`` keeps its
 own layout (own key + queue + extras). The papers' 2N x 2N multiview forms of the same losses are
 the functions in :mod:`pretrain.losses` (``nt_xent``, ``supcon``, ``sincere``, ``firm``, ``cider``).
 
 With ``loss.symmetric`` the trainer also passes the second view through the query encoder
-(``StepTensors.q2``) and the batch objectives use the papers' layout: every row of [q; q2] is an
+(``StepTensors.q2``) and the batch losses use the papers' layout: every row of [q; q2] is an
 anchor against every other view of the gathered batch (+ the queue unless ``contrast_queue`` is
 off), its other view the pair positive; CIDER's views are then [q; q2] and the kappa terms use
 (q, kappa_q) and (q2, kappa_q2), as in the papers.
 
-A kappa head (``model.kappa_hidden`` > 0) adds seed 004's L_align + L_reg to any objective
+A kappa head (``model.kappa_hidden`` > 0) adds seed 004's L_align + L_reg to any loss
 (:class:`WithKappa`): in MoCo's layout (q, kappa_q) from the query encoder and (k, kappa_k) from
 the momentum encoder, so only the query side carries gradient.
 """
@@ -37,13 +37,13 @@ from pretrain import dist, losses
 
 @dataclass(kw_only=True)
 class StepTensors:
-    """What an objective sees of one training step (all on the device), by keyword only.
+    """What an loss sees of one training step (all on the device), by keyword only.
 
     ``StepTensors.single(q, k, queue=...)`` fills in the one-process defaults, so any loss can be
     tried in two lines::
 
         step = StepTensors.single(q, k, queue=queue)
-        loss = objectives.create("supcon", temperature=0.1)(step)
+        loss = losses.create("supcon", temperature=0.1)(step)
     """
 
     q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
@@ -93,14 +93,14 @@ def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-class Objective(nn.Module):
+class Loss(nn.Module):
     """Base class. ``forward(step) -> scalar loss``.
 
     Attributes:
         temperature: T of the logits (``moco.temperature``).
         needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
             of a fresh run, with the normalised head outputs of the training images (CIDER).
-        accepts_strategies: negative strategies this objective can be combined with (None = any).
+        accepts_strategies: negative strategies this loss can be combined with (None = any).
         batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
         can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
         needs_labels: needs a label on every training image (refuses unlabelled splits).
@@ -127,7 +127,7 @@ class Objective(nn.Module):
         self.temperature = temperature
 
     def check_strategy(self, name: str) -> None:
-        """ValueError if this objective cannot be combined with negative strategy ``name``."""
+        """ValueError if this loss cannot be combined with negative strategy ``name``."""
         if self.accepts_strategies is not None and name not in self.accepts_strategies:
             raise ValueError(
                 f"loss {self.name!r} cannot be combined with negative strategy {name!r}: "
@@ -145,25 +145,25 @@ class Objective(nn.Module):
         """Per-sample values of the latest step for TensorBoard histograms (log steps only)."""
         return {}
 
-    name = "objective"
+    name = "loss"
 
 
 #: The losses (``loss.name``), in the registry class the negative strategies use.
-losses_registry: Registry[Objective] = Registry("loss")
-register = losses_registry.register
+registry: Registry[Loss] = Registry("loss")
+register = registry.register
 
 
-def list_objectives() -> list[str]:
-    return losses_registry.names()
+def list_losses() -> list[str]:
+    return registry.names()
 
 
-def create(name: str, **kwargs: Any) -> Objective:
+def create(name: str, **kwargs: Any) -> Loss:
     """Build loss ``name``; an unknown name or kwarg is a ValueError with a suggestion."""
-    return losses_registry.create(name, **kwargs)
+    return registry.create(name, **kwargs)
 
 
 @register("infonce")
-class InfoNCE(Objective):
+class InfoNCE(Loss):
     """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
 
     batch_layout = False  # MoCo's own asymmetric layout
@@ -203,7 +203,7 @@ def contrast_set(
     return torch.cat(parts), torch.cat(labels)
 
 
-class QueueContrastive(Objective):
+class QueueContrastive(Loss):
     """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring), or with
     ``StepTensors.q2`` the papers' symmetric 2N x 2N layout (+ the queue unless
     ``contrast_queue`` is False)."""
@@ -308,7 +308,7 @@ class Firm(QueueContrastive):
 
 
 @register("cider")
-class Cider(Objective):
+class Cider(Loss):
     """CIDER (seed 003): L_dis (eq. 6) + lambda_c * L_comp (eq. 5) with EMA class prototypes.
 
     The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
@@ -396,10 +396,10 @@ class Cider(Objective):
         return loss
 
 
-class WithKappa(Objective):
-    """Any objective + seed 004's L_align (eq. 10) + L_reg (eq. 11) on the kappa head."""
+class WithKappa(Loss):
+    """Any loss + seed 004's L_align (eq. 10) + L_reg (eq. 11) on the kappa head."""
 
-    def __init__(self, base: Objective, lambda_align: float, lambda_reg: float) -> None:
+    def __init__(self, base: Loss, lambda_align: float, lambda_reg: float) -> None:
         super().__init__(base.temperature)
         self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
         self.needs_class_means = base.needs_class_means
@@ -413,7 +413,7 @@ class WithKappa(Objective):
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.kappa_q is None or s.kappa_k is None:
-            raise ValueError("the kappa objective needs a model with a kappa head")
+            raise ValueError("the kappa loss needs a model with a kappa head")
         base = self.base(s)
         if s.q2 is not None:  # symmetric: both views from the query encoder, as in the paper
             mu2, kappa2 = s.q2, s.kappa_q2

@@ -1,4 +1,4 @@
-"""The objectives as the trainer uses them: MoCo's layout, CIDER's prototypes in the run, the kappa
+"""The losses as the trainer uses them: MoCo's layout, CIDER's prototypes in the run, the kappa
 terms, the one-class monitor, refused combinations, and every issue-4 config for one epoch on tiny
 data in the true on-disk format."""
 
@@ -14,7 +14,7 @@ from fakedata import write_cifar10, write_imagenet100
 from sklearn.metrics import roc_auc_score
 
 from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
-from pretrain import build, checkpoint, config, engine, knn, losses, objectives
+from pretrain import build, checkpoint, config, engine, knn, losses
 from pretrain.config import ConfigError
 
 TINY = [
@@ -38,7 +38,7 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
     labels_all = torch.arange(world * n) if labels is None else labels
     q = unit(n, d, seed=2).requires_grad_()
     off = rank * n
-    return objectives.StepTensors(
+    return losses.StepTensors(
         q=q,
         k=k_all[off : off + n],
         k_all=k_all,
@@ -53,7 +53,7 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
 
 def test_infonce_objective_is_mocos_loss():
     s = step_tensors(shared=unit(3, 8, seed=4), per_query=unit(4, 2, 8, seed=5))
-    got = objectives.create("infonce", temperature=0.2)(s)
+    got = losses.create("infonce", temperature=0.2)(s)
     logits = losses.moco_logits(s.q, s.k, s.queue, 0.2, s.extra.shared, s.extra.per_query)
     assert torch.allclose(got, losses.info_nce(logits), atol=1e-12)
 
@@ -61,12 +61,12 @@ def test_infonce_objective_is_mocos_loss():
 @pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere"])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_distinct_labels_give_infonce_over_batch_keys_queue_and_extras(name, rank):
-    """With every label distinct, the labelled objectives are InfoNCE whose negatives are the
+    """With every label distinct, the labelled losses are InfoNCE whose negatives are the
     other keys of the (gathered) batch, the queue and the shared negatives: the own key of each
     rank's query sits at offset + i."""
     shared = unit(3, 8, seed=4)
     s = step_tensors(world=2, rank=rank, shared=shared)
-    got = objectives.create(name, temperature=0.1)(s)
+    got = losses.create(name, temperature=0.1)(s)
     n = s.q.shape[0]
     per_anchor = []
     for i in range(n):
@@ -82,7 +82,7 @@ def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
     labels = torch.tensor([3, 3, OUTLIER_LABEL, 3])
     s = step_tensors(labels=labels)
     s.queue_labels = torch.tensor([3, OUTLIER_LABEL, NO_LABEL, 3, 3, OUTLIER_LABEL])
-    got = objectives.create("firm", temperature=0.2)(s).item()
+    got = losses.create("firm", temperature=0.2)(s).item()
     cand = torch.cat([s.k_all, s.queue]).numpy()
     cand_y = torch.cat([labels, s.queue_labels]).numpy()
     q = s.q.detach().numpy()
@@ -100,7 +100,7 @@ def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
     are all ID keys including the own pair; an outlier's only positive is its own key."""
     labels = torch.tensor([3, OUTLIER_LABEL, 3, 3])
     s = step_tensors(labels=labels)
-    got = objectives.create("firm", temperature=0.2, contrast_queue=False)(s).item()
+    got = losses.create("firm", temperature=0.2, contrast_queue=False)(s).item()
     q, k, y = s.q.detach().numpy(), s.k_all.numpy(), labels.numpy()
     total = 0.0
     for i in range(4):
@@ -109,13 +109,13 @@ def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
         pos = [j for j in range(4) if y[j] >= 0] if y[i] >= 0 else [i]
         total += -np.mean([logits[p] - log_den for p in pos])
     assert got == pytest.approx(total / 4, abs=1e-10)
-    moco_layout = objectives.create("firm", temperature=0.2)(s).item()
+    moco_layout = losses.create("firm", temperature=0.2)(s).item()
     assert abs(moco_layout - got) > 1e-3  # the queue is in the default layout's denominator
 
 
 def test_cider_objective_uses_queries_then_keys_and_keeps_prototypes():
     s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
-    obj = objectives.create("cider", temperature=0.1, num_classes=2, dim=8)
+    obj = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     obj.prototypes.copy_(start)
     loss = obj(s)
@@ -130,7 +130,7 @@ def test_cider_objective_uses_queries_then_keys_and_keeps_prototypes():
 
 
 def test_cider_subset_classes_map_labels_to_their_prototypes():
-    obj = objectives.create("cider", temperature=0.1, num_classes=10, dim=8, classes=[7, 3])
+    obj = losses.create("cider", temperature=0.1, num_classes=10, dim=8, classes=[7, 3])
     z, y = unit(6, 8, seed=8).float(), torch.tensor([3, 7, 3, 7, 7, 3])
     obj.init_class_means(z, y)
     means = F.normalize(torch.stack([z[y == 3].mean(0), z[y == 7].mean(0)]), dim=1)
@@ -143,8 +143,8 @@ def test_kappa_terms_are_added_to_any_objective():
     s = step_tensors()
     s.kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
     s.kappa_k = torch.rand(4, dtype=torch.float64)
-    base = objectives.create("supcon", temperature=0.1)
-    both = objectives.WithKappa(base, 0.05, 0.005)
+    base = losses.create("supcon", temperature=0.1)
+    both = losses.WithKappa(base, 0.05, 0.005)
     got = both(s)
     kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
     assert torch.allclose(got, base(s) + kappa, atol=1e-12)
@@ -172,7 +172,7 @@ def test_kappa_terms_are_added_to_any_objective():
 )
 def test_refused_combinations_say_why(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        build.criterion(config.load("digits_moco.yaml", overrides), 10)
+        build.loss_fn(config.load("digits_moco.yaml", overrides), 10)
 
 
 def test_one_class_monitor_is_the_s_con_auroc(tmp_path):
@@ -203,13 +203,13 @@ def test_cider_run_initialises_prototypes_from_class_means_and_saves_them(tmp_pa
         ],  # fmt: skip
     )
     run = engine.setup(cfg)
-    engine.init_objective(run)
+    engine.init_loss(run)
     z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
     means = F.normalize(torch.stack([z[y == 2].mean(0), z[y == 5].mean(0)]), dim=1)
-    assert torch.allclose(run.criterion.prototypes, means, atol=1e-5)
+    assert torch.allclose(run.loss_fn.prototypes, means, atol=1e-5)
     assert engine.main(cfg) == 0
     state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
-    saved = state["objective"]["prototypes"]
+    saved = state["loss"]["prototypes"]
     assert saved.shape == (2, cfg.model.dim) and not torch.allclose(saved, means, atol=1e-3)
     assert torch.allclose(saved.norm(dim=1), torch.ones(2), atol=1e-5)
 
@@ -282,7 +282,7 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
         assert engine.main(part) == 0
     a = checkpoint.load(tmp_path / "a" / "checkpoints" / "last.pt")
     b = checkpoint.load(tmp_path / "b" / "checkpoints" / "last.pt")
-    for part in ("model", "queue", "objective"):
+    for part in ("model", "queue", "loss"):
         assert a[part].keys() == b[part].keys()
         for key, value in a[part].items():
             assert torch.equal(value, b[part][key]), f"{part}.{key}"
@@ -295,7 +295,7 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
     s.q2 = unit(4, 8, seed=9).requires_grad_()
-    got = objectives.create(name, temperature=0.2, contrast_queue=False)(s)
+    got = losses.create(name, temperature=0.2, contrast_queue=False)(s)
     z = torch.cat([s.q, s.q2]).detach().requires_grad_()
     y = torch.cat([labels, labels])
     if name == "nt_xent":
@@ -315,10 +315,10 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
     s.q2 = unit(4, 8, seed=9).requires_grad_()
     s.kappa_q, s.kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
     s.kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
-    cider = objectives.create("cider", temperature=0.1, num_classes=2, dim=8)
+    cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
-    obj = objectives.WithKappa(cider, 0.05, 0.005)
+    obj = losses.WithKappa(cider, 0.05, 0.005)
     got = obj(s)
     z = torch.cat([s.q, s.q2])
     ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
@@ -355,14 +355,14 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
 def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
     q, k, queue = unit(4, 8, seed=2), unit(4, 8, seed=1), unit(6, 8, seed=3)
     with pytest.raises(TypeError):
-        objectives.StepTensors(q, k, k, None, None, 0, queue, None, ExtraNegatives())  # noqa
-    s = objectives.StepTensors.single(q, k, queue=queue)
+        losses.StepTensors(q, k, k, None, None, 0, queue, None, ExtraNegatives())  # noqa
+    s = losses.StepTensors.single(q, k, queue=queue)
     assert s.k_all is k and s.offset == 0 and s.extra.shared is None
     assert (s.labels == NO_LABEL).all() and (s.queue_labels == NO_LABEL).all()
     full = step_tensors(n=4, k_size=6)  # the explicit form: same loss in one process
-    two = objectives.StepTensors.single(
+    two = losses.StepTensors.single(
         full.q, full.k, queue=full.queue, labels=full.labels, queue_labels=full.queue_labels
     )
     for name in ("infonce", "supcon"):
-        crit = objectives.create(name, temperature=0.2)
+        crit = losses.create(name, temperature=0.2)
         assert torch.equal(crit(full), crit(two))
