@@ -173,9 +173,7 @@ def train_step(
         seen_q, seen_k, seen_y = dist.gather(q.detach()), k_all, y_all
     else:
         seen_q, seen_k, seen_y = q.detach(), k, y
-    extra = run.strategy.negatives(
-        seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, seen_y
-    )
+    extra = run.strategy.negatives(seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, seen_y)
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
                        queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,
