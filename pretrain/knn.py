@@ -117,6 +117,28 @@ def knn_top1(
 
 
 @torch.no_grad()
+@torch.no_grad()
+def s_con(bank: torch.Tensor, test: torch.Tensor, k: int, chunk: int = 2048) -> torch.Tensor:
+    """s_con (seed 000 eq. 3): the mean of the k largest cosine similarities of each test feature
+    to the bank, both L2-normalised (M,), in the inputs' dtype; bank and test tiled in ``chunk``
+    blocks (a running top-k), so a 1.3M-image bank never meets the whole test set at once. The
+    one implementation: the one-class monitor below and ``linear_eval``'s ``knn_score`` call it."""
+    if not 1 <= k <= bank.shape[0]:
+        raise ValueError(f"k must be in [1, {bank.shape[0]}] (the bank size), got {k}")
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk}")
+    bank, test = F.normalize(bank, dim=1), F.normalize(test, dim=1)
+    out = []
+    for q in test.split(chunk):
+        best = q.new_empty(q.shape[0], 0)  # (m, <= k) running top-k similarities
+        for start in range(0, bank.shape[0], chunk):
+            sim = q @ bank[start : start + chunk].T  # (m, c)
+            best = torch.cat([best, sim.topk(min(k, sim.shape[1]), dim=1).values], dim=1)
+            best = best.topk(min(k, best.shape[1]), dim=1).values
+        out.append(best.mean(1))
+    return torch.cat(out)
+
+
 def one_class_auroc(
     bank: torch.Tensor,
     test: torch.Tensor,
@@ -124,14 +146,13 @@ def one_class_auroc(
     in_classes: list[int],
     k: int = 1,
 ) -> float:
-    """AUROC (%) of s_con (seed 000 eq. 3: mean of the top-k cosine similarities to the bank of
+    """AUROC (%) of :func:`s_con` (mean of the top-k cosine similarities to the bank of
     in-distribution training features), test images of ``in_classes`` being the positive class.
     The training monitor of one-class runs; ``linear_eval.detect.scores`` has the full set of
-    scores."""
+    scores (and the per-class protocol)."""
     from sklearn.metrics import roc_auc_score
 
-    bank, test = F.normalize(bank.float(), dim=1), F.normalize(test.float(), dim=1)
-    score = torch.cat([(part @ bank.T).topk(k, dim=1).values.mean(1) for part in test.split(1024)])
+    score = s_con(bank.float(), test.float(), k)
     is_id = torch.isin(test_labels, torch.as_tensor(in_classes))
     if is_id.all() or not is_id.any():
         return float("nan")

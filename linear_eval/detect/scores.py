@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from sklearn.svm import OneClassSVM
 
 from linear_eval.detect.metrics import auroc
+from pretrain import knn
 
 ArrayLike = torch.Tensor | np.ndarray
 CHUNK = 2048
@@ -101,8 +102,7 @@ def knn_score(
     L2-normalised; no self-exclusion (the test points are not in the bank). FIRM's code: faiss
     ``IndexFlatIP`` on normalised features, mean of the top-k inner products. Returns (M,)."""
     bank, test = _bank_and_test(train_features, test_features, k)
-    sim, _ = _topk(F.normalize(bank, dim=1), F.normalize(test, dim=1), k, chunk_size, _cosine)
-    return sim.mean(1)
+    return knn.s_con(bank, test, k, chunk_size)
 
 
 def knn_score_norm(
