@@ -82,7 +82,7 @@ class PretrainTask:
     """``python -m pretrain --cfg CFG OVERRIDES`` as a requeueable submitit task."""
 
     def __init__(
-        self, cfg: str, overrides: list[str], max_requeues: int, requeues: int = 0
+        self, cfg: str, overrides: list[str], max_requeues: int, *, requeues: int = 0
     ) -> None:
         self.cfg, self.overrides = cfg, list(overrides)
         self.max_requeues, self.requeues = max_requeues, requeues
@@ -108,7 +108,7 @@ class PretrainTask:
                 f"not requeueing: {self.requeues} requeues reached train.max_requeues", flush=True
             )
             return None
-        task = PretrainTask(self.cfg, self.overrides, self.max_requeues, self.requeues + 1)
+        task = PretrainTask(self.cfg, self.overrides, self.max_requeues, requeues=self.requeues + 1)
         return submitit.helpers.DelayedSubmission(task)
 
 

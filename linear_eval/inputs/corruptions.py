@@ -135,7 +135,7 @@ class Cifar10C(Dataset):
     """
 
     def __init__(
-        self, root: str, corruption: str, severity: int, folder: str = "CIFAR-10-C"
+        self, root: str, corruption: str, severity: int, *, folder: str = "CIFAR-10-C"
     ) -> None:
         if corruption not in CIFAR_C_CORRUPTIONS:
             raise ValueError(

@@ -189,7 +189,9 @@ PLAIN = View()
 class Viewed(Dataset):
     """``(transform(image), label)`` under a :class:`View`; crops seeded per (crop, index)."""
 
-    def __init__(self, base: Dataset, transform: v2.Compose, view: View, image_size: int) -> None:
+    def __init__(
+        self, base: Dataset, transform: v2.Compose, view: View, *, image_size: int
+    ) -> None:
         self.base, self.transform, self.view = base, transform, view
         self.crop = v2.RandomResizedCrop(
             image_size, scale=CROP_SCALE, ratio=CROP_RATIO, antialias=True
@@ -272,6 +274,7 @@ class FeatureStore:
         model: Model,
         cache_dir: Path | None,
         device: torch.device,
+        *,
         batch_size: int = 256,
         num_workers: int = 0,
         data_root: str | None = None,
@@ -407,7 +410,7 @@ class FeatureStore:
             normalize = tf.transforms[-1]
             tf = v2.Compose(tf.transforms[:-1])  # images in [0, 1]; normalised after corruption
         size = _output_size(tf)
-        ds = Viewed(base, tf, view, size)
+        ds = Viewed(base, tf, view, image_size=size)
         loader = build.eval_loader(ds, self.batch_size, self.num_workers)
         return encode(self.model.encoder, loader, self.device, corruption, normalize)
 

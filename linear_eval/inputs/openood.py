@@ -81,7 +81,7 @@ class ImageList(Dataset):
     """``(image, label)`` from an OpenOOD image list: ``relative/path label`` per line, paths
     relative to ``root/<images_classic|images_largescale>``."""
 
-    def __init__(self, root: str | Path, b: Benchmark, list_file: Path, tf: v2.Compose) -> None:
+    def __init__(self, root: str | Path, b: Benchmark, list_file: Path, *, tf: v2.Compose) -> None:
         self.base = Path(root) / b.images
         self.items: list[tuple[str, int]] = []
         for n, line in enumerate(list_file.read_text().splitlines(), 1):
@@ -124,7 +124,7 @@ def open_sets(
                 f"DIR/benchmark_imglist/{b.name}/{split}_{b.id_set}.txt; run OpenOOD's download "
                 "script for the benchmark)"
             )
-        ds = ImageList(root, b, f, tf)
+        ds = ImageList(root, b, f, tf=tf)
         gone = ds.missing()
         if gone:
             raise DatasetNotFoundError(
@@ -138,7 +138,7 @@ def open_sets(
         if not f.is_file():
             skipped[name] = f"list {f} missing"
             continue
-        ds = ImageList(root, b, f, tf)
+        ds = ImageList(root, b, f, tf=tf)
         gone = ds.missing()
         if gone:
             skipped[name] = f"{len(gone)} of {len(ds)} images missing, e.g. {gone[0]}"

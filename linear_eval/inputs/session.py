@@ -73,9 +73,9 @@ class Session:
             self.model,
             cache,
             device,
-            opts.batch_size or cfg.eval.batch_size,
-            opts.num_workers,
-            opts.data_root,
+            batch_size=opts.batch_size or cfg.eval.batch_size,
+            num_workers=opts.num_workers,
+            data_root=opts.data_root,
         )
         self._memo: dict[tuple, Features] = {}
 

@@ -343,6 +343,7 @@ class Cider(Loss):
     def __init__(
         self,
         temperature: float,
+        *,
         num_classes: int,
         dim: int,
         lambda_c: float = 2.0,

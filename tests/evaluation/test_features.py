@@ -82,7 +82,7 @@ def test_no_kappa_head_gives_none(tmp_path):
 def test_crop_view_is_torchvision_random_resized_crop_seeded_per_image():
     base = PilImages(6)
     view = View(rotation=0, crop=3, seed=7)
-    ds = Viewed(base, TF_12, view, 12)
+    ds = Viewed(base, TF_12, view, image_size=12)
     for i in (0, 4):
         torch.manual_seed(sample_seed(7, 3, i, stream=2))  # the documented per-image seed
         plain = TF_12(base[i][0])
@@ -91,15 +91,15 @@ def test_crop_view_is_torchvision_random_resized_crop_seeded_per_image():
         torch.testing.assert_close(ds[i][0], ref)
         assert h == w and 0.55 * 144 <= h * w  # square crop of at least 55% of the area
     # the same image gives the same crop whatever was drawn before; another crop index differs
-    assert torch.equal(Viewed(base, TF_12, view, 12)[4][0], ds[4][0])
-    other = Viewed(base, TF_12, View(0, 4, 7), 12)
+    assert torch.equal(Viewed(base, TF_12, view, image_size=12)[4][0], ds[4][0])
+    other = Viewed(base, TF_12, View(0, 4, 7), image_size=12)
     assert not all(torch.equal(other[i][0], ds[i][0]) for i in range(len(base)))
 
 
 @pytest.mark.parametrize("angle", [90, 180, 270])
 def test_rotation_view_equals_a_pil_rotation(angle):
     base = PilImages(3)
-    ds = Viewed(base, TF_12, View(rotation=angle), 12)
+    ds = Viewed(base, TF_12, View(rotation=angle), image_size=12)
     for i in range(3):
         ref = TF_12(base[i][0].rotate(angle))  # PIL: counter-clockwise, exact for multiples of 90
         torch.testing.assert_close(ds[i][0], ref)
