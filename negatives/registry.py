@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ def suggest(word: str, choices: list[str]) -> str:
 
 
 class Registry(Generic[T]):
-    """Classes keyed by their YAML name.
+    """Classes (or functions: detectors) keyed by their YAML / command-line name.
 
     Args:
         kind: what the entries are, for messages ("negative strategy", "loss").
@@ -48,7 +48,7 @@ class Registry(Generic[T]):
         def add(cls: type[T]) -> type[T]:
             if name in self._classes:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
-            cls.name = name  # type: ignore[attr-defined]
+            cls.name = name  # type: ignore[attr-defined]  (functions take attributes too)
             self._classes[name] = cls
             return cls
 
@@ -59,6 +59,16 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._classes
+
+    def __iter__(self) -> Iterator[str]:
+        """The names in registration order (``names()`` is sorted)."""
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def __getitem__(self, name: str) -> type[T]:
+        return self.get(name)
 
     def get(self, name: str) -> type[T]:
         if name not in self._classes:

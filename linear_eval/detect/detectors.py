@@ -29,6 +29,7 @@ import torch
 
 from linear_eval.detect import scores
 from linear_eval.inputs.features import Features
+from negatives.registry import Registry
 
 CIDER_K_FRACTION = 100 / 50_000
 
@@ -111,7 +112,9 @@ def _knn_kappa(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
     return scores.knn_with_kappa(b.head, b.kappa, t.head, t.kappa, _k(s.kappa_k, bank))
 
 
-DETECTORS: dict[str, Detector] = {
+#: The detectors by name, in the one registry class of the code base (``negatives.registry``).
+DETECTORS: Registry[Detector] = Registry("detector")
+for _name, _fn in {
     "s_con": lambda b, t, s: scores.knn_score(b.plain.backbone, t.plain.backbone, _k(s.k, b)),
     "s_con*": lambda b, t, s: scores.knn_score_norm(b.plain.backbone, t.plain.backbone, _k(s.k, b)),
     "s_shift": _s_shift,
@@ -125,7 +128,8 @@ DETECTORS: dict[str, Detector] = {
     "ocsvm": _ocsvm,
     "kappa": lambda b, t, s: scores.kappa_score(t.plain.kappa),
     "knn_kappa": _knn_kappa,
-}
+}.items():
+    DETECTORS.register(_name)(_fn)
 DEFAULT = tuple(DETECTORS)
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from linear_eval.detect import scores
+from negatives.registry import Registry
 
 Scorer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -39,12 +40,15 @@ def _center(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
     return lambda test: scores.center_score(bank, test)
 
 
-FITTERS: dict[str, Callable[[torch.Tensor, torch.Tensor], Scorer]] = {
+#: OpenOOD's detectors by name, in the one registry class (``negatives.registry``).
+FITTERS: Registry[Callable[[torch.Tensor, torch.Tensor], Scorer]] = Registry("OpenOOD detector")
+for _name, _fit in {
     "knn": _knn(50),
     "s_con": _s_con,
     "maha_tied": _maha,
     "s_center": _center,
-}
+}.items():
+    FITTERS.register(_name)(_fit)
 DESCRIPTIONS = {
     "knn": "OpenOOD KNN postprocessor, K=50, L2-normalised backbone features",
     "s_con": "mean top-5 cosine similarity (FIRM s_con)",
