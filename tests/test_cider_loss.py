@@ -102,16 +102,19 @@ def test_ema_is_sequential_not_a_batch_mean(inputs):
 
 
 @pytest.mark.parametrize("comp_scale", [False, True])
+@pytest.mark.parametrize("dis_scale", [False, True])
 @pytest.mark.parametrize("t", [0.1, 0.5])
-def test_loss_matches_numpy(inputs, comp_scale, t):
+def test_loss_matches_numpy(inputs, comp_scale, dis_scale, t):
+    """The official code's scales: CompLoss x T/0.07, DisLoss x T/0.1 (base temperatures)."""
     z, mu0 = inputs
     y = view_labels("mixed")
-    loss, updated = cider(z, y, mu0, 0.95, t, 2.0, comp_scale=comp_scale)
+    loss, updated = cider(z, y, mu0, 0.95, t, 2.0, comp_scale=comp_scale, dis_scale=dis_scale)
     mu_ref = np_ema(z.numpy(), y.numpy(), mu0.numpy(), 0.95)
     lam = 2.0 * (t / 0.07 if comp_scale else 1.0)
-    assert loss.item() == pytest.approx(
-        np_cider(z.numpy(), y.numpy(), mu0.numpy(), 0.95, t, lam), abs=TOL
-    )
+    dis = t / 0.1 if dis_scale else 1.0
+    mu_np = np_ema(z.numpy(), y.numpy(), mu0.numpy(), 0.95)
+    want = dis * np_dis(mu_np, t) + lam * np_comp(z.numpy(), y.numpy(), mu_np, t)
+    assert loss.item() == pytest.approx(want, abs=TOL)
     assert not updated.requires_grad
     np.testing.assert_allclose(updated.norm(dim=1).numpy(), 1.0, atol=1e-12)
     np.testing.assert_allclose(updated.numpy(), mu_ref, atol=TOL)

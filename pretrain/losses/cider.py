@@ -31,6 +31,8 @@ from pretrain.losses.masked import (
     masked_logsumexp,
 )
 
+DIS_BASE_TEMPERATURE = 0.1  # the official DisLoss base_temperature (CompLoss: 0.07)
+
 
 def _check_inputs(
     z: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, alpha: float
@@ -138,6 +140,7 @@ def cider(
     lambda_c: float,
     *,
     comp_scale: bool = False,
+    dis_scale: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """CIDER loss L_dis + λ_c·L_comp (eqs. 5-6 of [0]) and the EMA-updated prototypes.
 
@@ -150,6 +153,8 @@ def cider(
         lambda_c: λ_c, weight of L_comp (paper: 2 on CIFAR-10, 1 on CIFAR-100).
         comp_scale: multiply L_comp by τ / 0.07 as the official ``CompLoss`` does (its
             base_temperature stays 0.07). NOTE: the default False is the paper's equation.
+        dis_scale: multiply L_dis by τ / 0.1 as the official ``DisLoss`` does (its
+            base_temperature stays 0.1: a no-op at the paper's τ = 0.1, not at other τ).
 
     Returns:
         ``(loss, updated_prototypes)``; the (C, D) prototypes are detached, for the trainer to
@@ -158,4 +163,6 @@ def cider(
     l_dis, l_comp, updated = cider_terms(z, labels, prototypes, alpha, temperature)
     if comp_scale:
         l_comp = l_comp * (temperature / REFERENCE_BASE_TEMPERATURE)
+    if dis_scale:
+        l_dis = l_dis * (temperature / DIS_BASE_TEMPERATURE)
     return l_dis + lambda_c * l_comp, updated

@@ -337,6 +337,7 @@ class Cider(Loss):
             "lambda_c": loss.cider_lambda_c,
             "alpha": loss.cider_alpha,
             "comp_scale": loss.cider_comp_scale,
+            "dis_scale": loss.cider_dis_scale,
             "classes": list(cfg.data.in_classes),
         }
 
@@ -349,6 +350,7 @@ class Cider(Loss):
         lambda_c: float = 2.0,
         alpha: float = 0.95,
         comp_scale: bool = False,
+        dis_scale: bool = False,
         classes: list[int] | None = None,
     ) -> None:
         super().__init__(temperature)
@@ -356,6 +358,7 @@ class Cider(Loss):
         if len(classes) < 2:
             raise ValueError(f"CIDER needs at least 2 classes, got {classes}")
         self.lambda_c, self.alpha, self.comp_scale = lambda_c, alpha, comp_scale
+        self.dis_scale = dis_scale
         self.classes = classes
         # one prototype per trained class; dataset label -> prototype row (-1: not trained)
         index = torch.full((max(num_classes, max(classes) + 1),), -1, dtype=torch.long)
@@ -392,6 +395,7 @@ class Cider(Loss):
             self.temperature,
             self.lambda_c,
             comp_scale=self.comp_scale,
+            dis_scale=self.dis_scale,
         )
         self.prototypes.copy_(updated.detach())
         return loss
