@@ -197,6 +197,7 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     checked against the negative strategy it is combined with."""
     loss = cfg.loss
     kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
+    kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
     try:
         made = losses.create(loss.name, **kwargs)
         if cfg.model.kappa_hidden > 0:

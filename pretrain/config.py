@@ -135,6 +135,8 @@ class LossConfig:
     cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
     cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
     cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (debiased,
+    # hard, decoupled: tau_plus, beta, sigma), checked against its signature like negatives.kwargs
     cider_dis_scale: bool = False  # x T/0.1 on L_dis as the official DisLoss does (T != 0.1 only)
     kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
     kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
@@ -334,6 +336,10 @@ def validate(cfg: Config) -> None:
     strategy_cls = strategies.get(cfg.negatives.name)
     batch_losses = [n for n in losses_registry.names() if losses_registry.get(n).batch_layout]
     queue_optional = [n for n in losses_registry.names() if losses_registry.get(n).can_drop_queue]
+    try:
+        losses_registry.check_kwargs(cfg.loss.name, dict(cfg.loss.kwargs))
+    except ValueError as e:
+        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
     given = {k: v for k, v in cfg.negatives.kwargs.items() if v is not None}
     try:
         strategies.check_kwargs(cfg.negatives.name, given)

@@ -14,6 +14,9 @@ LOSS_SYNCS: dict[str, tuple[int, str]] = {
     "supcon": (0, "-"),
     "sincere": (0, "-"),
     "firm": (0, "-"),
+    "debiased": (0, "-"),
+    "hard": (0, "-"),
+    "decoupled": (0, "-"),
     "cider": (
         1,
         "the per-class prototype EMA loops over the largest class count in the batch: one "

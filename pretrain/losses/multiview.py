@@ -170,3 +170,57 @@ def firm(
     both_inlier = is_inlier.unsqueeze(1) & is_inlier.unsqueeze(0) & not_self
     positive = torch.where(is_inlier.unsqueeze(1), both_inlier, _pair_mask(rows, z.device))
     return denominator_loss(logits, positive, not_self)
+
+
+def _pair_logits(z: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2N, 1 + 2N) logits of every row: its partner first, then the row with itself and its
+    partner at -inf (2N − 2 negatives), as the DCL/HCL code's ``get_negative_mask``."""
+    rows = z.shape[0]
+    if rows % 2:
+        raise ValueError(f"z must stack two views, [view1; view2], got {rows} rows")
+    logits = _logits(z, temperature)  # (2N, 2N)
+    partner = (torch.arange(rows, device=z.device) + rows // 2) % rows
+    pos = logits.gather(1, partner[:, None])  # (2N, 1)
+    neg = logits.masked_fill(~_not_self(rows, z.device) | _pair_mask(rows, z.device), -torch.inf)
+    return torch.cat([pos, neg], dim=1), partner
+
+
+def debiased(z: torch.Tensor, temperature: float, tau_plus: float = 0.1) -> torch.Tensor:
+    """Debiased contrastive loss (Chuang et al. 2020, eq. 5; chingyaoc/DCL ``main.py``) on
+    ``z = [view1; view2]``: M = 2N − 2 negatives, class prior ``tau_plus``, floor M e^{−1/T}."""
+    from pretrain.losses import reweighted
+
+    reweighted.check(tau_plus)
+    check_temperature(temperature)
+    logits, _ = _pair_logits(z, temperature)
+    return reweighted.debiased_hard_loss(logits, temperature, tau_plus)
+
+
+def hard(
+    z: torch.Tensor, temperature: float, tau_plus: float = 0.1, beta: float = 1.0
+) -> torch.Tensor:
+    """Hard-negative contrastive loss (Robinson et al. 2021, eq. 7; joshr17/HCL
+    ``image/main.py``): the debiased estimator with importance weights e^{β s} / mean e^{β s}."""
+    from pretrain.losses import reweighted
+
+    reweighted.check(tau_plus, beta)
+    check_temperature(temperature)
+    logits, _ = _pair_logits(z, temperature)
+    return reweighted.debiased_hard_loss(logits, temperature, tau_plus, beta)
+
+
+def decoupled(z: torch.Tensor, temperature: float, sigma: float | None = None) -> torch.Tensor:
+    """Decoupled contrastive loss (Yeh et al. 2022, eq. 6): the positive out of the denominator;
+    with ``sigma`` the DCLW weight w = 2 − N softmax(z1·z2 / σ) over the N pairs (lightly's
+    ``DCLWLoss``), the same for both rows of a pair. Mean over the 2N anchors."""
+    from pretrain.losses import reweighted
+
+    reweighted.check(0.0, 0.0, sigma)
+    check_temperature(temperature)
+    logits, partner = _pair_logits(z, temperature)
+    weight = None
+    if sigma is not None:
+        n = z.shape[0] // 2
+        w = reweighted.vmf_weights((z[:n] * z[n:]).sum(1), sigma)  # (N,)
+        weight = torch.cat([w, w])
+    return reweighted.decoupled_loss(logits, weight)

@@ -1,0 +1,104 @@
+"""``loss.name``: ``debiased``, ``hard`` and ``decoupled`` in MoCo's layout (own key, then the queue
+and the strategy's extras, as ``infonce``), the estimators of :mod:`pretrain.losses.reweighted`.
+
+Settings come from ``loss.kwargs`` (checked against these signatures): ``tau_plus`` (both official
+repos: 0.1), ``beta`` (HCL: 1.0), ``sigma`` (None = DCL; lightly's DCLW: 0.5). On logging steps
+each logs ``effective_negatives`` ((Σw)²/Σw² of its negative weights; the contrast-set size for
+the uniform ones) and, where labels are known, ``false_negative_fraction`` (the weighted share of
+negatives with the query's label), with ``contrast_top1`` as ``infonce`` does.
+
+NOTE (ours): the official code runs on the 2N x 2N SimCLR batch (STL-10 / CIFAR, T 0.5); in MoCo's
+layout M is the queue size plus the extras, and the temperature is ``moco.temperature``. HCL's
+``--anneal down`` (beta stepped down to 0 in 9 steps over training) is not offered: the loss does
+not see the epoch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from negatives.base import NO_LABEL
+from pretrain import dist
+from pretrain.losses import reweighted
+from pretrain.losses.infonce import moco_logits
+from pretrain.losses.modules import Loss, StepTensors, register
+
+
+class _Reweighted(Loss):
+    """Shared: MoCo's logits, the estimator, and the lazily computed diagnostics."""
+
+    beta = 0.0
+    batch_layout = False  # MoCo's own layout, as infonce
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
+                             s.extra.per_query)  # fmt: skip
+        self._seen = (logits.detach(), s)
+        return self.estimate(logits, s)
+
+    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+        raise NotImplementedError
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        seen = getattr(self, "_seen", None)
+        if seen is None:
+            return {}
+        logits, s = seen
+        n = logits.shape[0]
+        extra = logits.shape[1] - 1 - s.queue.shape[0]  # shared + per-query: never a label
+        unknown = torch.full((n, extra), NO_LABEL, dtype=torch.long, device=logits.device)
+        neg_labels = torch.cat([s.queue_labels.expand(n, -1), unknown], dim=1)
+        out = reweighted.diagnostics(logits[:, 1:], self.beta, s.labels,
+                                     neg_labels)  # fmt: skip
+        out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
+        return out
+
+
+@register("debiased")
+class Debiased(_Reweighted):
+    """Debiased contrastive loss (Chuang et al. 2020, eq. 5; chingyaoc/DCL)."""
+
+    def __init__(self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS) -> None:
+        super().__init__(temperature)
+        reweighted.check(tau_plus)
+        self.tau_plus = tau_plus
+
+    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+        return reweighted.debiased_hard_loss(logits, self.temperature, self.tau_plus)
+
+
+@register("hard")
+class Hard(_Reweighted):
+    """Hard-negative contrastive loss (Robinson et al. 2021, eq. 7; joshr17/HCL)."""
+
+    def __init__(
+        self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS,
+        beta: float = reweighted.BETA,
+    ) -> None:  # fmt: skip
+        super().__init__(temperature)
+        reweighted.check(tau_plus, beta)
+        self.tau_plus, self.beta = tau_plus, beta
+
+    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+        return reweighted.debiased_hard_loss(logits, self.temperature, self.tau_plus, self.beta)
+
+
+@register("decoupled")
+class Decoupled(_Reweighted):
+    """Decoupled contrastive loss (Yeh et al. 2022, eq. 6), weighted (DCLW) with ``sigma``: the
+    vMF weights are over the global batch (the positives of every rank, gathered with their
+    gradient), so 2 ranks equal one process."""
+
+    def __init__(self, temperature: float, *, sigma: float | None = None) -> None:
+        super().__init__(temperature)
+        reweighted.check(0.0, 0.0, sigma)
+        self.sigma = sigma
+
+    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+        weight = None
+        if self.sigma is not None:
+            cos = (s.q * s.k).sum(dim=1)  # (N,) this rank's positive cosines
+            every = dist.gather_with_grad(cos)  # (B,) all ranks', in rank order
+            w = reweighted.vmf_weights(every, self.sigma)
+            weight = w[s.offset : s.offset + cos.shape[0]]
+        return reweighted.decoupled_loss(logits, weight)

@@ -1,0 +1,161 @@
+"""Debiased, hard and decoupled contrastive losses against numpy re-derivations of the authors'
+code: chingyaoc/DCL ``main.py`` (debiased), joshr17/HCL ``image/main.py`` (hard), lightly's
+DCL/DCLW losses (decoupled), in the papers' 2N x 2N layout and in MoCo's layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from negatives.base import NO_LABEL, ExtraNegatives
+from pretrain import losses
+from pretrain.losses import multiview, reweighted
+
+
+def unit(*shape: int, seed: int, dtype=torch.float64) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(*shape, generator=g, dtype=dtype), dim=-1)
+
+
+def np_pairs(z: np.ndarray, t: float):
+    """The DCL/HCL code's pos (2B,) and neg (2B, 2B-2) as exp(sim / t)."""
+    b = len(z) // 2
+    sim = np.exp(z @ z.T / t)
+    mask = np.ones((2 * b, 2 * b), bool)
+    for i in range(b):
+        mask[i, i] = mask[i, i + b] = mask[i + b, i + b] = mask[i + b, i] = False
+    neg = sim[mask].reshape(2 * b, -1)
+    pos = np.exp(np.sum(z[:b] * z[b:], axis=1) / t)
+    return np.concatenate([pos, pos]), neg
+
+
+def np_estimator(pos, neg, t, tau_plus, beta=None):
+    """The official Ng (debiased when beta is None, else HCL's reweighting) and the loss."""
+    n = neg.shape[1]
+    if beta is None:
+        ng = (-tau_plus * n * pos + neg.sum(-1)) / (1 - tau_plus)
+    else:
+        imp = np.exp(beta * np.log(neg))
+        reweight = (imp * neg).sum(-1) / imp.mean(-1)
+        ng = (-tau_plus * n * pos + reweight) / (1 - tau_plus)
+    ng = np.maximum(ng, n * np.e ** (-1 / t))
+    return float(np.mean(-np.log(pos / (pos + ng))))
+
+
+def np_decoupled(z: np.ndarray, t: float, sigma=None):
+    """lightly's _dcl_loss in both directions, averaged (= the mean over 2B anchors)."""
+    b = len(z) // 2
+    total = 0.0
+    for a, c in ((z[:b], z[b:]), (z[b:], z[:b])):
+        s_aa, s_ac = a @ a.T / t, a @ c.T / t
+        pos = -np.diag(s_ac)
+        if sigma is not None:
+            sim = np.sum(a * c, axis=1) / sigma
+            pos = pos * (2 - b * np.exp(sim) / np.exp(sim).sum())
+        off = ~np.eye(b, dtype=bool)
+        neg = np.concatenate([s_aa[off].reshape(b, -1), s_ac[off].reshape(b, -1)], axis=1)
+        total += np.mean(pos + np.log(np.exp(neg).sum(1)))
+    return total / 2
+
+
+@pytest.mark.parametrize("t", [0.5, 0.2])
+@pytest.mark.parametrize("tau_plus", [0.0, 0.1, 0.3])
+def test_debiased_and_hard_match_the_authors_code(t, tau_plus):
+    z = unit(16, 8, seed=1)
+    pos, neg = np_pairs(z.numpy(), t)
+    assert float(multiview.debiased(z, t, tau_plus)) == pytest.approx(
+        np_estimator(pos, neg, t, tau_plus), rel=1e-10
+    )
+    for beta in (0.5, 1.0, 2.0):
+        assert float(multiview.hard(z, t, tau_plus, beta)) == pytest.approx(
+            np_estimator(pos, neg, t, tau_plus, beta), rel=1e-10
+        )
+
+
+def test_the_floor_binds_and_reductions_hold():
+    """A large tau_plus drives Ng below M e^{-1/T}: the floor (the code's clamp) binds. beta = 0
+    is debiased; debiased at tau_plus = 0 is NT-Xent."""
+    z = unit(12, 4, seed=2)
+    pos, neg = np_pairs(z.numpy(), 0.5)
+    assert float(multiview.debiased(z, 0.5, 0.9)) == pytest.approx(
+        np_estimator(pos, neg, 0.5, 0.9), rel=1e-10
+    )
+    assert float(multiview.hard(z, 0.5, 0.1, 0.0)) == pytest.approx(
+        float(multiview.debiased(z, 0.5, 0.1)), rel=1e-12
+    )
+    # tau_plus = 0: Ng = the sum over the 2N - 2 negatives, so the loss is NT-Xent (the floor
+    # M e^{-1/T} cannot bind: every e^{s/T} >= e^{-1/T})
+    assert float(multiview.debiased(z, 0.5, 0.0)) == pytest.approx(
+        float(multiview.nt_xent(z, 0.5)), rel=1e-12
+    )
+    logits = torch.tensor([[2.0, -50.0, -60.0]], dtype=torch.float64)
+    floor = float(reweighted.log_negative_mass(logits[:, 0], logits[:, 1:], 0.5, 0.5)[0])
+    assert floor == pytest.approx(np.log(2) - 2.0)  # log(M e^{-1/T}), M = 2, T = 0.5
+
+
+@pytest.mark.parametrize("sigma", [None, 0.5])
+@pytest.mark.parametrize("t", [0.1, 0.5])
+def test_decoupled_matches_lightlys_dcl_and_dclw(t, sigma):
+    z = unit(10, 6, seed=3)
+    got = float(multiview.decoupled(z, t, sigma))
+    assert got == pytest.approx(np_decoupled(z.numpy(), t, sigma), rel=1e-10)
+
+
+def test_small_temperature_stays_finite_with_finite_gradients():
+    z = unit(8, 4, seed=4).requires_grad_()
+    for loss in (multiview.debiased(z, 0.005, 0.1), multiview.hard(z, 0.005, 0.1, 1.0)):
+        (g,) = torch.autograd.grad(loss, z)
+        assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+def moco_step(n=6, k=20, d=8, labels=True):
+    q = unit(n, d, seed=5).requires_grad_()
+    key = F.normalize(q.detach() + 0.5 * unit(n, d, seed=6), dim=1)
+    y = torch.arange(n) % 3 if labels else torch.full((n,), NO_LABEL)
+    qy = torch.arange(k) % 4 - 1  # some unknown (-1) queue labels
+    return losses.StepTensors.single(q, key, queue=unit(k, d, seed=7), labels=y, queue_labels=qy,
+                                     extra=ExtraNegatives(shared=unit(3, d, seed=8)))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["debiased", "hard", "decoupled"])
+def test_moco_layout_is_the_estimator_on_own_key_queue_and_extras(name):
+    s = moco_step()
+    t, kw = 0.2, {"hard": {"beta": 1.0}, "decoupled": {"sigma": 0.5}}.get(name, {})
+    loss_fn = losses.create(name, temperature=t, **kw)
+    got = float(loss_fn(s).detach())
+    q, k = s.q.detach().numpy(), s.k.numpy()
+    negs = np.concatenate([s.queue.numpy(), s.extra.shared.numpy()])
+    pos = np.exp(np.sum(q * k, 1) / t)
+    neg = np.exp(q @ negs.T / t)
+    if name == "decoupled":
+        w = 2 - len(q) * np.exp(np.sum(q * k, 1) / 0.5) / np.exp(np.sum(q * k, 1) / 0.5).sum()
+        want = float(np.mean(-w * np.log(pos) + np.log(neg.sum(1))))
+    else:
+        want = np_estimator(pos, neg, t, 0.1, 1.0 if name == "hard" else None)
+    assert got == pytest.approx(want, rel=1e-6)
+    diag = loss_fn.diagnostics()
+    m = negs.shape[0]
+    if name == "hard":
+        w = np.exp(1.0 * q @ negs.T / t)
+        w = w / w.mean(1, keepdims=True)
+        eff = float(np.mean(w.sum(1) ** 2 / (w**2).sum(1)))
+    else:
+        w, eff = np.ones((len(q), m)), float(m)
+    assert float(diag["effective_negatives"]) == pytest.approx(eff, rel=1e-5)
+    ny = np.concatenate([s.queue_labels.numpy(), np.full(3, NO_LABEL)])
+    y = s.labels.numpy()
+    same = (ny[None] == y[:, None]) & (y[:, None] >= 0)
+    assert float(diag["false_negative_fraction"]) == pytest.approx(
+        float(np.mean((w * same).sum(1) / w.sum(1))), rel=1e-5
+    )
+
+
+def test_bad_settings_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="tau_plus must lie in"):
+        losses.create("debiased", temperature=0.2, tau_plus=1.0)
+    with pytest.raises(ValueError, match="beta must be"):
+        losses.create("hard", temperature=0.2, beta=-1.0)
+    with pytest.raises(ValueError, match="sigma must be positive"):
+        losses.create("decoupled", temperature=0.2, sigma=0.0)
