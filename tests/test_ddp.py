@@ -78,6 +78,10 @@ VARIANTS = {
     "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"],
     "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "model.kappa_hidden=16"],
     "cider": ["loss.name=cider"],
+    # the negative re-weighting baselines: hard (the debiased estimator + importance weights,
+    # per row) and decoupled with DCLW's weights over the global batch (gathered with gradient)
+    "hard": ["loss.name=hard", "loss.kwargs={tau_plus: 0.1, beta: 1.0}"],
+    "decoupled_sigma": ["loss.name=decoupled", "loss.kwargs={sigma: 0.5}"],
     # the input pipeline: stage 2 with every photometric op on (default augment_on: device),
     # and the per-sample reference path
     "photometric_device": [
