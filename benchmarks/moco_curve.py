@@ -122,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         name, _, path = spec.rpartition("=")
         runs[name or Path(path).name] = read_run(Path(path))
     ref = official(Path(a.official))
-    print("\n".join(table(runs, ref)))
-    print("(* the run logged one kNN feature, eval.knn_features, not the head)")
+    rows = table(runs, ref)
+    print("\n".join(rows))
+    if any("*" in r for r in rows[2:]):
+        print("(* the run logged one kNN feature, eval.knn_features, not the head)")
     if a.png:
         plot(runs, ref, Path(a.png))
         print(f"plot: {a.png}")
