@@ -240,8 +240,8 @@ class QueueContrastive(Loss):
             own, exclude = torch.cat([local + b, local]), torch.cat([local, local + b])
             detach = False
         self._seen = (
-            anchors,
-            candidates,
+            anchors.detach(),
+            candidates.detach(),
             anchor_labels,
             cand_labels,
             own,

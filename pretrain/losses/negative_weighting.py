@@ -33,7 +33,8 @@ class _Reweighted(Loss):
     def forward(self, s: StepTensors) -> torch.Tensor:
         logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
                              s.extra.per_query)  # fmt: skip
-        self._seen = (logits.detach(), s)
+        # no graph; the queue labels copied: the enqueue after the loss rewrites them in place
+        self._seen = (logits.detach(), s.labels, s.queue_labels.clone(), s.queue.shape[0])
         return self.estimate(logits, s)
 
     def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
@@ -43,12 +44,12 @@ class _Reweighted(Loss):
         seen = getattr(self, "_seen", None)
         if seen is None:
             return {}
-        logits, s = seen
+        logits, labels, queue_labels, k = seen
         n = logits.shape[0]
-        extra = logits.shape[1] - 1 - s.queue.shape[0]  # shared + per-query: never a label
+        extra = logits.shape[1] - 1 - k  # shared + per-query: never a label
         unknown = torch.full((n, extra), NO_LABEL, dtype=torch.long, device=logits.device)
-        neg_labels = torch.cat([s.queue_labels.expand(n, -1), unknown], dim=1)
-        out = reweighted.diagnostics(logits[:, 1:], self.beta, s.labels,
+        neg_labels = torch.cat([queue_labels.expand(n, -1), unknown], dim=1)
+        out = reweighted.diagnostics(logits[:, 1:], self.beta, labels,
                                      neg_labels)  # fmt: skip
         out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
         return out
