@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from negatives import mioc, mochi, none, outliers  # noqa: F401  (registers the strategies)
+from negatives import adco, mioc, mochi, none, outliers  # noqa: F401  (registers the strategies)
 from negatives.base import ExtraNegatives, NegativeStrategy
 from negatives.registry import Registry, strategies
 

@@ -78,6 +78,14 @@ class NegativeStrategy(nn.Module):
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
     needs_global_batch: bool = False
 
+    #: True when the strategy's shared negatives take the queue's place (AdCo's learnable bank):
+    #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
+    replaces_queue: bool = False
+
+    def bind_model(self, dim: int) -> None:
+        """Called once at setup with the embedding size, before a checkpoint is loaded, for
+        strategies that own embedding-sized state (AdCo's bank); a no-op by default."""
+
     def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         """Called once at setup with the training images' size and normalisation, for
         strategies that make images (outlier exposure); a no-op by default."""

@@ -104,16 +104,20 @@ class Registry(Generic[T]):
         valid = self.parameters(name)
         for key in kwargs:
             if key not in valid:
+                hint = ""
+                if ":" in str(key):  # YAML reads {a:1} as the key 'a:1' with no value
+                    hint = " (YAML needs a space after the colon: {a: 1}, not {a:1})"
+                close = suggest(str(key).split(":")[0], valid)
                 raise ValueError(
-                    f"bad arguments for {self.kind} {name!r}: no argument {key!r}"
-                    f"{suggest(key, valid)}; valid: {', '.join(valid) or '(none)'}"
+                    f"bad arguments for {self.kind} {name!r}: no argument {key!r}{hint}{close}; "
+                    f"valid: {', '.join(valid) or '(none)'}"
                 )
 
     def create(self, name: str, /, **kwargs: Any) -> T:
         """Build ``name`` from kwargs, checked against its constructor's signature first."""
+        self.check_kwargs(name, kwargs)  # every key, the None ones too (a misspelt empty key)
         if self.drop_none:
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        self.check_kwargs(name, kwargs)
         return self.get(name)(**kwargs)
 
 

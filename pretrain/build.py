@@ -80,6 +80,7 @@ def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
+        made.bind_model(cfg.model.dim)
         made.bind_data(cfg.data.image_size, tuple(cfg.data.mean), tuple(cfg.data.std))
     except ValueError as e:
         raise ConfigError(f"negatives: {e}") from e

@@ -86,8 +86,8 @@ def load_module(module: torch.nn.Module, weights: dict[str, torch.Tensor], what:
     shapes = [
         f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}"
         for k, v in own.items()
-        if k in weights and weights[k].shape != v.shape
-    ]
+        if k in weights and isinstance(v, torch.Tensor) and weights[k].shape != v.shape
+    ]  # (non-tensor entries: a module's extra state, e.g. AdCo's fill count)
     if missing or extra or shapes:
         raise CheckpointError(
             f"the checkpoint's {what} does not match this model: "

@@ -340,9 +340,8 @@ def validate(cfg: Config) -> None:
         losses_registry.check_kwargs(cfg.loss.name, dict(cfg.loss.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'loss.kwargs': {e}") from None
-    given = {k: v for k, v in cfg.negatives.kwargs.items() if v is not None}
     try:
-        strategies.check_kwargs(cfg.negatives.name, given)
+        strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
     checks = [
@@ -405,6 +404,13 @@ def validate(cfg: Config) -> None:
             "loss.contrast_queue",
             cfg.loss.contrast_queue or loss_cls.can_drop_queue,
             f"can be turned off for {', '.join(queue_optional)} only",
+        ),
+        (
+            "loss.contrast_queue",
+            not (strategy_cls.replaces_queue and cfg.loss.contrast_queue),
+            f"must be false with negatives {cfg.negatives.name!r}: its negatives replace the "
+            f"queue (use loss.name nt_xent, or another of {', '.join(queue_optional)}, with "
+            "loss.contrast_queue=false)",
         ),
         (
             "loss.symmetric",

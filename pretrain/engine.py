@@ -156,6 +156,7 @@ def train_step(
     if run.cfg.train.channels_last and run.device.type == "cuda":
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
+    x1 = run.loss_fn.transform_queries(x1)  # identity but for input-mixing losses (i-Mix)
     with run.autocast():  # the encoders only: negatives and the loss run in float32 below
         if run.cfg.loss.symmetric:  # both views through the query encoder in one batch (SupCon)
             splits = run.cfg.model.bn_splits
@@ -177,7 +178,8 @@ def train_step(
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
                        queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,
-                       kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2)  # fmt: skip
+                       kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2, epoch=epoch,
+                       global_step=run.state.global_step)  # fmt: skip
     loss = run.loss_fn(step)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         feats = run.probe.features

@@ -90,6 +90,11 @@ def main(out: Path, overrides: list[str]) -> None:
                 "keys": run.queue.keys.clone(),
                 "labels": run.queue.labels.clone(),
                 "ptr": run.queue.ptr.clone(),
+                "strategy": {
+                    k: v.detach().clone()
+                    for k, v in run.strategy.state_dict().items()
+                    if isinstance(v, torch.Tensor)
+                },  # fmt: skip  (AdCo's bank)
             }
         )
     for step, g in zip(record, grads, strict=True):

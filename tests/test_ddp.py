@@ -82,6 +82,19 @@ VARIANTS = {
     # per row) and decoupled with DCLW's weights over the global batch (gathered with gradient)
     "hard": ["loss.name=hard", "loss.kwargs={tau_plus: 0.1, beta: 1.0}"],
     "decoupled_sigma": ["loss.name=decoupled", "loss.kwargs={sigma: 0.5}"],
+    # ring: per-query bands of the queue; i-Mix: lambda and partners drawn for the global batch,
+    # partners inside each BN group (a rank under DDP); AdCo: the bank's gradient from the
+    # gathered queries, the same bank on every rank; 40 columns: filled over 3 steps, the last
+    # partly (at 24 the digits' constant background sits on a ReLU edge of conv1 at step 3 and
+    # float32 rounding flips it, in one process as in two: a property of those weights)
+    "ring": ["loss.name=ring", "loss.kwargs={thres_outer: 0.5, thres_inner: 0.2}"],
+    "imix": ["loss.name=imix"],
+    "adco": [
+        "negatives.name=adco",
+        "negatives.kwargs={bank_size: 40}",
+        "loss.name=nt_xent",
+        "loss.contrast_queue=false",
+    ],  # fmt: skip
     # the input pipeline: stage 2 with every photometric op on (default augment_on: device),
     # and the per-sample reference path
     "photometric_device": [
@@ -138,6 +151,9 @@ def test_two_ranks_equal_one_process_with_split_bn(runs):
             assert max_diff(step["keys"], p["keys"]) <= TOL, f"step {t} queue keys"
             assert torch.equal(step["labels"], p["labels"]), f"step {t} queue labels"
             assert torch.equal(step["ptr"], p["ptr"]), f"step {t} queue pointer"
+            assert step["strategy"].keys() == p["strategy"].keys()
+            for name, v in step["strategy"].items():  # e.g. AdCo's bank: the same on every rank
+                assert max_diff(v, p["strategy"][name]) <= TOL, f"step {t} strategy {name}"
     assert one["steps"][-1]["ptr"].item() == 3 * 16 % 32
     for encoder in ("encoder_q", "encoder_k"):
         for r in ranks:

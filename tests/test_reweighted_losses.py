@@ -159,3 +159,22 @@ def test_bad_settings_are_refused_with_the_reason():
         losses.create("hard", temperature=0.2, beta=-1.0)
     with pytest.raises(ValueError, match="sigma must be positive"):
         losses.create("decoupled", temperature=0.2, sigma=0.0)
+
+
+@pytest.mark.parametrize("epochs", [27, 100, 400])
+def test_hard_beta_anneal_down_follows_the_official_loop(epochs):
+    """joshr17/HCL image/main.py: betas = iter(linspace(beta, 0, 9)); after epoch e (1-based) with
+    e % int(epochs / 9) == 0, beta = next(betas) (held at 0 once the 9 values are used)."""
+    from pretrain.losses.negative_weighting import annealed_beta
+
+    betas, beta, used = iter(np.linspace(1.0, 0.0, 9)), 1.0, []
+    for epoch in range(1, epochs + 1):
+        used.append(beta)  # the beta epoch `epoch` trains with
+        if epoch % int(epochs / 9) == 0:
+            beta = next(betas, 0.0)
+    ours = [annealed_beta(1.0, "down", e + 0.5, epochs) for e in range(epochs)]
+    assert ours == pytest.approx(used)
+    hard = losses.create("hard", temperature=0.1, anneal="down", epochs=epochs)
+    q, k, queue = unit(4, 8, seed=0), unit(4, 8, seed=1), unit(16, 8, seed=2)
+    hard(losses.StepTensors.single(q, k, queue=queue, epoch=epochs - 0.5))
+    assert hard.beta == pytest.approx(used[-1])

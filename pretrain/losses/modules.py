@@ -59,6 +59,8 @@ class StepTensors:
     kappa_k: torch.Tensor | None = None  # (N,)
     q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
     kappa_q2: torch.Tensor | None = None  # (N,)
+    epoch: float = 0.0  # fractional epoch of this step (annealed losses: ring, hard)
+    global_step: int = 0  # steps done before this one
 
     @classmethod
     def single(
@@ -70,11 +72,11 @@ class StepTensors:
         labels: torch.Tensor | None = None,
         queue_labels: torch.Tensor | None = None,
         extra: ExtraNegatives | None = None,
-        **optional: torch.Tensor | None,
+        **optional: Any,
     ) -> StepTensors:
         """One process: k_all = k, labels_all = labels, offset 0; labels default to NO_LABEL
         (unknown: no label-positives), queue labels likewise, no extra negatives. ``optional``:
-        kappa_q, kappa_k, q2, kappa_q2."""
+        kappa_q, kappa_k, q2, kappa_q2, epoch, global_step."""
         n, K = q.shape[0], queue.shape[0]
         unknown = lambda m: torch.full((m,), NO_LABEL, dtype=torch.long, device=q.device)  # noqa: E731
         labels = unknown(n) if labels is None else labels
@@ -136,6 +138,11 @@ class Loss(nn.Module):
 
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
         """Initialise state from features (n, D) and labels (n,) of the training set."""
+
+    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
+        """The query images (N, C, H, W) before the query encoder: identity, except for losses
+        that change the input (i-Mix mixes it and keeps the mixing for its targets)."""
+        return x1
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Statistics of the latest step, read at log steps only (device tensors, no sync)."""
@@ -415,6 +422,9 @@ class WithKappa(Loss):
 
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
         self.base.init_class_means(z, labels)
+
+    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
+        return self.base.transform_queries(x1)
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.kappa_q is None or s.kappa_k is None:

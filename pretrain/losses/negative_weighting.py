@@ -9,12 +9,15 @@ negatives with the query's label), with ``contrast_top1`` as ``infonce`` does.
 
 NOTE (ours): the official code runs on the 2N x 2N SimCLR batch (STL-10 / CIFAR, T 0.5); in MoCo's
 layout M is the queue size plus the extras, and the temperature is ``moco.temperature``. HCL's
-``--anneal down`` (beta stepped down to 0 in 9 steps over training) is not offered: the loss does
-not see the epoch.
+``--anneal down`` (beta stepped down to 0 in 9 steps over training) is ``loss.kwargs.anneal: down``.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import numpy as np
 import torch
 
 from negatives.base import NO_LABEL
@@ -70,18 +73,42 @@ class Debiased(_Reweighted):
 
 @register("hard")
 class Hard(_Reweighted):
-    """Hard-negative contrastive loss (Robinson et al. 2021, eq. 7; joshr17/HCL)."""
+    """Hard-negative contrastive loss (Robinson et al. 2021, eq. 7; joshr17/HCL).
+
+    ``anneal: down`` is the official ``--anneal down``: beta steps through linspace(beta, 0, 9),
+    the next value taken after every ⌊epochs / 9⌋-th epoch (the official loop would run out of
+    values past the 9th step and stop with StopIteration; we hold 0 there).
+    """
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
+        return {"temperature": cfg.moco.temperature, "epochs": cfg.train.epochs}
 
     def __init__(
         self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS,
-        beta: float = reweighted.BETA,
+        beta: float = reweighted.BETA, anneal: str | None = None, epochs: int = 1,
     ) -> None:  # fmt: skip
         super().__init__(temperature)
         reweighted.check(tau_plus, beta)
-        self.tau_plus, self.beta = tau_plus, beta
+        if anneal not in (None, "down"):
+            raise ValueError(f"anneal must be null or 'down', got {anneal!r}")
+        self.tau_plus, self.beta0, self.anneal, self.epochs = tau_plus, beta, anneal, epochs
+        self.beta = beta
 
     def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+        self.beta = annealed_beta(self.beta0, self.anneal, s.epoch, self.epochs)
         return reweighted.debiased_hard_loss(logits, self.temperature, self.tau_plus, self.beta)
+
+
+def annealed_beta(beta: float, anneal: str | None, epoch: float, epochs: int) -> float:
+    """HCL's beta during fractional ``epoch`` (0-based) of ``epochs``: ``beta`` without
+    annealing; with ``down`` linspace(beta, 0, 9)[max(c − 1, 0)] where c = ⌊epoch⌋ // ⌊epochs/9⌋
+    values were drawn so far (capped at the last)."""
+    if anneal is None:
+        return beta
+    period = max(epochs // 9, 1)
+    drawn = int(math.floor(epoch)) // period
+    return float(np.linspace(beta, 0.0, 9)[min(max(drawn - 1, 0), 8)])
 
 
 @register("decoupled")

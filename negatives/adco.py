@@ -1,0 +1,134 @@
+"""``negatives.name: adco``: adversarial negatives (Hu et al. 2021, "AdCo: Adversarial Contrast for
+Efficient Learning of Unsupervised Representations from Self-Trained Negative Adversaries",
+CVPR 2021, https://arxiv.org/abs/2011.08435; official code maple-research-lab/AdCo).
+
+A learnable bank W (D x K) replaces the queue. The encoder minimises the contrastive loss of eq. 1
+over [the gathered batch keys; the normalised bank columns] at temperature T (``moco.temperature``;
+official 0.12), the other keys of the batch being negatives too (``training/train.py``
+``update_network``); the bank maximises the same loss at its own temperature τ_m (eq. 3 and
+eq. 4's gradient ascent), with SGD momentum and weight decay:
+
+    p_nk = softmax_k([q_n·k_all, q_n·ŵ] / τ_m)  restricted to the bank columns,  ŵ_k = w_k / |w_k|
+    g_k  = −( Σ_n p_nk q_n / B − mean_n(p_nk q_n·ŵ_k) ŵ_k ) / (|w_k| τ_m)     (= −∂ℓ/∂w_k)
+    v ← m v + g + λ W,   W ← W − η v
+
+Official defaults (ImageNet, ``ops/argparser.py``): K = 65536 (``--cluster``), τ_m 0.02
+(``--mem_t``), η = 3 (``--memory_lr``), λ = 1e-4 (``--mem_wd``), m = 0.9 (the SGD momentum), bank
+initialised from keys (``--ad_init 1``). There is no official CIFAR setting; our digits / CIFAR-10
+bank sizes are in the configs.
+
+In this toolkit the strategy hands the normalised bank to the loss as shared negatives (the bank
+before this step's update, as the official code computes the encoder's logits before it updates
+the bank) and updates the bank from the gathered queries of the same step, so every rank holds the
+same bank and 2 ranks equal one process (the official code all-reduces the per-rank gradients:
+the same mean). It needs a loss that leaves the queue out (``loss.contrast_queue: false`` with
+``nt_xent``, AdCo's own loss, or a labelled batch loss). ``ad_init`` (ours, in the loop): the
+bank's columns are overwritten with the gathered keys of the first ⌈K/B⌉ steps (their momentum
+reset); the official code instead runs a separate pass over K/B batches before epoch 0, training
+the encoder against the random bank, and then copies the query encoder into the key encoder.
+W, its momentum v and the fill count are in the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.registry import strategies
+
+
+def bank_gradient(
+    q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, mem_t: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """AdCo's ascent direction g (D, K) for bank W (D, K) from queries q (B, D) and keys k (B, D)
+    (the official closed form, ``training/train.py``), and the batch columns' softmax mass (B,)."""
+    w_hat = F.normalize(w, dim=0)
+    l_pos = q @ k.T  # (B, B): every key of the batch
+    l_neg = q @ w_hat  # (B, K)
+    prob = torch.softmax(torch.cat([l_pos, l_neg], dim=1) / mem_t, dim=1)
+    p = prob[:, l_pos.shape[1] :]
+    g = q.T @ p / q.shape[0] - (p * l_neg).mean(dim=0) * w_hat
+    return -g / w.norm(dim=0) / mem_t, prob[:, : l_pos.shape[1]].sum(dim=1)
+
+
+@strategies.register("adco")
+class AdCo(NegativeStrategy):
+    """A learnable bank of negatives, updated by gradient ascent on the contrastive loss."""
+
+    needs_global_batch = True  # the bank's gradient is the global batch's (every rank equal)
+    replaces_queue = True
+
+    def __init__(
+        self,
+        *,
+        bank_size: int = 65536,
+        mem_t: float = 0.02,
+        memory_lr: float = 3.0,
+        mem_wd: float = 1e-4,
+        momentum: float = 0.9,
+        ad_init: bool = True,
+    ) -> None:
+        super().__init__()
+        if isinstance(bank_size, bool) or not isinstance(bank_size, int) or bank_size < 1:
+            raise ValueError(f"bank_size must be a positive integer, got {bank_size!r}")
+        for name, value in {"mem_t": mem_t, "memory_lr": memory_lr}.items():
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if not mem_wd >= 0 or not 0 <= momentum < 1:
+            raise ValueError(
+                f"mem_wd must be >= 0 and momentum in [0, 1), got {mem_wd}, {momentum}"
+            )
+        self.bank_size, self.mem_t, self.memory_lr = bank_size, mem_t, memory_lr
+        self.mem_wd, self.momentum, self.ad_init = mem_wd, momentum, ad_init
+        self.filled = 0 if ad_init else bank_size  # columns written with keys (extra state)
+        self._stats: dict[str, torch.Tensor | float] = {}
+
+    def bind_model(self, dim: int) -> None:
+        """The bank W ~ N(0, 1) (official init) and its momentum, (dim, K)."""
+        self.register_buffer("W", torch.randn(dim, self.bank_size))
+        self.register_buffer("v", torch.zeros(dim, self.bank_size))
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"filled": self.filled}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.filled = int(state["filled"])
+
+    @torch.no_grad()
+    def negatives(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        queue: torch.Tensor,
+        queue_labels: torch.Tensor,
+        epoch: float,
+        labels: torch.Tensor | None = None,
+    ) -> ExtraNegatives:
+        if not hasattr(self, "W"):
+            raise RuntimeError("adco: bind_model(dim) must create the bank before training")
+        q, k = q.to(self.W.dtype), k.to(self.W.dtype)
+        bank = F.normalize(self.W, dim=0).T.contiguous()  # (K, D): this step's negatives
+        g, batch_prob = bank_gradient(q, k, self.W, self.mem_t)
+        self.v.mul_(self.momentum).add_(g).add_(self.W, alpha=self.mem_wd)
+        self.W.sub_(self.v, alpha=self.memory_lr)
+        if self.filled < self.bank_size:  # ad_init: the first steps' keys become bank columns
+            n = min(k.shape[0], self.bank_size - self.filled)
+            self.W[:, self.filled : self.filled + n] = k[:n].T
+            self.v[:, self.filled : self.filled + n] = 0.0
+            self.filled += n
+        self._stats = {"batch_prob": batch_prob.mean(), "bank_norm": self.W.norm(dim=0).mean()}
+        b = k.shape[0]
+        self._stats["effective_negatives"] = float(b - 1 + self.bank_size)
+        if labels is not None:
+            same = (labels[:, None] == labels[None, :]) & (labels[:, None] >= 0)
+            same.fill_diagonal_(False)
+            known = (labels >= 0).float()
+            frac = same.sum(1).float() / (b - 1 + self.bank_size)
+            self._stats["false_negative_fraction"] = (frac * known).sum() / known.sum().clamp(1.0)
+        return ExtraNegatives(shared=bank)
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        return dict(self._stats)
