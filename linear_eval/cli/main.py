@@ -13,6 +13,7 @@ detection and a report.
     python -m linear_eval kappa --ckpt X --corruptions-root data/CIFAR-10-C
     python -m linear_eval report --ckpt X
     python -m linear_eval compare --ckpt A --ckpt B
+    python -m linear_eval table runs/digits_* --baseline runs/digits_moco --out results/digits
 
 Results go to RUN/eval/<evaluator>.json, figures and report.md to RUN/reports/, features to
 RUN/features/. Every accuracy and AUROC carries a bootstrap 95% interval. Exit status: 0 done,
@@ -31,7 +32,7 @@ from typing import Any
 
 from linear_eval.classify import knn, limited, probe
 from linear_eval.classify import transfer as transfer_lib
-from linear_eval.cli import classification, default, detection, openood, summary_line
+from linear_eval.cli import classification, default, detection, openood, summary_line, table
 from linear_eval.detect import detectors, fitted
 from linear_eval.detect.detectors import Settings
 from linear_eval.inputs import openood as openood_data
@@ -42,7 +43,8 @@ from pretrain.config import ConfigError
 from pretrain.datasets import DatasetNotFoundError
 
 COMMANDS = (
-    "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare"
+    "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare",
+    "table",
 )  # fmt: skip
 
 
@@ -313,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not argv or argv[0] not in COMMANDS:
         return default.main(argv)
+    if argv[0] == "table":  # runs, not a checkpoint: its own arguments
+        return table.main(argv[1:])
     args = parser().parse_args(argv)
     try:
         result = run(args)

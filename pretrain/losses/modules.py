@@ -33,6 +33,7 @@ from torch import nn
 from negatives.base import NO_LABEL, ExtraNegatives
 from negatives.registry import Registry
 from pretrain import dist, losses
+from pretrain.losses.reweighted import moco_diagnostics
 
 
 @dataclass(kw_only=True)
@@ -179,16 +180,19 @@ class InfoNCE(Loss):
         logits = losses.moco_logits(
             s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
         )
-        self._logits = logits.detach()  # contrast accuracy, computed on log steps only
+        # for the diagnostics on log steps only; the queue labels copied (the enqueue rewrites them)
+        self._seen = (logits.detach(), s.labels, s.queue_labels.clone())
         return losses.info_nce(logits)
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """``contrast_top1``: MoCo's acc@1 (%), the own key ranked first among own + queue +
-        extras (``main_moco.py`` logs it as Acc@1)."""
-        logits = getattr(self, "_logits", None)
-        if logits is None:
+        extras (``main_moco.py`` logs it as Acc@1); ``effective_negatives`` (the contrast set's
+        size) and ``false_negative_fraction`` (the queue keys with the query's label; synthetic
+        extras count as negatives of no class), as every negative baseline logs them."""
+        seen = getattr(self, "_seen", None)
+        if seen is None:
             return {}
-        return {"contrast_top1": (logits.argmax(dim=1) == 0).float().mean() * 100.0}
+        return moco_diagnostics(*seen)
 
 
 def contrast_set(

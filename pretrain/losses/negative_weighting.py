@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from negatives.base import NO_LABEL
 from pretrain import dist
 from pretrain.losses import reweighted
 from pretrain.losses.infonce import moco_logits
@@ -47,15 +46,8 @@ class _Reweighted(Loss):
         seen = getattr(self, "_seen", None)
         if seen is None:
             return {}
-        logits, labels, queue_labels, k = seen
-        n = logits.shape[0]
-        extra = logits.shape[1] - 1 - k  # shared + per-query: never a label
-        unknown = torch.full((n, extra), NO_LABEL, dtype=torch.long, device=logits.device)
-        neg_labels = torch.cat([queue_labels.expand(n, -1), unknown], dim=1)
-        out = reweighted.diagnostics(logits[:, 1:], self.beta, labels,
-                                     neg_labels)  # fmt: skip
-        out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
-        return out
+        logits, labels, queue_labels, _ = seen
+        return reweighted.moco_diagnostics(logits, labels, queue_labels, self.beta)
 
 
 @register("debiased")

@@ -107,3 +107,16 @@ def diagnostics(
         frac = (w * same).sum(1) / w.sum(1)
         out["false_negative_fraction"] = (frac * known).sum() / known.sum().clamp(min=1.0)
     return out
+
+
+def moco_diagnostics(
+    logits: torch.Tensor, labels: torch.Tensor, queue_labels: torch.Tensor, beta: float = 0.0
+) -> dict[str, torch.Tensor]:
+    """:func:`diagnostics` on MoCo's logits (R, 1 + K + extras), positive first: the queue's
+    labels, the strategy's extras unlabelled (synthetic); ``contrast_top1`` besides."""
+    n, k = logits.shape[0], queue_labels.shape[0]
+    unknown = torch.full((n, logits.shape[1] - 1 - k), -1, dtype=torch.long, device=logits.device)
+    neg_labels = torch.cat([queue_labels.expand(n, -1), unknown], dim=1)
+    out = diagnostics(logits[:, 1:], beta, labels, neg_labels)
+    out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
+    return out

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 12: every negative strategy / loss baseline on the embedded digits, 3 seeds each, then one
+# table (python -m linear_eval table). Re-running skips finished runs and resumes unfinished ones.
+#
+#   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2]
+#
+# Each run: the method's digits config (30 epochs, batch 64, K 256, T 0.1) with train.seed=S, one
+# thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image results).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-runs/table_digits}
+PARALLEL=${2:-2}
+METHODS=(moco mioc mochi modified_mochi debiased hard ring decoupled imix adco fnc)
+job() {  # method seed
+    local m=$1 s=$2 cfg="digits_$1.yaml" extra=()
+    if [ "$m" = modified_mochi ]; then cfg=digits_mochi.yaml; extra=(negatives.name=modified_mochi); fi
+    [ -f "pretrain/configs/$cfg" ] || { echo "skip $m: no $cfg"; return 0; }
+    local run="$OUT/${m}_s$s"
+    if [ ! -f "$run/eval/linear_eval.json" ]; then
+        python -m pretrain --cfg "$cfg" "${extra[@]}" train.seed="$s" train.threads=1 \
+            train.progress_bar=false out_dir="$run" > "$run.log" 2>&1 || { echo "FAILED $run"; return 0; }
+        OMP_NUM_THREADS=1 python -m linear_eval --ckpt "$run/checkpoints/last.pt" >> "$run.log" 2>&1
+    fi
+    echo "done $run"
+}
+export -f job
+export OUT
+mkdir -p "$OUT"
+for s in 0 1 2; do for m in "${METHODS[@]}"; do echo "$m $s"; done; done \
+    | xargs -P "$PARALLEL" -n 2 bash -c 'job "$0" "$1"'
+python -m linear_eval table "$OUT"/*_s* --baseline "$OUT/moco_s0" --out "$OUT/table"

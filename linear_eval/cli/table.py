@@ -1,0 +1,262 @@
+"""``python -m linear_eval table RUN_DIR...``: one table that compares runs.
+
+    python -m linear_eval table runs/digits_* --baseline runs/digits_moco_s0 --out results/digits
+
+Reads each run's resolved ``config.yaml``, its ``eval/*.json`` and the training diagnostics of its
+last epoch (``metrics.jsonl``: the effective number of negatives and the false-negative fraction
+every strategy logs), groups the runs by config (everything but ``train.seed`` and the keys that
+may change on a resume), and writes one row per group as markdown (``OUT.md``) and CSV
+(``OUT.csv``): the config keys that differ between groups, then for every metric the mean ± std
+over seeds, the number of seeds, and the bootstrap 95 % interval of the seed-averaged accuracy
+over the test set (the per-image results that ``python -m linear_eval --ckpt`` stores; "-" for
+evaluations made before it stored them). With ``--baseline RUN`` each row also gets the paired
+bootstrap difference to the baseline's group (the same resampled test images for both sides,
+Efron & Tibshirani 1993 §13.3; significant when its interval excludes 0). A RUN_DIR may be a
+glob, or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold
+the runs. Runs that are unfinished or have no evaluation are listed under the table, with the
+reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+#: Config keys that do not define the experiment (paths, resources, resumable settings).
+IGNORED = (
+    "out_dir", "train.seed", "data.root", "data.num_workers", "train.threads", "train.log_every",
+    "train.progress_bar", "train.ckpt_every", "train.keep_every", "train.max_requeues",
+    "train.dist_timeout_min", "train.compile", "data.skip_bad_images", "eval.",
+)  # fmt: skip
+#: Numbers in eval JSONs that are bookkeeping, not metrics.
+NOT_METRICS = {"epoch", "global_step", "train_size", "test_size", "seed"}
+DIAGNOSTICS = ("false_negative_fraction", "effective_negatives")
+N_RESAMPLES = 1000
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict[str, Any]
+    metrics: dict[str, float] = field(default_factory=dict)
+    per_sample: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and k != "kwargs":
+            out.update(flatten(v, f"{key}."))
+        else:
+            out[key] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+    return out
+
+
+def find_runs(patterns: list[str]) -> list[Path]:
+    """Run folders (holding config.yaml) from paths, globs and sweep / parent folders."""
+    found: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) or [pattern]
+        for m in map(Path, matches):
+            if (m / "config.yaml").exists():
+                found.append(m)
+            elif m.is_dir():
+                found += sorted(p.parent for p in m.glob("*/config.yaml"))
+            else:
+                raise ValueError(f"{m}: no such run folder (expected RUN/config.yaml)")
+    if not found:
+        raise ValueError(f"no run folders (with config.yaml) in {' '.join(patterns)}")
+    return list(dict.fromkeys(found))
+
+
+def total_steps(path: Path) -> int | None:
+    derived = path / "derived.yaml"
+    if not derived.exists():
+        return None
+    info = yaml.safe_load(derived.read_text()) or {}
+    return info.get("total_steps")
+
+
+def read_run(path: Path) -> tuple[Run | None, str]:
+    """The run, or None and why it is left out of the table."""
+    cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    run = Run(path, flatten(cfg))
+    records = []
+    log = path / "metrics.jsonl"
+    if log.exists():
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    epochs = [r for r in records if r.get("kind") == "epoch"]
+    done_steps = max((r.get("global_step", 0) for r in records), default=0)
+    want = total_steps(path)
+    max_steps = cfg.get("train", {}).get("max_steps", 0) or 0
+    if max_steps:
+        want = min(want, max_steps) if want else max_steps
+    if want is not None and done_steps < want:
+        return None, f"unfinished: step {done_steps} of {want}"
+    evals = sorted((path / "eval").glob("*.json"))
+    if not evals:
+        return (
+            None,
+            "no evaluation (eval/*.json): run python -m linear_eval --ckpt RUN/checkpoints/last.pt",
+        )
+    for file in evals:
+        data = json.loads(file.read_text())
+        prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
+        for key, value in data.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key not in NOT_METRICS:
+                    run.metrics[prefix + key] = float(value)
+        for key, bits in (data.get("per_sample") or {}).items():
+            run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
+    if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
+        last = epochs[-1]["epoch"]
+        steps = [r for r in records if r.get("kind") == "step" and r.get("epoch", 0) > last - 1]
+        for name in DIAGNOSTICS:
+            values = [v for r in steps for k, v in r.items() if k.endswith(name)]
+            if values:
+                run.metrics[f"train_{name}"] = float(np.mean(values))
+    return run, ""
+
+
+def ignored(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in IGNORED)
+
+
+def group(runs: list[Run]) -> tuple[list[list[Run]], list[str]]:
+    """Runs grouped by config (ignored keys aside), and the keys that differ between groups."""
+    keys = sorted({k for r in runs for k in r.config if not ignored(k)})
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(tuple(repr(r.config.get(k)) for k in keys), []).append(r)
+    rows = list(groups.values())
+    differ = [k for i, k in enumerate(keys) if len({sig[i] for sig in groups}) > 1]
+    return rows, differ
+
+
+def seed_mean_bootstrap(members: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
+    """Per resample (rows of idx), the seed-averaged accuracy (%) of the runs' correctness."""
+    return np.mean([100.0 * m[idx].mean(axis=1) for m in members], axis=0)
+
+
+def interval(stats: np.ndarray) -> tuple[float, float]:
+    low, high = np.quantile(stats, [0.025, 0.975])
+    return float(low), float(high)
+
+
+def build(
+    runs: list[Run], baseline: list[Run] | None, seed: int = 0
+) -> tuple[list[str], list[list[str]]]:
+    rows, differ = group(runs)
+    metrics = sorted({m for r in runs for m in r.metrics})
+    header = ["config", *differ, "seeds"]
+    for m in metrics:
+        header += [m, f"{m} 95% CI"] + ([f"{m} vs baseline"] if baseline else [])
+    sizes = {len(v) for r in runs for v in r.per_sample.values()}
+    idx = None
+    if len(sizes) == 1:
+        n = sizes.pop()
+        idx = np.random.default_rng(seed).integers(0, n, size=(N_RESAMPLES, n))
+    table = []
+    for members in rows:
+        name = ", ".join(sorted({r.path.name for r in members}))
+        line = [name, *[str(members[0].config.get(k, "")) for k in differ], str(len(members))]
+        for m in metrics:
+            values = [r.metrics[m] for r in members if m in r.metrics]
+            if values:
+                std = np.std(values, ddof=1) if len(values) > 1 else 0.0
+                line.append(f"{np.mean(values):.2f} ± {std:.2f}" + (f" (n={len(values)})"
+                            if len(values) != len(members) else ""))  # fmt: skip
+            else:
+                line.append("-")
+            per = [r.per_sample[m] for r in members if m in r.per_sample]
+            ci = "-"
+            if idx is not None and per and len(per) == len(members):
+                low, high = interval(seed_mean_bootstrap(per, idx))
+                ci = f"[{low:.2f}, {high:.2f}]"
+            line.append(ci)
+            if baseline:
+                base = [r.per_sample[m] for r in baseline if m in r.per_sample]
+                diff = "-"
+                if idx is not None and per and base and len(per) == len(members):
+                    d = seed_mean_bootstrap(per, idx) - seed_mean_bootstrap(base, idx)
+                    point = np.mean([100 * p.mean() for p in per]) - np.mean(
+                        [100 * b.mean() for b in base]
+                    )
+                    low, high = interval(d)
+                    mark = " *" if low > 0 or high < 0 else ""
+                    diff = f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
+                line.append(diff)
+        table.append(line)
+    return header, table
+
+
+def markdown(header: list[str], table: list[list[str]], left_out: list[tuple[Path, str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in table]
+    if left_out:
+        out += ["", "Not in the table:", ""]
+        out += [f"- `{p}`: {why}" for p, why in left_out]
+    return "\n".join(out) + "\n"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m linear_eval table", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("runs", nargs="+", help="run folders, globs, or folders of runs (sweep_*)")
+    p.add_argument("--baseline", default=None, help="a run folder: its group is the baseline")
+    p.add_argument("--out", default=None, help="write OUT.md and OUT.csv (default: print only)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    try:
+        paths = find_runs(args.runs)
+        runs, left_out = [], []
+        for path in paths:
+            run, why = read_run(path)
+            (runs.append(run) if run else left_out.append((path, why)))
+        if not runs:
+            raise ValueError(
+                "no finished, evaluated run: " + "; ".join(f"{p}: {w}" for p, w in left_out)
+            )
+        baseline = None
+        if args.baseline:
+            base_path = Path(args.baseline)
+            rows, _ = group(runs)
+            baseline = next((g for g in rows if any(r.path.resolve() == base_path.resolve()
+                                                     for r in g)), None)  # fmt: skip
+            if baseline is None:
+                raise ValueError(
+                    f"--baseline {base_path} is not among the finished, evaluated runs"
+                )
+        header, table = build(runs, baseline, args.seed)
+    except (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = markdown(header, table, left_out)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".md").write_text(text)
+        with out.with_suffix(".csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(table)
+            for p, why in left_out:
+                writer.writerow([f"(not in the table) {p}", why])
+        print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}", file=sys.stderr)
+    return 0
