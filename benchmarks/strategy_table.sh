@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2]
 #
-# Each run: the method's digits config (30 epochs, batch 64, K 256, T 0.1) with train.seed=S, one
+# Each run: the method's digits config (30 epochs, batch 64, K 256, T 0.1) with seed=S, one
 # thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ job() {  # method seed
     [ -f "pretrain/configs/$cfg" ] || { echo "skip $m: no $cfg"; return 0; }
     local run="$OUT/${m}_s$s"
     if [ ! -f "$run/eval/linear_eval.json" ]; then
-        python -m pretrain --cfg "$cfg" "${extra[@]}" train.seed="$s" train.threads=1 \
+        python -m pretrain --cfg "$cfg" "${extra[@]}" seed="$s" train.threads=1 \
             train.progress_bar=false out_dir="$run" > "$run.log" 2>&1 || { echo "FAILED $run"; return 0; }
         OMP_NUM_THREADS=1 python -m linear_eval --ckpt "$run/checkpoints/last.pt" >> "$run.log" 2>&1
     fi

@@ -4,7 +4,7 @@
 
 Reads each run's resolved ``config.yaml``, its ``eval/*.json`` and the training diagnostics of its
 last epoch (``metrics.jsonl``: the effective number of negatives and the false-negative fraction
-every strategy logs), groups the runs by config (everything but ``train.seed`` and the keys that
+every strategy logs), groups the runs by config (everything but ``seed`` and the keys that
 may change on a resume), and writes one row per group as markdown (``OUT.md``) and CSV
 (``OUT.csv``): the config keys that differ between groups, then for every metric the mean ± std
 over seeds, the number of seeds, and the bootstrap 95 % interval of the seed-averaged accuracy
@@ -33,7 +33,7 @@ import yaml
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
-    "out_dir", "train.seed", "data.root", "data.num_workers", "train.threads", "train.log_every",
+    "out_dir", "seed", "data.root", "data.num_workers", "train.threads", "train.log_every",
     "train.progress_bar", "train.ckpt_every", "train.keep_every", "train.max_requeues",
     "train.dist_timeout_min", "train.compile", "data.skip_bad_images", "eval.",
 )  # fmt: skip
