@@ -154,7 +154,7 @@ def datasets_for(cfg: Config) -> Data:
             f"({len(base_train)} images after data.subset/data.in_classes)"
         )
     if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
-        train: Any = views.CropViews(base_train, view_spec(d), cfg.seed)
+        train: Any = views.CropViews(base_train, view_spec(d), cfg.seed, d.support_views)
     else:
         train = data.TwoViews(base_train, train_transform(d), cfg.seed)
     sampler = data.ResumableSampler(

@@ -55,6 +55,8 @@ class DataConfig:
     skip_bad_images: bool = False  # replace unreadable images by the next one and count them
     in_classes: list[int] = field(default_factory=list)  # one-class / subset training: the
     # in-distribution classes kept in the training set and the kNN bank; [] = all classes
+    support_views: int = 0  # extra augmented views per image through the key encoder: FNC's
+    # support set for finding false negatives (loss.name fnc; official 8); needs augment_on device
 
 
 @dataclass
@@ -378,6 +380,19 @@ def validate(cfg: Config) -> None:
             "must be (low, high) with 0 < low <= high <= 1",
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        (
+            "data.support_views",
+            cfg.data.support_views == 0
+            or (cfg.data.support_views > 0 and cfg.data.augment_on == "device"),
+            "must be 0, or positive with data.augment_on=device (the support crops are batched "
+            "in stage 2 like the two views)",
+        ),
+        (
+            "data.support_views",
+            cfg.data.support_views > 0 or not loss_cls.needs_support,
+            f"must be positive for loss.name={cfg.loss.name!r} (its false negatives are found "
+            "through the support views; the official count is 8)",
+        ),
         ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
         ("data.num_workers", cfg.data.num_workers >= 0, "must be 0 or positive"),
         (

@@ -146,13 +146,17 @@ def train_step(
     y: torch.Tensor,
     epoch: float,
     params: torch.Tensor | None = None,
+    support: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One MoCo step (Algorithm 1 of He et al. 2020) with the strategy's extra negatives.
-    ``params`` (N, 2, P): with ``data.augment_on: device``, x1 and x2 are uint8 crops and the
-    photometric ops run here, batched (stage 2, pretrain/augment.py)."""
+    ``params`` (N, 2 + V, P): with ``data.augment_on: device``, x1 and x2 are uint8 crops and the
+    photometric ops run here, batched (stage 2, pretrain/augment.py); ``support`` (N, V, 3, S, S):
+    ``data.support_views`` extra crops (FNC), their keys passed to the loss."""
     if params is not None:
         x = run.data.augment(torch.cat([x1, x2]), torch.cat([params[:, 0], params[:, 1]]))
         x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
+        if support is not None:  # sample-major rows, so BN splits / ranks hold whole samples
+            support = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
     if run.cfg.train.channels_last and run.device.type == "cuda":
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
@@ -166,8 +170,10 @@ def train_step(
             q, kappa_q = run.query(x1, with_kappa=True)  # queries (N, D); kappa (N,) or None
             q2 = kappa_q2 = None
         k, kappa_k = run.moco.keys(x2, run.cfg.moco.momentum, with_kappa=True)  # momentum first
-    q, q2, k, kappa_q, kappa_q2, kappa_k = map(
-        precision.full, (q, q2, k, kappa_q, kappa_q2, kappa_k)
+        if support is not None:  # (N * V, D) -> (N, V, D), the updated key encoder, no grad
+            support = run.moco.encode_keys(support).unflatten(0, (x2.shape[0], -1))
+    q, q2, k, kappa_q, kappa_q2, kappa_k, support = map(
+        precision.full, (q, q2, k, kappa_q, kappa_q2, kappa_k, support)
     )  # float32 from here
     k_all, y_all = dist.gather(k), dist.gather(y)  # (world*N, D): identity in one process
     if run.strategy.needs_global_batch:  # e.g. an OC-SVM fitted on the global batch
@@ -178,7 +184,7 @@ def train_step(
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
                        queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,
-                       kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2, epoch=epoch,
+                       kappa_k=kappa_k, q2=q2, kappa_q2=kappa_q2, support=support, epoch=epoch,
                        global_step=run.state.global_step)  # fmt: skip
     loss = run.loss_fn(step)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer

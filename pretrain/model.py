@@ -219,6 +219,14 @@ class MoCo(nn.Module):
         """Momentum update, then k = normalize(encoder_k(x)) with shuffle-BN: (N, D) (and the
         keys' kappa (N,) with ``with_kappa``, None without a kappa head)."""
         self.momentum_update(m)
+        return self.encode_keys(x, with_kappa)
+
+    @torch.no_grad()
+    def encode_keys(
+        self, x: torch.Tensor, with_kappa: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+        """k = normalize(encoder_k(x)) with shuffle-BN, no momentum update (FNC's support views
+        go through it after :meth:`keys`)."""
         unshuffle = None
         if self.shuffle_keys:
             x, unshuffle = dist.shuffle_batch(x)

@@ -127,10 +127,15 @@ class CropViews(Dataset):
 
     An image already at the output size S x S is returned whole with its affine and box, and
     stage 2 transforms the batch at once (:func:`defers_crop`); any other image is cropped here,
-    and its row reads box (0, 0, S, S) and the identity theta, a no-op for stage 2."""
+    and its row reads box (0, 0, S, S) and the identity theta, a no-op for stage 2.
 
-    def __init__(self, base: Dataset, spec: ViewSpec, seed: int) -> None:
-        self.base, self.spec, self.seed = base, spec, seed
+    ``support_views`` > 0 (FNC's support set) adds a sixth item, the extra views (V, 3, S, S),
+    with their rows after the two views' in ``params`` (2 + V rows): drawn from the same
+    generator after views 0 and 1, so the two views are the same with or without them and a
+    resume replays the support crops as it replays the views."""
+
+    def __init__(self, base: Dataset, spec: ViewSpec, seed: int, support_views: int = 0) -> None:
+        self.base, self.spec, self.seed, self.support_views = base, spec, seed, support_views
 
     def __len__(self) -> int:
         return len(self.base)
@@ -142,13 +147,17 @@ class CropViews(Dataset):
         rng = ap.sample_rng(self.seed, epoch, index)
         size = self.spec.image_size
         views, rows = [], []
+        count = 2 + self.support_views
         if defers_crop(image, self.spec):
-            for _ in (0, 1):
+            for _ in range(count):
                 rows.append(deferred_row(self.spec, rng))
                 views.append(image)
         else:
             whole = [0.0, 0.0, float(size), float(size)] + ap.IDENTITY_THETA
-            for _ in (0, 1):
+            for _ in range(count):
                 views.append(crop_view(image, self.spec, rng))
                 rows.append(view_params(self.spec, rng) + whole)
-        return views[0], views[1], label, index, torch.tensor(rows, dtype=torch.float32)
+        out = (views[0], views[1], label, index, torch.tensor(rows, dtype=torch.float32))
+        if self.support_views:
+            out = (*out, torch.stack(views[2:]))
+        return out

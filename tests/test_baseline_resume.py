@@ -1,6 +1,6 @@
 """A run of a baseline with state or randomness of its own (AdCo's bank and its momentum, i-Mix's
-draws from the checkpointed RNG) stopped at ``train.max_steps`` and resumed equals the
-uninterrupted run."""
+draws from the checkpointed RNG, FNC's support crops) stopped at ``train.max_steps`` and resumed
+equals the uninterrupted run."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ def pretrain(cfg: str, out: Path, *extra: str) -> None:
 
 @pytest.mark.parametrize(
     ("cfg", "extra"),
-    [("digits_adco.yaml", ["negatives.kwargs.bank_size=80"]), ("digits_imix.yaml", [])],
+    [
+        ("digits_adco.yaml", ["negatives.kwargs.bank_size=80"]),
+        ("digits_imix.yaml", []),
+        ("digits_fnc.yaml", ["data.support_views=2"]),
+    ],
 )
 def test_stop_and_resume_equals_uninterrupted(tmp_path, cfg, extra):
     full, cut = tmp_path / "full", tmp_path / "cut"

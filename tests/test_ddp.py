@@ -89,6 +89,9 @@ VARIANTS = {
     # float32 rounding flips it, in one process as in two: a property of those weights)
     "ring": ["loss.name=ring", "loss.kwargs={thres_outer: 0.5, thres_inner: 0.2}"],
     "imix": ["loss.name=imix"],
+    # FNC: support crops (stage 2, sample-major so each rank / BN split holds whole samples)
+    # through the key encoder with the key shuffle; false negatives found per query in the queue
+    "fnc": ["loss.name=fnc", "data.support_views=2", "loss.kwargs={fn_threshold: 0.0}"],
     "adco": [
         "negatives.name=adco",
         "negatives.kwargs={bank_size: 40}",

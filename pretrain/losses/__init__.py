@@ -13,7 +13,7 @@
 - ``kappa``: the vMF κ alignment and regulariser.
 """
 
-from pretrain.losses import imix, negative_weighting, ring  # noqa: E402, F401  (register losses)
+from pretrain.losses import fnc, imix, negative_weighting, ring  # noqa: E402, F401  (register)
 from pretrain.losses.cider import cider, cider_terms, sequential_ema
 from pretrain.losses.infonce import info_nce, moco_logits
 from pretrain.losses.kappa import kappa_alignment, kappa_terms

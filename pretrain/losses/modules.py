@@ -60,6 +60,7 @@ class StepTensors:
     kappa_k: torch.Tensor | None = None  # (N,)
     q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
     kappa_q2: torch.Tensor | None = None  # (N,)
+    support: torch.Tensor | None = None  # (N, V, D) support views' keys (data.support_views)
     epoch: float = 0.0  # fractional epoch of this step (annealed losses: ring, hard)
     global_step: int = 0  # steps done before this one
 
@@ -118,6 +119,7 @@ class Loss(nn.Module):
     batch_layout: bool = True
     can_drop_queue: bool = False
     needs_labels: bool = False
+    needs_support: bool = False  # needs data.support_views (FNC)
 
     @classmethod
     def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
