@@ -2,14 +2,16 @@
 # Issue 12: every negative strategy / loss baseline on the embedded digits, 3 seeds each, then one
 # table (python -m linear_eval table). Re-running skips finished runs and resumes unfinished ones.
 #
-#   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2]
+#   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2] [EPOCHS=30]
 #
-# Each run: the method's digits config (30 epochs, batch 64, K 256, T 0.1) with seed=S, one
-# thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image results).
+# Each run: the method's digits config (batch 64, K 256, T 0.1; 30 epochs unless EPOCHS) with
+# seed=S, one thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image
+# results). The README's table used EPOCHS=15 (33 runs in about an hour on the 2-core CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/table_digits}
 PARALLEL=${2:-2}
+EPOCHS=${3:-30}
 METHODS=(moco mioc mochi modified_mochi debiased hard ring decoupled imix adco fnc)
 job() {  # method seed
     local m=$1 s=$2 cfg="digits_$1.yaml" extra=()
@@ -17,14 +19,14 @@ job() {  # method seed
     [ -f "pretrain/configs/$cfg" ] || { echo "skip $m: no $cfg"; return 0; }
     local run="$OUT/${m}_s$s"
     if [ ! -f "$run/eval/linear_eval.json" ]; then
-        python -m pretrain --cfg "$cfg" "${extra[@]}" seed="$s" train.threads=1 \
+        python -m pretrain --cfg "$cfg" "${extra[@]}" seed="$s" train.epochs="$EPOCHS" train.threads=1 \
             train.progress_bar=false out_dir="$run" > "$run.log" 2>&1 || { echo "FAILED $run"; return 0; }
         OMP_NUM_THREADS=1 python -m linear_eval --ckpt "$run/checkpoints/last.pt" >> "$run.log" 2>&1
     fi
     echo "done $run"
 }
 export -f job
-export OUT
+export OUT EPOCHS
 mkdir -p "$OUT"
 for s in 0 1 2; do for m in "${METHODS[@]}"; do echo "$m $s"; done; done \
     | xargs -P "$PARALLEL" -n 2 bash -c 'job "$0" "$1"'

@@ -49,7 +49,10 @@ STRATEGY_KWARGS = {  # tiny sizes that fit a 64-key queue and a batch of 16; war
     "modified_mochi": "{num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
     "mioc": "{num_synthetic: 16, num_inlier_synthetic: 8, nu: 0.1, gamma: 0.1, warmup_epochs: 0}",
     "outliers": "{ratio: 0.5}",
+    "adco": "{bank_size: 32}",
 }
+STRATEGY_OVERRIDES = {"adco": ["loss.contrast_queue=false"]}  # the bank replaces the queue
+LOSS_OVERRIDES = {"fnc": ["data.support_views=2"]}  # its support set
 VARIANTS = {"": [], "+kappa": ["model.kappa_hidden=16"]}
 KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss
 
@@ -72,6 +75,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     kwargs = STRATEGY_KWARGS.get(strategy, "{}")  # an unknown strategy runs with its defaults
     overrides = [f"out_dir={out_dir}", *TINY, f"loss.name={loss}", f"negatives.name={strategy}"]
     overrides += [f"negatives.kwargs={kwargs}", *VARIANTS[variant]]
+    overrides += STRATEGY_OVERRIDES.get(strategy, []) + LOSS_OVERRIDES.get(loss, [])
     try:
         cfg = config.load("digits_moco.yaml", overrides)
         run = engine.setup(cfg)

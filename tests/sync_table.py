@@ -17,6 +17,9 @@ LOSS_SYNCS: dict[str, tuple[int, str]] = {
     "debiased": (0, "-"),
     "hard": (0, "-"),
     "decoupled": (0, "-"),
+    "ring": (0, "-"),
+    "imix": (0, "-"),
+    "fnc": (0, "-"),
     "cider": (
         1,
         "the per-class prototype EMA loops over the largest class count in the batch: one "
@@ -33,6 +36,7 @@ STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
     "mochi": ("0", "-"),
     "modified_mochi": ("0", "-"),
     "outliers": ("0", "-"),
+    "adco": ("0", "-"),
     "mioc": ("n + 4", "the OC-SVM fit: see below"),
 }
 MIOC_DETAIL = [

@@ -42,6 +42,7 @@ def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
         pairs = [k for k in result if "/" in k]
         assert len(pairs) >= 20, pairs  # every loss x strategy the config accepts
         assert "cider/mochi" in result["invalid"]  # refused pairs are left out, not counted
+        assert {"fnc/none", "nt_xent/adco", "ring/mochi", "imix/mioc"} <= set(pairs)
         for pair in pairs:
             loss, strategy = pair.split("/")
             kappa = loss.endswith("+kappa")

@@ -37,8 +37,8 @@ def mix_draw(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """λ (B,) = max(λ, 1 − λ) with λ ~ Beta(α, α), and the partner π (B,): a random permutation
     inside each of ``groups`` consecutive chunks of the global batch."""
-    a = torch.tensor(float(alpha), device=device)
-    lam = torch.distributions.Beta(a, a).sample((batch,))
+    a = torch.full((), float(alpha), device=device)  # no host copy; no argument check (a sync)
+    lam = torch.distributions.Beta(a, a, validate_args=False).sample((batch,))
     lam = torch.maximum(lam, 1.0 - lam)
     size = batch // groups
     order = torch.rand(groups, size, device=device).argsort(dim=1)
