@@ -29,7 +29,9 @@ def pretrain(cfg: str, out: Path, *extra: str) -> None:
     ("cfg", "extra"),
     [
         ("digits_adco.yaml", ["negatives.kwargs.bank_size=80"]),
-        ("digits_imix.yaml", []),
+        pytest.param(
+            "digits_imix.yaml", [], marks=pytest.mark.slow
+        ),  # RNG replay: tested generally
         ("digits_fnc.yaml", ["data.support_views=2"]),
     ],
 )

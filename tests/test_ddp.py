@@ -91,21 +91,23 @@ VARIANTS = {
     "imix": ["loss.name=imix"],
     # FNC: support crops (stage 2, sample-major so each rank / BN split holds whole samples)
     # through the key encoder with the key shuffle; false negatives found per query in the queue
-    "fnc": ["loss.name=fnc", "data.support_views=2", "loss.kwargs={fn_threshold: 0.0}"],
+    "fnc": [
+        "loss.name=fnc",
+        "data.support_views=2",
+        "loss.kwargs={fn_threshold: 0.0}",
+        "data.jitter_strength=0.4",
+        "data.grayscale_prob=0.2",
+        "data.blur_prob=0.5",
+        "data.hflip_prob=0.5",
+    ],  # fmt: skip
     "adco": [
         "negatives.name=adco",
         "negatives.kwargs={bank_size: 40}",
         "loss.name=nt_xent",
         "loss.contrast_queue=false",
     ],  # fmt: skip
-    # the input pipeline: stage 2 with every photometric op on (default augment_on: device),
-    # and the per-sample reference path
-    "photometric_device": [
-        "data.jitter_strength=0.4",
-        "data.grayscale_prob=0.2",
-        "data.blur_prob=0.5",
-        "data.hflip_prob=0.5",
-    ],  # fmt: skip
+    # the input pipeline: stage 2 with every photometric op on (default augment_on: device) is
+    # the "fnc" variant above (its support crops go through it too); the per-sample reference:
     "photometric_workers": [
         "data.augment_on=workers",
         "data.jitter_strength=0.4",
