@@ -1,10 +1,13 @@
 """Training-step time and peak memory: the negative strategies, and the precision/compile settings.
 
-    python benchmarks/step.py [--mode strategies|precision|all] [--quick] [--device cpu|cuda]
-        [--sync-debug error] [--results PATH] [--no-record] [--cfg digits_moco.yaml] [override ...]
+    python benchmarks/step.py [--mode strategies|methods|precision|all] [--quick]
+        [--device cpu|cuda] [--sync-debug error] [--results PATH] [--no-record]
+        [--cfg digits_moco.yaml] [override ...]
 
 ``strategies`` (default): every registered negative strategy on ``--cfg`` (digits sizes on the
-digits configs), ratio to ``none``. ``precision``: on the digits model (``digits_moco.yaml``) and
+digits configs), ratio to ``none``. ``methods``: every negative baseline of issue 12 (the loss-level
+ones, i-Mix, AdCo, FNC with and without its support views' forward), ratio to plain MoCo.
+``precision``: on the digits model (``digits_moco.yaml``) and
 the CIFAR-10 model (``cifar10_moco.yaml``: ResNet-18, CIFAR stem, batch 512, K 4096; on a tiny
 CIFAR-10 written in its true format by tests/fakedata.py), the full training step (both
 encoders, loss, queue) in fp32 eager, fp32 + channels_last, bf16 autocast, bf16 + channels_last,
@@ -101,14 +104,25 @@ def build(cfg_name: str, overrides: list[str], device: str, channels_last: bool 
     return run, (x1, x2, y, *rows)
 
 
-def time_settings(settings: dict, args: argparse.Namespace) -> dict[str, tuple[float, float, int]]:
-    """Round-robin timing; returns name -> (median s, p90 s, peak bytes)."""
+def time_settings(
+    settings: dict, args: argparse.Namespace, extra: dict | None = None
+) -> dict[str, tuple[float, float, int]]:
+    """Round-robin timing; returns name -> (median s, p90 s, peak bytes). ``extra``: name ->
+    callable, timed in the same rounds (peak 0)."""
+    extra = extra or {}
     dev = next(iter(settings.values()))[0].device
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     debug = args.sync_debug == "error" and dev.type == "cuda"
-    times: dict[str, list[float]] = {n: [] for n in settings}
-    peaks = dict.fromkeys(settings, 0)
+    times: dict[str, list[float]] = {n: [] for n in [*settings, *extra]}
+    peaks = dict.fromkeys([*settings, *extra], 0)
     for r in range(args.warmup_steps + args.steps):
+        for name, fn in extra.items():
+            sync()
+            tic = time.perf_counter()
+            fn()
+            sync()
+            if r >= args.warmup_steps:
+                times[name].append(time.perf_counter() - tic)
         for name, (run, batch) in settings.items():
             with PeakMemory(dev) as mem:
                 sync()
@@ -156,6 +170,51 @@ def strategies(args: argparse.Namespace, common: list[str]) -> list[str]:
     return [f"strategies, {title}", "", *table(res, "none", "strategy"), ""]
 
 
+BASELINES = {  # issue 12: name -> overrides of --cfg (the digits sizes), ratio to "moco"
+    "moco": [],
+    "debiased": ["loss.name=debiased"],
+    "hard": ["loss.name=hard"],
+    "decoupled": ["loss.name=decoupled"],
+    "decoupled sigma": ["loss.name=decoupled", "loss.kwargs={sigma: 0.5}"],
+    "ring": ["loss.name=ring"],
+    "imix": ["loss.name=imix"],
+    "adco": [
+        "negatives.name=adco",
+        "negatives.kwargs={bank_size: 256}",
+        "loss.name=nt_xent",
+        "loss.contrast_queue=false",
+    ],  # fmt: skip
+    "fnc (4 support views)": ["loss.name=fnc", "data.support_views=4"],
+}
+
+
+def methods(args: argparse.Namespace, common: list[str]) -> list[str]:
+    """Every negative baseline's full step, ratio to plain MoCo; FNC also without its support
+    views' forward pass (timed on its own, interleaved, and subtracted)."""
+    settings = {n: build(args.cfg, [*common, *args.overrides, *o], args.device)
+                for n, o in BASELINES.items()}  # fmt: skip
+    run, batch = settings["fnc (4 support views)"]
+    params, support = batch[3], batch[4]
+
+    def support_forward() -> None:
+        with torch.no_grad():
+            x = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
+            with run.autocast():
+                run.moco.encode_keys(x)
+
+    res = time_settings(settings, args, extra={"fnc support forward": support_forward})
+    fwd = res.pop("fnc support forward")
+    med, p90, peak = res["fnc (4 support views)"]
+    res["fnc without the support forward"] = (med - fwd[0], p90 - fwd[0], peak)
+    cfg = settings["moco"][0].cfg
+    title = (f"{args.cfg} {' '.join(args.overrides)}: batch {cfg.train.batch_size}, "
+             f"K {cfg.moco.queue_size}, {cfg.model.arch}, amp {cfg.train.amp}")  # fmt: skip
+    note = (f"(fnc's support forward alone: {1e3 * fwd[0]:.1f} ms, subtracted from its median "
+            "for the last row; targets: loss-level <= 1.10x time, adco <= 1.5x, i.e. speed >= "
+            "0.91x and >= 0.67x)")  # fmt: skip
+    return [f"negative baselines, {title}", "", *table(res, "moco", "method"), "", note, ""]
+
+
 def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
     from fakedata import write_cifar10
 
@@ -187,7 +246,9 @@ def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=("strategies", "precision", "all"), default="strategies")
+    p.add_argument(
+        "--mode", choices=("strategies", "methods", "precision", "all"), default="strategies"
+    )
     p.add_argument("--cfg", default="digits_moco.yaml", help="strategies mode: the config")
     p.add_argument("--steps", type=int, default=0, help="timed steps per setting")
     p.add_argument("--warmup-steps", type=int, default=3)
@@ -207,6 +268,8 @@ def main() -> None:
     lines = []
     if args.mode in ("strategies", "all"):
         lines += strategies(args, common)
+    if args.mode in ("methods", "all"):
+        lines += methods(args, common)
     if args.mode in ("precision", "all"):
         lines += precision(args, common)
     note = {

@@ -1,0 +1,86 @@
+"""``python -m linear_eval table``: grouping by config, mean ± std over seeds, the bootstrap
+interval of the seed mean and the paired difference to a baseline (re-derived in numpy), and the
+runs left out with their reason."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from linear_eval.cli import main as cli
+
+N_TEST = 50
+
+
+def make_run(root: Path, name: str, *, loss: str, seed: int, correct: np.ndarray,
+             steps: int = 10, total: int = 10, evaluated: bool = True) -> Path:  # fmt: skip
+    run = root / name
+    (run / "eval").mkdir(parents=True)
+    cfg = {"out_dir": str(run), "seed": seed, "loss": {"name": loss, "kwargs": {}},
+           "train": {"epochs": 1, "threads": 1, "max_steps": 0}}  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "derived.yaml").write_text(yaml.safe_dump({"total_steps": total}))
+    lines = [{"kind": "step", "global_step": s, "epoch": s / 10, "loss": 1.0,
+              "loss_false_negative_fraction": 0.1 * seed} for s in range(1, steps + 1)]  # fmt: skip
+    if steps == total:
+        lines.append({"kind": "epoch", "epoch": 1, "global_step": steps, "loss": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    if evaluated:
+        acc = 100.0 * correct.mean()
+        bits = "".join("1" if c else "0" for c in correct)
+        data = {"epoch": 1, "knn_top1": acc, "linear_top1": acc,
+                "per_sample": {"knn_top1": bits, "linear_top1": bits}}  # fmt: skip
+        (run / "eval" / "linear_eval.json").write_text(json.dumps(data))
+    return run
+
+
+def test_table_groups_seeds_and_compares_with_the_baseline(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    base = [rng.random(N_TEST) < 0.6 for _ in range(3)]
+    better = [rng.random(N_TEST) < 0.9 for _ in range(3)]
+    for s in range(3):
+        make_run(tmp_path, f"moco_s{s}", loss="infonce", seed=s, correct=base[s])
+        make_run(tmp_path, f"hard_s{s}", loss="hard", seed=s, correct=better[s])
+    make_run(tmp_path, "ring_s0", loss="ring", seed=0, correct=base[0], steps=4)  # unfinished
+    make_run(tmp_path, "imix_s0", loss="imix", seed=0, correct=base[0], evaluated=False)
+    out = tmp_path / "table"
+    code = cli.main(["table", str(tmp_path / "*_s*"), "--baseline", str(tmp_path / "moco_s0"),
+                     "--out", str(out)])  # fmt: skip
+    assert code == 0
+    text = out.with_suffix(".md").read_text()
+    assert "ring_s0" in text and "unfinished: step 4 of 10" in text
+    assert "imix_s0" in text and "no evaluation" in text
+    rows = list(csv.reader(out.with_suffix(".csv").open()))
+    header = rows[0]
+    assert header[:3] == ["config", "loss.name", "seeds"]  # only the key that differs
+    by_loss = {r[1]: dict(zip(header, r)) for r in rows[1:] if not r[0].startswith("(not")}
+    assert set(by_loss) == {"infonce", "hard"}
+    accs = [100 * c.mean() for c in better]
+    mean, std = np.mean(accs), np.std(accs, ddof=1)
+    assert by_loss["hard"]["knn_top1"] == f"{mean:.2f} ± {std:.2f}"
+    assert by_loss["hard"]["seeds"] == "3"
+    # the numpy re-derivation of the intervals: the same resampled test images for every run
+    idx = np.random.default_rng(0).integers(0, N_TEST, size=(1000, N_TEST))
+    seed_mean = np.mean([100 * c[idx].mean(1) for c in better], axis=0)
+    low, high = np.quantile(seed_mean, [0.025, 0.975])
+    assert by_loss["hard"]["knn_top1 95% CI"] == f"[{low:.2f}, {high:.2f}]"
+    diff = seed_mean - np.mean([100 * c[idx].mean(1) for c in base], axis=0)
+    dlow, dhigh = np.quantile(diff, [0.025, 0.975])
+    point = mean - np.mean([100 * c.mean() for c in base])
+    want = f"{point:+.2f} [{dlow:+.2f}, {dhigh:+.2f}]" + (" *" if dlow > 0 or dhigh < 0 else "")
+    assert by_loss["hard"]["knn_top1 vs baseline"] == want
+    assert by_loss["infonce"]["knn_top1 vs baseline"].startswith("+0.00 [+0.00, +0.00]")
+    # the false-negative diagnostic of the last epoch, averaged over seeds (0, 0.1, 0.2)
+    assert by_loss["hard"]["train_false_negative_fraction"].startswith("0.10 ± 0.10")
+    assert "| config |" in capsys.readouterr().out
+
+
+def test_no_finished_run_is_an_error_naming_them(tmp_path, capsys):
+    make_run(tmp_path, "a_s0", loss="infonce", seed=0, correct=np.ones(N_TEST, bool), steps=2)
+    assert cli.main(["table", str(tmp_path / "a_s0")]) == 2
+    assert "unfinished" in capsys.readouterr().err
+    assert cli.main(["table", str(tmp_path / "missing")]) == 2
