@@ -2,11 +2,12 @@
 Efficient Learning of Unsupervised Representations from Self-Trained Negative Adversaries",
 CVPR 2021, https://arxiv.org/abs/2011.08435; official code maple-research-lab/AdCo).
 
-A learnable bank W (D x K) replaces the queue. The encoder minimises the contrastive loss of eq. 1
+A learnable bank W (D x K) replaces the queue. The encoder minimises the contrastive loss
 over [the gathered batch keys; the normalised bank columns] at temperature T (``moco.temperature``;
 official 0.12), the other keys of the batch being negatives too (``training/train.py``
-``update_network``); the bank maximises the same loss at its own temperature τ_m (eq. 3 and
-eq. 4's gradient ascent), with SGD momentum and weight decay:
+``update_network``); the bank maximises the same loss at its own temperature τ_m (gradient
+ascent), with SGD momentum and weight decay (equation numbers not checked here, no access to the
+paper text: the official ``training/train.py`` is what the tests re-derive):
 
     p_nk = softmax_k([q_n·k_all, q_n·ŵ] / τ_m)  restricted to the bank columns,  ŵ_k = w_k / |w_k|
     g_k  = −( Σ_n p_nk q_n / B − mean_n(p_nk q_n·ŵ_k) ŵ_k ) / (|w_k| τ_m)     (= −∂ℓ/∂w_k)

@@ -12,9 +12,9 @@ scores the best agreement with any of i's views (aggregation by max, §3.3):
 and is a false negative when it is among the row's top ``fn_topk`` scores (official 10) *and*
 above ``fn_threshold`` (official 0.7). Then, with s the logits / T:
 
-- ``elimination`` (eq. 4): the false negatives leave the denominator,
+- ``elimination`` (the paper's first variant): the false negatives leave the denominator,
   ℓ_i = −s_pos + log(e^{s_pos} + Σ_{j ∉ F_i} e^{s_j});
-- ``attraction`` (eq. 5, the official code's only loss): they become positives,
+- ``attraction`` (the second, and the official code's only loss): they become positives,
   ℓ_i = −(s_pos + Σ_{j ∈ F_i} s_j) / (1 + |F_i|) + log(e^{s_pos} + Σ_j e^{s_j}).
 
 In MoCo's layout (ours) the candidates are the queue (the official memory bank of momentum
@@ -64,8 +64,8 @@ def fnc_loss(logits: torch.Tensor, false_neg: torch.Tensor, mode: str) -> torch.
 
 @register("fnc")
 class FNC(Loss):
-    """FNC (Huynh et al. 2022, eqs. 4-5; google-research/fnc): false negatives in the queue
-    found through the support views, eliminated or attracted."""
+    """FNC (Huynh et al. 2022; google-research/fnc): false negatives in the queue found
+    through the support views, eliminated or attracted."""
 
     batch_layout = False  # MoCo's layout
     needs_support = True

@@ -2,12 +2,14 @@
 Representation Learning", ICLR 2021, https://arxiv.org/abs/2010.08887; official code kibok90/imix,
 ``builder.py`` with ``--imix imixup``, which turns ``--method moco`` into ``mocon``).
 
-The query images are mixed with a partner from the same batch (eq. 4 with mixup, eq. 6):
+The query images are mixed with a partner from the same batch (i-Mix with mixup; equation numbers
+not checked here, no access to the paper text: the official ``builder.py`` is what the tests
+re-derive):
 
     λ_i ~ Beta(α, α),  λ_i ← max(λ_i, 1 − λ_i),  x̃_i = λ_i x_i + (1 − λ_i) x_{π(i)}
 
-and each mixed query carries virtual labels over the keys of the batch (the MoCo form of eq. 6:
-"mocon", the gathered batch keys then the queue are the contrast set, so the other keys of the
+and each mixed query carries virtual labels over the keys of the batch (the MoCo form,
+"mocon": the gathered batch keys then the queue are the contrast set, so the other keys of the
 batch are negatives too):
 
     ℓ_i = λ_i · CE(q̃_i·[k; queue]/T, i) + (1 − λ_i) · CE(q̃_i·[k; queue]/T, π(i))
@@ -63,7 +65,7 @@ def imix_loss(
 
 @register("imix")
 class IMix(Loss):
-    """i-Mix (Lee et al. 2021, eq. 6; kibok90/imix, MoCo form ``mocon``): mixed queries with
+    """i-Mix with mixup (Lee et al. 2021; kibok90/imix, MoCo form ``mocon``): mixed queries with
     virtual labels (own key, partner's key) against the gathered batch keys + queue + extras."""
 
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)

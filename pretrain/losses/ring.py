@@ -3,7 +3,8 @@
 https://arxiv.org/abs/2010.02037; official code mhw32/contrastive-ring-public, ``MoCoRing``).
 
 Per query, the negatives are sorted by similarity (descending); the ring keeps those between the
-inner and the outer percentile (eq. 6 of the paper, the "Ring" estimator):
+inner and the outer percentile (the paper's Ring estimator, §3; equation number not checked
+here, no access to the paper text: the official ``MoCoRing`` is what the tests re-derive):
 
     ring_i = sorted_i[⌊t_in · ⌊t_out · M⌋⌋ : ⌊t_out · M⌋]    (dynamic_inner, the official default)
     ring_i = sorted_i[⌊t_in · M⌋ : ⌊t_out · M⌋]               (dynamic_inner: false)
@@ -85,7 +86,7 @@ def outer_threshold(
 
 @register("ring")
 class Ring(Loss):
-    """Ring (Wu et al. 2021, eq. 6; mhw32/contrastive-ring-public ``MoCoRing``): each query
+    """The Ring estimator (Wu et al. 2021; mhw32/contrastive-ring-public ``MoCoRing``): each query
     contrasts its own key with the negatives in its similarity ring only. Logs the ring size as
     ``effective_negatives`` and the ring's share of same-label negatives."""
 
