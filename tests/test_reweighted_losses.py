@@ -178,3 +178,18 @@ def test_hard_beta_anneal_down_follows_the_official_loop(epochs):
     q, k, queue = unit(4, 8, seed=0), unit(4, 8, seed=1), unit(16, 8, seed=2)
     hard(losses.StepTensors.single(q, k, queue=queue, epoch=epochs - 0.5))
     assert hard.beta == pytest.approx(used[-1])
+
+
+def test_floored_fraction_counts_the_rows_at_the_official_clamp():
+    """Rows whose (Σ e^{s_j} − τ⁺ M e^{s_p}) / (1 − τ⁺) falls below M e^{-1/T} (the official
+    clamp) pass no gradient from their negatives: a high positive logit at small T does that."""
+    t, tau = 0.1, 0.1
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(40, 1 + 64, generator=g, dtype=torch.float64)
+    logits[:20, 0] += 8.0  # 20 rows with a dominant positive
+    pos, neg = logits[:, 0].exp().numpy(), logits[:, 1:].exp().numpy()
+    m = neg.shape[1]
+    ng = (-tau * m * pos + neg.sum(1)) / (1 - tau)
+    want = np.mean(ng <= m * np.exp(-1 / t))
+    got = reweighted.floored_fraction(logits, t, tau).item()
+    assert got == pytest.approx(want) and 0 < got < 1

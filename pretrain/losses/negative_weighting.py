@@ -47,7 +47,12 @@ class _Reweighted(Loss):
         if seen is None:
             return {}
         logits, labels, queue_labels, _ = seen
-        return reweighted.moco_diagnostics(logits, labels, queue_labels, self.beta)
+        out = reweighted.moco_diagnostics(logits, labels, queue_labels, self.beta)
+        if getattr(self, "tau_plus", None) is not None:  # debiased, hard: rows at the floor
+            out["floored_fraction"] = reweighted.floored_fraction(
+                logits, self.temperature, self.tau_plus, self.beta
+            )
+        return out
 
 
 @register("debiased")

@@ -109,6 +109,17 @@ def diagnostics(
     return out
 
 
+def floored_fraction(
+    logits: torch.Tensor, temperature: float, tau_plus: float, beta: float = 0.0
+) -> torch.Tensor:
+    """Share of rows whose debiased / hard estimate Ng sits at its floor M e^{-1/T}: there the
+    negatives pass no gradient (at small T and large M the τ⁺ M e^{s_p} term exceeds their mass)."""
+    pos, neg = logits[:, 0], logits[:, 1:]
+    log_ng = log_negative_mass(pos, neg, temperature, tau_plus, beta)
+    floor = torch.isfinite(neg).sum(dim=1).to(neg.dtype).log() - 1.0 / temperature
+    return (log_ng <= floor).float().mean()
+
+
 def moco_diagnostics(
     logits: torch.Tensor, labels: torch.Tensor, queue_labels: torch.Tensor, beta: float = 0.0
 ) -> dict[str, torch.Tensor]:
