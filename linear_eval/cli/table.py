@@ -23,6 +23,7 @@ import argparse
 import csv
 import glob
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,14 +154,30 @@ def interval(stats: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def label(members: list[Run]) -> str:
+    """The group's name: its run folders without a seed suffix (``_s0``, ``_seed1``), joined."""
+    names = {re.sub(r"_(s|seed)\d+$", "", r.path.name) for r in members}
+    return ", ".join(sorted(names))
+
+
 def build(
-    runs: list[Run], baseline: list[Run] | None, seed: int = 0
+    runs: list[Run], baseline: list[Run] | None, seed: int = 0, only: list[str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
     rows, differ = group(runs)
     metrics = sorted({m for r in runs for m in r.metrics})
+    if only:
+        missing = [m for m in only if m not in metrics]
+        if missing:
+            raise ValueError(
+                f"--metrics {', '.join(missing)} not found; present: {', '.join(metrics)}"
+            )
+        metrics = only
     header = ["config", *differ, "seeds"]
+    resampled = {m for r in runs for m in r.per_sample}  # metrics with per-image results
     for m in metrics:
-        header += [m, f"{m} 95% CI"] + ([f"{m} vs baseline"] if baseline else [])
+        header.append(m)
+        if m in resampled:
+            header += [f"{m} 95% CI"] + ([f"{m} vs baseline"] if baseline else [])
     sizes = {len(v) for r in runs for v in r.per_sample.values()}
     idx = None
     if len(sizes) == 1:
@@ -168,8 +185,11 @@ def build(
         idx = np.random.default_rng(seed).integers(0, n, size=(N_RESAMPLES, n))
     table = []
     for members in rows:
-        name = ", ".join(sorted({r.path.name for r in members}))
-        line = [name, *[str(members[0].config.get(k, "")) for k in differ], str(len(members))]
+        line = [
+            label(members),
+            *[str(members[0].config.get(k, "")) for k in differ],
+            str(len(members)),
+        ]
         for m in metrics:
             values = [r.metrics[m] for r in members if m in r.metrics]
             if values:
@@ -178,6 +198,8 @@ def build(
                             if len(values) != len(members) else ""))  # fmt: skip
             else:
                 line.append("-")
+            if m not in resampled:  # a training diagnostic: no test images to resample
+                continue
             per = [r.per_sample[m] for r in members if m in r.per_sample]
             ci = "-"
             if idx is not None and per and len(per) == len(members):
@@ -217,6 +239,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default=None, help="a run folder: its group is the baseline")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.csv (default: print only)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--metrics", default="", help="comma list of metrics (default: every one)")
     return p.parse_args(argv)
 
 
@@ -242,7 +265,8 @@ def main(argv: list[str]) -> int:
                 raise ValueError(
                     f"--baseline {base_path} is not among the finished, evaluated runs"
                 )
-        header, table = build(runs, baseline, args.seed)
+        only = [m for m in args.metrics.split(",") if m]
+        header, table = build(runs, baseline, args.seed, only)
     except (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -84,3 +84,14 @@ def test_no_finished_run_is_an_error_naming_them(tmp_path, capsys):
     assert cli.main(["table", str(tmp_path / "a_s0")]) == 2
     assert "unfinished" in capsys.readouterr().err
     assert cli.main(["table", str(tmp_path / "missing")]) == 2
+
+
+def test_metrics_are_chosen_and_groups_named_without_the_seed(tmp_path, capsys):
+    for s in range(2):
+        make_run(tmp_path, f"hard_s{s}", loss="hard", seed=s, correct=np.ones(N_TEST, bool))
+    assert cli.main(["table", str(tmp_path), "--metrics", "linear_top1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "| config | seeds | linear_top1 | linear_top1 95% CI |"
+    assert out[2].startswith("| hard | 2 | 100.00 ± 0.00 | [100.00, 100.00] |")
+    assert cli.main(["table", str(tmp_path), "--metrics", "nope"]) == 2
+    assert "not found" in capsys.readouterr().err
