@@ -47,6 +47,7 @@ DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on t
     "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
     "mochi": "{num_hard: 64, num_mix: 32, num_query_mix: 16}",
     "modified_mochi": "{num_hard: 64, num_mix: 32, num_query_mix: 16}",
+    "adco": "{bank_size: 256}",
 }
 PRECISION = {  # name: (overrides, channels_last)
     "fp32 eager": (["train.amp='off'"], False),
@@ -162,6 +163,8 @@ def strategies(args: argparse.Namespace, common: list[str]) -> list[str]:
         extra = [f"negatives.name={name}"]
         if args.cfg.startswith("digits") and name in DIGITS_KWARGS:
             extra.append(f"negatives.kwargs={DIGITS_KWARGS[name]}")
+        if negatives.strategies.get(name).replaces_queue:  # adco: its bank, not the queue
+            extra += ["loss.name=nt_xent", "loss.contrast_queue=false"]
         settings[name] = build(args.cfg, [*common, *args.overrides, *extra], args.device)
     res = time_settings(settings, args)
     cfg = settings["none"][0].cfg

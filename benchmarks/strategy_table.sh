@@ -30,4 +30,4 @@ export OUT EPOCHS
 mkdir -p "$OUT"
 for s in 0 1 2; do for m in "${METHODS[@]}"; do echo "$m $s"; done; done \
     | xargs -P "$PARALLEL" -n 2 bash -c 'job "$0" "$1"'
-python -m linear_eval table "$OUT"/*_s* --baseline "$OUT/moco_s0" --out "$OUT/table"
+python -m linear_eval table "$OUT"/*_s[0-9] --baseline "$OUT/moco_s0" --out "$OUT/table"

@@ -41,7 +41,7 @@ def test_unknown_strategy_is_a_config_error():
     """A static rule, so config.validate raises it (the names come from the registry)."""
     with pytest.raises(
         ConfigError,
-        match=r"'negatives.name' is 'nope'; expected one of mioc, .*\(did you mean 'none'\?\)",
+        match=r"'negatives.name' is 'nope'; expected one of adco, .*\(did you mean 'none'\?\)",
     ):
         cfg_with("negatives.name=nope")
 

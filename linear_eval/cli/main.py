@@ -188,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
     p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
     p.add_argument("--k", type=int, default=5, help="s_con neighbours (FIRM: 5; its Table 6: 1)")
+    # listed for --help only: main() hands "table" its runs before this parser sees them
+    sub.add_parser("table", help="one table comparing runs (RUN_DIR... --baseline RUN)")
     return top
 
 
