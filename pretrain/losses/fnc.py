@@ -12,9 +12,9 @@ scores the best agreement with any of i's views (aggregation by max, §3.3):
 and is a false negative when it is among the row's top ``fn_topk`` scores (official 10) *and*
 above ``fn_threshold`` (official 0.7). Then, with s the logits / T:
 
-- ``elimination`` (the paper's first variant): the false negatives leave the denominator,
+- ``elimination`` (the paper's eq. 2, after its contrastive loss eq. 1): the false negatives leave the denominator,
   ℓ_i = −s_pos + log(e^{s_pos} + Σ_{j ∉ F_i} e^{s_j});
-- ``attraction`` (the second, and the official code's only loss): they become positives,
+- ``attraction`` (eq. 3, and the official code's only loss): they become positives,
   ℓ_i = −(s_pos + Σ_{j ∈ F_i} s_j) / (1 + |F_i|) + log(e^{s_pos} + Σ_j e^{s_j}).
 
 In MoCo's layout (ours) the candidates are the queue (the official memory bank of momentum
@@ -23,6 +23,8 @@ with the momentum embeddings of all views of the image (both main views and the 
 also uses the support views as extra positive anchors (multi-crop); here the query's own key and
 the supports score, and the supports serve detection only. Official ImageNet settings: batch 4096,
 T 0.1, support 8 at the full 224 px crop; our CIFAR-10 / digits choices are in the configs.
+(Equation numbers from a summary that quotes the paper's "contrastive loss (1)" and gives the two
+variants in this order; the PDF itself was not reachable from here.)
 """
 
 from __future__ import annotations
