@@ -12,7 +12,8 @@ scores the best agreement with any of i's views (aggregation by max, §3.3):
 and is a false negative when it is among the row's top ``fn_topk`` scores (official 10) *and*
 above ``fn_threshold`` (official 0.7). Then, with s the logits / T:
 
-- ``elimination`` (the paper's eq. 2, after its contrastive loss eq. 1): the false negatives leave the denominator,
+- ``elimination`` (the paper's eq. 2, after its contrastive loss eq. 1): the false negatives
+  leave the denominator,
   ℓ_i = −s_pos + log(e^{s_pos} + Σ_{j ∉ F_i} e^{s_j});
 - ``attraction`` (eq. 3, and the official code's only loss): they become positives,
   ℓ_i = −(s_pos + Σ_{j ∈ F_i} s_j) / (1 + |F_i|) + log(e^{s_pos} + Σ_j e^{s_j}).
