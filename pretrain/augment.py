@@ -56,8 +56,9 @@ def grayscale(x: torch.Tensor) -> torch.Tensor:
 
 
 def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    """``ratio * x + (1 - ratio) * other`` clamped to [0, 1] (torchvision ``_blend``)."""
-    return (x * ratio + other * (1.0 - ratio)).clamp_(0.0, 1.0)
+    """``ratio * x + (1 - ratio) * other`` clamped to [0, 1] (torchvision ``_blend``), as one
+    ``lerp`` from ``other`` to ``x`` (the same value up to float rounding)."""
+    return torch.lerp(other.expand_as(x), x, ratio.expand_as(x)).clamp_(0.0, 1.0)
 
 
 def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -73,41 +74,33 @@ def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
     return blend(x, grayscale(x), per_image(factor))
 
 
-def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
-    """torchvision's ``_rgb_to_hsv`` (after Pillow's Convert.c); h, s, v in [0, 1]."""
-    r, g, _ = x.unbind(dim=-3)
-    minc, maxc = torch.aminmax(x, dim=-3)
-    eqc = maxc == minc
-    ones = torch.ones_like(maxc)
-    s = (maxc - minc) / torch.where(eqc, ones, maxc)
-    divisor = torch.where(eqc, ones, maxc - minc).unsqueeze(-3)
-    rc, gc, bc = ((maxc.unsqueeze(-3) - x) / divisor).unbind(dim=-3)
-    max_is_r, max_is_g = maxc == r, maxc == g
-    hr = (bc - gc) * max_is_r
-    hg = (2.0 + rc - bc) * (max_is_g & ~max_is_r)
-    hb = (4.0 + gc - rc) * (~max_is_g & ~max_is_r)
-    h = ((hr + hg + hb) / 6.0 + 1.0).fmod(1.0)
-    return torch.stack((h, s, maxc), dim=-3)
-
-
-def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
-    """HSV -> RGB in closed form: channel c = v - v s clamp(min(k, 4 - k), 0, 1) with
-    k = (n_c + 6h) mod 6, n = (5, 3, 1) for (r, g, b). Equal to torchvision's sector table
-    (``_hsv_to_rgb``) up to float rounding, with elementwise ops only (no gather)."""
-    h, s, v = hsv.unbind(dim=-3)
-    h6 = 6.0 * h
-    k = torch.stack(
-        [(h6 + 5.0).remainder_(6.0), (h6 + 3.0).remainder_(6.0), (h6 + 1.0).remainder_(6.0)], -3
-    )
-    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)  # (N, 3, H, W)
-    return (v.unsqueeze(-3) * (1.0 - s.unsqueeze(-3) * ramp)).clamp_(0.0, 1.0)
-
-
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``)."""
-    h, s, v = rgb_to_hsv(x).unbind(dim=-3)
-    h = (h + shift.view(-1, 1, 1)).remainder(1.0)
-    return hsv_to_rgb(torch.stack((h, s, v), dim=-3))
+    """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``).
+
+    torchvision goes RGB -> HSV (``_rgb_to_hsv``, after Pillow's Convert.c), shifts h and goes
+    back (``_hsv_to_rgb``). Fused here, with the same formulas: the chroma C = max - min and
+    v = max are unchanged by the shift, and v s = C, so only the hue sector is computed,
+
+        6 h = (g - b) / C if max = r, else 2 + (b - r) / C if max = g, else 4 + (r - g) / C
+
+    (torchvision's tie order; C = 0 gives h = 0 and a gray pixel that stays put), and each
+    channel comes back as v - C clamp(min(k, 4 - k), 0, 1), k = (n + 6 (h + shift)) mod 6 with
+    n = 5, 3, 1 for r, g, b: torchvision's sector table in closed form. Equal to it up to float
+    rounding, in about half the passes over the image of the two conversions."""
+    r, g, b = x.unbind(dim=-3)
+    minc, maxc = torch.aminmax(x, dim=-3)
+    chroma = maxc - minc
+    sector = torch.where(
+        maxc == r,
+        g - b,
+        torch.where(maxc == g, (b - r).add_(chroma, alpha=2.0), (r - g).add_(chroma, alpha=4.0)),
+    )
+    h6 = sector.div_(torch.where(chroma == 0, torch.ones_like(chroma), chroma))
+    h6 = h6.add_((6.0 * shift).view(-1, 1, 1)).unsqueeze(-3)  # (N, 1, H, W), any real
+    n = torch.tensor([5.0, 3.0, 1.0], dtype=x.dtype, device=x.device).view(3, 1, 1)
+    k = (h6 + n).remainder_(6.0)  # (N, 3, H, W)
+    ramp = k.sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)  # min(k, 4 - k), in place
+    return ramp.mul_(chroma.unsqueeze(-3)).neg_().add_(maxc.unsqueeze(-3))
 
 
 def blend_stage(x: torch.Tensor, factor: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
