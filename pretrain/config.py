@@ -95,7 +95,8 @@ class TrainConfig:
     wd_exclude_bias_and_norm: bool = False  # MoCo decays every parameter
     amp: str = "auto"  # encoders' autocast: auto (bf16 on CUDA and on bf16-capable CPUs) | bf16
     # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32 (pretrain/precision.py)
-    channels_last: bool = True  # CUDA only
+    channels_last: bool = True  # NHWC encoders and batches on CUDA, and on a CPU under bf16
+    # autocast (faster there); fp32 CPU runs stay contiguous (pretrain/precision.py)
     threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/threads.py: 1 on a
     # share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
     compile: bool = False  # torch.compile the encoders' forward (modules and state dicts unchanged)

@@ -157,7 +157,7 @@ def train_step(
         x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
         if support is not None:  # sample-major rows, so BN splits / ranks hold whole samples
             support = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
-    if run.cfg.train.channels_last and run.device.type == "cuda":
+    if precision.channels_last(run.cfg.train.channels_last, run.cfg.train.amp, run.device):
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     x1, x2, y = run.strategy.transform_batch(x1, x2, y)
     x1 = run.loss_fn.transform_queries(x1)  # identity but for input-mixing losses (i-Mix)
@@ -422,7 +422,7 @@ def setup(cfg: Config) -> Run:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     moco = build.model(cfg).to(device)
-    if cfg.train.channels_last and device.type == "cuda":
+    if precision.channels_last(cfg.train.channels_last, cfg.train.amp, device):
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, info["train_size"]).to(device)
     strategy = build.strategy(cfg).to(device)
