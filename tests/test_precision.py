@@ -125,3 +125,35 @@ def test_bf16_loss_tracks_fp32_over_steps(tmp_path):
     for a, b in zip(fp32, bf16, strict=True):
         assert abs(a - b) <= 0.05 * abs(a), (fp32, bf16)
     assert fp32 != bf16  # bf16 really ran (not a silent fp32 fallback)
+
+
+def test_channels_last_policy(monkeypatch):
+    """NHWC on CUDA always, on a CPU only under bf16 autocast (where oneDNN's bf16 kernels gain
+    from it); never when the flag is off."""
+    assert precision.channels_last(True, "off", CUDA)
+    assert precision.channels_last(True, "bf16", CPU)
+    assert not precision.channels_last(True, "off", CPU)
+    assert not precision.channels_last(False, "bf16", CPU)
+    assert not precision.channels_last(False, "auto", CUDA)
+    for native in (True, False):
+        monkeypatch.setattr(precision, "cpu_has_bf16", lambda native=native: native)
+        assert precision.channels_last(True, "auto", CPU) is native
+
+
+@pytest.mark.parametrize("amp", ["bf16", "off"])
+def test_cpu_layout_follows_the_policy(tmp_path, monkeypatch, amp):
+    """Under bf16 on a CPU the encoders' weights and the batch they see are channels_last, and a
+    step trains; in fp32 both stay contiguous (NCHW)."""
+    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY, f"train.amp='{amp}'"])
+    run = engine.setup(cfg)
+    convs = [m for m in run.moco.modules() if isinstance(m, torch.nn.Conv2d)]
+    layout = torch.channels_last if amp == "bf16" else torch.contiguous_format
+    assert convs and all(m.weight.is_contiguous(memory_format=layout) for m in convs)
+    seen = []
+    conv = convs[0]
+    conv.register_forward_pre_hook(
+        lambda m, i: seen.append(i[0].is_contiguous(memory_format=layout))
+    )
+    x1, x2, y, _, *rows = next(iter(run.data.train_loader))
+    loss = engine.train_step(run, x1, x2, y, 1.0, *rows)
+    assert torch.isfinite(loss) and seen and all(seen)
