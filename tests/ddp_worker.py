@@ -9,7 +9,8 @@ shuffle are the trainer's), runs ``train.steps`` (default 3) steps of ``engine.t
 first batches of the sharded loader, and writes ``OUT_DIR/rank{R}.pt`` with, per step, this rank's
 loss, the gradients the optimizer sees (after DDP's all-reduce: ``optimizer.step`` is wrapped to
 snapshot ``.grad`` first), the queue keys, labels and pointer; at the end the parameters of both
-encoders, the global RNG state, and the answers of ``dist.any_rank`` on a few patterns.
+encoders, the global RNG state, and the answers of ``dist.any_rank`` on a few patterns. The
+models it builds use SiLU where the trainer's use ReLU (``smooth_activations``).
 ``--control`` only joins the group with ``dist.init_from_env`` and records the torch.distributed
 variables it exported and the ``dist.any_rank`` answers.
 Not a test file: pytest does not collect it.
@@ -70,7 +71,17 @@ def control(out: Path) -> None:
     dist.finish(0)
 
 
+def smooth_activations() -> None:
+    """ReLU -> SiLU in every model this worker builds. The comparison is of the cross-rank logic,
+    and a ReLU mask is discontinuous: where a pre-activation sits within float rounding of 0 (the
+    digits' constant background puts whole feature maps there), a one-ulp difference between
+    batch-16 and batch-8 kernels flips the mask and moves the gradients below it by 1e-3, on some
+    seeds and CPUs and not others. SiLU is smooth, so rounding moves the gradients by rounding."""
+    torch.nn.ReLU.forward = lambda self, x: torch.nn.functional.silu(x)  # type: ignore[method-assign]
+
+
 def main(out: Path, overrides: list[str]) -> None:
+    smooth_activations()
     cfg = config.load("digits_moco.yaml", [f"out_dir={out / 'run'}", *overrides])
     run = engine.setup(cfg)
     engine.init_loss(run)  # CIDER: class means of the training set (same on every rank)
