@@ -8,7 +8,9 @@ paths interleaved round by round on the same files:
 - old (``data.augment_on: workers``): PIL decode + the per-sample torchvision v2 chain, two views;
 - new (``device``): ``torchvision.io.decode_image`` + stage 1 (crops, parameter rows) + stage 2
   (photometric ops, batched on ``--device``; its CPU time is counted, and on CUDA its device time
-  is reported beside it).
+  is reported beside it);
+- new with stage 2 compiled (``data.augment_compile: true``), compiled before the timing (not in
+  ``--quick``, to keep CI short).
 At 32 px on the CIFAR-10 JPEGs (``--cifar``; skipped with a message if missing) with the
 cifar10_moco.yaml augmentation, and at 96 and 224 px on ImageNet-sized JPEGs (500x375, quality 90)
 generated into a temporary folder, with the MoCo v2 ImageNet augmentation (stl10_moco.yaml at 96,
@@ -23,6 +25,7 @@ cifar10_moco.yaml read from the JPEG folder. On a CPU the CIFAR-10 model is shru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -129,10 +132,9 @@ def old_path(files: list[Path], d: config.DataConfig) -> dict[str, float]:
 
 
 def new_path(
-    files: list[Path], d: config.DataConfig, device: torch.device, batch: int
+    files: list[Path], d: config.DataConfig, device: torch.device, batch: int, stage2
 ) -> dict[str, float]:
     ds = views.CropViews(Files(files, views.read_image), build.view_spec(d), seed=0)
-    stage2 = build.photometric(d).to(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t0 = cpu_clock()
     for f in files:
@@ -160,27 +162,42 @@ def new_path(
 
 
 def pipeline_rows(
-    name: str, files: list[Path], d: config.DataConfig, device, rounds: int, batch: int
+    name: str,
+    files: list[Path],
+    d: config.DataConfig,
+    device,
+    rounds: int,
+    batch: int,
+    compile_stage2: bool = True,
 ) -> tuple[list[str], dict[str, float], dict[str, float]]:
     old: list[dict] = []
     new: list[dict] = []
+    fused: list[dict] = []
+    eager = build.photometric(d).to(device)
+    compiled = build.photometric(dataclasses.replace(d, augment_compile=True)).to(device)
+    if compile_stage2:
+        new_path(files[: 2 * batch], d, device, batch, compiled)  # compile outside the timing
     for _ in range(rounds):  # interleaved
         old.append(old_path(files, d))
-        new.append(new_path(files, d, device, batch))
+        new.append(new_path(files, d, device, batch, eager))
+        if compile_stage2:
+            fused.append(new_path(files, d, device, batch, compiled))
     n = len(files)
     med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
-    o_ms, n_ms = 1e3 * med(old, "cpu") / n, 1e3 * med(new, "cpu") / n
-    dev = f" (device {1e3 * med(new, 'device_s') / n:.3f} ms/img)" if device.type == "cuda" else ""
-    rows = [
-        f"| {name} | old (workers) | {o_ms:.3f} | {n / med(old, 'wall'):.0f} | 1.00x |",
-        f"| {name} | new (device){dev} | {n_ms:.3f} | {n / med(new, 'wall'):.0f} | "
-        f"{o_ms / n_ms:.2f}x |",
-    ]
+    o_ms = 1e3 * med(old, "cpu") / n
+    rows = [f"| {name} | old (workers) | {o_ms:.3f} | {n / med(old, 'wall'):.0f} | 1.00x |"]
+    for label, runs in (("new (device)", new), ("new, stage 2 compiled", fused))[: 1 + bool(fused)]:
+        n_ms = 1e3 * med(runs, "cpu") / n
+        on_gpu = device.type == "cuda"
+        dev = f" (device {1e3 * med(runs, 'device_s') / n:.3f} ms/img)" if on_gpu else ""
+        rows.append(f"| {name} | {label}{dev} | {n_ms:.3f} | {n / med(runs, 'wall'):.0f} | "
+                    f"{o_ms / n_ms:.2f}x |")  # fmt: skip
     per = lambda runs, k: 1e3 * med(runs, k) / n  # noqa: E731
     return (
         rows,
         {k: per(old, k) for k in ("decode", "rest")},
         {k: per(new, k) for k in ("decode", "crop", "photometric")},
+        {k: per(fused or new, k) for k in ("decode", "crop", "photometric")},
     )
 
 
@@ -267,9 +284,15 @@ def main() -> None:
         tmp = Path(tmp_name)
         if (cifar / "train").is_dir():
             d = config.load("cifar10_moco.yaml", []).data
-            r, _, _ = pipeline_rows("CIFAR-10 32 px", cifar_files(cifar, n), d, device, rounds,
-                                    batch)  # fmt: skip
+            files32 = cifar_files(cifar, n)
+            r, _, _, split32 = pipeline_rows("CIFAR-10 32 px", files32, d, device, rounds, batch,
+                                             not a.quick)  # fmt: skip
             rows += r
+            notes.append(
+                "32 px, CPU ms per image, stage 2 compiled (eager in --quick): decode_image "
+                f"{split32['decode']:.3f} + stage 1 {split32['crop']:.3f} + stage 2 "
+                f"{split32['photometric']:.3f}"
+            )
         else:
             msg = f"skipped 32 px and CIFAR-10: no CIFAR-10 JPEG folder at {cifar} (--cifar PATH)"
             print(msg)
@@ -278,8 +301,8 @@ def main() -> None:
         for size, name in ((96, "stl10_moco.yaml"), (224, None)):
             d = config.load(name, []).data if name else config.DataConfig()
             d.image_size = size
-            r, old_split, new_split = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
-                                                    rounds, batch)  # fmt: skip
+            r, old_split, new_split, _ = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
+                                                       rounds, batch, not a.quick)  # fmt: skip
             rows += r
         o, w = old_split, new_split
         notes.append(

@@ -73,6 +73,7 @@ def photometric(d: DataConfig) -> augment.Photometric:
         blur_kernel=augment.blur_kernel_size(d.image_size),
         mean=tuple(d.mean),
         std=tuple(d.std),
+        compiled=d.augment_compile,
     )
 
 

@@ -47,6 +47,8 @@ class DataConfig:
     num_workers: int = 8  # DataLoader processes per rank, capped at this rank's cores - 1
     augment_on: str = "device"  # device: crops in workers, photometric ops batched on the
     # training device (pretrain/augment.py); workers: all per sample in workers (the reference)
+    augment_compile: bool = False  # torch.compile stage 2 (augment_on: device): ~3x less CPU per
+    # image at 32 px on a CPU; ~30 s of compile at the first step; needs a C++ compiler on a CPU
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"; imagefolder: a
     # folder under root or an image-list file (*.txt, lines "relative/path label")
     test_split: str = "test"  # imagefolder: held-out folder (test/, else val/) or image list
@@ -393,6 +395,11 @@ def validate(cfg: Config) -> None:
             cfg.data.support_views > 0 or not loss_cls.needs_support,
             f"must be positive for loss.name={cfg.loss.name!r} (its false negatives are found "
             "through the support views; the official count is 8)",
+        ),
+        (
+            "data.augment_compile",
+            not cfg.data.augment_compile or cfg.data.augment_on == "device",
+            "compiles stage 2, which only data.augment_on=device has; set it false for workers",
         ),
         ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
         ("data.num_workers", cfg.data.num_workers >= 0, "must be 0 or positive"),
