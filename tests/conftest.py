@@ -1,9 +1,11 @@
-"""Shared pytest hooks: ``slow`` tests need ``--runslow``; ``cuda`` tests need a CUDA device."""
+"""Shared pytest hooks: ``slow`` tests need ``--runslow``; ``cuda`` tests need a CUDA device; a hang
+in interpreter teardown cannot eat the session's verdict (``teardown_guard.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from teardown_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: F401 (hooks)
 
 
 def pytest_addoption(parser):
