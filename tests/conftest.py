@@ -3,8 +3,15 @@ in interpreter teardown cannot eat the session's verdict (``teardown_guard.py``)
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# Inductor compiles in-process with one thread: no compile-worker pool, whose shutdown at exit is a
+# known source of hangs (pytorch#162199, #189290) and which a test's subprocesses inherit this way
+# too. Set before torch is imported, since inductor reads it when its config is first imported.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from teardown_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: F401 (hooks)
 
 

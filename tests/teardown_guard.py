@@ -10,10 +10,12 @@ compile-worker pool, multiprocessing's finalizers), or a C++ destructor.
 
 What it does: when the session ends, a daemon thread waits ``NEGMINE_TEARDOWN_GRACE_S`` seconds
 (default 120; a clean exit takes a few). If the process is still alive then, it prints every
-thread's Python stack and this process's live children to the original stderr and leaves with
-the session's exit status, which is the verdict the tests gave. If the hang holds the GIL, so
-that no Python thread can run, ``faulthandler``'s C watchdog dumps the stacks at twice the grace
-and exits with status 1. Either way the next person sees where it hung, instead of a timeout.
+thread's Python stack and this process's live children to the original stderr, kills those
+children and their descendants (one that inherited the CI's stdout would keep its pipe open after
+we leave), and leaves with the session's exit status, which is the verdict the tests gave. If
+the hang holds the GIL, so that no Python thread can run, ``faulthandler``'s C watchdog dumps the
+stacks at twice the grace and exits with status 1. Either way the next person sees where it
+hung, instead of a timeout.
 
 ``tests/conftest.py`` imports these hooks; ``-p teardown_guard`` loads them on their own.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,6 +61,26 @@ def live_children(pid: int) -> list[str]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """PIDs of the live descendants of ``pid``, children first (read from /proc; [] elsewhere)."""
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [int(line.split(" ", 1)[0]) for p in frontier for line in live_children(p)]
+        found += kids
+        frontier = kids
+    return found
+
+
+def _kill_descendants(out) -> None:
+    """SIGKILL this process's descendants: one that inherited CI's stdout keeps its pipe open."""
+    for pid in descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            out.write(f"[teardown_guard] killed pid {pid}\n")
+        except OSError:
+            pass
+
+
 def _watch(out, status: int, grace: float) -> None:
     time.sleep(grace)
     threads = [t.name for t in threading.enumerate() if not t.daemon]
@@ -69,6 +92,7 @@ def _watch(out, status: int, grace: float) -> None:
     )
     out.flush()
     faulthandler.dump_traceback(file=out, all_threads=True)
+    _kill_descendants(out)
     out.write(f"[teardown_guard] leaving with the session's status {status}\n")
     out.flush()
     os._exit(status)

@@ -37,18 +37,32 @@ def test_passes():
     atexit.register(hold_the_gil)
 """
 
+HANG_WITH_A_CHILD_ON_OUR_STDOUT = (
+    HANG_IN_A_THREAD
+    + """
+import subprocess
+
+def test_leaves_a_child():  # inherits stdout/stderr: the caller's pipe stays open while it lives
+    subprocess.Popen(["sleep", "600"])
+"""
+)
+
 CLEAN = """
 def test_passes():
     pass
 """
 
 
-def run(tmp_path: Path, source: str, grace: float = 2.0) -> subprocess.CompletedProcess:
+def run(
+    tmp_path: Path, source: str, grace: float = 2.0, timeout: float = 120, *flags: str
+) -> subprocess.CompletedProcess:
     (tmp_path / "test_case.py").write_text(source)
     env = {**os.environ, "PYTHONPATH": str(TESTS), "NEGMINE_TEARDOWN_GRACE_S": str(grace)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "teardown_guard", "-p", "no:cacheprovider",
-           "test_case.py"]  # fmt: skip
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+           *flags, "test_case.py"]  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_hang_after_passing_tests_exits_0_with_the_stacks(tmp_path):
@@ -72,6 +86,15 @@ def test_a_hang_holding_the_gil_is_dumped_by_faulthandler(tmp_path):
     assert proc.returncode == 1  # faulthandler's exit: the verdict cannot be read without the GIL
     assert "1 passed" in proc.stdout
     assert "hold_the_gil" in proc.stderr, proc.stderr  # the stack names the hanging function
+
+
+def test_a_child_holding_our_stdout_is_killed(tmp_path):
+    # subprocess.run reads the pipes to EOF: were the sleep left alive, this would time out. "-s":
+    # pytest's capture would give the child a temporary file instead of our pipe.
+    proc = run(tmp_path, HANG_WITH_A_CHILD_ON_OUR_STDOUT, 2.0, 60, "-s")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+    assert "sleep 600" in proc.stderr and "killed pid" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("grace", [60.0, 0.0])
