@@ -299,6 +299,16 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
             raise fail()
         return float(value)
     if hint is str:
+        if isinstance(value, bool):
+            # YAML 1.1 reads unquoted off/on/no/yes as booleans: `train.amp=off` or `amp: off`
+            # means the choice "off" where the key has one.
+            word = "on" if value else "off"
+            if word in CHOICES.get(key, ()):
+                return word
+            raise ConfigError(
+                f"{fail()}; YAML reads unquoted off/on/no/yes/true/false as booleans: quote the "
+                f"value, e.g. {key}='\"{word}\"' on the command line"
+            )
         if not isinstance(value, str):
             raise fail()
         return value

@@ -135,6 +135,19 @@ def test_float_key_accepts_exponent_without_dot(tmp_path):
     assert cfg.moco.temperature == 0.2
 
 
+def test_yaml_off_means_the_choice_off(tmp_path):
+    # YAML 1.1 reads unquoted `off` as False: for a key whose choices include "off", it is that.
+    path = write_yaml(tmp_path, "train:\n  amp: off\n")
+    assert config.load(str(path), [f"out_dir={tmp_path}"]).train.amp == "off"
+    cfg = config.load("digits_moco.yaml", ["train.amp=off", f"out_dir={tmp_path}"])
+    assert cfg.train.amp == "off"
+
+
+def test_yaml_boolean_for_a_str_key_without_that_choice_says_to_quote(tmp_path):
+    with pytest.raises(ConfigError, match=r"'data.name'.*quote the value"):
+        config.load("digits_moco.yaml", ["data.name=yes", f"out_dir={tmp_path}"])
+
+
 def test_int_widens_to_float_and_list_to_tuple(tmp_path):
     path = write_yaml(tmp_path, "moco:\n  momentum: 1\ndata:\n  crop_scale: [1, 1]\n")
     cfg = config.load(str(path))
