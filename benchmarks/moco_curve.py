@@ -8,6 +8,10 @@ facebookresearch/moco ``colab/moco_cifar10_demo.ipynb`` (branch colab-notebook) 
 
     python benchmarks/moco_curve.py moco=runs/cifar10_moco [mioc=runs/cifar10_mioc ...] \
         --png docs/moco_cifar10_knn.png
+
+A run may also be a CSV file (``epoch,knn_head,knn_backbone,images_per_s,data_wait,epoch_time_s``,
+blank where not recorded): the recorded curve of a run whose directory is gone, as
+``benchmarks/curves/*.csv`` keeps those of the README's table.
 """
 
 from __future__ import annotations
@@ -29,11 +33,41 @@ def official(path: Path = OFFICIAL) -> dict[int, float]:
         return {int(r["epoch"]): float(r["knn_top1"]) for r in csv.DictReader(f)}
 
 
+FIELDS = ("knn_head", "knn_backbone", "images_per_s", "data_wait", "epoch_time_s")
+
+
+def read_csv(path: Path) -> dict[int, dict[str, float]]:
+    """{epoch: record} of a recorded curve; ``knn`` is the head's value (blank cells are NaN)."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    missing = {"epoch", *FIELDS} - set(rows[0] if rows else ())
+    if missing:
+        sys.exit(f"{path}: needs the columns epoch,{','.join(FIELDS)}; missing {sorted(missing)}")
+    out = {}
+    for r in rows:
+        rec = {k: float(r[k]) if r[k].strip() else math.nan for k in FIELDS}
+        rec["knn"] = rec["knn_head"]
+        out[int(r["epoch"])] = rec
+    return out
+
+
+def write_csv(run: dict[int, dict[str, float]], path: Path) -> None:
+    """The curve as ``read_csv`` reads it back (NaN as a blank cell)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", *FIELDS])
+        for e in sorted(run):
+            w.writerow([e, *("" if math.isnan(run[e][k]) else f"{run[e][k]:.4g}" for k in FIELDS)])
+
+
 def read_run(run_dir: Path) -> dict[int, dict[str, float]]:
     """{epoch: {knn_head, knn_backbone, knn, epoch_time_s, images_per_s, data_wait}} of a run.
 
     Images/s and data-wait are the medians of the epoch's logged steps. A resumed run's repeated
     epochs keep the last record."""
+    if run_dir.suffix == ".csv" and run_dir.is_file():
+        return read_csv(run_dir)
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         sys.exit(
@@ -113,9 +147,10 @@ def plot(runs: dict[str, dict[int, dict[str, float]]], ref: dict[int, float], pn
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", help="NAME=RUN_DIR")
+    p.add_argument("runs", nargs="+", help="NAME=RUN_DIR or NAME=CURVE.csv")
     p.add_argument("--png", default="", help="write the plot here")
     p.add_argument("--official", default=str(OFFICIAL))
+    p.add_argument("--save-curves", default="", help="write each run's curve to DIR/NAME.csv")
     a = p.parse_args(argv)
     runs = {}
     for spec in a.runs:
@@ -126,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(rows))
     if any("*" in r for r in rows[2:]):
         print("(* the run logged one kNN feature, eval.knn_features, not the head)")
+    if a.save_curves:
+        for name, run in runs.items():
+            write_csv(run, Path(a.save_curves) / f"{name}.csv")
     if a.png:
         plot(runs, ref, Path(a.png))
         print(f"plot: {a.png}")

@@ -69,3 +69,28 @@ def test_table_from_a_run_directory(tmp_path, capsys):
 def test_a_folder_without_metrics_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="metrics.jsonl not found"):
         moco_curve.main([f"x={tmp_path}"])
+
+
+def test_a_recorded_curve_csv_reads_like_a_run(tmp_path, capsys):
+    path = tmp_path / "moco.csv"
+    path.write_text(
+        "epoch,knn_head,knn_backbone,images_per_s,data_wait,epoch_time_s\n"
+        "1,32.78,35.80,71,0,690\n2,34.55,37.50,,,\n"
+    )
+    run = moco_curve.read_run(path)
+    assert run[1]["knn"] == run[1]["knn_head"] == 32.78 and run[1]["epoch_time_s"] == 690
+    assert run[2]["knn_backbone"] == 37.5 and run[2]["images_per_s"] != run[2]["images_per_s"]
+    moco_curve.main([f"moco={path}"])
+    out = capsys.readouterr().out
+    assert "| 1 | 31.98 | 32.78 | +0.80 | 35.80 | 71.0 | 0 % | 11.5 |" in out
+    assert "| 2 | 33.52 | 34.55 | +1.03 | 37.50 | nan |" in out
+    moco_curve.main([f"moco={path}", "--save-curves", str(tmp_path / "saved")])
+    again = moco_curve.read_run(tmp_path / "saved" / "moco.csv")
+    assert again.keys() == run.keys() and again[1] == run[1]
+
+
+def test_a_curve_csv_without_the_columns_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("epoch,knn\n1,30\n")
+    with pytest.raises(SystemExit, match="needs the columns"):
+        moco_curve.read_run(path)
