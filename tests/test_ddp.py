@@ -235,7 +235,7 @@ def test_srun_without_torchrun_forms_the_group_from_slurm_variables(tmp_path):
         for r in range(2)
     ]
     try:
-        outs = [p.communicate(timeout=60) for p in procs]
+        outs = [p.communicate(timeout=300) for p in procs]  # 2 torch imports on a loaded host
     finally:
         for p in procs:
             if p.poll() is None:
