@@ -38,9 +38,12 @@ FIELDS = ("knn_head", "knn_backbone", "images_per_s", "data_wait", "epoch_time_s
 
 def read_csv(path: Path) -> dict[int, dict[str, float]]:
     """{epoch: record} of a recorded curve; ``knn`` is the head's value (blank cells are NaN)."""
+    if not path.is_file():
+        sys.exit(f"{path} not found: a recorded curve is a CSV file (benchmarks/curves/*.csv)")
     with path.open() as f:
-        rows = list(csv.DictReader(f))
-    missing = {"epoch", *FIELDS} - set(rows[0] if rows else ())
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    missing = {"epoch", *FIELDS} - set(reader.fieldnames or ())
     if missing:
         sys.exit(f"{path}: needs the columns epoch,{','.join(FIELDS)}; missing {sorted(missing)}")
     out = {}
@@ -66,7 +69,7 @@ def read_run(run_dir: Path) -> dict[int, dict[str, float]]:
 
     Images/s and data-wait are the medians of the epoch's logged steps. A resumed run's repeated
     epochs keep the last record."""
-    if run_dir.suffix == ".csv" and run_dir.is_file():
+    if run_dir.suffix == ".csv":
         return read_csv(run_dir)
     path = run_dir / "metrics.jsonl"
     if not path.exists():

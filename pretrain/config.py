@@ -307,7 +307,7 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
                 return word
             raise ConfigError(
                 f"{fail()}; YAML reads unquoted off/on/no/yes/true/false as booleans: quote the "
-                f"value, e.g. {key}='\"{word}\"' on the command line"
+                f"value (on the command line: {key}='\"...\"')"
             )
         if not isinstance(value, str):
             raise fail()

@@ -47,7 +47,7 @@ def test_torchvision_loads_strictly_and_gives_our_features(r18, tmp_path):
 
 
 def test_timm_loads_strictly_and_gives_our_features(r18, tmp_path):
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason="timm (in the [dev] extra) is not installed")
     out = tmp_path / "r18_timm.pth"
     assert main(["export", "--ckpt", str(r18), "--to", "timm", "--out", str(out)]) == 0
     net = timm.create_model("resnet18", pretrained=False, num_classes=0)

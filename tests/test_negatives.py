@@ -163,7 +163,7 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
     from pretrain.losses import moco_logits
 
     if ZERO[name] is None:
-        pytest.skip(f"{name} has no setting that makes zero negatives")
+        pytest.skip(f"{name}: ZERO[{name!r}] is None in this file (its bank replaces the queue)")
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
     extra = negatives.create(name, **ZERO[name]).negatives(q, k, queue, labels, epoch=5.0)

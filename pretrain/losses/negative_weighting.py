@@ -14,6 +14,7 @@ layout M is the queue size plus the extras, and the temperature is ``moco.temper
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -26,7 +27,7 @@ from pretrain.losses.infonce import moco_logits
 from pretrain.losses.modules import Loss, StepTensors, register
 
 
-class _Reweighted(Loss):
+class _Reweighted(Loss, abc.ABC):
     """Shared: MoCo's logits, the estimator, and the lazily computed diagnostics."""
 
     beta = 0.0
@@ -39,8 +40,9 @@ class _Reweighted(Loss):
         self._seen = (logits.detach(), s.labels, s.queue_labels.clone(), s.queue.shape[0])
         return self.estimate(logits, s)
 
+    @abc.abstractmethod
     def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
-        raise NotImplementedError
+        """The loss from MoCo's logits (column 0 the positive): each subclass's estimator."""
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         seen = getattr(self, "_seen", None)
