@@ -7,6 +7,7 @@ and their settings, the head, the temperature and momentum, split BN, the kappa 
 layout: the code paths a refactor must not change.
 
     python tests/pinned_losses.py --write   # re-record pinned_losses.json; say why in the commit
+    python tests/pinned_losses.py --write --only digits_moco.yaml  # re-record some, keep the rest
 """
 
 from __future__ import annotations
@@ -72,13 +73,22 @@ def first_losses(name: str, steps: int = 3) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help=f"re-record {PINNED.name}")
+    parser.add_argument("--only", nargs="+", metavar="CFG", help="just these configs")
     args = parser.parse_args()
+    names = shipped()
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            parser.error(f"not shipped configs: {', '.join(unknown)}")
+        names = args.only
     torch.set_num_threads(1)
-    got = {name: first_losses(name) for name in shipped()}
+    got = {name: first_losses(name) for name in names}
     for name, losses in got.items():
         print(name, losses)
     if args.write:
-        PINNED.write_text(json.dumps(got, indent=1) + "\n")
+        if args.only:
+            got = {**json.loads(PINNED.read_text()), **got}
+        PINNED.write_text(json.dumps(dict(sorted(got.items())), indent=1) + "\n")
         print(f"wrote {PINNED}")
 
 

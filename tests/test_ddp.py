@@ -80,9 +80,11 @@ VARIANTS = {
     "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "model.kappa_hidden=16"],
     "cider": ["loss.name=cider"],
     # the negative re-weighting baselines: hard (the debiased estimator + importance weights,
-    # per row) and decoupled with DCLW's weights over the global batch (gathered with gradient)
+    # per row) and decoupled with DCLW's weights over the global batch: constants (lightly's,
+    # the default) and differentiated through (the positives gathered with their gradient)
     "hard": ["loss.name=hard", "loss.kwargs={tau_plus: 0.1, beta: 1.0}"],
     "decoupled_sigma": ["loss.name=decoupled", "loss.kwargs={sigma: 0.5}"],
+    "decoupled_sigma_grad": ["loss.name=decoupled", "loss.kwargs={sigma: 0.5, weight_grad: true}"],
     # ring: per-query bands of the queue; i-Mix: lambda and partners drawn for the global batch,
     # partners inside each BN group (a rank under DDP); AdCo: the bank's gradient from the
     # gathered queries, the same bank on every rank; 40 columns: filled over 3 steps, the last

@@ -209,10 +209,30 @@ def hard(
     return reweighted.debiased_hard_loss(logits, temperature, tau_plus, beta)
 
 
-def decoupled(z: torch.Tensor, temperature: float, sigma: float | None = None) -> torch.Tensor:
+def decoupled(
+    z: torch.Tensor,
+    temperature: float,
+    sigma: float | None = None,
+    *,
+    weight_grad: bool = False,
+    split_negatives: bool = False,
+) -> torch.Tensor:
     """Decoupled contrastive loss (Yeh et al. 2022, eq. 6): the positive out of the denominator;
-    with ``sigma`` the DCLW weight w = 2 − N softmax(z1·z2 / σ) over the N pairs (lightly's
-    ``DCLWLoss``), the same for both rows of a pair. Mean over the 2N anchors."""
+    with ``sigma`` the DCLW weight w = 2 − N softmax(z1·z2 / σ) over the N pairs, the same for both
+    rows of a pair. Mean over the 2N anchors.
+
+    The negative term is eq. 6's: ONE log-sum-exp over the 2N − 2 other rows of both views.
+    ``split_negatives=True`` is lightly's ``DCLLoss``/``DCLWLoss`` instead, which sums two
+    log-sum-exps, one over the anchor's own view's N − 1 others and one over the other view's
+    N − 1 non-partners (a different loss: each group's softmax sums to 1).
+    NOTE: lightly's split deviates from eq. 6; the default follows the paper.
+
+    ``weight_grad=False`` (default): w is a constant, computed from detached outputs, as lightly's
+    ``negative_mises_fisher_weights``; with ``split_negatives=True`` this equals lightly's
+    ``DCLWLoss`` in value and gradient. ``weight_grad=True`` differentiates through w (same
+    value). raminnakhli/Decoupled-Contrastive-Learning, which lightly cites, has eq. 6's single
+    log-sum-exp and differentiates through w, but omits the factor N (w = 2 − softmax) and sums
+    the two directions: equal to no setting here (:mod:`pretrain.losses.reweighted`)."""
     from pretrain.losses import reweighted
 
     reweighted.check(0.0, 0.0, sigma)
@@ -221,6 +241,18 @@ def decoupled(z: torch.Tensor, temperature: float, sigma: float | None = None) -
     weight = None
     if sigma is not None:
         n = z.shape[0] // 2
-        w = reweighted.vmf_weights((z[:n] * z[n:]).sum(1), sigma)  # (N,)
+        w = reweighted.vmf_weights((z[:n] * z[n:]).sum(1), sigma, weight_grad=weight_grad)
         weight = torch.cat([w, w])
-    return reweighted.decoupled_loss(logits, weight)
+    if not split_negatives:
+        return reweighted.decoupled_loss(logits, weight)
+    rows = z.shape[0]
+    if rows < 4:
+        raise ValueError("split_negatives needs N >= 2 pairs (each view's group has N - 1 rows)")
+    view = torch.arange(rows, device=z.device) < rows // 2
+    same = view.unsqueeze(0) == view.unsqueeze(1)  # (2N, 2N): column in the anchor's view
+    neg = logits[:, 1:]  # self and partner already at -inf
+    lse = torch.logsumexp(neg.masked_fill(~same, -torch.inf), dim=1) + torch.logsumexp(
+        neg.masked_fill(same, -torch.inf), dim=1
+    )
+    pos = logits[:, 0] if weight is None else weight * logits[:, 0]
+    return (lse - pos).mean()

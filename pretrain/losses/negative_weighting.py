@@ -2,7 +2,9 @@
 and the strategy's extras, as ``infonce``), the estimators of :mod:`pretrain.losses.reweighted`.
 
 Settings come from ``loss.kwargs`` (checked against these signatures): ``tau_plus`` (both official
-repos: 0.1), ``beta`` (HCL: 1.0), ``sigma`` (None = DCL; lightly's DCLW: 0.5). On logging steps
+repos: 0.1), ``beta`` (HCL: 1.0), ``sigma`` (None = DCL; lightly's DCLW: 0.5), ``weight_grad``
+(decoupled with sigma: false = DCLW's weights are constants, as lightly's; true = differentiated
+through, see :mod:`pretrain.losses.reweighted`). On logging steps
 each logs ``effective_negatives`` ((Σw)²/Σw² of its negative weights; the contrast-set size for
 the uniform ones) and, where labels are known, ``false_negative_fraction`` (the weighted share of
 negatives with the query's label), with ``contrast_top1`` as ``infonce`` does.
@@ -113,19 +115,30 @@ def annealed_beta(beta: float, anneal: str | None, epoch: float, epochs: int) ->
 @register("decoupled")
 class Decoupled(_Reweighted):
     """Decoupled contrastive loss (Yeh et al. 2022, eq. 6), weighted (DCLW) with ``sigma``: the
-    vMF weights are over the global batch (the positives of every rank, gathered with their
-    gradient), so 2 ranks equal one process."""
+    vMF weights are over the global batch (the positives of every rank, gathered), so 2 ranks
+    equal one process. NOTE: lightly computes them over each rank's own batch.
 
-    def __init__(self, temperature: float, *, sigma: float | None = None) -> None:
+    ``weight_grad=False`` (default): the weights are constants, as lightly's ``DCLWLoss``;
+    ``weight_grad=True``: the gradient flows through them (the positives gathered with their
+    gradient). Both have the same value."""
+
+    def __init__(
+        self, temperature: float, *, sigma: float | None = None, weight_grad: bool = False
+    ) -> None:
         super().__init__(temperature)
         reweighted.check(0.0, 0.0, sigma)
-        self.sigma = sigma
+        if not isinstance(weight_grad, bool):
+            raise ValueError(f"weight_grad must be true or false, got {weight_grad!r}")
+        if weight_grad and sigma is None:
+            raise ValueError("weight_grad needs sigma (DCLW): plain DCL has no weights")
+        self.sigma, self.weight_grad = sigma, weight_grad
 
     def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
         weight = None
         if self.sigma is not None:
             cos = (s.q * s.k).sum(dim=1)  # (N,) this rank's positive cosines
-            every = dist.gather_with_grad(cos)  # (B,) all ranks', in rank order
-            w = reweighted.vmf_weights(every, self.sigma)
+            gather = dist.gather_with_grad if self.weight_grad else dist.gather
+            every = gather(cos if self.weight_grad else cos.detach())  # (B,) in rank order
+            w = reweighted.vmf_weights(every, self.sigma, weight_grad=self.weight_grad)
             weight = w[s.offset : s.offset + cos.shape[0]]
         return reweighted.decoupled_loss(logits, weight)

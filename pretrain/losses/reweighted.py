@@ -10,8 +10,12 @@ With s_p the positive logit and s_j (j = 1..M) the negatives' (already divided b
   β = 0 is debiased, and τ⁺ = 0, β = 0 is InfoNCE.
 - decoupled, eq. 6 of [2]: the positive leaves the denominator, ℓ = −w s_p + log Σ_j e^{s_j};
   w = 1 (DCL) or, with σ, the von Mises-Fisher weight of DCLW, w_i = 2 − B e^{p_i/σ} / Σ_b e^{p_b/σ}
-  with p_i the positive cosine of pair i over the (global) batch of B pairs (lightly's
-  ``negative_mises_fisher_weights``; no official code).
+  with p_i the positive cosine of pair i over the (global) batch of B pairs. By default w is a
+  constant (no gradient flows through it), as lightly's ``negative_mises_fisher_weights`` [3]
+  computes it from detached outputs; ``weight_grad=True`` differentiates through w. The paper does
+  not say which; the code lightly cites [4] keeps the gradient but uses w = 2 − e^{p_i/σ} /
+  Σ_b e^{p_b/σ} (no factor B: w ≈ 2 − 1/B, a different weight) and sums the two directions
+  (twice our mean), which neither setting equals.
 
 M is the number of negatives in the contrast set: 2N − 2 in the papers' 2N x 2N layout
 (``pretrain.losses.multiview``), the queue plus the strategy's extras in MoCo's layout. Computed
@@ -22,6 +26,9 @@ official code exponentiates directly, which agrees wherever that is finite (test
 [1] Robinson et al., "Contrastive Learning with Hard Negative Samples", ICLR 2021,
     https://arxiv.org/abs/2010.04592
 [2] Yeh et al., "Decoupled Contrastive Learning", ECCV 2022, https://arxiv.org/abs/2110.06848
+[3] lightly ``lightly/loss/dcl_loss.py`` (``DCLWLoss``, ``negative_mises_fisher_weights``),
+    https://github.com/lightly-ai/lightly
+[4] https://github.com/raminnakhli/Decoupled-Contrastive-Learning ``loss.py``
 """
 
 from __future__ import annotations
@@ -77,8 +84,15 @@ def debiased_hard_loss(
     return F.softplus(log_negative_mass(pos, neg, temperature, tau_plus, beta) - pos).mean()
 
 
-def vmf_weights(pos_cosine: torch.Tensor, sigma: float) -> torch.Tensor:
-    """DCLW's w_i = 2 − B softmax_i(p_i / σ) over the B pairs (mean 1)."""
+def vmf_weights(
+    pos_cosine: torch.Tensor, sigma: float, *, weight_grad: bool = False
+) -> torch.Tensor:
+    """DCLW's w_i = 2 − B softmax_i(p_i / σ) over the B pairs (mean 1).
+
+    Constant by default (``pos_cosine`` detached, as lightly's DCLWLoss [3]); ``weight_grad=True``
+    lets the gradient flow through w into the positives."""
+    if not weight_grad:
+        pos_cosine = pos_cosine.detach()
     return 2.0 - pos_cosine.shape[0] * torch.softmax(pos_cosine / sigma, dim=0)
 
 
