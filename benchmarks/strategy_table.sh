@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 12: every negative strategy / loss baseline on the embedded digits, 3 seeds each, then one
+# Every negative strategy / loss baseline on the embedded digits, 3 seeds each, then one
 # table (python -m linear_eval table). Re-running skips finished runs and resumes unfinished ones.
 #
 #   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2] [EPOCHS=30]
+#   METHODS="moco decoupled" bash benchmarks/strategy_table.sh ...   # a subset (moco: the baseline)
 #
 # Each run: the method's digits config (batch 64, K 256, T 0.1; 30 epochs unless EPOCHS) with
 # seed=S, one thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/table_digits}
 PARALLEL=${2:-2}
 EPOCHS=${3:-30}
-METHODS=(moco mioc mochi modified_mochi debiased hard ring decoupled imix adco fnc)
+read -r -a METHODS <<< "${METHODS:-moco mioc mochi modified_mochi debiased hard ring decoupled imix adco fnc}"
 job() {  # method seed
     local m=$1 s=$2 cfg="digits_$1.yaml" extra=()
     if [ "$m" = modified_mochi ]; then cfg=digits_mochi.yaml; extra=(negatives.name=modified_mochi); fi
