@@ -36,6 +36,12 @@ class CheckpointError(RuntimeError):
     """A checkpoint that is missing, corrupt or belongs to a different run."""
 
 
+class NotNegmineError(CheckpointError):
+    """A readable torch file that is not a negmine checkpoint (weights made elsewhere, say):
+    its own class so that a caller that can read such weights adds how (``linear_eval``:
+    ``--config CFG``)."""
+
+
 def save(state: dict[str, Any], path: str | Path) -> None:
     """Write ``state`` to ``path`` atomically: temporary file in the same folder, fsync, rename."""
     path = Path(path)
@@ -71,7 +77,10 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
             f"(checkpoints/epoch_N.pt); move the bad file away to resume from one of them."
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} negmine checkpoint")
+        keys = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
+        raise NotNegmineError(
+            f"checkpoint {path} is not a {FORMAT} negmine checkpoint (its top-level keys: {keys})"
+        )
     missing = [k for k in REQUIRED if k not in state]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}")

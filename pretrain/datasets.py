@@ -35,7 +35,8 @@ class DatasetNotFoundError(FileNotFoundError):
 def missing_dataset(name: str, path: Path | str, layout: str, how: str) -> DatasetNotFoundError:
     return DatasetNotFoundError(
         f"{name} not found at {path}.\nExpected layout:\n{layout}\nHow to get it: {how}\n"
-        "(negmine never downloads at run time; set data.root=PATH to point at the data.)"
+        "(negmine never downloads at run time; point at the data with data.root=PATH, or with "
+        "--data-root PATH for python -m linear_eval.)"
     )
 
 

@@ -75,7 +75,10 @@ def check_cluster(partition: str | None) -> None:
         raise SlurmError(f"sinfo failed ({out.stderr.strip()}); is SLURM reachable (SLURM_CONF)?")
     known = sorted({p.rstrip("*") for p in out.stdout.split()})
     if partition not in known:
-        raise SlurmError(f"unknown partition {partition!r}; this cluster has: {', '.join(known)}")
+        raise SlurmError(
+            f"unknown partition {partition!r}; this cluster has: {', '.join(known)} "
+            "(choose one with --partition)"
+        )
 
 
 class PretrainTask:

@@ -66,7 +66,9 @@ class Session:
         ):
             guards.require_writable(d, what)
         if opts.cache:
-            guards.require_writable(self.model.run_dir / "features", "the feature cache")
+            guards.require_writable(
+                self.model.run_dir / "features", "the feature cache (--no-cache turns it off)"
+            )
         device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         cache = self.model.run_dir / "features" if opts.cache else None
         self.store = FeatureStore(

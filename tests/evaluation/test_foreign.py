@@ -56,3 +56,15 @@ def test_unmatched_keys_are_named(files, capsys):
     assert main(["knn", "--ckpt", str(base / "odd.pth"), "--no-cache", *SET]) == 1
     err = capsys.readouterr().err
     assert "neither a negmine checkpoint nor a known layout" in err and "['weights']" in err
+
+
+@pytest.mark.parametrize("command", [[], ["knn"]])
+def test_weights_made_elsewhere_without_config_name_the_flag(files, capsys, command):
+    """A MoCo or torchvision file given as a negmine checkpoint: exit 1 and the way out, --config,
+    in the message (not only "is not a negmine checkpoint")."""
+    base, _ = files
+    for name in ("moco.pth.tar", "tv.pth"):
+        assert main([*command, "--ckpt", str(base / name), "--no-cache"]) == 1
+        err = capsys.readouterr().err
+        assert "is not a negmine-1 negmine checkpoint" in err, err
+        assert "Weights made elsewhere" in err and "--config CFG" in err, err
