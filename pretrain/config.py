@@ -141,7 +141,7 @@ class LossConfig:
     cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
     cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
     kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (debiased,
-    # hard, decoupled: tau_plus, beta, sigma), checked against its signature like negatives.kwargs
+    # hard, decoupled: tau_plus, beta, sigma, weight_grad), checked against its signature
     cider_dis_scale: bool = False  # x T/0.1 on L_dis as the official DisLoss does (T != 0.1 only)
     kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
     kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
