@@ -41,7 +41,7 @@ def view_labels(name: str) -> torch.Tensor:
 
 
 def sims(z: np.ndarray, t: float) -> np.ndarray:
-    return np.array([[float(np.dot(a, b)) for b in z] for a in z]) / t
+    return (z @ z.T) / t
 
 
 def np_nt_xent(z, t):
