@@ -1,6 +1,10 @@
 """FNC (Huynh et al. 2022) against a numpy re-derivation of google-research/fnc
 ``add_contrastive_loss_with_memory`` (the max-over-views score, top-k AND threshold mask, the
-attraction loss) and the paper's elimination loss; and the support views of the data pipeline."""
+attraction loss) and the paper's elimination loss; and the support views of the data pipeline.
+The loss comparison covers the gradient with respect to q as well as the value: autograd on ours
+against central finite differences of the numpy form (``fd_grad``). The false-negative mask is a
+hard top-k and threshold, but of the keys' and support views' scores against the queue, all
+constants: the loss is smooth in q, and the differences never move the mask."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain import config, losses, views
 from pretrain.losses import fnc
@@ -53,6 +58,9 @@ def test_fnc_matches_the_official_attraction_and_the_papers_elimination(mode, to
     diag = loss_fn.diagnostics()
     assert diag["detected"].item() == pytest.approx(mask.sum(1).mean())
     assert diag["effective_negatives"].item() == pytest.approx(40 - mask.sum(1).mean())
+    (grad,) = autograd(lambda v: loss_fn(StepTensors.single(v, k, queue=queue, support=support)), q)
+    fixed = (k.numpy(), support.numpy(), queue.numpy(), 0.1, topk, threshold, mode)
+    assert_grad_matches_fd(grad, lambda v: np_fnc(v, *fixed)[0], q.numpy())
 
 
 def test_no_false_negatives_is_infonce():

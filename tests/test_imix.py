@@ -1,5 +1,8 @@
 """i-Mix (Lee et al. 2021) against a numpy re-derivation of kibok90/imix ``builder.py`` (``mocon``
-with ``--imix imixup``): mixed query images, virtual labels over the batch keys + queue."""
+with ``--imix imixup``): mixed query images, virtual labels over the batch keys + queue. The loss
+comparison covers the gradient with respect to the (mixed) queries as well as the value: autograd
+on ours against central finite differences of the numpy form (``fd_grad``); keys and queue are
+constants in MoCo's layout."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain import losses
 from pretrain.losses import imix
@@ -41,6 +45,17 @@ def test_imix_loss_matches_the_official_mocon_form():
     ours = loss_fn(StepTensors.single(q, k, queue=queue))
     ref = np_mocon_imix(q.numpy(), k.numpy(), queue.numpy(), 0.2, lam.numpy(), partner.numpy())
     assert abs(ours.item() - ref) < 1e-10
+
+    def again(v):
+        loss_fn._draw = (lam, partner)  # the loss consumes its draw: the same one again
+        return loss_fn(StepTensors.single(v, k, queue=queue))
+
+    (grad,) = autograd(again, q)
+    assert_grad_matches_fd(
+        grad,
+        lambda v: np_mocon_imix(v, k.numpy(), queue.numpy(), 0.2, lam.numpy(), partner.numpy()),
+        q.numpy(),
+    )
 
 
 def test_lambda_is_folded_and_partners_stay_in_their_group():

@@ -2,6 +2,9 @@
 
 Reference: L_align = −λ_align · (1/N) Σ_i (κ1_i + κ2_i) μ1_i·μ2_i and
 L_reg = λ_reg · ((1/N) Σ_i κ1_i² + (1/N) Σ_i κ2_i²).
+The comparison covers the gradients with respect to both views' embeddings μ and both κ (all four
+carry gradient) as well as the value: autograd on ours against central finite differences of the
+numpy form (``fd_grad``); the seed's appendix form is compared by autograd through its torch code.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain.losses import kappa_alignment, kappa_terms
 
@@ -51,6 +55,17 @@ def test_matches_eqs_10_11(inputs, column):
     total = kappa_alignment(mu1, k1, mu2, k2, 0.3, 0.7)
     assert total.dtype == torch.float64
     assert total.item() == pytest.approx(align_ref + reg_ref, abs=1e-12)
+    args = [x.numpy() for x in (mu1, k1, mu2, k2)]
+    grads = autograd(lambda *v: kappa_alignment(*v, 0.3, 0.7), mu1, k1, mu2, k2)
+    for i, grad in enumerate(grads):  # one input at a time, the others fixed
+
+        def reference(v, i=i):
+            vs = [v if j == i else a for j, a in enumerate(args)]
+            vs[1], vs[3] = vs[1].reshape(-1), vs[3].reshape(-1)  # κ as (N,) or (N, 1)
+            return sum(np_terms(*vs, 0.3, 0.7))
+
+        assert grad.shape == args[i].shape
+        assert_grad_matches_fd(grad, reference, args[i])
 
 
 def test_seed_code_form_agrees_in_its_safe_range(inputs):
@@ -60,6 +75,17 @@ def test_seed_code_form_agrees_in_its_safe_range(inputs):
     assert ours.item() == pytest.approx(
         seed_code_align(mu1, k1, mu2, k2, LAMBDA_ALIGN).item(), rel=1e-4
     )
+    # gradients: d/dx of −λ log(e^x + 1e-6) is −λ e^x / (e^x + 1e-6), eq. 10's −λ times
+    # r = e^x / (e^x + 1e-6) per row, x = (κ1 + κ2) cos: the seed's gradient is ours times r
+    x = ((k1 + k2) * (mu1 * mu2).sum(dim=1)).numpy()
+    r = np.exp(x) / (np.exp(x) + 1e-6)
+    assert 1 - r.min() < 1e-5  # the safe range
+    grads = autograd(lambda *v: kappa_terms(*v, LAMBDA_ALIGN, LAMBDA_REG)[0], mu1, k1, mu2, k2)
+    seed = autograd(lambda *v: seed_code_align(*v, LAMBDA_ALIGN), mu1, k1, mu2, k2)
+    for grad, grad_seed in zip(grads, seed):
+        assert np.abs(grad_seed).max() > 1e-3
+        scaled = grad * r.reshape(-1, *[1] * (grad.ndim - 1))
+        np.testing.assert_allclose(scaled, grad_seed, rtol=1e-10, atol=1e-15)
 
 
 def test_gradcheck_float64(inputs):

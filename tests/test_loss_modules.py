@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fakedata import write_cifar10, write_imagenet100
+from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
 from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
@@ -74,41 +75,59 @@ def test_distinct_labels_give_infonce_over_batch_keys_queue_and_extras(name, ran
         others = torch.cat([s.k_all[:own], s.k_all[own + 1 :], s.queue, shared])
         logits = losses.moco_logits(s.q[i : i + 1], s.k_all[own : own + 1], others, 0.1)
         per_anchor.append(losses.info_nce(logits))
-    assert torch.allclose(got, torch.stack(per_anchor).mean(), atol=1e-12)
+    ref = torch.stack(per_anchor).mean()
+    assert torch.allclose(got, ref, atol=1e-12)
+    (grad,), (grad_ref,) = torch.autograd.grad(got, s.q), torch.autograd.grad(ref, s.q)
+    assert grad_ref.abs().max() > 1e-2
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)
 
 
 def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
-    """Numpy re-derivation of FIRM's rule in MoCo's layout, outlier labels in batch and queue."""
+    """Numpy re-derivation of FIRM's rule in MoCo's layout, outlier labels in batch and queue;
+    value, and gradient wrt q (keys and queue are constants) against its central differences."""
     labels = torch.tensor([3, 3, OUTLIER_LABEL, 3])
     s = step_tensors(labels=labels)
     s.queue_labels = torch.tensor([3, OUTLIER_LABEL, NO_LABEL, 3, 3, OUTLIER_LABEL])
-    got = losses.create("firm", temperature=0.2)(s).item()
+    loss = losses.create("firm", temperature=0.2)(s)
     cand = torch.cat([s.k_all, s.queue]).numpy()
     cand_y = torch.cat([labels, s.queue_labels]).numpy()
-    q = s.q.detach().numpy()
-    total = 0.0
-    for i in range(4):
-        logits = cand @ q[i] / 0.2
-        log_den = np.log(np.exp(logits).sum())
-        pos = [i] if labels[i] < 0 else [j for j in range(len(cand)) if cand_y[j] >= 0]
-        total += -np.mean([logits[p] - log_den for p in pos])
-    assert got == pytest.approx(total / 4, abs=1e-10)
+
+    def reference(q):
+        total = 0.0
+        for i in range(4):
+            logits = cand @ q[i] / 0.2
+            log_den = np.log(np.exp(logits).sum())
+            pos = [i] if labels[i] < 0 else [j for j in range(len(cand)) if cand_y[j] >= 0]
+            total += -np.mean([logits[p] - log_den for p in pos])
+        return total / 4
+
+    assert loss.item() == pytest.approx(reference(s.q.detach().numpy()), abs=1e-10)
+    (grad,) = torch.autograd.grad(loss, s.q)
+    assert_grad_matches_fd(grad.numpy(), reference, s.q.detach().numpy())
 
 
 def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
     """The authors' FIRMLoss: view-1 anchors vs the N view-2 keys only (no queue); ID positives
-    are all ID keys including the own pair; an outlier's only positive is its own key."""
+    are all ID keys including the own pair; an outlier's only positive is its own key. Value, and
+    gradient wrt q (the keys are constants) against central differences of the loop."""
     labels = torch.tensor([3, OUTLIER_LABEL, 3, 3])
     s = step_tensors(labels=labels)
-    got = losses.create("firm", temperature=0.2, contrast_queue=False)(s).item()
-    q, k, y = s.q.detach().numpy(), s.k_all.numpy(), labels.numpy()
-    total = 0.0
-    for i in range(4):
-        logits = k @ q[i] / 0.2
-        log_den = np.log(np.exp(logits).sum())
-        pos = [j for j in range(4) if y[j] >= 0] if y[i] >= 0 else [i]
-        total += -np.mean([logits[p] - log_den for p in pos])
-    assert got == pytest.approx(total / 4, abs=1e-10)
+    loss = losses.create("firm", temperature=0.2, contrast_queue=False)(s)
+    k, y = s.k_all.numpy(), labels.numpy()
+
+    def reference(q):
+        total = 0.0
+        for i in range(4):
+            logits = k @ q[i] / 0.2
+            log_den = np.log(np.exp(logits).sum())
+            pos = [j for j in range(4) if y[j] >= 0] if y[i] >= 0 else [i]
+            total += -np.mean([logits[p] - log_den for p in pos])
+        return total / 4
+
+    got = loss.item()
+    assert got == pytest.approx(reference(s.q.detach().numpy()), abs=1e-10)
+    (grad,) = torch.autograd.grad(loss, s.q)
+    assert_grad_matches_fd(grad.numpy(), reference, s.q.detach().numpy())
     moco_layout = losses.create("firm", temperature=0.2)(s).item()
     assert abs(moco_layout - got) > 1e-3  # the queue is in the default layout's denominator
 

@@ -2,6 +2,8 @@
 
 Reference (moco/builder.py + main_moco.py): l_pos = q·k (N, 1), l_neg = q·queueᵀ (N, K),
 logits = [l_pos, l_neg, extras] / T, loss = mean_n cross_entropy(logits_n, target 0).
+The gradient with respect to q (the only input that carries gradient) is derived by hand in numpy
+(``np_grad_q``), itself checked against central differences of the numpy loss.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd
 from moco_loss import InfoNCE
 
 from pretrain.losses import info_nce, moco_logits
@@ -83,9 +86,18 @@ def test_logits_and_loss_match_numpy(tensors, use_shared, use_per_query):
     )
     assert logits.shape == (N, 1 + K + (M if use_shared else 0) + (S if use_per_query else 0))
     np.testing.assert_allclose(logits.numpy(), ref, rtol=1e-12, atol=1e-12)
-    loss = InfoNCE(T)(tensors["q"], tensors["k"], tensors["queue"], shared, per_query)
-    # info_nce computes in float32 (see test_info_nce_keeps_float64), hence the tolerance.
-    assert loss.item() == pytest.approx(np_info_nce(ref), rel=1e-6)
+    q = tensors["q"].clone().requires_grad_(True)
+    loss = InfoNCE(T)(q, tensors["k"], tensors["queue"], shared, per_query)
+    assert loss.dtype == torch.float64  # float64 stays float64 (test_info_nce_keeps_float64)
+    assert loss.item() == pytest.approx(np_info_nce(ref), rel=1e-12)
+    loss.backward()
+    grad_ref = np_grad_q(
+        *(tensors[n].numpy() for n in ("q", "k", "queue")),
+        T,
+        None if shared is None else shared.numpy(),
+        None if per_query is None else per_query.numpy(),
+    )
+    np.testing.assert_allclose(q.grad.numpy(), grad_ref, rtol=1e-10, atol=1e-13)
 
 
 def test_info_nce_is_cross_entropy_with_target_zero_by_hand():
@@ -123,13 +135,17 @@ def test_gradient_wrt_q_matches_numpy(tensors, use_extras):
     shared = tensors["shared"] if use_extras else None
     per_query = tensors["per_query"] if use_extras else None
     InfoNCE(T)(q, tensors["k"], tensors["queue"], shared, per_query).backward()
-    ref = np_grad_q(
-        *(tensors[n].numpy() for n in ("q", "k", "queue")),
+    rest = (
+        tensors["k"].numpy(),
+        tensors["queue"].numpy(),
         T,
         None if shared is None else shared.numpy(),
         None if per_query is None else per_query.numpy(),
     )
-    np.testing.assert_allclose(q.grad.numpy(), ref, rtol=1e-5, atol=1e-7)
+    ref = np_grad_q(tensors["q"].numpy(), *rest)
+    np.testing.assert_allclose(q.grad.numpy(), ref, rtol=1e-10, atol=1e-13)
+    # the hand gradient is the derivative of the numpy loss (central differences)
+    assert_grad_matches_fd(ref, lambda v: np_info_nce(np_logits(v, *rest)), tensors["q"].numpy())
 
 
 def test_moco_logits_gradcheck_float64(tensors):
@@ -183,6 +199,10 @@ def test_temperature_must_exceed_1e_3(t):
 
 
 def test_temperature_just_above_limit_is_accepted(tensors):
-    loss = InfoNCE(2e-3)(tensors["q"], tensors["k"], tensors["queue"])
-    ref = np_info_nce(np_logits(*(tensors[n].numpy() for n in ("q", "k", "queue")), 2e-3))
-    assert loss.item() == pytest.approx(ref, rel=1e-5)
+    q = tensors["q"].clone().requires_grad_(True)
+    loss = InfoNCE(2e-3)(q, tensors["k"], tensors["queue"])
+    inputs = [tensors[n].numpy() for n in ("q", "k", "queue")]
+    ref = np_info_nce(np_logits(*inputs, 2e-3))
+    assert loss.item() == pytest.approx(ref, rel=1e-12)
+    loss.backward()
+    np.testing.assert_allclose(q.grad.numpy(), np_grad_q(*inputs, 2e-3), rtol=1e-10, atol=1e-10)

@@ -2,7 +2,10 @@
 
 References written from the papers (SEMANTICS §4), explicit loops over anchors and positives:
 NT-Xent (seed 000 eq. 1), SupCon "out" (Khosla et al. eq. 2), SINCERE (seed 002 eq. 12, in its
-literal row-of-p form), FIRM (seed 000 eq. 2) and the authors' pairwise FIRMLoss.
+literal row-of-p form), FIRM (seed 000 eq. 2) and the authors' pairwise FIRMLoss. Each comparison
+covers the gradient with respect to z (every row carries gradient in this layout) as well as the
+value: autograd on ours against central finite differences of the numpy reference
+(``fd_grad``), and against autograd through pytorch-metric-learning's SupConLoss.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd, autograd
 from pytorch_metric_learning.losses import SupConLoss
-from scipy.special import logsumexp
 
 from pretrain.losses import firm, nt_xent, sincere, supcon
 
@@ -32,12 +35,20 @@ def unit(*shape: int, seed: int) -> torch.Tensor:
     return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
 
 
+def logsumexp(x) -> float:
+    """log Σ e^x shifted by the max (scipy.special.logsumexp's value without its per-call cost,
+    which dominates the finite differences)."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max()
+    return float(m + np.log(np.exp(x - m).sum()))
+
+
 def view_labels(name: str) -> torch.Tensor:
     return torch.tensor(SAMPLE_LABELS[name]).repeat(2)
 
 
 def sims(z: np.ndarray, t: float) -> np.ndarray:
-    return np.array([[float(np.dot(a, b)) for b in z] for a in z]) / t
+    return (z @ z.T) / t
 
 
 def np_nt_xent(z, t):
@@ -110,6 +121,8 @@ def test_nt_xent_matches_numpy(z, t):
     loss = nt_xent(z, t)
     assert loss.dtype == torch.float64
     assert loss.item() == pytest.approx(np_nt_xent(z.numpy(), t), abs=TOL)
+    (grad,) = autograd(lambda v: nt_xent(v, t), z)
+    assert_grad_matches_fd(grad, lambda v: np_nt_xent(v, t), z.numpy())
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLE_LABELS))
@@ -120,6 +133,12 @@ def test_supcon_matches_numpy(z, name, t):
     assert supcon(z, y, t).item() == pytest.approx(ref, abs=TOL)
     scaled = supcon(z, y, t, reference_scale=True).item()
     assert scaled == pytest.approx(ref * t / 0.07, abs=TOL)
+    (grad,) = autograd(lambda v: supcon(v, y, t), z)
+    grad_ref = assert_grad_matches_fd(grad, lambda v: np_supcon(v, y.numpy(), t), z.numpy())
+    (grad_scaled,) = autograd(lambda v: supcon(v, y, t, reference_scale=True), z)
+    np.testing.assert_allclose(
+        grad_scaled, grad_ref * t / 0.07, rtol=1e-7, atol=1e-7 * np.abs(grad_ref).max() * t / 0.07
+    )
 
 
 def test_supcon_anchor_without_positive_counts_as_zero(z):
@@ -131,6 +150,9 @@ def test_supcon_anchor_without_positive_counts_as_zero(z):
     assert sincere(z, y, 0.1).item() == pytest.approx(
         np_sincere(z.numpy(), y.numpy(), 0.1), abs=TOL
     )
+    for ours, np_ref in ((supcon, np_supcon), (sincere, np_sincere)):
+        (grad,) = autograd(lambda v, f=ours: f(v, y, 0.1), z)
+        assert_grad_matches_fd(grad, lambda v, f=np_ref: f(v, y.numpy(), 0.1), z.numpy())
 
 
 @pytest.mark.parametrize("name", ["mixed", "distinct"])
@@ -138,8 +160,14 @@ def test_supcon_anchor_without_positive_counts_as_zero(z):
 def test_supcon_matches_pytorch_metric_learning(z, name, t):
     # PML averages over anchors with a positive and a non-zero loss and returns 0 for a single
     # class; with pairs in the batch and several classes both conventions coincide.
+    # PML normalises the embeddings inside (cosine similarity): its gradient is the tangential
+    # part (I − z zᵀ) of ours at unit z, so ours is differentiated through F.normalize too.
     y = view_labels(name)
     assert supcon(z, y, t).item() == pytest.approx(SupConLoss(temperature=t)(z, y).item(), abs=TOL)
+    (grad,) = autograd(lambda v: supcon(F.normalize(v, dim=1), y, t), z)
+    (grad_pml,) = autograd(lambda v: SupConLoss(temperature=t)(v, y), z)
+    assert np.abs(grad_pml).max() > 1e-2
+    np.testing.assert_allclose(grad, grad_pml, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLE_LABELS))
@@ -148,6 +176,11 @@ def test_sincere_matches_numpy(z, name, t):
     y = view_labels(name)
     loss = sincere(z, y, t)
     assert loss.item() == pytest.approx(np_sincere(z.numpy(), y.numpy(), t), abs=TOL)
+    (grad,) = autograd(lambda v: sincere(v, y, t), z)
+    if name == "one_class":  # no negatives: every reference term is log e^{s_ip} − s_ip = 0
+        np.testing.assert_array_equal(grad, 0.0)
+    else:
+        assert_grad_matches_fd(grad, lambda v: np_sincere(v, y.numpy(), t), z.numpy())
 
 
 def test_sincere_one_class_batch_is_zero_with_finite_gradient(z):
@@ -171,6 +204,8 @@ def test_firm_concat_matches_eq2(z, pattern, t):
     inlier = torch.tensor(INLIER_PATTERNS[pattern]).repeat(2)
     ref = np_firm_concat(z.numpy(), inlier.numpy(), t)
     assert firm(z, inlier, t).item() == pytest.approx(ref, abs=TOL)
+    (grad,) = autograd(lambda v: firm(v, inlier, t), z)
+    assert_grad_matches_fd(grad, lambda v: np_firm_concat(v, inlier.numpy(), t), z.numpy())
 
 
 @pytest.mark.parametrize("pattern", sorted(INLIER_PATTERNS))
@@ -181,6 +216,8 @@ def test_firm_pairwise_matches_authors_layout(z, pattern):
     assert firm(z, inlier, 0.2, layout="pairwise").item() != pytest.approx(
         firm(z, inlier, 0.2).item(), abs=1e-3
     )
+    (grad,) = autograd(lambda v: firm(v, inlier, 0.2, layout="pairwise"), z)
+    assert_grad_matches_fd(grad, lambda v: np_firm_pairwise(v, inlier.numpy(), 0.2), z.numpy())
 
 
 @pytest.mark.parametrize("t", [0.1, 0.5])

@@ -1,5 +1,12 @@
 """Ring (Wu et al. 2021) against a numpy re-derivation of the official ``MoCoRing.get_loss`` and
-``src/utils/policy.py`` (mhw32/contrastive-ring-public)."""
+``src/utils/policy.py`` (mhw32/contrastive-ring-public).
+
+The loss comparisons cover the gradient with respect to q (keys and queue are constants in MoCo's
+layout) as well as the value: autograd on ours against central finite differences of the numpy
+``MoCoRing.get_loss`` (``fd_grad``). The ring is a hard band of the sorted similarities, so the
+loss is not differentiable where a negative crosses a band edge; the tests evaluate at generic
+points and assert that every edge gap is far wider than the finite-difference step.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import EPS, assert_grad_matches_fd, autograd
 
 from negatives.base import ExtraNegatives
 from pretrain import losses
@@ -39,6 +47,29 @@ def np_moco_ring(q, k, queue, t, outer, inner, dynamic_inner=True, self_negative
     return float(-np.mean(pos - partition)), ring_dps.shape[1] - int(self_negative)
 
 
+def assert_edges_generic(q, queue, t, outer, inner, dynamic=True):
+    """The logits on either side of each band edge differ by more than twice what a central
+    difference can move them together (2 · EPS · max|queue| / t): the differences see no kink."""
+    sorted_dps = -np.sort(-(q @ queue.T / t), axis=1)
+    n_k = queue.shape[0]
+    hi = int(outer * n_k)
+    lo = int(inner * hi) if dynamic else int(inner * n_k)
+    gaps = [sorted_dps[:, e - 1] - sorted_dps[:, e] for e in (lo, hi) if 0 < e < n_k]
+    if gaps:
+        assert np.min(gaps) > 4 * EPS * np.abs(queue).max() / t
+
+
+def check_ring_gradient(loss_fn, q, k, queue, t, outer, inner, dynamic=True, self_neg=True):
+    (grad,) = autograd(lambda v: loss_fn(StepTensors.single(v, k, queue=queue)), q)
+    assert_edges_generic(q.numpy(), queue.numpy(), t, outer, inner, dynamic)
+    ref = assert_grad_matches_fd(
+        grad,
+        lambda v: np_moco_ring(v, k.numpy(), queue.numpy(), t, outer, inner, dynamic, self_neg)[0],
+        q.numpy(),
+    )
+    return grad, ref
+
+
 @pytest.mark.parametrize(
     ("outer", "inner", "dynamic", "self_neg"),
     [
@@ -57,6 +88,7 @@ def test_ring_matches_the_official_moco_ring(outer, inner, dynamic, self_neg):
                              self_neg)  # fmt: skip
     assert abs(ours.item() - ref) < 1e-10
     assert loss_fn.diagnostics()["effective_negatives"].item() == band
+    check_ring_gradient(loss_fn, q, k, queue, 0.07, outer, inner, dynamic, self_neg)
 
 
 def test_full_ring_without_inner_is_infonce():
@@ -71,12 +103,24 @@ def test_ring_spans_the_extras_and_gets_gradient():
     q = unit(6, 8, seed=6).requires_grad_(True)
     k, queue, shared = unit(6, 8, seed=7), unit(30, 8, seed=8), unit(10, 8, seed=9)
     step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
-    loss = losses.create("ring", temperature=0.1, thres_outer=0.5, thres_inner=0.1)(step)
-    ref, _ = np_moco_ring(q.detach().numpy(), k.numpy(), torch.cat([queue, shared]).numpy(), 0.1,
-                          0.5, 0.1)  # fmt: skip
+    loss_fn = losses.create("ring", temperature=0.1, thres_outer=0.5, thres_inner=0.1)
+    loss = loss_fn(step)
+    both = torch.cat([queue, shared])
+    ref, _ = np_moco_ring(q.detach().numpy(), k.numpy(), both.numpy(), 0.1, 0.5, 0.1)
     assert abs(loss.item() - ref) < 1e-10
     loss.backward()
     assert torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
+    assert_edges_generic(q.detach().numpy(), both.numpy(), 0.1, 0.5, 0.1)
+
+    def ours(v):
+        return loss_fn(StepTensors.single(v, k, queue=queue, extra=ExtraNegatives(shared=shared)))
+
+    (grad,) = autograd(ours, q)
+    assert_grad_matches_fd(
+        grad,
+        lambda v: np_moco_ring(v, k.numpy(), both.numpy(), 0.1, 0.5, 0.1)[0],
+        q.detach().numpy(),
+    )
 
 
 def test_false_negative_fraction_counts_the_ring_members_labels():
