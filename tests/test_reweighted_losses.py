@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fd_grad import assert_grad_matches_fd, autograd
 
 from negatives.base import NO_LABEL, ExtraNegatives
 from pretrain import losses
@@ -69,14 +70,22 @@ def np_decoupled(z: np.ndarray, t: float, sigma=None, split=False):
 @pytest.mark.parametrize("t", [0.5, 0.2])
 @pytest.mark.parametrize("tau_plus", [0.0, 0.1, 0.3])
 def test_debiased_and_hard_match_the_authors_code(t, tau_plus):
+    """Value, and gradient wrt z against central differences of the numpy transcription (the
+    official code differentiates through HCL's importance weights, and so do we)."""
     z = unit(16, 8, seed=1)
     pos, neg = np_pairs(z.numpy(), t)
     assert float(multiview.debiased(z, t, tau_plus)) == pytest.approx(
         np_estimator(pos, neg, t, tau_plus), rel=1e-10
     )
+    (g,) = autograd(lambda x: multiview.debiased(x, t, tau_plus), z)
+    assert_grad_matches_fd(g, lambda x: np_estimator(*np_pairs(x, t), t, tau_plus), z.numpy())
     for beta in (0.5, 1.0, 2.0):
         assert float(multiview.hard(z, t, tau_plus, beta)) == pytest.approx(
             np_estimator(pos, neg, t, tau_plus, beta), rel=1e-10
+        )
+        (g,) = autograd(lambda x, b=beta: multiview.hard(x, t, tau_plus, b), z)
+        assert_grad_matches_fd(
+            g, lambda x, b=beta: np_estimator(*np_pairs(x, t), t, tau_plus, b), z.numpy()
         )
 
 
@@ -88,6 +97,8 @@ def test_the_floor_binds_and_reductions_hold():
     assert float(multiview.debiased(z, 0.5, 0.9)) == pytest.approx(
         np_estimator(pos, neg, 0.5, 0.9), rel=1e-10
     )
+    (g,) = autograd(lambda x: multiview.debiased(x, 0.5, 0.9), z)
+    assert_grad_matches_fd(g, lambda x: np_estimator(*np_pairs(x, 0.5), 0.5, 0.9), z.numpy())
     assert float(multiview.hard(z, 0.5, 0.1, 0.0)) == pytest.approx(
         float(multiview.debiased(z, 0.5, 0.1)), rel=1e-12
     )
