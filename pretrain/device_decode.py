@@ -251,15 +251,15 @@ def axis_weights(start: torch.Tensor, length: torch.Tensor, size: int, extent: i
     padded axis of ``extent`` pixels, and each crop's precision p (V,): the weights are
     round(w * 2**p). aten's ``_compute_index_ranges_weights`` and ``weights_precision`` rule
     (UpSampleKernel.cpp, the uint8 path), computed in float64, p capped at MAX_WEIGHT_BITS."""
-    scale = length.double() / size  # (V,)
-    taps = int(2 * math.ceil(float(scale.max().clamp(min=1.0))) + 2)  # host tensors: no sync
-    scale, start = scale.to(device), start.to(device)
+    taps = 2 * math.ceil(max(extent / size, 1.0)) + 2  # >= any crop's window (length <= extent)
+    scale = (length.double() / size).to(device, non_blocking=True)  # (V,)
+    start = start.to(device, non_blocking=True)
     support = scale.clamp(min=1.0)  # (interp_size / 2) * scale, or 1 when upsampling
     inv = 1.0 / support
     center = scale[:, None] * (torch.arange(size, device=device, dtype=torch.float64) + 0.5)
     lo = (center - support[:, None] + 0.5).trunc().clamp(min=0)  # (V, S)
     hi = torch.minimum((center + support[:, None] + 0.5).trunc(),
-                       length.to(device)[:, None].double())  # fmt: skip
+                       length.to(device, non_blocking=True)[:, None].double())  # fmt: skip
     j = lo[..., None] + torch.arange(taps, device=device, dtype=torch.float64)  # (V, S, T)
     w = (1 - ((j - center[..., None] + 0.5) * inv[:, None, None]).abs()).clamp(min=0)
     w = torch.where(j < hi[..., None], w, 0.0)
@@ -338,7 +338,9 @@ def resize_crops(images: list[torch.Tensor], boxes: torch.Tensor, size: int,
                 hp, wp = max(hp, h), max(wp, w)
                 continue
         idx = torch.tensor(chunk)
-        out[idx.to(device)] = resize_chunk([images[c] for c in chunk], boxes[idx], size)
+        out[idx.to(device, non_blocking=True)] = resize_chunk(
+            [images[c] for c in chunk], boxes[idx], size
+        )
         if i is not None:
             chunk, hp, wp = [i], images[i].shape[1], images[i].shape[2]
     return out
@@ -383,7 +385,9 @@ class DeviceCrops:
         views_ = torch.empty(n, count, 3, size, size, dtype=torch.uint8, device=self.device)
         labels, params = batch.labels, batch.params
         if len(batch.crop_where):
-            views_[batch.crop_where.to(self.device)] = batch.crops.to(self.device)
+            views_[batch.crop_where.to(self.device, non_blocking=True)] = batch.crops.to(
+                self.device, non_blocking=True
+            )
         if batch.lengths:
             images = self.decode(batch)
             failed = [i for i, im in enumerate(images) if im is None]
@@ -400,7 +404,7 @@ class DeviceCrops:
             ok = [i for i, im in enumerate(images) if im is not None]
             if ok:
                 crops = resize_crops([images[i] for i in ok], batch.boxes[ok], size)
-                views_[batch.where[ok].to(self.device)] = crops
+                views_[batch.where[ok].to(self.device, non_blocking=True)] = crops
         out = (views_[:, 0], views_[:, 1], labels, batch.indices, params)
         return (*out, views_[:, 2:]) if count > 2 else out
 

@@ -203,6 +203,21 @@ def test_through_loader_workers_and_a_resume_replays_the_same_batches(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_the_training_process_side_makes_no_host_sync(tmp_path):
+    """Decode, crops and the batch's assembly: no op that would make the host wait for a GPU
+    (tests/sync_counter.py), with a PNG crop from the worker in the batch."""
+    from sync_counter import SyncCounter
+
+    write_folder(tmp_path)
+    _, enc, _ = both_paths(tmp_path, skip=False)
+    batch = dd.Collate(enc)([enc[(0, i)] for i in range(len(FILES))])
+    crops = dd.DeviceCrops(enc, "cpu")
+    assert len(batch.crop_where) == 1  # the PNG
+    with SyncCounter() as syncs:
+        crops(batch)
+    assert syncs.count == 0, syncs.report()
+
+
 def test_one_process_equals_two_ranks(tmp_path):
     """A global batch decoded whole equals its two halves decoded apart (each rank's share)."""
     write_folder(tmp_path)
