@@ -267,13 +267,12 @@ def decode_crop(files: list[Path], device: torch.device, rounds: int, batch: int
 def decode_rows(name: str, t: dict[str, float], device: torch.device) -> list[str]:
     crop = t["main_wall"] - t["decode_wall"]
     return [
-        f"| {name} | cpu (loader worker, 1 thread) | {t['cpu_path']:.3f} | - | - | "
-        f"{1e3 / t['cpu_path']:.0f} per core |",
-        f"| {name} | device on {device}: worker | {t['worker']:.3f} | - | - | "
-        f"{1e3 / t['worker']:.0f} per core |",
-        f"| {name} | device on {device}: training process | {t['main_cpu']:.3f} | "
+        f"| {name} | cpu: loader worker | {t['cpu_path']:.3f} | - | {1e3 / t['cpu_path']:.0f} |",
+        f"| {name} | device ({device}): loader worker | {t['worker']:.3f} | - | "
+        f"{1e3 / t['worker']:.0f} |",
+        f"| {name} | device ({device}): training process | {t['main_cpu']:.3f} | "
         f"{t['main_wall']:.3f} (decode {t['decode_wall']:.3f} + crop {crop:.3f}) | "
-        f"{t['main_wall']:.3f} | {1e3 / t['main_wall']:.0f} |",
+        f"{1e3 / t['main_wall']:.0f} |",
     ]
 
 
@@ -372,8 +371,9 @@ def main() -> None:
             "|---|---|---|---|---|"]  # fmt: skip
     trows = ["| config | augment_on | trainer ms/step | model-only ms/step | ratio | "
              "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
-    drows = ["| images | decode_on: where | CPU ms / image | wall ms / image | device ms / "
-             "image | images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    drows = ["| images | decode_on: where | CPU ms / image (1 thread) | wall ms / image, device "
+             "synchronised | images/s (CPU time for workers, wall time otherwise) |",
+             "|---|---|---|---|---|"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         if "pipeline" in a.parts:
@@ -390,16 +390,21 @@ def main() -> None:
             t = decode_crop(files, device, 1 if a.quick else 3, db)
             drows += decode_rows(f"{what} -> 224 px", t, device)
             notes.append(
-                f"decode + crop: {dn} images, batches of {db}, medians of the rounds, one thread; "
-                "'device on cpu' is the device path's code run on the CPU (how it is tested "
-                "without a GPU), not a GPU figure"
+                f"decode + crop: {dn} images, batches of {db}, medians of "
+                f"{1 if a.quick else 3} interleaved rounds, one thread per side"
+                + (
+                    "; 'device (cpu)' is the device path's code run on the CPU (how it is tested "
+                    "without a GPU), not a GPU figure; wall times on a loaded CPU overstate"
+                    if device.type == "cpu"
+                    else ""
+                )
             )
         if "trainer" in a.parts:
             trainer_part(a, steps, device, cifar, tmp, trows, notes)
     now = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
-    head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{n} images per size, "
-            f"{rounds} interleaved rounds, stage 2 on {device}; parts: {', '.join(a.parts)}), "
-            f"{now}\n\n{machine(device)}\n\n")  # fmt: skip
+    sizes = f"{n} images per size, {rounds} interleaved rounds, " if "pipeline" in a.parts else ""
+    head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{sizes}stage 2 on {device}; "
+            f"parts: {', '.join(a.parts)}), {now}\n\n{machine(device)}\n\n")  # fmt: skip
     text = head
     if "pipeline" in a.parts:
         text += "\n".join(rows) + "\n\n"

@@ -158,14 +158,16 @@ class EncodedViews(Dataset):
 
     def on_cpu(self, key: tuple[int, int], path: str, why: str) -> tuple[Any, ...]:
         """The CPU path for one file (CropViews' item, with data.skip_bad_images if set)."""
+        epoch, index = key
         try:
-            imagefiles.read_image(path)
-            note = f"{path}: decoded on the CPU ({why})"
+            image = imagefiles.read_image(path)
         except imagefiles.BadImageError as e:
             if not isinstance(_images(self.cpu.base), imagefiles.SkipBadImages):
                 raise
-            note = f"{path}: skipped, unreadable ({e})"
-        return cpu_payload(self.cpu[key], key[0], note)
+            # CropViews' item through SkipBadImages: the next readable image, counted
+            return cpu_payload(self.cpu[key], epoch, f"{path}: skipped, unreadable ({e})")
+        item = self.cpu.make(image, self.files[index][1], epoch, index)
+        return cpu_payload(item, epoch, f"{path}: decoded on the CPU ({why})")
 
 
 def _images(ds: Dataset) -> Dataset:
