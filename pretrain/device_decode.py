@@ -272,9 +272,14 @@ def axis_weights(start: torch.Tensor, length: torch.Tensor, size: int, extent: i
     p = torch.where(stop.any(1), stop.double().argmax(1).double(), 22.0)
     p = p.clamp(max=MAX_WEIGHT_BITS)
     wi = torch.floor(w * 2.0 ** p[:, None, None] + 0.5).float()
-    col = (j + start.double()[:, None, None]).long().clamp(max=extent - 1)
-    dense = torch.zeros(w.shape[0], size, extent, device=device)
-    return dense.scatter_add_(2, col, wi), p.float()
+    # every tap to its own column, those outside the window to spare columns past the extent:
+    # unique indices, so index_put_ without accumulation (deterministic on CUDA as well)
+    spare = extent + torch.arange(taps, device=device)
+    col = torch.where(j < hi[..., None], (j + start.double()[:, None, None]).long(), spare)
+    rows = torch.arange(w.shape[0] * size, device=device).view(w.shape[0], size, 1)
+    dense = torch.zeros(w.shape[0], size, extent + taps, device=device)
+    dense.view(-1).index_put_(((rows * (extent + taps) + col).view(-1),), wi.view(-1))
+    return dense[..., :extent].contiguous(), p.float()
 
 
 @contextlib.contextmanager
