@@ -23,6 +23,7 @@ from pretrain import build, config, datasets, engine, imagefiles, views
 from pretrain import device_decode as dd
 from pretrain.config import ConfigError
 from pretrain.data import ResumableSampler, loader
+from tests.fakedata import write_imagenet100
 
 SPEC = views.ViewSpec(image_size=16, crop_scale=(0.2, 1.0), affine_degrees=0.0,
                       affine_translate=0.0, jitter_strength=0.4, jitter_prob=0.8,
@@ -165,6 +166,20 @@ def test_jpeg_size_reads_the_frame_header_and_names_what_the_device_cannot_read(
     assert dd.jpeg_size(good[: len(good) // 2]) == "truncated JPEG (no end-of-image marker)"
     assert dd.jpeg_size(good[:40]) == "broken JPEG header"
     assert dd.jpeg_size(corrupt_huffman(good)) == (30, 40)  # left to the decoder
+
+
+def test_file_samples_follow_class_subsets_and_skip_wrappers(tmp_path):
+    """The worker reads the file of each index of the training set as built (ImageNet-100's
+    class folders, data.in_classes, data.subset, data.skip_bad_images)."""
+    write_imagenet100(tmp_path, per_class=2, size=8)
+    base = datasets.build("imagenet100", str(tmp_path), "train", skip_bad=imagefiles.skip_counter())
+    sub = datasets.stratified_subset(datasets.ClassSubset(base, [3, 5, 7]), 1, seed=0)
+    files = dd.file_samples(sub)
+    assert files is not None and len(files) == len(sub) == 3
+    for i, (path, label) in enumerate(files):
+        image, y = sub[i]
+        assert y == label and torch.equal(imagefiles.read_image(path), torch.as_tensor(image))
+    assert dd.file_samples(datasets.Digits()) is None
 
 
 # ---- the path against the CPU path --------------------------------------------------------
