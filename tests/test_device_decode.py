@@ -381,6 +381,57 @@ def test_the_trainer_with_decode_on_device_matches_decode_on_cpu(tmp_path, capsy
     assert "training images decoded and cropped on cpu" in capsys.readouterr().out
 
 
+def tensors(path) -> dict[str, torch.Tensor]:
+    state = torch.load(path, weights_only=True)
+    out, stack = {}, [(k, state[k]) for k in ("model", "queue", "optimizer")]
+    while stack:
+        key, v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            out[key] = v
+        elif isinstance(v, dict):
+            stack += [(f"{key}/{k}", x) for k, x in v.items()]
+        elif isinstance(v, (list, tuple)):
+            stack += [(f"{key}/{i}", x) for i, x in enumerate(v)]
+    return out
+
+
+def test_a_resumed_device_decode_run_equals_an_uninterrupted_one(tmp_path):
+    """Two epochs in one go, and cut after step 3 then resumed: the same weights, queue and
+    optimizer state (the crops of the resumed steps are the uninterrupted run's)."""
+    write_folder(tmp_path / "data")
+
+    def run(out: str, *extra: str) -> int:
+        cfg = cfg_with(*TRAIN, f"data.root={tmp_path / 'data'}", f"out_dir={tmp_path / out}",
+                       "data.decode_on=device", "train.epochs=2", *extra)  # fmt: skip
+        return engine.main(cfg)
+
+    assert run("full", "train.max_steps=0") == 0
+    assert run("cut", "train.max_steps=3") == 0 and run("cut", "train.max_steps=0") == 0
+    a, b = (
+        tensors(tmp_path / "full/checkpoints/last.pt"),
+        tensors(tmp_path / "cut/checkpoints/last.pt"),
+    )
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_trainer_names_or_skips_a_corrupt_jpeg_on_the_device_path(tmp_path, capsys):
+    """A JPEG that fails the batched decode: exit 1 naming it, or skipped and counted."""
+    write_folder(tmp_path / "data", {"g.jpg": "huffman"})
+
+    def run(out: str, *extra: str) -> int:
+        cfg = cfg_with(*TRAIN, f"data.root={tmp_path / 'data'}", f"out_dir={tmp_path / out}",
+                       "data.decode_on=device", "train.max_steps=0", *extra)  # fmt: skip
+        return engine.main(cfg)
+
+    assert run("named") == 1
+    err = capsys.readouterr().err
+    assert re.search(r"cannot read image \S+g\.jpg", err) and "data.skip_bad_images" in err
+    assert run("skip", "data.skip_bad_images=true") == 0
+    rows = (tmp_path / "skip" / "metrics.jsonl").read_text()
+    assert '"skipped_images": 1' in rows
+    assert "g.jpg: skipped, unreadable" in capsys.readouterr().out
+
+
 # ---- the GPU ------------------------------------------------------------------------------
 
 
