@@ -284,13 +284,15 @@ def axis_weights(start: torch.Tensor, length: torch.Tensor, size: int, extent: i
 
 @contextlib.contextmanager
 def full_fp32() -> Iterator[None]:
-    """float32 matrix products without TF32 (the integer sums must stay exact)."""
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
+    """CUDA float32 matrix products without TF32 (the integer sums must stay exact), through the
+    backend's own flag: it works whether the run set TF32 by the legacy or the new API."""
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(old)
+        matmul.fp32_precision = old
 
 
 def _round_shift(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -137,6 +137,21 @@ def test_batched_crop_equals_torchvision_resized_crop(size):
     assert torch.equal(dd.resize_crops(images[3:7], boxes_t[3:7], size), ours[3:7])
 
 
+def test_tf32_is_off_inside_the_crop_and_restored_after():
+    """Integer weights up to 2**16 need float32's full mantissa (TF32 keeps 10 bits)."""
+    matmul = torch.backends.cuda.matmul
+    old = matmul.fp32_precision
+    try:
+        torch.set_float32_matmul_precision("high")  # a run that allows TF32 (legacy API)
+        with dd.full_fp32():
+            assert matmul.fp32_precision == "ieee"
+        assert matmul.fp32_precision == "tf32"
+    finally:  # the defaults again, for the tests that follow
+        torch.set_float32_matmul_precision("highest")
+        matmul.fp32_precision = old
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
 def test_heavy_downscale_stays_within_one_level():
     """Above aten's 16-bit weights (10x smaller): still within a level of torchvision."""
     img = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (3, 300, 320),
