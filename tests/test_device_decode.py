@@ -137,6 +137,19 @@ def test_batched_crop_equals_torchvision_resized_crop(size):
     assert torch.equal(dd.resize_crops(images[3:7], boxes_t[3:7], size), ours[3:7])
 
 
+def test_imagenet_sized_crops_equal_torchvision_on_every_pixel():
+    """500x375 -> 224 px, MoCo v2's scale: the downscales of an ImageNet run, bit-equal."""
+    rng = np.random.default_rng(1)
+    images = [torch.from_numpy(rng.integers(0, 256, (3, 375, 500), dtype=np.uint8))
+              for _ in range(3)]  # fmt: skip
+    boxes = [[*[ap.crop_box(rng, height=375, width=500, scale=(0.2, 1.0)) for _ in range(2)],
+              (0, 0, 375, 500)] for _ in images]  # fmt: skip
+    ours = dd.resize_crops(images, torch.tensor(boxes), 224)
+    for i, img in enumerate(images):
+        for k, box in enumerate(boxes[i]):
+            assert torch.equal(ours[i, k], TF.resized_crop(img, *box, [224, 224], antialias=True))
+
+
 def test_tf32_is_off_inside_the_crop_and_restored_after():
     """Integer weights up to 2**16 need float32's full mantissa (TF32 keeps 10 bits)."""
     matmul = torch.backends.cuda.matmul
