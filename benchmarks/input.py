@@ -20,7 +20,10 @@ the defaults at 224). At 224 px it also splits the time into decode, crop and ph
 Part 2, the trainer end to end (loader with the config's workers + train step) against a
 model-only step (the same ``engine.train_step`` on one pre-made batch), on digits_moco.yaml and on
 cifar10_moco.yaml read from the JPEG folder. On a CPU the CIFAR-10 model is shrunk
-(``--cifar-overrides``); on CUDA it is the recipe as shipped.
+(``--cifar-overrides``); on CUDA it is the recipe as shipped. On CUDA (or with
+``--imagenet-trainer``) also imagenet100_moco.yaml on 500x375 JPEGs (synthetic or ``--reencode``)
+with ``data.decode_on`` cpu and device: the ratio trainer / model-only is the input pipeline's
+cost (on a CPU a small model, CPU_IN100).
 
 Part 3 (``decode``), decode + RandomResizedCrop of both views at 224 px, per image, on
 ImageNet-sized JPEGs (500x375, quality 90: synthetic, or the images of ``--reencode FOLDER``
@@ -53,6 +56,9 @@ sys.path.insert(0, str(ROOT))
 
 from pretrain import build, config, data, device_decode, engine, imagefiles, views  # noqa: E402
 
+# imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
+CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",
+             "model.bn_splits=1", "moco.queue_size=256"]  # fmt: skip
 CPU_CIFAR = ["model.arch=resnet_small", "model.width=32", "train.batch_size=128",
              "model.bn_splits=1", "train.base_lr=0.03"]  # fmt: skip
 
@@ -355,6 +361,9 @@ def main() -> None:
         "instead of synthetic ones",
     )
     p.add_argument("--batch", type=int, default=None, help="part 3: images per batch (128)")
+    p.add_argument("--imagenet-trainer", action="store_true",
+                   help="part 2 on a CPU: also imagenet100_moco.yaml, decode_on cpu vs device "
+                   "(always on CUDA)")  # fmt: skip
     p.add_argument("--cifar-overrides", nargs="*", default=None,
                    help="CIFAR-10 trainer overrides (CPU default: CPU_CIFAR)")  # fmt: skip
     a = p.parse_args()
@@ -369,7 +378,7 @@ def main() -> None:
     notes: list[str] = []
     rows = ["| images | path | CPU ms / image | images/s (1 thread) | CPU time old/new |",
             "|---|---|---|---|---|"]  # fmt: skip
-    trows = ["| config | augment_on | trainer ms/step | model-only ms/step | ratio | "
+    trows = ["| config | augment_on (, decode_on) | trainer ms/step | model-only ms/step | ratio | "
              "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
     drows = ["| images | decode_on: where | CPU ms / image (1 thread) | wall ms / image, device "
              "synchronised | images/s (CPU time for workers, wall time otherwise) |",
@@ -456,9 +465,51 @@ def pipeline_part(a, n, rounds, batch, device, cifar, tmp, rows, notes) -> None:
     )
 
 
+def imagefolder_of(files: list[Path], root: Path) -> Path:
+    """train/c0, train/c1 (links to ``files``, alternating) and val/ with the first four."""
+    for i, f in enumerate(files):
+        for split in ("train", "val") if i < 4 else ("train",):
+            folder = root / split / f"c{i % 2}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f.name).symlink_to(f.resolve())
+    return root
+
+
+def imagenet_trainer(a, steps, device, tmp, trows, notes) -> None:
+    """imagenet100_moco.yaml on 500x375 JPEGs (synthetic or --reencode), data.decode_on cpu vs
+    device: the trainer against the model-only step (their gap is the input pipeline's cost)."""
+    n = 64 if a.quick else 768
+    (tmp / "in_src").mkdir(exist_ok=True)
+    if a.reencode:
+        files = reencoded_jpegs(Path(a.reencode), tmp / "in_src", n)
+    else:
+        files = imagenet_like_jpegs(tmp / "in_src", n)
+    root = imagefolder_of(files, tmp / "in_like")
+    # the queue fits the 768 images (16,384 in the recipe); the input pipeline does not see it
+    extra = list(CPU_IN100) if device.type == "cpu" else ["moco.queue_size=512"]
+    if a.quick:
+        extra += ["train.batch_size=16", "model.width=8", "moco.queue_size=32",
+                  "data.image_size=64"]  # fmt: skip
+    for decode in ("cpu", "device"):
+        over = [*extra, "data.name=imagefolder", f"data.root={root}", f"data.decode_on={decode}",
+                f"out_dir={tmp / ('run_in_' + decode)}", "train.progress_bar=false"]  # fmt: skip
+        cfg = config.load("imagenet100_moco.yaml", over)
+        tr, mo = trainer_vs_model(cfg, steps)
+        ips = 1e3 * cfg.train.batch_size / tr
+        trows.append(f"| imagenet100_moco.yaml | device, decode_on {decode} | {tr:.1f} | "
+                     f"{mo:.1f} | {tr / mo:.2f}x | {ips:.0f} |")  # fmt: skip
+    notes.append(
+        f"ImageNet-100 trainer: imagenet100_moco.yaml on {n} "
+        f"{'re-encoded' if a.reencode else 'synthetic'} 500x375 JPEGs (data.name=imagefolder), "
+        f"{' '.join(extra)}; default data.num_workers"
+    )
+
+
 def trainer_part(a, steps, device, cifar, tmp, trows, notes) -> None:
     """Part 2 (see the module docstring): rows and notes appended in place."""
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if device.type == "cuda" or a.imagenet_trainer:
+        imagenet_trainer(a, steps, device, tmp, trows, notes)
     trainers = [("digits_moco.yaml", [])]
     if (cifar / "train").is_dir():
         extra = a.cifar_overrides
