@@ -1,6 +1,7 @@
 """Input pipeline: CPU time per image and images/s, per-sample path vs two-stage path.
 
     python benchmarks/input.py [--quick] [--device cpu|cuda] [--cifar data/cifar10-jpg]
+                               [--parts pipeline trainer decode] [--reencode FOLDER]
                                [--results benchmarks/RESULTS.md] [--no-record]
 
 Part 1, the pipeline alone, one process and one thread (what one loader worker does), the two
@@ -19,7 +20,17 @@ the defaults at 224). At 224 px it also splits the time into decode, crop and ph
 Part 2, the trainer end to end (loader with the config's workers + train step) against a
 model-only step (the same ``engine.train_step`` on one pre-made batch), on digits_moco.yaml and on
 cifar10_moco.yaml read from the JPEG folder. On a CPU the CIFAR-10 model is shrunk
-(``--cifar-overrides``); on CUDA it is the recipe as shipped.
+(``--cifar-overrides``); on CUDA it is the recipe as shipped. On CUDA (or with
+``--imagenet-trainer``) also imagenet100_moco.yaml on 500x375 JPEGs (synthetic or ``--reencode``)
+with ``data.decode_on`` cpu and device: the ratio trainer / model-only is the input pipeline's
+cost (on a CPU a small model, CPU_IN100).
+
+Part 3 (``decode``), decode + RandomResizedCrop of both views at 224 px, per image, on
+ImageNet-sized JPEGs (500x375, quality 90: synthetic, or the images of ``--reencode FOLDER``
+re-encoded so by PIL): the CPU path (``data.decode_on: cpu``, what one loader worker does, one
+thread) against the device path (``data.decode_on: device``): the worker's share (read the bytes,
+parse the header, draw the parameters; CPU time) and the training process's batched decode + crop
+on ``--device`` (wall time with the device synchronised, and its host CPU time).
 """
 
 from __future__ import annotations
@@ -43,8 +54,11 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain import build, config, data, engine, views  # noqa: E402
+from pretrain import build, config, data, device_decode, engine, imagefiles, views  # noqa: E402
 
+# imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
+CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",
+             "model.bn_splits=1", "moco.queue_size=256"]  # fmt: skip
 CPU_CIFAR = ["model.arch=resnet_small", "model.width=32", "train.batch_size=128",
              "model.bn_splits=1", "train.base_lr=0.03"]  # fmt: skip
 
@@ -85,6 +99,22 @@ def imagenet_like_jpegs(folder: Path, n: int, seed: int = 0) -> list[Path]:
         arr = (img.clamp(0, 1) * 255).to(torch.uint8).permute(1, 2, 0).numpy()
         path = folder / f"{i:04d}.jpg"
         Image.fromarray(arr).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def reencoded_jpegs(source: Path, folder: Path, n: int) -> list[Path]:
+    """``n`` images of ``source`` (any format PIL reads, searched recursively, sorted) resized to
+    500x375 and saved at quality 90: full-size ImageNet-like JPEGs from, say, Imagenette."""
+    found = sorted(p for p in source.rglob("*") if imagefiles.is_image(p.name))
+    if not found:
+        raise FileNotFoundError(f"no images under {source}")
+    paths = []
+    for i in range(n):
+        with Image.open(found[i % len(found)]) as img:
+            big = img.convert("RGB").resize((500, 375), Image.Resampling.BICUBIC)
+        path = folder / f"re{i:04d}.jpg"
+        big.save(path, quality=90)
         paths.append(path)
     return paths
 
@@ -201,6 +231,57 @@ def pipeline_rows(
     )
 
 
+# ---- part 3: decode + crop, CPU path vs device path -------------------------------------------
+
+
+def decode_crop(files: list[Path], device: torch.device, rounds: int, batch: int) -> dict:
+    """Per-image times (ms) of decode + RandomResizedCrop (both views, 224 px, MoCo v2 scale)."""
+    d = config.DataConfig()
+    base = imagefiles.ImageFiles([(str(f), 0) for f in files], ["0"])
+    cpu = views.CropViews(base, build.view_spec(d), seed=0)
+    enc = device_decode.EncodedViews(cpu, base.samples)
+    crops, collate = device_decode.DeviceCrops(enc, device), device_decode.Collate(enc)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    n = len(files)
+    crops(collate([enc[(0, i)] for i in range(min(n, batch))]))  # warm-up (CUDA, nvjpeg)
+    runs: list[dict[str, float]] = []
+    for r in range(rounds):  # interleaved
+        t0 = cpu_clock()
+        for i in range(n):
+            cpu[(r, i)]
+        cpu_path = since(t0)[0]
+        t0 = cpu_clock()
+        items = [enc[(r, i)] for i in range(n)]
+        worker = since(t0)[0]
+        batches = [collate(items[lo : lo + batch]) for lo in range(0, n, batch)]
+        sync()
+        t0 = cpu_clock()
+        for b in batches:
+            crops(b)
+        sync()
+        main_cpu, main_wall = since(t0)
+        t0 = cpu_clock()
+        for b in batches:
+            crops.decode(b)
+        sync()
+        dec = since(t0)[1]
+        runs.append({"cpu_path": cpu_path, "worker": worker, "main_cpu": main_cpu,
+                     "main_wall": main_wall, "decode_wall": dec})  # fmt: skip
+    return {k: 1e3 * statistics.median(r[k] for r in runs) / n for k in runs[0]}
+
+
+def decode_rows(name: str, t: dict[str, float], device: torch.device) -> list[str]:
+    crop = t["main_wall"] - t["decode_wall"]
+    return [
+        f"| {name} | cpu: loader worker | {t['cpu_path']:.3f} | - | {1e3 / t['cpu_path']:.0f} |",
+        f"| {name} | device ({device}): loader worker | {t['worker']:.3f} | - | "
+        f"{1e3 / t['worker']:.0f} |",
+        f"| {name} | device ({device}): training process | {t['main_cpu']:.3f} | "
+        f"{t['main_wall']:.3f} (decode {t['decode_wall']:.3f} + crop {crop:.3f}) | "
+        f"{1e3 / t['main_wall']:.0f} |",
+    ]
+
+
 # ---- part 2: the trainer end to end ----------------------------------------------------------
 
 
@@ -266,6 +347,23 @@ def main() -> None:
     p.add_argument("--cifar", default="data/cifar10-jpg", help="CIFAR-10 JPEG folder")
     p.add_argument("--images", type=int, default=None, help="images per size (part 1)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per block (part 2)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["pipeline", "trainer", "decode"],
+        default=["pipeline", "trainer", "decode"],
+        help="which parts to run",
+    )
+    p.add_argument(
+        "--reencode",
+        default=None,
+        help="part 3: re-encode these images (a folder) at 500x375, quality 90, "
+        "instead of synthetic ones",
+    )
+    p.add_argument("--batch", type=int, default=None, help="part 3: images per batch (128)")
+    p.add_argument("--imagenet-trainer", action="store_true",
+                   help="part 2 on a CPU: also imagenet100_moco.yaml, decode_on cpu vs device "
+                   "(always on CUDA)")  # fmt: skip
     p.add_argument("--cifar-overrides", nargs="*", default=None,
                    help="CIFAR-10 trainer overrides (CPU default: CPU_CIFAR)")  # fmt: skip
     a = p.parse_args()
@@ -280,71 +378,52 @@ def main() -> None:
     notes: list[str] = []
     rows = ["| images | path | CPU ms / image | images/s (1 thread) | CPU time old/new |",
             "|---|---|---|---|---|"]  # fmt: skip
+    trows = ["| config | augment_on (, decode_on) | trainer ms/step | model-only ms/step | ratio | "
+             "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    drows = ["| images | decode_on: where | CPU ms / image (1 thread) | wall ms / image, device "
+             "synchronised | images/s (CPU time for workers, wall time otherwise) |",
+             "|---|---|---|---|---|"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if (cifar / "train").is_dir():
-            d = config.load("cifar10_moco.yaml", []).data
-            files32 = cifar_files(cifar, n)
-            r, _, _, split32 = pipeline_rows("CIFAR-10 32 px", files32, d, device, rounds, batch,
-                                             not a.quick)  # fmt: skip
-            rows += r
+        if "pipeline" in a.parts:
+            pipeline_part(a, n, rounds, batch, device, cifar, tmp, rows, notes)
+        if "decode" in a.parts:
+            torch.set_num_threads(1)  # one core on each side (a worker; the training process)
+            dn, db = (a.images or (16 if a.quick else 256)), (a.batch or (8 if a.quick else 128))
+            if a.reencode:
+                files = reencoded_jpegs(Path(a.reencode), tmp, dn)
+                what = f"{a.reencode} re-encoded at 500x375 q90"
+            else:
+                files = imagenet_like_jpegs(tmp, dn)
+                what = "synthetic 500x375 q90"
+            t = decode_crop(files, device, 1 if a.quick else 3, db)
+            drows += decode_rows(f"{what} -> 224 px", t, device)
             notes.append(
-                "32 px, CPU ms per image, stage 2 compiled (eager in --quick): decode_image "
-                f"{split32['decode']:.3f} + stage 1 {split32['crop']:.3f} + stage 2 "
-                f"{split32['photometric']:.3f}"
+                f"decode + crop: {dn} images, batches of {db}, medians of "
+                f"{1 if a.quick else 3} interleaved rounds, one thread per side"
+                + (
+                    "; 'device (cpu)' is the device path's code run on the CPU (how it is tested "
+                    "without a GPU), not a GPU figure; wall times on a loaded CPU overstate"
+                    if device.type == "cpu"
+                    else ""
+                )
             )
-        else:
-            msg = f"skipped 32 px and CIFAR-10: no CIFAR-10 JPEG folder at {cifar} (--cifar PATH)"
-            print(msg)
-            notes.append(msg)
-        big = imagenet_like_jpegs(tmp, n)
-        for size, name in ((96, "stl10_moco.yaml"), (224, None)):
-            d = config.load(name, []).data if name else config.DataConfig()
-            d.image_size = size
-            r, old_split, new_split, _ = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
-                                                       rounds, batch, not a.quick)  # fmt: skip
-            rows += r
-        o, w = old_split, new_split
-        notes.append(
-            f"224 px, CPU ms per image: old = PIL decode {o['decode']:.2f} + v2 chain "
-            f"{o['rest']:.2f}; new = decode_image {w['decode']:.2f} + crop {w['crop']:.2f} + "
-            f"photometric {w['photometric']:.2f}"
-        )
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
-        trows = ["| config | augment_on | trainer ms/step | model-only ms/step | ratio | "
-                 "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
-        trainers = [("digits_moco.yaml", [])]
-        if (cifar / "train").is_dir():
-            extra = a.cifar_overrides
-            if extra is None:
-                extra = CPU_CIFAR if device.type == "cpu" else []
-            if a.quick:
-                extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
-            root = cifar_root(cifar, tmp)
-            trainers.append(
-                ("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra])
-            )
-            notes.append(
-                f"CIFAR-10 trainer: cifar10_moco.yaml on the JPEG folder, {' '.join(extra)}"
-            )
-        for cfg_name, extra in trainers:
-            for where in ("device", "workers"):
-                over = [*extra, f"data.augment_on={where}", f"out_dir={tmp / 'run'}",
-                        "train.progress_bar=false"]  # fmt: skip
-                if a.quick and cfg_name.startswith("digits"):
-                    over += ["model.width=8"]
-                cfg = config.load(cfg_name, over)
-                tr, mo = trainer_vs_model(cfg, steps)
-                ips = 1e3 * cfg.train.batch_size / tr
-                trows.append(f"| {cfg_name} | {where} | {tr:.1f} | {mo:.1f} | {tr / mo:.2f}x | "
-                             f"{ips:.0f} |")  # fmt: skip
+        if "trainer" in a.parts:
+            trainer_part(a, steps, device, cifar, tmp, trows, notes)
     now = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
-    head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{n} images per size, "
-            f"{rounds} interleaved rounds, stage 2 on {device}), {now}\n\n"
-            f"{machine(device)}\n\n")  # fmt: skip
-    text = (head + "\n".join(rows) + "\n\n" + "\n".join(f"- {s}" for s in notes) +
-            f"\n\nTrainer end to end ({steps} steps per block, default workers) vs model-only step:"
-            "\n\n" + "\n".join(trows) + "\n")  # fmt: skip
+    sizes = f"{n} images per size, {rounds} interleaved rounds, " if "pipeline" in a.parts else ""
+    head = (f"\n## Input pipeline ({'quick, ' if a.quick else ''}{sizes}stage 2 on {device}; "
+            f"parts: {', '.join(a.parts)}), {now}\n\n{machine(device)}\n\n")  # fmt: skip
+    text = head
+    if "pipeline" in a.parts:
+        text += "\n".join(rows) + "\n\n"
+    if "decode" in a.parts:
+        text += ("Decode + RandomResizedCrop (both views), data.decode_on cpu vs device:\n\n"
+                 + "\n".join(drows) + "\n\n")  # fmt: skip
+    text += "\n".join(f"- {s}" for s in notes) + "\n"
+    if "trainer" in a.parts:
+        text += (f"\nTrainer end to end ({steps} steps per block, default workers) vs model-only "
+                 "step:\n\n" + "\n".join(trows) + "\n")  # fmt: skip
     print(text)
     if not a.no_record:
         results = Path(a.results)
@@ -352,6 +431,108 @@ def main() -> None:
             results.write_text("# Benchmark results (appended by the scripts in benchmarks/)\n")
         with results.open("a") as f:
             f.write(text)
+
+
+def pipeline_part(a, n, rounds, batch, device, cifar, tmp, rows, notes) -> None:
+    """Part 1 (see the module docstring): rows and notes appended in place."""
+    if (cifar / "train").is_dir():
+        d = config.load("cifar10_moco.yaml", []).data
+        files32 = cifar_files(cifar, n)
+        r, _, _, split32 = pipeline_rows("CIFAR-10 32 px", files32, d, device, rounds, batch,
+                                         not a.quick)  # fmt: skip
+        rows += r
+        notes.append(
+            "32 px, CPU ms per image, stage 2 compiled (eager in --quick): decode_image "
+            f"{split32['decode']:.3f} + stage 1 {split32['crop']:.3f} + stage 2 "
+            f"{split32['photometric']:.3f}"
+        )
+    else:
+        msg = f"skipped 32 px and CIFAR-10: no CIFAR-10 JPEG folder at {cifar} (--cifar PATH)"
+        print(msg)
+        notes.append(msg)
+    big = imagenet_like_jpegs(tmp, n)
+    for size, name in ((96, "stl10_moco.yaml"), (224, None)):
+        d = config.load(name, []).data if name else config.DataConfig()
+        d.image_size = size
+        r, old_split, new_split, _ = pipeline_rows(f"500x375 JPEG -> {size} px", big, d, device,
+                                                   rounds, batch, not a.quick)  # fmt: skip
+        rows += r
+    o, w = old_split, new_split
+    notes.append(
+        f"224 px, CPU ms per image: old = PIL decode {o['decode']:.2f} + v2 chain "
+        f"{o['rest']:.2f}; new = decode_image {w['decode']:.2f} + crop {w['crop']:.2f} + "
+        f"photometric {w['photometric']:.2f}"
+    )
+
+
+def imagefolder_of(files: list[Path], root: Path) -> Path:
+    """train/c0, train/c1 (links to ``files``, alternating) and val/ with the first four."""
+    for i, f in enumerate(files):
+        for split in ("train", "val") if i < 4 else ("train",):
+            folder = root / split / f"c{i % 2}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f.name).symlink_to(f.resolve())
+    return root
+
+
+def imagenet_trainer(a, steps, device, tmp, trows, notes) -> None:
+    """imagenet100_moco.yaml on 500x375 JPEGs (synthetic or --reencode), data.decode_on cpu vs
+    device: the trainer against the model-only step (their gap is the input pipeline's cost)."""
+    n = 64 if a.quick else 768
+    (tmp / "in_src").mkdir(exist_ok=True)
+    if a.reencode:
+        files = reencoded_jpegs(Path(a.reencode), tmp / "in_src", n)
+    else:
+        files = imagenet_like_jpegs(tmp / "in_src", n)
+    root = imagefolder_of(files, tmp / "in_like")
+    # the queue fits the 768 images (16,384 in the recipe); the input pipeline does not see it
+    extra = list(CPU_IN100) if device.type == "cpu" else ["moco.queue_size=512"]
+    if a.quick:
+        extra += ["train.batch_size=16", "model.width=8", "moco.queue_size=32",
+                  "data.image_size=64"]  # fmt: skip
+    for decode in ("cpu", "device"):
+        over = [*extra, "data.name=imagefolder", f"data.root={root}", f"data.decode_on={decode}",
+                f"out_dir={tmp / ('run_in_' + decode)}", "train.progress_bar=false"]  # fmt: skip
+        cfg = config.load("imagenet100_moco.yaml", over)
+        tr, mo = trainer_vs_model(cfg, steps)
+        ips = 1e3 * cfg.train.batch_size / tr
+        trows.append(f"| imagenet100_moco.yaml | device, decode_on {decode} | {tr:.1f} | "
+                     f"{mo:.1f} | {tr / mo:.2f}x | {ips:.0f} |")  # fmt: skip
+    notes.append(
+        f"ImageNet-100 trainer: imagenet100_moco.yaml on {n} "
+        f"{'re-encoded' if a.reencode else 'synthetic'} 500x375 JPEGs (data.name=imagefolder), "
+        f"{' '.join(extra)}; default data.num_workers"
+    )
+
+
+def trainer_part(a, steps, device, cifar, tmp, trows, notes) -> None:
+    """Part 2 (see the module docstring): rows and notes appended in place."""
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if device.type == "cuda" or a.imagenet_trainer:
+        imagenet_trainer(a, steps, device, tmp, trows, notes)
+    trainers = [("digits_moco.yaml", [])]
+    if (cifar / "train").is_dir():
+        extra = a.cifar_overrides
+        if extra is None:
+            extra = CPU_CIFAR if device.type == "cpu" else []
+        if a.quick:
+            extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
+        root = cifar_root(cifar, tmp)
+        trainers.append(
+            ("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra])
+        )
+        notes.append(f"CIFAR-10 trainer: cifar10_moco.yaml on the JPEG folder, {' '.join(extra)}")
+    for cfg_name, extra in trainers:
+        for where in ("device", "workers"):
+            over = [*extra, f"data.augment_on={where}", f"out_dir={tmp / 'run'}",
+                    "train.progress_bar=false"]  # fmt: skip
+            if a.quick and cfg_name.startswith("digits"):
+                over += ["model.width=8"]
+            cfg = config.load(cfg_name, over)
+            tr, mo = trainer_vs_model(cfg, steps)
+            ips = 1e3 * cfg.train.batch_size / tr
+            trows.append(f"| {cfg_name} | {where} | {tr:.1f} | {mo:.1f} | {tr / mo:.2f}x | "
+                         f"{ips:.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

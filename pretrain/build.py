@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import augment, cores, data, datasets, dist, imagefiles, losses, views
+from pretrain import augment, cores, data, datasets, device_decode, dist, imagefiles, losses, views
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -104,9 +104,9 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
 
 @dataclass
 class Data:
-    train: data.TwoViews | views.CropViews
+    train: data.TwoViews | views.CropViews | device_decode.EncodedViews
     sampler: data.ResumableSampler
-    train_loader: DataLoader
+    train_loader: DataLoader | device_decode.DecodedLoader  # the latter with decode_on device
     bank_loader: DataLoader  # training images, eval transform: the kNN memory bank
     test_loader: DataLoader  # held-out images, eval transform
     num_classes: int
@@ -114,6 +114,7 @@ class Data:
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.cores)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
+    decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -123,7 +124,24 @@ def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
 IMAGE_FILES = ("imagefolder", "imagenet100")  # split names are folders or image lists
 
 
-def datasets_for(cfg: Config) -> Data:
+def decode_on(d: DataConfig, device: torch.device | str) -> str:
+    """``data.decode_on`` for a run on ``device``: auto is device on CUDA for image files with
+    the two-stage pipeline and no RandomAffine, else cpu (config.validate refuses an explicit
+    device where it cannot apply)."""
+    if d.decode_on != "auto":
+        return d.decode_on
+    fits = (
+        torch.device(device).type == "cuda"
+        and d.name in IMAGE_FILES
+        and d.augment_on == "device"
+        and d.affine_degrees == 0
+        and d.affine_translate == 0
+    )
+    return "device" if fits else "cpu"
+
+
+def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
+    """The run's datasets and loaders; ``device`` is the training device (data.decode_on)."""
     d = cfg.data
     skipped = imagefiles.skip_counter() if d.skip_bad_images else None
     files = d.name in IMAGE_FILES
@@ -165,10 +183,15 @@ def datasets_for(cfg: Config) -> Data:
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)
     workers = cores.loader_workers(d.num_workers)
+    where = decode_on(d, device)
+    if where == "device":
+        train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
+    else:
+        train_loader = data.loader(train, per_rank, sampler, workers, pin)
     return Data(
         train=train,
         sampler=sampler,
-        train_loader=data.loader(train, per_rank, sampler, workers, pin),
+        train_loader=train_loader,
         bank_loader=eval_loader(data.Transformed(base_bank, tf), cfg.eval.batch_size, workers),
         test_loader=eval_loader(data.Transformed(base_test, tf), cfg.eval.batch_size, workers),
         num_classes=datasets.num_classes(base_bank),
@@ -176,7 +199,39 @@ def datasets_for(cfg: Config) -> Data:
         num_workers=workers,
         skipped=skipped,
         augment=photometric(d) if d.augment_on == "device" else None,
+        decode_on=where,
     )
+
+
+def device_loader(
+    crops: views.CropViews,
+    sampler: data.ResumableSampler,
+    per_rank: int,
+    workers: int,
+    pin: bool,
+    device: torch.device | str,
+) -> tuple[device_decode.EncodedViews, device_decode.DecodedLoader]:
+    """``decode_on: device``: workers read bytes and draw the crops, the training process
+    decodes and crops each batch on ``device`` (pretrain/device_decode.py)."""
+    files = device_decode.file_samples(crops.base)
+    if files is None:  # config.validate admits image files only
+        raise ConfigError("data.decode_on=device needs a dataset of image files")
+    encoded = device_decode.EncodedViews(crops, files)
+    others = sum(not p.lower().endswith((".jpg", ".jpeg")) for p, _ in files)
+    if dist.is_main():
+        print(
+            f"data.decode_on=device: training images decoded and cropped on {device}"
+            + (
+                f"; {others} of {len(files)} files are not .jpg/.jpeg and decode on the CPU "
+                "in the loader workers (each named once below)"
+                if others
+                else ""
+            ),
+            flush=True,
+        )
+    loader = data.loader(encoded, per_rank, sampler, workers, pin,
+                         collate_fn=device_decode.Collate(encoded))  # fmt: skip
+    return encoded, device_decode.DecodedLoader(loader, device_decode.DeviceCrops(encoded, device))
 
 
 def queue(cfg: Config, train_size: int) -> LabeledQueue:

@@ -44,9 +44,13 @@ class DataConfig:
     hflip_prob: float = 0.5  # MoCo v2; digits must not be mirrored
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
-    num_workers: int = 8  # DataLoader processes per rank, capped at this rank's cores - 1
+    num_workers: int = -1  # DataLoader processes per rank; -1 = this rank's share of the cores
+    # minus one (the training process's; pretrain/cores.py); explicit counts are capped at that
     augment_on: str = "device"  # device: crops in workers, photometric ops batched on the
     # training device (pretrain/augment.py); workers: all per sample in workers (the reference)
+    decode_on: str = "auto"  # where training JPEGs are decoded and cropped: cpu (loader
+    # workers), device (whole batch in the training process, nvjpeg on CUDA; docs/gpu_decode.md),
+    # auto = device on CUDA for imagefolder/imagenet100 with augment_on device and no affine
     augment_compile: bool = False  # torch.compile stage 2 (augment_on: device): ~3x less CPU per
     # image at 32 px on a CPU; ~30 s of compile at the first step; needs a C++ compiler on a CPU
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"; imagefolder: a
@@ -172,6 +176,7 @@ CHOICES = {
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),
+    "data.decode_on": ("auto", "cpu", "device"),
     "eval.knn_features": ("backbone", "head", "head+backbone", "backbone+head"),
 }
 
@@ -412,7 +417,20 @@ def validate(cfg: Config) -> None:
             "compiles stage 2, which only data.augment_on=device has; set it false for workers",
         ),
         ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
-        ("data.num_workers", cfg.data.num_workers >= 0, "must be 0 or positive"),
+        ("data.num_workers", cfg.data.num_workers >= -1, "must be -1 (automatic), 0 or positive"),
+        (
+            "data.decode_on",
+            cfg.data.decode_on != "device"
+            or (
+                cfg.data.augment_on == "device"
+                and cfg.data.name in ("imagefolder", "imagenet100")
+                and cfg.data.affine_degrees == 0
+                and cfg.data.affine_translate == 0
+            ),
+            "= device needs image files (data.name imagefolder or imagenet100), "
+            "data.augment_on=device and no RandomAffine (data.affine_degrees = "
+            "data.affine_translate = 0); use auto or cpu",
+        ),
         (
             "data.subset",
             cfg.data.subset == 0

@@ -24,5 +24,8 @@ def per_rank() -> int:
 
 def loader_workers(requested: int) -> int:
     """``data.num_workers`` capped so workers plus the training process fit this rank's cores:
-    at most ``per_rank() - 1`` (0 = load in the training process on a one-core share)."""
-    return max(0, min(requested, per_rank() - 1))
+    at most ``per_rank() - 1`` (0 = load in the training process on a one-core share). A
+    negative request (the default, -1) takes that maximum: a 16-core node with one GPU runs 15
+    workers, with 8 GPUs each rank runs 1."""
+    most = per_rank() - 1
+    return max(0, most if requested < 0 else min(requested, most))

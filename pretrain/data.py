@@ -154,6 +154,7 @@ def loader(
     sampler: Sampler | None,
     num_workers: int,
     pin_memory: bool = False,
+    collate_fn: Any = None,
 ) -> DataLoader:
     """A DataLoader with its own generator, so creating an iterator never draws from the global
     RNG (a resumed run must see the same global RNG stream as an uninterrupted one)."""
@@ -165,6 +166,7 @@ def loader(
         drop_last=False,
         num_workers=num_workers,
         pin_memory=pin_memory,
+        collate_fn=collate_fn,
         persistent_workers=num_workers > 0,
         worker_init_fn=_quiet_worker,
         generator=torch.Generator().manual_seed(0),

@@ -414,7 +414,7 @@ def setup(cfg: Config) -> Run:
     else:
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.seed + dist.rank())
-    data = build.datasets_for(cfg)
+    data = build.datasets_for(cfg, device)
     if data.augment is not None:
         data.augment.to(device)
     info = config.derived(cfg, len(data.train), dist.world_size())

@@ -143,6 +143,10 @@ class CropViews(Dataset):
     def __getitem__(self, key: tuple[int, int]) -> tuple[Any, ...]:
         epoch, index = key
         image, label = self.base[index]
+        return self.make(image, label, epoch, index)
+
+    def make(self, image: Any, label: int, epoch: int, index: int) -> tuple[Any, ...]:
+        """The item of ``(epoch, index)`` from its image (decoded elsewhere) and label."""
         image = as_uint8_tensor(image)
         rng = ap.sample_rng(self.seed, epoch, index)
         size = self.spec.image_size
