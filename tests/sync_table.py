@@ -1,6 +1,6 @@
 """The documented number of would-be CUDA host syncs per steady-state training step, as measured
-by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md's sync table
-copies it). A pair's count is its loss's plus its strategy's (the kappa head adds 0).
+by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md's
+sync table copies it). A pair's count is its loss's plus its strategy's (the kappa head adds 0).
 
 A new loss or strategy has no entry, so the test fails until its count is written here
 with its reason.
