@@ -161,3 +161,19 @@ def test_nccl_ranks_one_gpu_each(tmp_path, on_cuda):
         assert (got["backend"], got["device"]) == ("nccl", f"cuda:{r}")
         assert got["any_rank"] == {"none": False, "last_only": True, "first_only": True,
                                    "all": True}  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "device"), [("cpu", "cpu"), ("auto", "cuda")])
+def test_pinned_batches_and_cuda_rng_follow_the_run_s_device(monkeypatch, tmp_path, env, device):
+    """On a CUDA host (faked) a CPU-pinned run neither pins its batches nor touches the CUDA RNG
+    (a real CUDA call would fail here); a GPU run pins them for the loop's non-blocking upload
+    and saves the CUDA RNG state."""
+    from pretrain import build, checkpoint, config
+
+    fake_cuda(monkeypatch, True)
+    monkeypatch.setenv(dist.DEVICE_ENV, env)
+    state = torch.ones(4, dtype=torch.uint8)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: state)
+    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", "data.num_workers=0"])
+    assert build.datasets_for(cfg).train_loader.pin_memory == (device == "cuda")
+    assert checkpoint.rng_state()["cuda"] == ([state] if device == "cuda" else [])
