@@ -6,21 +6,21 @@
 #   benchmarks/gpu_suite.sh --parts sync,step --budget step=300   # some parts, another budget
 #
 # Parts, in order of value, each under its own time budget (`timeout`, seconds):
-#   sync   (90)  benchmarks/step.py --mode all --sync-debug error: every strategy, every negative
-#                baseline and the cifar10_moco recipe's step (bf16 channels_last) under
+#   sync   (100) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
+#                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
-#   step   (120) benchmarks/step.py: on CUDA --mode precision, the cifar10_moco and digits steps
-#                eager and compiled (bf16 channels_last); on a CPU the strategies table
+#   step   (120) benchmarks/step.py --mode all: the same steps timed (20 each), sync debug off; on
+#                a CPU the strategies table (--quick)
 #   ocsvm  (60)  benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
 #   input  (60)  benchmarks/input.py: the input pipeline (--quick on a CPU)
-#   tests  (120) pytest -m cuda: the cuda-marked tests (CUDA only)
-# 450 s of budgets in all. Each benchmark appends its table to the results file (default
+#   tests  (90)  pytest -m cuda: the cuda-marked tests (CUDA only)
+# 430 s of budgets in all. Each benchmark appends its table to the results file (default
 # benchmarks/RESULTS.md) when it ends, and this script appends a line per part as soon as the part
 # ends (passed / FAILED / timed out, with its seconds), so a run cut short keeps every table it
 # measured. A part that runs past its budget is killed (SIGTERM, then SIGKILL 10 s later) and the
 # next part starts. Without CUDA the CUDA-only parts are skipped (printed) and the benchmarks run
 # on the CPU. A benchmark script or flag that this checkout lacks is skipped with a printed note.
-# Exit status: 1 if any part that ran failed or timed out, 2 on bad usage, else 0.
+# Exit status: 1 if any part that ran failed or timed out, 2 on bad usage (or no device), else 0.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="${PWD}${PYTHONPATH:+:$PYTHONPATH}"
@@ -28,7 +28,7 @@ PY="${PYTHON:-python}"
 QUICK=()
 RESULTS="benchmarks/RESULTS.md"
 PARTS="sync,step,ocsvm,input,tests"
-declare -A BUDGET=([sync]=90 [step]=120 [ocsvm]=60 [input]=60 [tests]=120)
+declare -A BUDGET=([sync]=100 [step]=120 [ocsvm]=60 [input]=60 [tests]=90)
 usage() { echo "usage: $0 [--quick] [--results PATH] [--parts LIST] [--budget PART=SECONDS]..." >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,10 +52,11 @@ for part in "${SELECTED[@]}"; do
   fi
 done
 { read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
-cuda = torch.cuda.is_available()
+from pretrain import dist
+cuda = dist.device_type() == 'cuda'  # CUDA if visible, unless NEGMINE_DEVICE=cpu
 print('cuda' if cuda else 'cpu')
 print(torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine())")
-if [ -z "${DEVICE:-}" ]; then echo "gpu_suite: $PY cannot import torch" >&2; exit 1; fi
+if [ -z "${DEVICE:-}" ]; then echo "gpu_suite: no device from $PY (the error above)" >&2; exit 2; fi
 status=0
 note() { echo "gpu_suite: $*"; }
 record() { echo "- $*" >> "$RESULTS"; }
@@ -100,8 +101,7 @@ part_sync() {
 
 part_step() {
   if [ "$DEVICE" = cuda ]; then
-    bench_part step benchmarks/step.py --mode precision --steps 10 \
-      --settings "bf16 channels_last,compile + bf16 channels_last"
+    bench_part step benchmarks/step.py --mode all --settings "bf16 channels_last"
   else
     bench_part step benchmarks/step.py  # the strategies table, --quick sizes
   fi
