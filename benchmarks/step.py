@@ -44,7 +44,7 @@ from sync_table import STRATEGY_SYNCS  # noqa: E402  (the documented host-sync c
 
 import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain import config, engine  # noqa: E402
+from pretrain import config, dist, engine  # noqa: E402
 
 DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
     "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
@@ -263,7 +263,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=0, help="timed steps per setting")
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="tiny models, few steps (CI)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=dist.device_type(), help="default: the trainer's")
     p.add_argument("--sync-debug", choices=("off", "error"), default="off")
     p.add_argument("--settings", default="", help="precision mode: comma list (default: all)")
     p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))

@@ -38,6 +38,9 @@ from pretrain.augment_params import (
     THETA,
 )
 
+# color_jitter reads the three blend factors as one slice of columns
+assert (CONTRAST, SATURATION) == (BRIGHTNESS + 1, BRIGHTNESS + 2)
+
 
 def blur_kernel_size(image_size: int) -> int:
     """About 10 % of the side, odd, at least 3 (SimCLR; the reference path's rule)."""
@@ -97,7 +100,7 @@ def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     )
     h6 = sector.div_(torch.where(chroma == 0, torch.ones_like(chroma), chroma))
     h6 = h6.add_((6.0 * shift).view(-1, 1, 1)).unsqueeze(-3)  # (N, 1, H, W), any real
-    n = torch.tensor([5.0, 3.0, 1.0], dtype=x.dtype, device=x.device).view(3, 1, 1)
+    n = torch.arange(5.0, 0.0, -2.0, dtype=x.dtype, device=x.device).view(3, 1, 1)  # 5, 3, 1
     k = (h6 + n).remainder_(6.0)  # (N, 3, H, W)
     ramp = k.sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)  # min(k, 4 - k), in place
     return ramp.mul_(chroma.unsqueeze(-3)).neg_().add_(maxc.unsqueeze(-3))
@@ -129,7 +132,8 @@ def color_jitter(
     shapes. ``orders`` is ``ORDERS`` as a tensor on ``x``'s device, (24, 4)."""
     order = orders[params[:, ORDER].long()]  # (N, 4): op index at each position, hue = 3
     hue_at = (order == 3).long().argmax(dim=1)  # (N,) position of the hue step
-    factors = params[:, [BRIGHTNESS, CONTRAST, SATURATION]]  # (N, 3)
+    factors = params[:, BRIGHTNESS : SATURATION + 1]  # (N, 3); a slice: a Python list index
+    # would build its index tensor on the host and copy it to the device every step
     none = torch.full_like(order[:, 0], -1)
     for pos in range(3):  # before hue: positions 0..2 where pos < hue_at
         op = torch.where(hue_at > pos, order[:, pos], none)
@@ -205,7 +209,9 @@ def affine_nearest(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=dev).unsqueeze_(-1)
     )
     base[..., 2].fill_(1)
-    scale = torch.tensor([0.5 * w, 0.5 * h], dtype=dt, device=dev)
+    # torchvision divides by torch.tensor([0.5 * w, 0.5 * h]): the same float32 divisors here,
+    # built on the device (a tensor from a Python list is a host-to-device copy every step)
+    scale = torch.stack([torch.full((), 0.5 * side, dtype=dt, device=dev) for side in (w, h)])
     rescaled = theta.to(dt).view(n, 2, 3).transpose(1, 2).div(scale)  # (N, 3, 2)
     grid = base.view(1, h * w, 3).expand(n, -1, -1).bmm(rescaled).view(n, h, w, 2)
     return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)

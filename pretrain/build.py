@@ -179,7 +179,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     sampler = data.ResumableSampler(
         len(train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(), world_size=world
     )
-    pin = torch.cuda.is_available()
+    pin = dist.device_type() == "cuda"  # pinned batches: the loop's non-blocking upload
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)
     workers = cores.loader_workers(d.num_workers)

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pretrain import dist
+
 FORMAT = "negmine-1"
 REQUIRED = (
     "format",
@@ -127,7 +129,7 @@ def rng_state() -> dict[str, Any]:
     return {
         "torch": torch.get_rng_state(),
         # this rank's device only: every rank shares the seed, so rank 0's state fits them all
-        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
+        "cuda": [torch.cuda.get_rng_state()] if dist.device_type() == "cuda" else [],
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "python": random.getstate(),
     }
@@ -135,7 +137,7 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
+    if state["cuda"] and dist.device_type() == "cuda":
         torch.cuda.set_rng_state(state["cuda"][0])  # into this rank's current device
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))

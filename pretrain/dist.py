@@ -19,8 +19,11 @@ import torch
 import torch.distributed as td
 
 from negatives.base import rank_and_world
+from pretrain.config import ConfigError
 
 _control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)
+DEVICE_ENV = "NEGMINE_DEVICE"  # cpu | cuda | auto (or unset): the device this process trains on
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 def is_on() -> bool:
@@ -39,22 +42,47 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def device_type() -> str:
+    """``"cuda"`` or ``"cpu"``: the device this process trains on.
+
+    ``$NEGMINE_DEVICE`` if set to ``cpu`` or ``cuda``; otherwise (unset, empty or ``auto``) CUDA
+    whenever torch sees a GPU, so a run on a GPU node takes the GPU (and NCCL) by default. The test
+    suite sets ``cpu`` (tests/conftest.py): its ranks share one host, and several ranks cannot
+    share one GPU under NCCL."""
+    want = os.environ.get(DEVICE_ENV, "").strip().lower() or "auto"
+    if want not in DEVICE_CHOICES:
+        raise ConfigError(
+            f"{DEVICE_ENV}={os.environ[DEVICE_ENV]!r}: must be one of {', '.join(DEVICE_CHOICES)}"
+        )
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{DEVICE_ENV}=cuda, but torch sees no CUDA device")
+    return want
+
+
+def backend(device: str) -> str:
+    """The default process group's backend for ranks on ``device`` (``cpu``/``cuda``)."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
 def init_from_env(timeout_min: float | None = None) -> torch.device:
     """Join the process group of torchrun's (or srun's) variables, if any; return the device.
 
-    NCCL on CUDA, gloo on CPU; a gloo group for control messages (:func:`any_rank`) is created
-    alongside, collectively, so that no rank creates it alone later. ``timeout_min`` (config
-    ``train.dist_timeout_min``) bounds every collective of both groups, e.g. the barrier the
-    other ranks wait in while rank 0 runs the kNN monitor (NCCL's default is 10 minutes).
+    The device is :func:`device_type`'s. NCCL on CUDA, gloo on CPU; a gloo group for control
+    messages (:func:`any_rank`) is created alongside, collectively, so that no rank creates it
+    alone later. ``timeout_min`` (config ``train.dist_timeout_min``) bounds every collective of
+    both groups, e.g. the barrier the other ranks wait in while rank 0 runs the kNN monitor
+    (NCCL's default is 10 minutes).
     """
     slurm_env_to_torch()
+    device = device_type()
     timeout = datetime.timedelta(minutes=timeout_min) if timeout_min else None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_on():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        td.init_process_group(backend, timeout=timeout)
+        td.init_process_group(backend(device), timeout=timeout)
     if is_on():
         _control_group(timeout)
-    if torch.cuda.is_available():
+    if device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
         torch.cuda.set_device(local)
         return torch.device("cuda", local)

@@ -92,9 +92,10 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         if i == WARM + COUNTED:
             break
-        x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         engine.set_lr(run, EPOCH)
-        with SyncCounter() as syncs:  # the batched photometric stage 2 is counted too
+        with SyncCounter() as syncs:  # the transfer and the batched photometric stage 2 too
+            # the loop's transfer (pretrain/engine.py train_one_epoch): pinned, non-blocking
+            x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
             engine.train_step(run, x1, x2, y, EPOCH, *rows)
         if i >= WARM:
             counts.append(syncs.count)

@@ -12,7 +12,7 @@ snapshot ``.grad`` first), the queue keys, labels and pointer; at the end the pa
 encoders, the global RNG state, and the answers of ``dist.any_rank`` on a few patterns. The
 models it builds use SiLU where the trainer's use ReLU (``smooth_activations``).
 ``--control`` only joins the group with ``dist.init_from_env`` and records the torch.distributed
-variables it exported and the ``dist.any_rank`` answers.
+variables it exported, the group's backend, the device and the ``dist.any_rank`` answers.
 Not a test file: pytest does not collect it.
 """
 
@@ -56,11 +56,13 @@ def any_rank_answers() -> dict[str, bool]:
 
 
 def control(out: Path) -> None:
-    dist.init_from_env()
+    device = dist.init_from_env()
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
     result = {
         "rank": dist.rank(),
         "world_size": dist.world_size(),
+        "backend": torch.distributed.get_backend() if dist.is_on() else None,
+        "device": str(device),
         "env": {k: os.environ.get(k) for k in names},
         "any_rank": any_rank_answers(),
     }

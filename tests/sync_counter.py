@@ -20,7 +20,18 @@ each op below blocks the host until the device queue drains; on a CPU they run a
   do not dispatch when the tensor is on the CPU) are counted by wrapping those methods while the
   counter is active: in a training step any of them is a host copy on a GPU. One such call is
   one sync (``t.tolist()`` is one copy on CUDA, not one ``.item()`` per element as on a CPU), and
-  ``t.cpu().numpy()`` counts once.
+  ``t.cpu().numpy()`` counts once;
+- host-to-device copies of host data. A tensor built inside the step from Python or numpy data
+  (``torch.tensor(list, device=dev)``, ``x.new_tensor``, ``torch.as_tensor``/``from_numpy``, and
+  indexing with a Python list ``x[:, [1, 2]]``, whose index tensor is built on the host) is
+  dispatched as ``aten.lift_fresh`` on every device: kind ``host_data``. On CUDA its data is
+  copied from pageable host memory, which serialises with the device (``set_sync_debug_mode``
+  flags it), so it counts on the CPU as well; build such constants with tensor ops
+  (``torch.arange``, ``torch.full``) or once per device. A 0-dim one is not counted: ``x[i] =
+  0.5`` dispatches one too and fills on the device (``torch.tensor(0.5, device=dev)`` is a copy
+  that goes uncounted). A copy of a CPU tensor to
+  another device (``_to_copy``/``copy_``) counts as ``host_copy`` unless it is non-blocking from
+  pinned memory or of a 0-dim tensor (a kernel argument); on a CPU there is no such copy.
 
 Not a test file: importable by tests (``tests/`` is on pytest's path) and by the benchmarks
 (``sys.path.insert(0, "tests")``).
@@ -158,12 +169,29 @@ def classify(func: Any, args: tuple, kwargs: dict) -> str | None:
             return "mask_index"
     if func is aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
         return "repeat_interleave"  # the other overloads decompose into this one
+    if packet is aten.lift_fresh and args[0].dim() > 0:
+        return "host_data"
     if packet is aten._to_copy:
-        src = args[0]
-        if _is_host(kwargs.get("device")) and src.device.type != "cpu":
+        src, dev = args[0], kwargs.get("device")
+        if _is_host(dev) and src.device.type != "cpu":
+            return "host_copy"
+        if dev is not None and not _is_host(dev) and _blocking_upload(src, kwargs):
             return "host_copy"
     if packet is aten.copy_:
         dst, src = args[0], args[1]
         if dst.device.type == "cpu" and src.device.type not in ("cpu", "meta"):
             return "host_copy"
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        if dst.device.type not in ("cpu", "meta") and _blocking_upload(
+            src, {"non_blocking": non_blocking}
+        ):
+            return "host_copy"
     return None
+
+
+def _blocking_upload(src: torch.Tensor, kwargs: dict) -> bool:
+    """A host-to-device copy that waits for the device: from a CPU tensor of at least one dim,
+    blocking or from pageable memory (non-blocking from pinned memory is asynchronous)."""
+    if src.device.type != "cpu" or src.dim() == 0:
+        return False
+    return not (kwargs.get("non_blocking", False) and src.is_pinned())

@@ -1,7 +1,6 @@
 """The documented number of would-be CUDA host syncs per steady-state training step, as measured
-by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; the sync table of
-docs/step_counts.md copies it). A pair's count is its loss's plus its strategy's (the kappa
-head adds 0).
+by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md's
+sync table copies it). A pair's count is its loss's plus its strategy's (the kappa head adds 0).
 
 A new loss or strategy has no entry, so the test fails until its count is written here
 with its reason.
@@ -31,20 +30,22 @@ KAPPA_SYNCS = (0, "-")
 
 # MiOC: a formula of the OC-SVM solver's own sync count n (svm.n_syncs_ after the step's fit:
 # one check per chunk of solver iterations, negatives/ocsvm_smo.py DeviceOps.host/nonzero, + 1
-# copy of the solution). Measured on a CPU: n + 4; on CUDA: n + 2 (see MIOC_DETAIL).
+# copy of the solution). Measured on a CPU: n + 11; on CUDA: n + 9 (see MIOC_DETAIL).
 STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
     "none": ("0", "-"),
     "mochi": ("0", "-"),
     "modified_mochi": ("0", "-"),
     "outliers": ("0", "-"),
     "adco": ("0", "-"),
-    "mioc": ("n + 4", "the OC-SVM fit: see below"),
+    "mioc": ("n + 11", "the OC-SVM fit: see below"),
 }
 MIOC_DETAIL = [
     ("fit: finite check of the batch", 1, 1, "negatives/ocsvm.py fit"),
     ("fit: squared norms of the kernel to the host", 1, 1, "negatives/ocsvm_smo.py Kernel"),
     ("solver: stop/shrink checks, once per chunk", "n - 1", "n - 1", "ocsvm_smo.py DeviceOps"),
+    ("solver: the initial alpha and kernel diagonal to the device", 2, 2, "ocsvm_smo.py init"),
     ("solver: the solution (G, alpha, perm) in one copy", 1, 1, "ocsvm.py solution_to_host"),
+    ("fit: support, dual_coef, rho, n_support back on the device", 5, 5, "ocsvm.py fit"),
     ("scoring: exp factoring bound (CPU only)", 2, 0, "ocsvm.py decision_function"),
 ]
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from torch.utils._python_dispatch import TorchDispatchMode
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
@@ -159,26 +158,59 @@ def test_photometric_stage_equals_the_torchvision_chain():
     assert (out - ref).abs().max() <= TOL / min(std)
 
 
+def all_ops_rows(n: int, size: int, seed: int = 0) -> torch.Tensor:
+    """(n, NUM_COLUMNS) rows with every photometric op drawn, a crop box and an affine theta."""
+    rng = np.random.default_rng(seed)
+    photo = ap.photometric(rng, n, jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
+                           blur_prob=0.5, hflip_prob=0.5, solarize_prob=0.2)  # fmt: skip
+    boxes = ap.crop_boxes(rng, n, height=size, width=size, scale=(0.2, 1.0))
+    thetas = [ap.inverse_affine_matrix(*ap.affine_params(rng, degrees=15.0, translate=0.1,
+                                                         height=size, width=size))
+              for _ in range(n)]  # fmt: skip
+    return torch.from_numpy(np.concatenate([photo, boxes, thetas], axis=1).astype(np.float32))
+
+
 def test_photometric_runs_without_host_syncs():
-    """No op that needs the host to read device data (helper 'gpu' runs a fuller counter)."""
-    banned = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "item")
-    seen: list[str] = []
+    """Stage 2 with every op on (affine, deferred crop, jitter in all orders, grayscale, blur,
+    flip, solarize) has no would-be host sync, host-to-device copies of host data included
+    (``tests/sync_counter.py``: a tensor built from a Python list on the device, a list index)."""
+    from sync_counter import SyncCounter
 
-    class Spy(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    rows = torch.from_numpy(ap.photometric(np.random.default_rng(0), 8, jitter_strength=0.4,
-                                           jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
-                                           hflip_prob=0.5, solarize_prob=0.2))  # fmt: skip
+    n, size = 32, 12
+    rows = all_ops_rows(n, size)
+    assert rows[:, ap.JITTER].any() and rows[:, ap.SOLARIZE].any() and rows[:, ap.BLUR].any()
     stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
-                                 solarize=True, blur_kernel=3, mean=(0.5,) * 3,
+                                 solarize=True, affine=True, blur_kernel=3, mean=(0.5,) * 3,
                                  std=(0.5,) * 3)  # fmt: skip
-    x = torch.randint(0, 256, (8, 3, 12, 12), dtype=torch.uint8)
-    with Spy():
-        stage2(x, rows)
-    assert seen and not [op for op in seen if any(b in op for b in banned)]
+    x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8)
+    for run in (stage2, stage2.batch):  # the module (CPU chunking) and one pass (the device's)
+        with SyncCounter() as syncs:
+            out = run(x, rows)
+        assert syncs.count == 0, syncs.report()
+        assert out.shape == (n, 3, size, size) and torch.isfinite(out).all()
+    with SyncCounter() as syncs:  # the counter sees the pattern this stage avoids
+        torch.tensor([0.5 * size, 0.5 * size], device=x.device)
+        rows[:, [ap.BRIGHTNESS, ap.CONTRAST]]
+    assert syncs.kinds() == {"host_data": 2}, syncs.report()
+
+
+def test_affine_grid_divisors_built_on_the_device_equal_the_host_list():
+    """The affine grid's divisors, built with tensor ops, give the grid of torchvision's
+    ``_affine_grid`` (divisor ``torch.tensor([0.5 * w, 0.5 * h])``) bit for bit, at w != h."""
+    size, n = 16, 8
+    rows = all_ops_rows(n, size, seed=4)
+    x = torch.rand(n, 3, size, 20)
+    theta = rows[:, ap.THETA :]
+    h, w = x.shape[-2:]
+    scale = torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)
+    rescaled = theta.view(n, 2, 3).transpose(1, 2).div(scale)
+    ys, xs = torch.meshgrid(torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, h),
+                            torch.linspace((1.0 - w) * 0.5, (w - 1.0) * 0.5, w),
+                            indexing="ij")  # fmt: skip
+    base = torch.stack([xs, ys, torch.ones_like(xs)], -1).view(1, h * w, 3).expand(n, -1, -1)
+    grid = base.bmm(rescaled).view(n, h, w, 2)
+    want = torch.nn.functional.grid_sample(x, grid, mode="nearest", align_corners=False)
+    assert torch.equal(augment.affine_nearest(x, theta), want)
 
 
 # ---- distributions ------------------------------------------------------------------------

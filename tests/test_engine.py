@@ -261,7 +261,7 @@ def test_preemption_signal_and_ctrl_c_save_at_the_current_step(tmp_path, sig, st
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
-def test_cuda_amp_channels_last_split_bn_epoch(tmp_path, amp):
+def test_cuda_amp_channels_last_split_bn_epoch(tmp_path, amp, on_cuda):
     done = pretrain(
         tmp_path,
         "train.epochs=1",

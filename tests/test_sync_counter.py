@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from sync_counter import SyncCounter
+from sync_counter import SyncCounter, classify
 
 x = torch.randn(6)
 mask = x > 0
+repeats, bins = torch.tensor([1, 2]), torch.tensor([0, 2, 2])  # host data, built outside counters
+targets = torch.tensor([0, 1, 2, 0])
 
 CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
     "item": [
@@ -26,11 +29,17 @@ CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
         lambda: torch.unique(x.view(2, 3), dim=0),
     ],
     "repeat_interleave": [
-        lambda: torch.repeat_interleave(torch.tensor([1, 2])),
-        lambda: x[:2].repeat_interleave(torch.tensor([1, 2])),
+        lambda: torch.repeat_interleave(repeats),
+        lambda: x[:2].repeat_interleave(repeats),
     ],
-    "bincount": [lambda: torch.bincount(torch.tensor([0, 2, 2]))],
+    "bincount": [lambda: torch.bincount(bins)],
     "host_copy": [lambda: x.cpu(), lambda: x.numpy(), lambda: x.tolist()],
+    "host_data": [  # a tensor from host data: a pageable host-to-device copy on CUDA
+        lambda: torch.tensor([0.5, 1.5], device=x.device),
+        lambda: x.new_tensor([1.0, 2.0]),
+        lambda: torch.as_tensor(np.arange(3), device=x.device),
+        lambda: x[[0, 2]],  # a Python-list index is built on the host
+    ],
 }
 
 
@@ -52,11 +61,11 @@ def test_sync_free_ops_count_zero_and_methods_are_restored():
         y = torch.where(mask, x, 0.0)  # three-argument where: no sync
         y.index_select(0, idx).sum()
         x[idx]  # integer indexing
-        torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)
+        torch.repeat_interleave(repeats, output_size=3)
         torch.repeat_interleave(x, 2)  # int repeats
         x.nonzero_static(size=6)
         torch.isfinite(x).all()  # a tensor, not a Python bool
-        torch.nn.functional.cross_entropy(torch.randn(4, 3), torch.tensor([0, 1, 2, 0]))
+        torch.nn.functional.cross_entropy(torch.randn(4, 3), targets)
     assert syncs.count == 0, syncs.report()
     assert torch.Tensor.cpu is original
 
@@ -87,3 +96,16 @@ def test_one_host_copy_counts_once():
         torch.stack([x.sum(), x.max()]).tolist()
         x.cpu().numpy()
     assert syncs.kinds() == {"host_copy": 2}, syncs.report()
+
+
+def test_uploads_count_unless_pinned_and_non_blocking_or_a_scalar():
+    """A host-to-device copy of a CPU tensor waits for the device (a pageable or blocking copy);
+    classified from the op's arguments, so no GPU is needed to check it."""
+    aten = torch.ops.aten
+    cuda = torch.device("cuda")
+    upload = {"device": cuda, "non_blocking": True}
+    assert classify(aten._to_copy.default, (x,), upload) == "host_copy"  # pageable memory
+    assert classify(aten._to_copy.default, (x,), {"device": cuda}) == "host_copy"
+    assert classify(aten._to_copy.default, (x.sum(),), upload) is None  # a 0-dim kernel argument
+    assert classify(aten._to_copy.default, (x,), {"dtype": torch.float64}) is None  # on the host
+    assert classify(aten._to_copy.default, (x,), {"device": torch.device("cpu")}) is None

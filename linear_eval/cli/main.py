@@ -87,7 +87,11 @@ def common() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate the same architecture untrained (the baseline)",
     )
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda, cuda:1 (default: $NEGMINE_DEVICE, else cuda if present)",
+    )
     p.add_argument(
         "--threads",
         type=int,

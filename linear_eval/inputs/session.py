@@ -14,6 +14,7 @@ import torch
 from linear_eval.detect.detectors import ViewSet
 from linear_eval.inputs import features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
+from pretrain import dist
 from pretrain import threads as pretrain_threads
 
 
@@ -44,7 +45,7 @@ def configure_threads(threads: int | None, device: str | None) -> int:
     thread, 3 min with two)."""
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be >= 1, got {threads}")
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = device or dist.device_type()
     pretrain_threads.configure(threads or 0, "cpu" if dev.startswith("cpu") else "cuda")
     return torch.get_num_threads()
 
@@ -69,7 +70,7 @@ class Session:
             guards.require_writable(
                 self.model.run_dir / "features", "the feature cache (--no-cache turns it off)"
             )
-        device = torch.device(opts.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = torch.device(opts.device or dist.device_type())
         cache = self.model.run_dir / "features" if opts.cache else None
         self.store = FeatureStore(
             self.model,
