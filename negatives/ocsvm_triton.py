@@ -42,7 +42,7 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton at its import too
 _jit = triton.jit
 
-_INF = float("inf")  # exact in float32, so a safe literal (finite non-dyadic ones are not)
+_INF = tl.constexpr(float("inf"))  # exact in float32: a safe literal (0.1, 1e-12 are not)
 
 
 @_jit
