@@ -175,7 +175,8 @@ class OneClassSVM:
         self.n_support_ = torch.tensor([len(sv)], dtype=torch.int32, device=dev)
         self.n_iter_, self.fit_status_ = int(n_iter), int(status)
         self._sv, self._coef, self._dense = self.support_vectors_, self.dual_coef_[0], False
-        self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv))}
+        self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
+                       "max_iter_reached": float(status)}  # fmt: skip
         self.nonfinite_ = torch.zeros((), dtype=torch.bool, device=dev)
         if status:
             warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
