@@ -12,19 +12,13 @@ changes the support set, nu * n integral, the linear kernel, max_iter, and non-f
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
+import ocsvm_triton_worker
 import pytest
 import torch
 from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-ROOT = Path(__file__).resolve().parents[1]
 NAN_X = [[0.0, 1.0], [float("nan"), 0.0], [1.0, 0.0], [0.6, 0.8]]
 CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
     "mioc_default_256": ({"n_fit": 256, "n_queue": 3000, "seed": 0}, {"nu": 0.01, "gamma": 0.01}),
@@ -56,23 +50,9 @@ CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory) -> dict[str, dict]:
-    tmp = tmp_path_factory.mktemp("triton")
     cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in CASES.values()]
     cases.append({"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}})
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    worker = [sys.executable, str(ROOT / "tests" / "ocsvm_triton_worker.py")]
-    done = subprocess.run(
-        [*worker, str(tmp / "cases.json"), str(tmp / "out.pt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = torch.load(tmp / "out.pt", weights_only=False)
+    results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("triton"))
     return dict(zip([*CASES, "nonfinite"], results, strict=True))
 
 
