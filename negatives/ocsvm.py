@@ -177,7 +177,7 @@ class OneClassSVM:
         self._sv, self._coef, self._dense = self.support_vectors_, self.dual_coef_[0], False
         self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
                        "max_iter_reached": float(status)}  # fmt: skip
-        self.nonfinite_ = torch.zeros((), dtype=torch.bool, device=dev)
+        self.nonfinite_ = self._constant(dev, "false", 0)[0]  # checked above
         if status:
             warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
         return self
@@ -203,7 +203,7 @@ class OneClassSVM:
         QD = (
             torch.linalg.vecdot(Xs, Xs)
             if self.kernel == "linear"
-            else self._constant(dev, "ones", n)
+            else self._constant(dev, "ones", n)[0]
         )
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
@@ -224,7 +224,7 @@ class OneClassSVM:
 
     def _constant(self, dev: torch.device, what: str, n: int) -> tuple[torch.Tensor, int]:
         """Per-device constants of the Triton fit, uploaded once (a host-to-device copy per step
-        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU)."""
+        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), False."""
         cache = self.__dict__.setdefault("_constants", {})
         key = (what, n, str(dev))
         if key not in cache:
@@ -232,7 +232,9 @@ class OneClassSVM:
                 a = smo.initial_alpha(self.nu, n)
                 cache[key] = (torch.from_numpy(a).to(dev), int(np.count_nonzero(a)))
             elif what == "ones":
-                cache[key] = torch.ones(n, dtype=torch.float64, device=dev)
+                cache[key] = (torch.ones(n, dtype=torch.float64, device=dev), n)
+            elif what == "false":
+                cache[key] = (torch.zeros((), dtype=torch.bool, device=dev), 0)
             else:
                 eps = torch.tensor([self.tol, smo._TAU], dtype=torch.float64)
                 cache[key] = (eps.to(dev), 2)
