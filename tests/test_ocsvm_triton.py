@@ -12,6 +12,8 @@ changes the support set, nu * n integral, the linear kernel, max_iter, and non-f
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import ocsvm_triton_worker
 import pytest
@@ -116,3 +118,48 @@ def test_non_finite_input_is_flagged_not_synced(fitted):
     assert got["nonfinite"] and got["n_syncs"] == 0
     assert torch.isnan(got["f"]).all() and (got["predict"] == -1).all()
     assert got["error"] == "X contains NaN or infinite values"
+
+
+SLOW_CASES = {  # long runs through shrinking, unshrinking and reconstruction (minutes interpreted)
+    "tol_1e-7": (
+        {"n_fit": 128, "n_queue": 2000, "seed": 3},
+        {"nu": 0.01, "gamma": 0.01, "tol": 1e-7},
+    ),
+    "ties_256_tol_1e-7": (
+        {"n_fit": 256, "n_queue": 2000, "seed": 3, "dup": True},
+        {"nu": 0.1, "gamma": 0.1, "tol": 1e-7},
+    ),
+}
+
+
+@pytest.mark.slow
+def test_long_runs_match_sklearn(tmp_path):
+    cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in SLOW_CASES.values()]
+    results = ocsvm_triton_worker.run(cases, tmp_path)
+    for (recipe, kwargs), got in zip(SLOW_CASES.values(), results, strict=True):
+        sk, Y = sklearn_fit(recipe, kwargs)
+        assert got["n_iter"] == sk.n_iter_ > 2 * recipe["n_fit"]
+        assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
+        f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
+        assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
+
+
+def test_kernel_compiles_for_a_gpu_without_fma():
+    """The compiled program (what CUDA runs), built for sm_90 here without a GPU: every float64
+    operation rounds on its own (no fused multiply-add), and the threads meet at barriers."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("this process runs Triton's interpreter")
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    from negatives import ocsvm_triton
+
+    sig = {name: "*fp64" for name in ("QD0", "alpha0", "alpha_out", "scratch", "params", "out_rho")}
+    sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
+    sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
+    src = triton.compiler.ASTSource(
+        fn=ocsvm_triton._smo_kernel, signature=sig, constexprs={"SHRINK": True, "BLOCK": 256}
+    )
+    options = {"enable_fp_fusion": False, "num_warps": 4}
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
