@@ -142,6 +142,8 @@ class OneClassSVM:
             )
         if solver == "exact" and backend != "torch":
             raise ValueError("solver='exact' needs backend='torch'")
+        if loop == "triton" and (solver != "libsvm" or backend != "torch"):
+            raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
