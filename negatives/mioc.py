@@ -114,6 +114,7 @@ class MiOC(NegativeStrategy):
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol
         self.register_buffer("empty_steps", torch.zeros((), dtype=torch.long))  # in checkpoints
+        self.register_buffer("nonfinite_steps", torch.zeros((), dtype=torch.long), persistent=False)
         self._stats: dict[str, torch.Tensor | float] = {}
 
     def query_mix(
@@ -170,17 +171,34 @@ class MiOC(NegativeStrategy):
         return ExtraNegatives(shared=torch.cat(parts) if parts else None)
 
     def fit_inliers(self, points: torch.Tensor, queue: torch.Tensor) -> torch.Tensor:
-        """Fit the OC-SVM on ``points`` (2B, D); return the mask f(queue) > 0 (K,)."""
+        """Fit the OC-SVM on ``points`` (2B, D); return the mask f(queue) > 0 (K,).
+
+        On CUDA the fit is one Triton program and nothing here reads the device: the solver's
+        statistics stay device tensors, and non-finite points (whose loss is non-finite too) give
+        NaN decision values, no inliers, and a count that :meth:`bad_input` names when the
+        trainer's finite check stops the run. On the CPU host loop they raise at once.
+        """
         tic = time.perf_counter()
         self.svm.fit(points)
         f = self.svm.decision_function(queue)  # (K,)
+        self.nonfinite_steps += self.svm.nonfinite_
         self._stats.update(
-            fit_time_s=time.perf_counter() - tic,
-            support_vectors=float(len(self.svm.support_)),
-            solver_iterations=float(self.svm.n_iter_),
+            fit_time_s=time.perf_counter() - tic,  # launch time only on CUDA (no sync)
+            **self.svm.fit_stats(),
             within_tolerance=(f.abs() < self.tol).float().mean(),
         )
         return f > 0
+
+    def bad_input(self) -> str:
+        """Why the loss may have become non-finite, for the trainer's error (reads the device:
+        call it only when stopping)."""
+        steps = int(self.nonfinite_steps)
+        if not steps:
+            return ""
+        return (
+            f"MiOC: the OC-SVM's input embeddings cat(q, k) were non-finite (NaN or inf) at "
+            f"{steps} step(s) since the last start. "
+        )
 
     def record(
         self,

@@ -26,6 +26,15 @@ scalars (the CPU loop: torch's per-op overhead would dominate millisecond fits) 
 tensor ops (the CUDA loop: chunks of ``chunk_size`` iterations with a device-side ``live`` flag
 that freezes the state once the stopping rule fires, so the host syncs once per chunk).
 
+On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
+(:mod:`negatives.ocsvm_triton`): no host sync in ``fit`` or ``decision_function``, a launch count
+independent of the iteration count. Its result stays on the device: the dual is kept dense (alpha
+for every fitted point, zeros included), ``intercept_``/``offset_`` are device tensors, and the
+scikit-learn attributes that need the host (``support_``, ``dual_coef_``, ``n_iter_``, ...) are
+read from the device on first access (one sync). Non-finite input is not checked on the host
+there: the fit runs on zeros instead, rho becomes NaN (every decision value NaN, so no inliers),
+``nonfinite_`` (0-dim bool) flags it, and reading a host attribute raises the CPU path's error.
+
 NOTE: ``solver="exact"`` deviates from the paper (which used scikit-learn): the same SMO on float64
 kernel values with tolerance ``min(tol, 1e-10)`` reaches the optimum of the dual, so its inlier set
 can differ from scikit-learn's.
@@ -48,6 +57,7 @@ device; ``predict(Y)`` -> (m,) int64 in {+1, -1}.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import warnings
 from typing import Any
@@ -56,6 +66,13 @@ import numpy as np
 import torch
 
 from negatives import ocsvm_smo as smo
+
+_HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
+
+
+def _has_triton() -> bool:
+    """Whether triton can be imported (without importing it: the package imports without it)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 class OneClassSVM:
@@ -95,8 +112,10 @@ class OneClassSVM:
             solver: "libsvm" (scikit-learn's iterates exactly) or "exact" (the dual's optimum).
             backend: "torch" (this module), or "sklearn" / "thundersvm" wrapped behind this API.
             shrinking: libsvm's shrinking heuristic (on in scikit-learn).
-            loop: "auto" (device loop on CUDA, host loop on CPU), "host" (numpy on the CPU) or
-                "device" (chunks of tensor ops, one host sync per chunk; also runs on CPU).
+            loop: "auto" ("triton" on CUDA, "host" on CPU), "host" (numpy on the CPU), "triton"
+                (the whole fit in one Triton program, no host sync; CPU tensors need
+                TRITON_INTERPRET=1 set before triton is imported) or "device" (chunks of tensor
+                ops, one host sync per chunk; also runs on CPU).
             chunk_size: iterations per host sync in the device loop.
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
                 computed once with torch, 4 n^2 bytes) or "rows" (rows computed on the CPU when
@@ -106,7 +125,7 @@ class OneClassSVM:
             ("kernel", kernel, ("rbf", "linear")),
             ("solver", solver, ("libsvm", "exact")),
             ("backend", backend, ("torch", "sklearn", "thundersvm")),
-            ("loop", loop, ("auto", "host", "device")),
+            ("loop", loop, ("auto", "host", "device", "triton")),
             ("kernel_cache", kernel_cache, ("auto", "full", "rows")),
         ):
             if value not in valid:
@@ -123,6 +142,8 @@ class OneClassSVM:
             )
         if solver == "exact" and backend != "torch":
             raise ValueError("solver='exact' needs backend='torch'")
+        if loop == "triton" and (solver != "libsvm" or backend != "torch"):
+            raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
@@ -134,6 +155,9 @@ class OneClassSVM:
         if X.ndim != 2 or len(X) < 2 or X.shape[1] < 1:
             raise ValueError(f"X must be (n, d) with n >= 2 points, got shape {tuple(X.shape)}")
         X64 = X.detach().to(torch.float64)  # scikit-learn hands libsvm float64 data
+        self.__dict__.pop("_pending", None)
+        if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) == "triton":
+            return self._fit_triton(X64)
         cpu = X64.device.type == "cpu"
         if not (np.isfinite(X64.numpy()).all() if cpu else torch.isfinite(X64).all()):
             raise ValueError("X contains NaN or infinite values")
@@ -152,9 +176,99 @@ class OneClassSVM:
         self.offset_ = torch.tensor([rho], dtype=torch.float64, device=dev)
         self.n_support_ = torch.tensor([len(sv)], dtype=torch.int32, device=dev)
         self.n_iter_, self.fit_status_ = int(n_iter), int(status)
+        self._sv, self._coef, self._dense = self.support_vectors_, self.dual_coef_[0], False
+        self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
+                       "max_iter_reached": float(status)}  # fmt: skip
+        self.nonfinite_ = self._constant(dev, "false", 0)[0]  # checked above
         if status:
             warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
         return self
+
+    def _loop(self, X: torch.Tensor) -> str:
+        if self.loop != "auto":
+            return self.loop
+        return "triton" if X.is_cuda and _has_triton() else "device" if X.is_cuda else "host"
+
+    def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM:
+        """The whole fit in one Triton program; nothing is read on the host (see the module doc)."""
+        from negatives import ocsvm_triton
+
+        n, dev = len(X64), X64.device
+        alpha0, n_init = self._constant(dev, "alpha0", n)
+        if n_init == n and self.nu * n >= n:  # every alpha at C: known from (nu, n) alone
+            raise ValueError(
+                "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
+            )
+        finite = torch.isfinite(X64).all()  # 0-dim, on the device
+        Xs = torch.where(finite, X64, 0.0)  # bad input: a well-defined fit, flagged below
+        Q = smo.full_kernel(Xs, self.kernel, self.gamma, round32=True)
+        QD = (
+            torch.linalg.vecdot(Xs, Xs)
+            if self.kernel == "linear"
+            else self._constant(dev, "ones", n)[0]
+        )
+        params, _ = self._constant(dev, "params", 0)
+        max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
+        alpha, rho, it = ocsvm_triton.solve(Q, QD, alpha0, n_init, params, max_iter, self.shrinking)
+        rho = torch.where(finite, rho, math.nan)
+        self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, ~finite
+        self._sv, self._coef, self._dense = Xs, alpha, True  # zeros add exactly 0 to f
+        self.offset_, self.intercept_ = rho, torch.where(rho != 0, -rho, 0.0)
+        self._pending = (alpha, it, finite)
+        for name in _HOST_ATTRS:
+            self.__dict__.pop(name, None)
+        self._stats = {
+            "solver_iterations": it[0].double(),
+            "support_vectors": (alpha > 0).sum().double(),
+            "max_iter_reached": it[1].double(),
+        }
+        return self
+
+    def _constant(self, dev: torch.device, what: str, n: int) -> tuple[torch.Tensor, int]:
+        """Per-device constants of the Triton fit, uploaded once (a host-to-device copy per step
+        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), False."""
+        cache = self.__dict__.setdefault("_constants", {})
+        key = (what, n, str(dev))
+        if key not in cache:
+            if what == "alpha0":
+                a = smo.initial_alpha(self.nu, n)
+                cache[key] = (torch.from_numpy(a).to(dev), int(np.count_nonzero(a)))
+            elif what == "ones":
+                cache[key] = (torch.ones(n, dtype=torch.float64, device=dev), n)
+            elif what == "false":
+                cache[key] = (torch.zeros((), dtype=torch.bool, device=dev), 0)
+            else:
+                eps = torch.tensor([self.tol, smo._TAU], dtype=torch.float64)
+                cache[key] = (eps.to(dev), 2)
+        return cache[key]
+
+    def _materialize(self) -> None:
+        """The scikit-learn attributes of a Triton fit, read from the device in one copy."""
+        alpha_t, it_t, finite_t = self.__dict__.pop("_pending")
+        host = torch.cat([alpha_t, it_t.double(), finite_t.double()[None]]).cpu().numpy()
+        alpha, (n_iter, status, finite) = host[:-3], host[-3:].astype(np.int64)
+        if not finite:
+            raise ValueError("X contains NaN or infinite values")
+        dev, sv = alpha_t.device, np.flatnonzero(alpha)
+        self.support_ = torch.from_numpy(sv).to(dev)
+        self.support_vectors_ = self._sv.index_select(0, self.support_)
+        self.dual_coef_ = torch.from_numpy(alpha[None, sv]).to(dev)
+        self.n_support_ = torch.tensor([len(sv)], dtype=torch.int32, device=dev)
+        self.n_iter_, self.fit_status_ = int(n_iter), int(status)
+        if status:
+            warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=3)
+
+    def __getattr__(self, name: str) -> Any:
+        """Host attributes of a Triton fit, materialised on first access (one host sync)."""
+        if name in _HOST_ATTRS and "_pending" in self.__dict__:
+            self._materialize()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def fit_stats(self) -> dict[str, torch.Tensor | float]:
+        """Solver iterations, support-vector count (and, on the Triton path, whether max_iter
+        stopped it) without a host sync on the Triton path: device tensors there, floats else."""
+        return dict(self._stats)
 
     def _fit_torch(self, X64: torch.Tensor) -> tuple[np.ndarray, float, int, int]:
         n = len(X64)
@@ -207,7 +321,7 @@ class OneClassSVM:
         (2 g max(|sv|^2, |y|^2) >= 700), the three factors are exponentiated apart:
         exp(-g |sv|^2) goes into a_i and exp(-g |y|^2) scales the sum (a few ulp of error).
         """
-        if not hasattr(self, "support_"):
+        if "_sv" not in self.__dict__:
             raise ValueError("this OneClassSVM is not fitted yet; call fit(X) first")
         Y = torch.as_tensor(Y).detach()
         if Y.ndim != 2 or Y.shape[1] != self._d:
@@ -215,12 +329,12 @@ class OneClassSVM:
         if self.backend == "sklearn":
             f = self._wrapped.decision_function(Y.cpu().double().numpy())
             return torch.as_tensor(f, device=Y.device)
-        sv, a = self.support_vectors_.to(Y.device), self.dual_coef_[0].to(Y.device)
+        sv, a = self._sv.to(Y.device), self._coef.to(Y.device)
         out = torch.empty(len(Y), dtype=torch.float64, device=Y.device)
         chunk = chunk or (1 << 15 if Y.is_cuda else 2048)  # CPU: a chunk stays in the L2 cache
         g, sv_sq, n_sv, d = self.gamma, torch.linalg.vecdot(sv, sv), len(sv), Y.shape[1]
         W, a_sv = (2.0 * g) * sv, a * torch.exp(-g * sv_sq)  # (n_SV, d), (n_SV,)
-        sv_r2 = math.inf if Y.is_cuda else float(sv_sq.max())  # CUDA: no sync, no factoring
+        sv_r2 = math.inf if Y.is_cuda or self._dense else float(sv_sq.max())  # no sync there
         y_buf, E_buf = self._scratch(Y.device, chunk * d, chunk * n_sv)
         for k in range(0, len(Y), chunk):
             o = out[k : k + chunk]  # (b,)

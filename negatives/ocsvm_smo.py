@@ -20,6 +20,21 @@ _TAU = 1e-12  # libsvm's TAU: stands in for a non-positive quadratic coefficient
 _INF = math.inf
 
 
+def _formula(kernel: str, gamma: float, dots: Any, xsq: Any, sq: Any, exp: Any) -> Any:
+    """libsvm's kernel_rbf, exp(-gamma * (|x|^2 + |y|^2 - 2 x.y)), or x.y; numpy or torch."""
+    return dots if kernel == "linear" else exp(-gamma * ((xsq + sq) - 2.0 * dots))
+
+
+def full_kernel(X: torch.Tensor, kernel: str, gamma: float, round32: bool) -> torch.Tensor:
+    """Q = K(X, X) (n, n) from float64 X on X's device, float32 if ``round32`` (libsvm's Qfloat),
+    in blocks of 1024 rows; no host sync."""
+    sq = torch.linalg.vecdot(X, X)
+    dtype = torch.float32 if round32 else torch.float64
+    blocks = [_formula(kernel, gamma, X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq, torch.exp)
+              for a in range(0, len(X), 1024)]  # fmt: skip
+    return torch.cat([b.to(dtype) for b in blocks])
+
+
 class Kernel:
     """Rows of Q = K(X, X) in float64, rounded through float32 for the libsvm solver (``Qfloat``).
 
@@ -32,19 +47,15 @@ class Kernel:
         self.kernel, self.gamma, self.round32, self.rows = kernel, gamma, round32, {}
         self.full = None
         if full:
-            sq = torch.linalg.vecdot(X, X)
-            dtype = torch.float32 if round32 else torch.float64
-            blocks = [self._formula(X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq, torch.exp)
-                      for a in range(0, len(X), 1024)]  # fmt: skip
-            self.full, sq = torch.cat([b.to(dtype) for b in blocks]), sq.cpu().numpy()
+            self.full = full_kernel(X, kernel, gamma, round32)
+            sq = torch.linalg.vecdot(X, X).cpu().numpy()
         else:
             self.X = X.cpu().numpy()
             self.sq = sq = np.einsum("ij,ij->i", self.X, self.X)
         self.diag = sq.copy() if kernel == "linear" else np.ones_like(sq)  # QD (float64, CPU)
 
     def _formula(self, dots: Any, xsq: Any, sq: Any, exp: Any) -> Any:
-        """libsvm's kernel_rbf, exp(-gamma * (|x|^2 + |y|^2 - 2 x.y)), or x.y; numpy or torch."""
-        return dots if self.kernel == "linear" else exp(-self.gamma * ((xsq + sq) - 2.0 * dots))
+        return _formula(self.kernel, self.gamma, dots, xsq, sq, exp)
 
     def row(self, i: int) -> np.ndarray:
         """Q[i, :] (n,) float64 in the original order, on the CPU."""

@@ -260,7 +260,8 @@ def log_step(
 
 def check_finite(run: Run) -> None:
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
-        raise NonFiniteLossError(divergence_message(run))
+        cause = getattr(run.strategy, "bad_input", str)()  # e.g. MiOC's non-finite embeddings
+        raise NonFiniteLossError(cause + divergence_message(run))
 
 
 def divergence_message(run: Run) -> str:

@@ -11,19 +11,23 @@ Each pair is built by the trainer's own ``engine.setup`` from ``digits_moco.yaml
 ``train_step`` never logs (``engine.log_step`` is the loop's separate, counted-as-intended sync).
 Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the OC-SVM's own n_syncs_ per
 counted step, 0 without one], "where": [stack tops of the first counted step]}}`` and
-``{"invalid": [pairs refused by the config]}``. The OC-SVM runs its CUDA path (device loop, full
-kernel matrix) on any device. Not a test file.
+``{"invalid": [pairs refused by the config]}``. The OC-SVM runs its CUDA path (the whole fit in
+one Triton program, ``loop="triton"``) on any device: on a CPU in Triton's interpreter, chosen
+here before triton is imported. Not a test file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
+if not torch.cuda.is_available():  # the OC-SVM's Triton program runs in Triton's interpreter on
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # a CPU: chosen before triton is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -82,8 +86,8 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     except ConfigError:
         return None
     svm = getattr(run.strategy, "svm", None)
-    if svm is not None:  # the OC-SVM solver's CUDA path (device loop, full kernel) on any device
-        svm.loop, svm.kernel_cache = "device", "full"
+    if svm is not None:  # the OC-SVM's CUDA path (one Triton program) on any device
+        svm.loop = "triton"
     torch.manual_seed(0)
     engine.init_loss(run)
     run.data.sampler.set_epoch(0, 0)

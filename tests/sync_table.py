@@ -1,6 +1,7 @@
 """The documented number of would-be CUDA host syncs per steady-state training step, as measured
-by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md's
-sync table copies it). A pair's count is its loss's plus its strategy's (the kappa head adds 0).
+by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; the sync table of
+docs/step_counts.md copies it). A pair's count is its loss's plus its strategy's (the kappa head
+adds 0).
 
 A new loss or strategy has no entry, so the test fails until its count is written here
 with its reason.
@@ -28,25 +29,24 @@ LOSS_SYNCS: dict[str, tuple[int, str]] = {
 }
 KAPPA_SYNCS = (0, "-")
 
-# MiOC: a formula of the OC-SVM solver's own sync count n (svm.n_syncs_ after the step's fit:
-# one check per chunk of solver iterations, negatives/ocsvm_smo.py DeviceOps.host/nonzero, + 1
-# copy of the solution). Measured on a CPU: n + 11; on CUDA: n + 9 (see MIOC_DETAIL).
+# MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
+# Triton program (negatives/ocsvm_triton.py) and the scoring, the inlier mask and the S_o draw are
+# fixed-shape tensor ops, so nothing is read on the host. A count may still use n, the solver's own
+# sync count (svm.n_syncs_, 0 on this path). MIOC_CPU_PATH: the CPU default (the host SMO loop,
+# loop="host"), which reads the batch on the host by design and never runs on CUDA.
 STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
     "none": ("0", "-"),
     "mochi": ("0", "-"),
     "modified_mochi": ("0", "-"),
     "outliers": ("0", "-"),
     "adco": ("0", "-"),
-    "mioc": ("n + 11", "the OC-SVM fit: see below"),
+    "mioc": ("0", "the OC-SVM fit is one Triton program; its result stays on the device"),
 }
-MIOC_DETAIL = [
-    ("fit: finite check of the batch", 1, 1, "negatives/ocsvm.py fit"),
-    ("fit: squared norms of the kernel to the host", 1, 1, "negatives/ocsvm_smo.py Kernel"),
-    ("solver: stop/shrink checks, once per chunk", "n - 1", "n - 1", "ocsvm_smo.py DeviceOps"),
-    ("solver: the initial alpha and kernel diagonal to the device", 2, 2, "ocsvm_smo.py init"),
-    ("solver: the solution (G, alpha, perm) in one copy", 1, 1, "ocsvm.py solution_to_host"),
-    ("fit: support, dual_coef, rho, n_support back on the device", 5, 5, "ocsvm.py fit"),
-    ("scoring: exp factoring bound (CPU only)", 2, 0, "ocsvm.py decision_function"),
+MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
+    ("fit: finite check of the batch", 1, "negatives/ocsvm.py fit"),
+    ("fit: the batch to numpy for the host SMO loop", 1, "ocsvm.py _fit_torch"),
+    ("fit: the solution (G, alpha, perm)", 3, "ocsvm.py solution_to_host"),
+    ("scoring: exp factoring bound", 2, "ocsvm.py decision_function"),
 ]
 
 

@@ -4,6 +4,7 @@ every synthetic point is decomposed back into (query, queue key, beta) with nump
 from __future__ import annotations
 
 import numpy as np
+import ocsvm_triton_worker
 import pytest
 import torch
 import torch.nn.functional as F
@@ -193,3 +194,63 @@ def test_similarity_diagnostics_equal_the_mean_over_all_pairs(batch):
     )
     np.testing.assert_allclose(float(d["qn_s_n"]), (qn @ sn[:7].T).mean(), atol=1e-6)
     np.testing.assert_allclose(float(d["qn_s_o"]), (qn @ sn[7:].T).mean(), atol=1e-6)
+
+
+def test_device_path_inliers_match_sklearn_with_no_host_sync(batch, tmp_path):
+    """MiOC's CUDA path (the OC-SVM as one Triton program; Triton's interpreter without a GPU):
+    O equals scikit-learn's, both ``empty_inliers`` policies hold on an empty O, and the step
+    makes no host sync with the default policy ("skip" needs one, to know the shape)."""
+    q, k, queue = batch
+    far = -q[:1].expand(K, D).contiguous()  # a queue opposite the batch: f < 0 everywhere
+    kw = {"num_synthetic": 6, "num_inlier_synthetic": 4, "nu": 0.1, "gamma": 0.1}
+    kw["warmup_epochs"] = 0
+    nan_q = q.clone()
+    nan_q[3, 5] = float("nan")
+    cases = [{"q": a.tolist(), "k": k.tolist(), "queue": keys.tolist(), "kwargs": kw}
+             for a, keys in ((q, queue), (q, far), (nan_q, queue))]  # fmt: skip
+    found, empty, bad = ocsvm_triton_worker.run(cases, tmp_path)
+    inlier = sklearn_inliers(torch.cat([q, k]).numpy(), queue.numpy(), 0.1, 0.1)
+    assert inlier.any() and not inlier.all()
+    for policy in ("queue", "skip"):
+        got = found[policy]
+        assert np.array_equal(got["mask"].numpy(), inlier)
+        assert got["inliers"] == inlier.sum() and got["empty_steps"] == 0
+        assert got["shared"] == (6 + 4, D)
+    assert found["queue"]["count"] == 0, found["queue"]["syncs"]
+    assert found["skip"]["count"] == 1  # bool(n_o > 0)
+    assert not sklearn_inliers(torch.cat([q, k]).numpy(), far.numpy(), 0.1, 0.1).any()
+    for policy, size in (("queue", 6 + 4), ("skip", 6)):
+        got = empty[policy]
+        assert not got["mask"].any() and got["inliers"] == 0
+        assert got["shared"] == (size, D) and got["empty_steps"] == 1
+    assert empty["queue"]["count"] == 0, empty["queue"]["syncs"]
+    assert found["queue"]["bad_input"] == "" and found["queue"]["finite_output"]
+    # non-finite embeddings: no host check; no inliers; fit_inliers + negatives count 2 steps
+    assert bad["queue"]["count"] == 0 and not bad["queue"]["mask"].any()
+    assert (
+        "input embeddings cat(q, k) were non-finite (NaN or inf) at 2 step(s)"
+        in bad["queue"]["bad_input"]
+    )
+
+
+def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
+    """engine.check_finite (at log steps) puts the strategy's bad_input before its message;
+    on the CPU host loop the fit raises at once, as before."""
+    from types import SimpleNamespace
+
+    from pretrain import engine
+
+    q, k, queue = batch
+    mioc = MiOC(num_synthetic=4, num_inlier_synthetic=4, nu=0.1, gamma=0.1, warmup_epochs=0)
+    bad = q.clone()
+    bad[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        mioc.negatives(bad, k, queue, torch.full((K,), -1), epoch=1.0)
+    mioc.nonfinite_steps += 2  # what the device path counts
+    state = SimpleNamespace(bad_loss=torch.tensor(True), global_step=40, epoch=0, saved_step=-1)
+    run = SimpleNamespace(state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None)
+    with pytest.raises(engine.NonFiniteLossError) as err:
+        engine.check_finite(run)
+    msg = str(err.value)
+    assert msg.startswith("MiOC: the OC-SVM's input embeddings cat(q, k) were non-finite")
+    assert "at 2 step(s)" in msg and "non-finite loss at or before global step 40" in msg

@@ -268,6 +268,8 @@ def test_cuda_matches_cpu(nu, gamma):
         (dict(tol=0.0), "tol must be > 0"),
         (dict(max_iter=-2), "max_iter >= -1"),
         (dict(solver="exact", backend="sklearn"), "needs backend='torch'"),
+        (dict(solver="exact", loop="triton"), "loop='triton' runs solver='libsvm'"),
+        (dict(backend="sklearn", loop="triton"), "loop='triton' runs solver='libsvm'"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -53,7 +53,7 @@ def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
                 want = sync_table.documented(loss, strategy, n, kappa)
                 assert count == want, f"{pair}: {count} syncs, documented {want}: {got['where']}"
             if strategy == "mioc":
-                assert all(n >= 2 for n in got["solver_syncs"])  # a chunk check + the solution
+                assert got["solver_syncs"] == [0, 0]  # the Triton fit (its CUDA path) ran
 
 
 def test_docs_sync_table_matches_the_documented_counts():

@@ -1,0 +1,112 @@
+"""Fit ``OneClassSVM(loop="triton")`` on the cases of a JSON file and write what it returns
+(not a test file: ``tests/test_ocsvm_triton.py`` runs it in a subprocess).
+
+    TRITON_INTERPRET=1 python tests/ocsvm_triton_worker.py CASES.json OUT.pt
+
+Without a CUDA device the Triton program runs in Triton's interpreter on CPU tensors, which must
+be chosen before triton is imported: hence a fresh process with TRITON_INTERPRET=1. With one, the
+compiled kernel runs on the GPU. Each case is a dict with ``X`` and ``Y`` (nested lists or a
+``fakedata.embeddings`` recipe) and the OneClassSVM keyword arguments; the output per case is the
+dense alpha, rho, decision values on Y, the n_iter/status, the sync count and the non-finite flag,
+read only after the fit and scoring. A case with ``q``, ``k``, ``queue`` runs MiOC's step instead
+(:func:`mioc_case`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fakedata import embeddings  # noqa: E402
+from sync_counter import SyncCounter  # noqa: E402
+
+from negatives.mioc import MiOC  # noqa: E402
+from negatives.ocsvm import OneClassSVM  # noqa: E402
+
+
+def data(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    if "recipe" in case:
+        return embeddings(**case["recipe"])
+    return torch.tensor(case["X"]), torch.tensor(case["Y"])
+
+
+def mioc_case(case: dict, dev: str) -> dict:
+    """MiOC's OC-SVM step on its device path: the inlier mask, then ``negatives`` under the sync
+    counter (a fresh MiOC per policy)."""
+    q, k, queue = (torch.tensor(case[name], device=dev) for name in ("q", "k", "queue"))
+    out: dict = {}
+    for policy in ("queue", "skip"):
+        mioc = MiOC(**case["kwargs"], empty_inliers=policy)
+        mioc.svm.loop = "triton"
+        mioc.to(dev)
+        mask = mioc.fit_inliers(torch.cat([q, k]), queue)
+        with SyncCounter() as syncs:
+            extra = mioc.negatives(q, k, queue, torch.full((len(queue),), -1, device=dev), 5.0)
+        d = mioc.diagnostics()
+        out[policy] = {
+            "mask": mask.cpu(),
+            "shared": tuple(extra.shared.shape),
+            "syncs": syncs.report() if syncs.count else "",
+            "count": syncs.count,
+            "inliers": float(d["inliers"]),
+            "empty_steps": int(d["empty_inlier_steps"]),
+            "finite_output": bool(torch.isfinite(extra.shared).all()),
+            "bad_input": mioc.bad_input(),
+        }
+    return out
+
+
+def main(cases_path: Path, out: Path) -> None:
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    results = []
+    for case in json.loads(cases_path.read_text()):
+        if "q" in case:
+            results.append(mioc_case(case, dev))
+            continue
+        X, Y = data(case)
+        svm = OneClassSVM(loop="triton", **case["kwargs"])
+        svm.fit(X.to(dev))
+        f = svm.decision_function(Y.to(dev))
+        stats = {k: float(v) for k, v in svm.fit_stats().items()}
+        res = {
+            "alpha": svm._coef.cpu(),
+            "rho": svm.offset_.cpu(),
+            "intercept": svm.intercept_.cpu(),
+        }
+        res.update(f=f.cpu(), stats=stats, n_syncs=svm.n_syncs_, nonfinite=bool(svm.nonfinite_))
+        res.update(predict=svm.predict(Y.to(dev)).cpu())
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                res.update(n_iter=svm.n_iter_, status=svm.fit_status_, support=svm.support_.cpu())
+            res["warnings"] = [str(w.message) for w in caught]
+        except ValueError as e:
+            res["error"] = str(e)
+        results.append(res)
+    torch.save(results, out)
+
+
+def run(cases: list[dict], tmp: Path) -> list[dict]:
+    """Run ``cases`` in a fresh process (Triton's interpreter without a GPU); the results."""
+    root = Path(__file__).resolve().parents[1]
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    cmd = [sys.executable, __file__, str(tmp / "cases.json"), str(tmp / "out.pt")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(tmp / "out.pt", weights_only=False)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,165 @@
+"""The one-program Triton OC-SVM solver (``OneClassSVM(loop="triton")``, the CUDA default) against
+scikit-learn's OneClassSVM (libsvm with shrinking, its default).
+
+Without a GPU the Triton program runs in Triton's interpreter on CPU tensors: it needs
+TRITON_INTERPRET=1 before triton is imported, so the fits run in one subprocess
+(``tests/ocsvm_triton_worker.py``); with a GPU the same worker runs the compiled kernel. The
+interpreter costs ~20 ms per SMO iteration, so the cases are small (n <= 256), each picked so
+that it tests something: the iterations pass min(n, 1000) (libsvm shrinks), duplicated points
+(exact ties: which duplicate is picked depends on libsvm's index swaps) where skipping shrinking
+changes the support set, nu * n integral, the linear kernel, max_iter, and non-finite input.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import ocsvm_triton_worker
+import pytest
+import torch
+from fakedata import embeddings
+from sklearn.svm import OneClassSVM as SkOneClassSVM
+
+NAN_X = [[0.0, 1.0], [float("nan"), 0.0], [1.0, 0.0], [0.6, 0.8]]
+CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
+    "mioc_default_256": ({"n_fit": 256, "n_queue": 3000, "seed": 0}, {"nu": 0.01, "gamma": 0.01}),
+    "basic": ({"n_fit": 64, "n_queue": 1000, "seed": 3}, {"nu": 0.1, "gamma": 0.1}),
+    "shrinking": (
+        {"n_fit": 64, "n_queue": 1000, "seed": 3},
+        {"nu": 0.1, "gamma": 0.1, "tol": 1e-5},
+    ),
+    "ties_shrinking": (
+        {"n_fit": 64, "n_queue": 1000, "seed": 4, "dup": True},
+        {"nu": 0.1, "gamma": 0.1, "tol": 1e-5},
+    ),
+    "ties_128": (
+        {"n_fit": 128, "n_queue": 1000, "seed": 3, "dup": True},
+        {"nu": 0.1, "gamma": 0.1},
+    ),
+    "nu_n_integral": ({"n_fit": 64, "n_queue": 1000, "seed": 5}, {"nu": 0.25, "gamma": 0.5}),
+    "linear": ({"n_fit": 64, "n_queue": 500, "seed": 6}, {"nu": 0.1, "kernel": "linear"}),
+    "max_iter": (
+        {"n_fit": 64, "n_queue": 500, "seed": 7},
+        {"nu": 0.1, "gamma": 0.1, "max_iter": 5},
+    ),
+    "no_shrinking": (
+        {"n_fit": 64, "n_queue": 1000, "seed": 4, "dup": True},
+        {"nu": 0.1, "gamma": 0.1, "tol": 1e-5, "shrinking": False},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory) -> dict[str, dict]:
+    cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in CASES.values()]
+    cases.append({"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}})
+    results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("triton"))
+    return dict(zip([*CASES, "nonfinite"], results, strict=True))
+
+
+def sklearn_fit(recipe: dict, kwargs: dict) -> tuple[SkOneClassSVM, torch.Tensor]:
+    X, Y = embeddings(**recipe)
+    kw = {"gamma": 0.01, "tol": 1e-3, "shrinking": True, "max_iter": -1} | kwargs
+    with np.errstate(all="ignore"), pytest.warns(Warning) if "max_iter" in kwargs else _null():
+        sk = SkOneClassSVM(**kw).fit(X.double().numpy())
+    return sk, Y
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_sklearn(fitted, name):
+    recipe, kwargs = CASES[name]
+    got = fitted[name]
+    sk, Y = sklearn_fit(recipe, kwargs)
+    assert got["n_iter"] == sk.n_iter_ and got["stats"]["solver_iterations"] == sk.n_iter_
+    assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
+    assert got["stats"]["support_vectors"] == len(sk.support_)
+    alpha = torch.zeros_like(got["alpha"])
+    alpha[sk.support_] = torch.from_numpy(sk.dual_coef_[0])
+    torch.testing.assert_close(got["alpha"], alpha, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        got["intercept"], torch.from_numpy(sk.intercept_), rtol=0, atol=1e-12
+    )
+    torch.testing.assert_close(got["rho"], torch.from_numpy(sk.offset_), rtol=0, atol=1e-12)
+    f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
+    assert got["f"].dtype == torch.float64 and got["f"].shape == f_sk.shape
+    assert (got["f"] - f_sk).abs().max() <= 1e-6
+    assert torch.equal(got["f"] > 0, f_sk > 0), f"{(got['f'] > 0).ne(f_sk > 0).sum()} change side"
+    assert torch.equal(got["predict"], torch.from_numpy(sk.predict(Y.double().numpy())).long())
+    assert got["n_syncs"] == 0 and not got["nonfinite"]
+
+
+def test_cases_exercise_what_they_claim(fitted):
+    """The shrinking cases run past min(n, 1000) iterations; with duplicates, skipping shrinking
+    would pick other support vectors (so the match above needs libsvm's swaps); nu * n = 16."""
+    for name in ("shrinking", "ties_shrinking", "ties_128", "nu_n_integral"):
+        recipe, kwargs = CASES[name]
+        assert fitted[name]["n_iter"] > recipe["n_fit"], name
+    recipe, kwargs = CASES["ties_shrinking"]
+    no_shrink, _ = sklearn_fit(recipe, kwargs | {"shrinking": False})
+    assert not np.array_equal(no_shrink.support_, fitted["ties_shrinking"]["support"].numpy())
+    assert CASES["nu_n_integral"][1]["nu"] * CASES["nu_n_integral"][0]["n_fit"] == 16
+    assert fitted["max_iter"]["status"] == 1 and fitted["max_iter"]["stats"]["max_iter_reached"]
+    assert any("max_iter" in w for w in fitted["max_iter"]["warnings"])
+
+
+def test_non_finite_input_is_flagged_not_synced(fitted):
+    """No host check inside fit: a device flag, NaN decision values (no inliers), and the CPU
+    path's error when a host attribute is read."""
+    got = fitted["nonfinite"]
+    assert got["nonfinite"] and got["n_syncs"] == 0
+    assert torch.isnan(got["f"]).all() and (got["predict"] == -1).all()
+    assert got["error"] == "X contains NaN or infinite values"
+
+
+SLOW_CASES = {  # long runs through shrinking, unshrinking and reconstruction (minutes interpreted)
+    "tol_1e-7": (
+        {"n_fit": 128, "n_queue": 2000, "seed": 3},
+        {"nu": 0.01, "gamma": 0.01, "tol": 1e-7},
+    ),
+    "ties_256_tol_1e-7": (
+        {"n_fit": 256, "n_queue": 2000, "seed": 3, "dup": True},
+        {"nu": 0.1, "gamma": 0.1, "tol": 1e-7},
+    ),
+}
+
+
+@pytest.mark.slow
+def test_long_runs_match_sklearn(tmp_path):
+    cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in SLOW_CASES.values()]
+    results = ocsvm_triton_worker.run(cases, tmp_path)
+    for (recipe, kwargs), got in zip(SLOW_CASES.values(), results, strict=True):
+        sk, Y = sklearn_fit(recipe, kwargs)
+        assert got["n_iter"] == sk.n_iter_ > 2 * recipe["n_fit"]
+        assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
+        f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
+        assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
+
+
+def test_kernel_compiles_for_a_gpu_without_fma():
+    """The compiled program (what CUDA runs), built for sm_90 here without a GPU: every float64
+    operation rounds on its own (no fused multiply-add), and the threads meet at barriers."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("this process runs Triton's interpreter")
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    from negatives import ocsvm_triton
+
+    sig = {name: "*fp64" for name in ("QD0", "alpha0", "alpha_out", "scratch", "params", "out_rho")}
+    sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
+    sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
+    src = triton.compiler.ASTSource(
+        fn=ocsvm_triton._smo_kernel, signature=sig, constexprs={"SHRINK": True, "BLOCK": 256}
+    )
+    options = {"enable_fp_fusion": False, "num_warps": 4}
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
