@@ -99,7 +99,7 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
         ]
     else:
         groups = [{"params": params, "weight_decay": t.weight_decay}]
-    return torch.optim.SGD(groups, lr=lr, momentum=t.sgd_momentum)
+    return torch.optim.SGD(groups, lr=lr, momentum=t.sgd_momentum, foreach=True)
 
 
 @dataclass
