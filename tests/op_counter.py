@@ -26,7 +26,9 @@ device branches of our code (``x.is_cuda``): count the device path by forcing it
 
 from __future__ import annotations
 
+import traceback
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,13 +62,23 @@ def launches(func: torch._ops.OpOverload) -> bool:
     return not func.is_view
 
 
+def site() -> str:
+    """The innermost frame of this repository's packages (backward: "autograd")."""
+    for f in reversed(traceback.extract_stack()):
+        parts = Path(f.filename).parts
+        if "site-packages" not in parts and parts[-2:-1] in (("pretrain",), ("negatives",)):
+            return f"{parts[-2]}/{parts[-1]}:{f.name}"
+    return "autograd / torch"
+
+
 class OpCounter(TorchDispatchMode):
     """A dispatch mode that counts the ops of :func:`launches`, per op name (``ops.by_op``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sites: bool = False) -> None:
         super().__init__()
         self.by_op: Counter = Counter()
         self.skipped: Counter = Counter()  # views and metadata, for the curious
+        self.by_site: Counter | None = Counter() if sites else None  # "file:function" of ours
 
     @property
     def count(self) -> int:
@@ -81,7 +93,10 @@ class OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = str(func.overloadpacket).removeprefix("aten.")
-        (self.by_op if launches(func) else self.skipped)[name] += 1
+        counted = launches(func)
+        (self.by_op if counted else self.skipped)[name] += 1
+        if counted and self.by_site is not None:
+            self.by_site[site()] += 1
         return func(*args, **(kwargs or {}))
 
     def __enter__(self) -> OpCounter:
