@@ -131,3 +131,21 @@ def test_fused_op_count_does_not_grow_with_the_splits():
     assert fused[0] == fused[1] == fused[2], fused
     assert per_split[0] < per_split[1] < per_split[2], per_split  # what the fused path removes
     assert fused[2] < per_split[2] * 2 / 3, (fused, per_split)
+
+
+def test_fused_path_compiles_and_equals_eager():
+    """train.compile on CUDA compiles the fused path (custom autograd.Function): same output,
+    gradients and running statistics as eager."""
+    torch._dynamo.reset()
+    bn, ref = (randomised(SplitBatchNorm(C, 2, fused=True)).float() for _ in range(2))
+    x = batch(8, 3, seed=4, channels_last=False).float().requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    y, y_ref = torch.compile(bn)(x), ref(x_ref)
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    tol = {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(y, y_ref, **tol)
+    torch.testing.assert_close(x.grad, x_ref.grad, **tol)
+    torch.testing.assert_close(bn.weight.grad, ref.weight.grad, **tol)
+    torch.testing.assert_close(bn.running_var, ref.running_var, **tol)
+    torch._dynamo.reset()
