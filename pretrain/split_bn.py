@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 DIMS = (1, 3, 4)  # the reduced axes of the (s, N/s, C, H, W) view: per (split, channel)
 
@@ -67,6 +68,7 @@ class SplitBatchNormFunction(torch.autograd.Function):
         return y, mean, var
 
     @staticmethod
+    @once_differentiable  # a second derivative raises instead of being silently wrong
     def backward(
         ctx: Any, grad: torch.Tensor, _mean: Any, _var: Any
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None]:
