@@ -70,7 +70,8 @@ def main() -> None:
         "",
         f"one layer, forward + backward, {a.batch} x {a.channels} x {a.size} x {a.size}, "
         f"{a.splits} splits, median of {a.rounds} alternating rounds; command: python "
-        f"benchmarks/split_bn.py --device {a.device} (OMP_NUM_THREADS as set)",
+        f"benchmarks/split_bn.py --device {a.device} --batch {a.batch} --channels {a.channels} "
+        f"--size {a.size} --splits {a.splits} --rounds {a.rounds}",
     ]
     record_table("Split BatchNorm paths", rows, a.results, not a.no_record, a.device)
 
