@@ -203,6 +203,7 @@ class EncodedBatch:
 
     def pin_memory(self) -> EncodedBatch:
         self.crops, self.params = self.crops.pin_memory(), self.params.pin_memory()
+        self.where, self.crop_where = self.where.pin_memory(), self.crop_where.pin_memory()
         return self
 
 
@@ -326,6 +327,14 @@ def resize_chunk(images: list[torch.Tensor], boxes: torch.Tensor, size: int) -> 
     return out.permute(0, 1, 3, 2, 4).to(torch.uint8)
 
 
+def upload(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` (a small host tensor) on ``device`` without making the host wait: pinned first on
+    CUDA, so the copy is asynchronous."""
+    if device.type == "cuda":
+        x = x.pin_memory()
+    return x.to(device, non_blocking=True)
+
+
 def resize_crops(images: list[torch.Tensor], boxes: torch.Tensor, size: int,
                  budget: int = PIXEL_BUDGET) -> torch.Tensor:  # fmt: skip
     """``TF.resized_crop(image, *box, [size, size], antialias=True)`` of every box of every
@@ -347,10 +356,8 @@ def resize_crops(images: list[torch.Tensor], boxes: torch.Tensor, size: int,
                 chunk.append(i)
                 hp, wp = max(hp, h), max(wp, w)
                 continue
-        idx = torch.tensor(chunk)
-        out[idx.to(device, non_blocking=True)] = resize_chunk(
-            [images[c] for c in chunk], boxes[idx], size
-        )
+        idx = torch.tensor(chunk)  # host metadata (image sizes), uploaded without a wait
+        out[upload(idx, device)] = resize_chunk([images[c] for c in chunk], boxes[idx], size)
         if i is not None:
             chunk, hp, wp = [i], images[i].shape[1], images[i].shape[2]
     return out
@@ -412,9 +419,12 @@ class DeviceCrops:
                     views_[pos] = crops.to(self.device)
                     labels[pos], params[pos] = label, rows
             ok = [i for i, im in enumerate(images) if im is not None]
+            boxes, where = batch.boxes, batch.where
+            if failed and ok:  # rare: the list indexes build host tensors
+                boxes, where = boxes[ok], where[ok]
             if ok:
-                crops = resize_crops([images[i] for i in ok], batch.boxes[ok], size)
-                views_[batch.where[ok].to(self.device, non_blocking=True)] = crops
+                crops = resize_crops([images[i] for i in ok], boxes, size)
+                views_[where.to(self.device, non_blocking=True)] = crops
         out = (views_[:, 0], views_[:, 1], labels, batch.indices, params)
         return (*out, views_[:, 2:]) if count > 2 else out
 

@@ -24,6 +24,7 @@ from pretrain import (
     checkpoint,
     config,
     cores,
+    cuda_graphs,
     dist,
     imagefiles,
     knn,
@@ -55,6 +56,7 @@ RESUMABLE_CHANGES = (
     "data.skip_bad_images",
     "train.threads",
     "train.compile",
+    "train.cuda_graphs",
     "eval.",
 )
 
@@ -93,6 +95,7 @@ class Run:
     log: MetricsLog
     state: State
     probe: OnlineProbe | None = None  # eval.online_probe
+    graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
 
     @property
     def run_dir(self) -> Path:
@@ -116,7 +119,7 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> bool:
         epoch_f = st.epoch + st.step_in_epoch / steps
         lr = set_lr(run, epoch_f)
         x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-        loss = train_step(run, x1, x2, y, epoch_f, *rows)
+        loss = (run.graph or train_step)(run, x1, x2, y, epoch_f, *rows)
         st.loss_sum += loss.detach()
         st.bad_loss |= ~torch.isfinite(loss.detach())  # checked at log steps: no per-step sync
         st.step_in_epoch += 1
@@ -405,6 +408,10 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 def setup(cfg: Config) -> Run:
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
+    refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
+    if refused:
+        raise ConfigError(f"config key 'train.cuda_graphs' = True is refused: {refused}; "
+                          "set train.cuda_graphs=false")  # fmt: skip
     check_run_dir(cfg)  # every rank, before any data is read
     precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
     threads.configure(cfg.train.threads, device)  # this rank's share of the cores
@@ -459,6 +466,7 @@ def setup(cfg: Config) -> Run:
         log=MetricsLog(cfg.out_dir),
         state=state,
         probe=online_probe(cfg, moco, data.num_classes, device),
+        graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
     )
 
 

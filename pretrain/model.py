@@ -1,4 +1,5 @@
-"""Backbones, the MoCo v2 head, split BatchNorm and the momentum-encoder MoCo module.
+"""Backbones, the MoCo v2 head, split BatchNorm (:mod:`pretrain.split_bn`) and the momentum-encoder
+MoCo module.
 
 The MoCo module follows facebookresearch/moco ``moco/builder.py`` (at b8ae0d9): query encoder with
 gradient; under ``no_grad`` the momentum update first, then the key forward; the key encoder is an
@@ -17,46 +18,7 @@ from torchvision import models
 from torchvision.models.resnet import BasicBlock
 
 from pretrain import dist
-
-
-class SplitBatchNorm(nn.BatchNorm2d):
-    """BatchNorm whose training statistics are computed per sub-batch of ``N / num_splits``.
-
-    Emulates the per-GPU BN of multi-GPU MoCo on one device (the official CIFAR colab's
-    ``SplitBatchNorm``). Split r is the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, which is what
-    rank r holds under DDP (the sampler gives each rank consecutive indices of the global batch,
-    and :func:`pretrain.dist.shuffle_batch` gives rank r the r-th chunk of the shuffled batch):
-    one process with s splits computes what an s-rank run computes. The colab groups samples
-    r, r+s, r+2s, ... instead; since the batch is shuffled (sampler, shuffle-BN), both groupings
-    give splits with the same distribution of statistics. Running statistics are averaged over
-    the splits; eval mode is plain BN.
-    """
-
-    def __init__(self, num_features: int, num_splits: int) -> None:
-        super().__init__(num_features)
-        self.num_splits = num_splits
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.num_splits == 1:
-            return super().forward(x)
-        s = self.num_splits
-        if x.shape[0] % s:
-            raise ValueError(f"batch of {x.shape[0]} cannot be split into {s} BatchNorm splits")
-        # one batch_norm per split on its chunk (a view, in the input's layout), then one cat:
-        # each split computes exactly what a rank holding that chunk computes with BatchNorm2d.
-        # Folding the splits into channels (N/s, s*C, H, W) costs two layout copies per layer:
-        # 512 x 64 x 32 x 32, forward + backward, one thread: 812 -> 226 ms (fp32), bf16
-        # channels_last 328 -> 113 ms.
-        mean = self.running_mean.repeat(s, 1)  # (s, C): each split updates its own row
-        var = self.running_var.repeat(s, 1)
-        w, b, m, eps = self.weight, self.bias, self.momentum, self.eps
-        out = torch.cat([
-            F.batch_norm(x_r, mean[r], var[r], w, b, True, m, eps)
-            for r, x_r in enumerate(x.chunk(s))
-        ])  # fmt: skip
-        self.running_mean.copy_(mean.mean(0))
-        self.running_var.copy_(var.mean(0))
-        return out
+from pretrain.split_bn import SplitBatchNorm
 
 
 def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:

@@ -258,7 +258,10 @@ def test_the_training_process_side_makes_no_host_sync(tmp_path):
     assert len(batch.crop_where) == 1  # the PNG
     with SyncCounter() as syncs:
         crops(batch)
-    assert syncs.count == 0, syncs.report()
+    # the one tensor built from host data: resize_crops' group index (from the decoded images'
+    # sizes), uploaded pinned and non-blocking (device_decode.upload): no wait on a GPU
+    rest = [s for s in syncs.syncs if not (s.kind == "host_data" and "resize_crops" in s.where())]
+    assert not rest, syncs.report()
 
 
 def test_one_process_equals_two_ranks(tmp_path):

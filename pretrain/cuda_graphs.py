@@ -1,0 +1,133 @@
+"""``train.cuda_graphs``: the whole training step (``engine.train_step``) captured as one CUDA graph
+and replayed, so the host launches one graph instead of ~1,200 kernels per step.
+
+Follows PyTorch's whole-network capture recipe (docs: CUDA semantics, "CUDA Graphs", whole-network
+capture): warm-up steps on a side stream, ``torch.cuda.graph`` around forward, backward and
+``optimizer.step()``, then per step a copy of the batch into the captured input tensors and one
+``replay()``. The graph's Python values are frozen at capture: the learning rate (re-captured when
+it changes, i.e. once per epoch with ``train.lr_per_epoch``; eager during ``train.warmup_epochs``,
+whose lr changes every step), the whole epoch number (re-captured
+at each epoch, for epoch-indexed branches such as MoCHi's warm-up) and the input shapes (a batch
+of another shape raises). Eager stays the default: unmeasured on a GPU so far.
+
+:func:`refusal` lists what cannot be captured (a config error, exit 2, naming the key and why).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import negatives
+from pretrain.config import Config
+
+# A step that reads a device value on the host cannot be captured (tests/sync_table.py counts).
+SYNCING_LOSSES = {"cider": "its prototype EMA copies (labels valid?, rounds) to the host each step"}
+SYNCING_STRATEGIES = {
+    "mioc": "its Triton OC-SVM fit is sync-free on CUDA (empty_inliers 'skip' still syncs once) "
+    "but has not yet been run under CUDA-graph capture on a GPU; refused until it is measured",
+}
+# A Python value that changes between steps would be frozen in the graph.
+PYTHON_STATE_LOSSES = {
+    "ring": "its band anneals with the fractional epoch / global step (Python floats)",
+}
+PYTHON_STATE_STRATEGIES = {
+    "adco": "its bank's fill count is a Python integer that changes every step until full",
+}
+
+
+def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
+    """Why ``train.cuda_graphs`` cannot run with ``cfg`` here, or None when it can."""
+    t, loss, strategy = cfg.train, cfg.loss.name, cfg.negatives.name
+    checks = [
+        (device_type == "cuda", f"CUDA graphs need a CUDA device (this run is on {device_type})"),
+        (world_size == 1, "DDP's gradient all-reduce has not been captured here (one process "
+                          "only; batches are even at any world size: the sampler drops the rest)"),
+        (not t.compile, "train.compile is on: capture the eager step or compile, not both"),
+        (t.amp != "fp16", "fp16's GradScaler checks for infs on the host every step"),
+        (t.lr_per_epoch, "train.lr_per_epoch=false changes the lr (frozen at capture) every step"),
+        (not cfg.eval.online_probe, "the online probe's accumulators are unchecked under capture"),
+        (loss not in SYNCING_LOSSES, f"loss {loss!r}: {SYNCING_LOSSES.get(loss)}"),
+        (strategy not in SYNCING_STRATEGIES,
+         f"strategy {strategy!r}: {SYNCING_STRATEGIES.get(strategy)}"),
+        (loss not in PYTHON_STATE_LOSSES, f"loss {loss!r}: {PYTHON_STATE_LOSSES.get(loss)}"),
+        (strategy not in PYTHON_STATE_STRATEGIES,
+         f"strategy {strategy!r}: {PYTHON_STATE_STRATEGIES.get(strategy)}"),
+        (whole_epoch_warmup(cfg), f"strategy {strategy!r}: its warmup_epochs is not a whole "
+                                  "number (the graph is re-captured at whole epochs only)"),
+    ]  # fmt: skip
+    return next((why for ok, why in checks if not ok), None)
+
+
+def whole_epoch_warmup(cfg: Config) -> bool:
+    """The strategy's ``warmup_epochs`` (given or its default; 0 without one) is a whole number:
+    its epoch branch flips where the graph is re-captured anyway."""
+    param = inspect.signature(negatives.strategies.get(cfg.negatives.name)).parameters
+    default = param["warmup_epochs"].default if "warmup_epochs" in param else 0.0
+    return float(cfg.negatives.kwargs.get("warmup_epochs", default)).is_integer()
+
+
+Step = Callable[..., torch.Tensor]  # engine.train_step(run, x1, x2, y, epoch, *rows)
+
+
+class CapturedStep:
+    """``step`` captured once per (lr, whole epoch, input shapes) and replayed.
+
+    Args:
+        step: the eager step, ``step(run, x1, x2, y, epoch, *rows) -> loss``.
+        warmup: eager steps on a side stream before the first capture (cuDNN autotuning, the
+            optimizer's momentum buffers, lazy CUDA state: none of it may happen in a capture).
+
+    The returned loss is the graph's own output tensor, overwritten by the next replay: read it
+    (or accumulate it) before the next step, as the training loop does.
+    """
+
+    def __init__(self, step: Step, warmup: int = 3) -> None:
+        self.step, self.warmup, self.calls = step, warmup, 0
+        self.graph: Any = None  # torch.cuda.CUDAGraph once captured
+        self.key: tuple | None = None
+        self.inputs: list[torch.Tensor] = []  # the captured input tensors
+        self.loss: torch.Tensor | None = None
+
+    def __call__(self, run: Any, *batch: Any) -> torch.Tensor:
+        x1, x2, y, epoch, *rows = batch
+        tensors = [x1, x2, y, *rows]
+        self.calls += 1
+        if self.calls <= self.warmup or epoch < run.cfg.train.warmup_epochs:  # lr per step
+            return self.eager_on_side_stream(run, tensors, epoch)
+        lr = run.optimizer.param_groups[0]["lr"]
+        key = (lr, math.floor(epoch), tuple((t.shape, t.dtype) for t in tensors))
+        if key != self.key:
+            if self.key is not None and key[2] != self.key[2]:
+                raise RuntimeError(
+                    f"train.cuda_graphs: a batch of shapes {key[2]} after the captured "
+                    f"{self.key[2]}; set train.cuda_graphs=false"
+                )
+            self.capture(run, tensors, epoch)
+            self.key = key
+        for dst, src in zip(self.inputs, tensors, strict=True):
+            dst.copy_(src, non_blocking=True)
+        self.graph.replay()
+        return self.loss
+
+    def eager_on_side_stream(self, run: Any, tensors: list[torch.Tensor], epoch: float) -> Any:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            loss = self.step(run, *tensors[:3], epoch, *tensors[3:])
+        torch.cuda.current_stream().wait_stream(side)
+        return loss
+
+    def capture(self, run: Any, tensors: list[torch.Tensor], epoch: float) -> None:
+        """Capture one step on the current inputs' copies; nothing runs until ``replay``."""
+        self.graph = self.loss = None  # release the previous graph's pool first
+        self.inputs = [t.clone() for t in tensors]
+        run.optimizer.zero_grad(set_to_none=True)  # gradients allocated in the graph's pool
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.loss = self.step(run, *self.inputs[:3], epoch, *self.inputs[3:])
+        self.graph = graph

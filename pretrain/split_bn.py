@@ -1,0 +1,156 @@
+"""Split BatchNorm: training statistics per sub-batch of ``N / num_splits``, on two paths.
+
+Emulates the per-GPU BN of multi-GPU MoCo on one device (the official CIFAR colab's
+``SplitBatchNorm``, facebookresearch/moco branch colab-notebook). Both paths compute, for split r
+(the contiguous chunk ``x[r*N/s:(r+1)*N/s]``), ``y = (x - mean_r) / sqrt(var_r + eps) * w + b``
+with the biased variance, and update ``running_mean`` / ``running_var`` as nn.BatchNorm2d does
+per split (momentum m, unbiased variance), averaged over the splits:
+``running <- (1 - m) running + m mean_r(stat_r)``.
+
+- per split (the CPU's): one ``batch_norm`` per chunk and one ``cat``; its op count grows with s.
+  On one CPU thread it beats the fused path (benchmarks/split_bn.py, benchmarks/RESULTS.md).
+- fused (CUDA's): the statistics of every split from one reduction over the (s, N/s, C, H, W) view
+  (a view in NCHW and channels_last), one normalisation (``addcmul``), and a hand-written backward
+  (:class:`SplitBatchNormFunction`) of a fixed handful of ops; the op count does not depend on s.
+  Statistics and the affine coefficients are float32 for bf16/fp16 inputs (as cuDNN keeps them);
+  the output has the input's dtype and layout.
+
+``SplitBatchNorm.fused``: None chooses by the input's device (fused on CUDA), True/False force a
+path (tests, op counting). Eval mode is plain BN on either path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+DIMS = (1, 3, 4)  # the reduced axes of the (s, N/s, C, H, W) view: per (split, channel)
+
+
+def split_stats(xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(biased var, mean) per split and channel of ``xs`` (s, n, C, H, W): float32 (s, 1, C, 1, 1)
+    (float64 for float64 input); one Welford reduction for float32/64, two for bf16/fp16 (their
+    statistics are accumulated and returned in float32, not rounded to the input's dtype)."""
+    if xs.dtype in (torch.float32, torch.float64):
+        return torch.var_mean(xs, DIMS, correction=0, keepdim=True)
+    var = xs.new_empty((xs.shape[0], 1, xs.shape[2], 1, 1), dtype=torch.float32)
+    torch.var(xs, DIMS, correction=0, keepdim=True, out=var)  # float32 out: float32 accumulation
+    return var, torch.mean(xs, DIMS, keepdim=True, dtype=torch.float32)
+
+
+class SplitBatchNormFunction(torch.autograd.Function):
+    """Fused split-BN training forward and its backward; returns (y, mean, biased var).
+
+    Backward of BN per split (Ioffe & Szegedy 2015, Alg. 1 differentiated), with
+    x̂ = (x - μ_r) σ_r⁻¹, a = w σ_r⁻¹ and M = N/s·H·W elements per (split, channel):
+    ∂b = Σ_r Σ g, ∂w = Σ_r Σ g x̂, ∂x = a (g - Σg/M - x̂ Σ(g x̂)/M) = a g - c₁ x + c₀ with
+    c₁ = a σ_r⁻¹ Σ(g x̂)/M and c₀ = c₁ μ_r - a Σg/M (the sums per split and channel).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, splits: int, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        xs = x.unflatten(0, (splits, -1))  # (s, n, C, H, W): a view in either layout
+        var, mean = split_stats(xs)  # (s, 1, C, 1, 1) each
+        invstd = var.add(eps).rsqrt_()
+        scale = invstd * weight.view(-1, 1, 1)  # a = w / sqrt(var + eps)
+        shift = torch.addcmul(bias.view(-1, 1, 1), mean, scale, value=-1)  # b - a mean
+        y = torch.empty_like(x)  # the input's dtype and layout; not a view (relu_ follows)
+        torch.addcmul(shift, xs, scale, out=y.unflatten(0, (splits, -1)))
+        ctx.save_for_backward(xs, mean, invstd, scale)
+        ctx.mark_non_differentiable(mean, var)
+        ctx.set_materialize_grads(False)  # no zero gradients built for mean and var
+        return y, mean, var
+
+    @staticmethod
+    @once_differentiable  # a second derivative raises instead of being silently wrong
+    def backward(
+        ctx: Any, grad: torch.Tensor, _mean: Any, _var: Any
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None]:
+        if grad is None:  # y unused (grads are not materialised as zeros)
+            return None, None, None, None, None
+        xs, mean, invstd, scale = ctx.saved_tensors
+        g = grad.unflatten(0, (xs.shape[0], -1))
+        n = xs[0].numel() // xs.shape[2]  # M: elements per (split, channel)
+        acc = torch.float64 if xs.dtype == torch.float64 else torch.float32
+        g_sum = g.sum(DIMS, keepdim=True, dtype=acc)  # Σ g
+        gx_hat = torch.sum(g * xs, DIMS, keepdim=True, dtype=acc)  # Σ g x
+        gx_hat = torch.addcmul(gx_hat, mean, g_sum, value=-1).mul_(invstd)  # Σ g x̂
+        c1 = torch.mul(scale, invstd).mul_(gx_hat).mul_(1.0 / n)
+        c0 = torch.addcmul(c1 * mean, scale, g_sum, value=-1.0 / n)
+        dx = torch.addcmul(c0, xs, c1, value=-1)  # c₀ - c₁ x (float32 for reduced inputs)
+        dx = torch.addcmul(dx, g, scale, out=torch.empty_like(xs))  # + a g, input dtype
+        return dx.flatten(0, 1), gx_hat.sum(0).flatten(), g_sum.sum(0).flatten(), None, None
+
+
+class SplitBatchNorm(nn.BatchNorm2d):
+    """BatchNorm whose training statistics are computed per sub-batch of ``N / num_splits``.
+
+    Split r is the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, which is what rank r holds under DDP
+    (the sampler gives each rank consecutive indices of the global batch, and
+    :func:`pretrain.dist.shuffle_batch` gives rank r the r-th chunk of the shuffled batch): one
+    process with s splits computes what an s-rank run computes. The colab groups samples
+    r, r+s, r+2s, ... instead; since the batch is shuffled (sampler, shuffle-BN), both groupings
+    give splits with the same distribution of statistics. Running statistics are averaged over
+    the splits; eval mode is plain BN.
+
+    Args:
+        num_features: channels C.
+        num_splits: s; the batch must be a multiple of it in training.
+        fused: None = the fused path on CUDA tensors, per split elsewhere; True/False force one.
+    """
+
+    def __init__(self, num_features: int, num_splits: int, fused: bool | None = None) -> None:
+        super().__init__(num_features)
+        self.num_splits, self.fused = num_splits, fused
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.num_splits == 1:
+            return super().forward(x)
+        s = self.num_splits
+        if x.shape[0] % s:
+            raise ValueError(f"batch of {x.shape[0]} cannot be split into {s} BatchNorm splits")
+        if self.fused if self.fused is not None else x.is_cuda:
+            if x.numel() // s // x.shape[1] == 1:  # as BatchNorm2d refuses one value per channel
+                raise ValueError(f"one value per channel in each of the {s} BatchNorm splits")
+            return self.forward_fused(x)
+        # one batch_norm per split on its chunk (a view, in the input's layout), then one cat:
+        # each split computes exactly what a rank holding that chunk computes with BatchNorm2d.
+        # Folding the splits into channels (N/s, s*C, H, W) costs two layout copies per layer:
+        # 512 x 64 x 32 x 32, forward + backward, one thread: 812 -> 226 ms (fp32), bf16
+        # channels_last 328 -> 113 ms.
+        mean = self.running_mean.repeat(s, 1)  # (s, C): each split updates its own row
+        var = self.running_var.repeat(s, 1)
+        w, b, m, eps = self.weight, self.bias, self.momentum, self.eps
+        out = torch.cat([
+            F.batch_norm(x_r, mean[r], var[r], w, b, True, m, eps)
+            for r, x_r in enumerate(x.chunk(s))
+        ])  # fmt: skip
+        self.running_mean.copy_(mean.mean(0))
+        self.running_var.copy_(var.mean(0))
+        return out
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """The fused path: a fixed number of ops for any number of splits."""
+        y, mean, var = SplitBatchNormFunction.apply(
+            x, self.weight, self.bias, self.num_splits, self.eps
+        )
+        with torch.no_grad():  # mean over splits of each split's BatchNorm2d update
+            n = x.numel() // self.num_splits // x.shape[1]
+            avg = torch.cat([mean, var], 1).mean(0)  # (2, C, 1, 1): split-mean of mean, var
+            running = [self.running_mean, self.running_var]
+            torch._foreach_lerp_(running, [avg[0].flatten(), avg[1].flatten() * (n / (n - 1))],
+                                 self.momentum)  # fmt: skip
+        return y
+
+
+def use_fused(module: nn.Module, fused: bool | None) -> None:
+    """Set :attr:`SplitBatchNorm.fused` on every split BN in ``module`` (None: by device)."""
+    for m in module.modules():
+        if isinstance(m, SplitBatchNorm):
+            m.fused = fused
