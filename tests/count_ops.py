@@ -64,8 +64,8 @@ def count(recipe: str, strategy: str = "none", fused: bool = True) -> OpCounter:
     run = engine.setup(cfg)
     use_fused(run.moco, fused)
     svm = getattr(run.strategy, "svm", None)
-    if svm is not None:  # the OC-SVM's CUDA path (device loop, full kernel) on any device
-        svm.loop, svm.kernel_cache = "device", "full"
+    if svm is not None:  # the OC-SVM's CUDA path (one Triton program) on any device
+        svm.loop = "triton"
     torch.manual_seed(0)
     engine.init_loss(run)
     run.data.sampler.set_epoch(0, 0)
