@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 from scipy import stats
+from state_dicts import flat
 from torch.utils.data import default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
@@ -413,17 +414,7 @@ def test_the_trainer_with_decode_on_device_matches_decode_on_cpu(tmp_path, capsy
 
 
 def tensors(path) -> dict[str, torch.Tensor]:
-    state = torch.load(path, weights_only=True)
-    out, stack = {}, [(k, state[k]) for k in ("model", "queue", "optimizer")]
-    while stack:
-        key, v = stack.pop()
-        if isinstance(v, torch.Tensor):
-            out[key] = v
-        elif isinstance(v, dict):
-            stack += [(f"{key}/{k}", x) for k, x in v.items()]
-        elif isinstance(v, (list, tuple)):
-            stack += [(f"{key}/{i}", x) for i, x in enumerate(v)]
-    return out
+    return flat(torch.load(path, weights_only=True))
 
 
 def test_a_resumed_device_decode_run_equals_an_uninterrupted_one(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from state_dicts import flat
 
 from pretrain import build, config, engine, losses
 from tests.fakedata import random_images
@@ -58,21 +59,6 @@ def run(out: Path, root: Path, *extra: str) -> int:
 def records(out: Path, kind: str) -> list[dict]:
     rows = [json.loads(s) for s in (out / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["kind"] == kind]
-
-
-def flat(state: dict) -> dict[str, torch.Tensor]:
-    out = {}
-    for part in ("model", "queue", "optimizer"):
-        stack = [(part, state[part])]
-        while stack:
-            key, v = stack.pop()
-            if isinstance(v, torch.Tensor):
-                out[key] = v
-            elif isinstance(v, dict):
-                stack += [(f"{key}/{k}", x) for k, x in v.items()]
-            elif isinstance(v, (list, tuple)):
-                stack += [(f"{key}/{i}", x) for i, x in enumerate(v)]
-    return out
 
 
 def test_max_steps_checkpoints_and_resume_equals_uninterrupted(folder, tmp_path, capsys):
