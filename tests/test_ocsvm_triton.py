@@ -132,6 +132,30 @@ SLOW_CASES = {  # long runs through shrinking, unshrinking and reconstruction (m
 }
 
 
+SIZES = {  # MiOC's fit sizes: the CIFAR recipe's 2 x 512, 16 GPUs x 256, 64 GPUs x 256
+    1024: False,  # ~5 s interpreted
+    4096: True,  # ~11 s
+    16384: True,  # ~40 s and a 1 GiB kernel matrix
+}
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(n, marks=[pytest.mark.slow] if slow else []) for n, slow in SIZES.items()]
+)
+def test_matches_sklearn_at_mioc_sizes(tmp_path, n):
+    """MiOC's defaults (nu = gamma = 0.01) on n fitted points: scikit-learn's iterations,
+    support set and decision values on 4,096 queue keys (max |df| was 9e-15 at 1,024, 2e-14 at
+    4,096 and 6e-14 at 16,384 with 90, 164 and 156 iterations)."""
+    recipe, kwargs = {"n_fit": n, "n_queue": 4096, "seed": 0}, {"nu": 0.01, "gamma": 0.01}
+    (got,) = ocsvm_triton_worker.run([{"recipe": recipe, "kwargs": kwargs}], tmp_path)
+    sk, Y = sklearn_fit(recipe, kwargs)
+    assert got["n_iter"] == sk.n_iter_
+    assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
+    f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
+    assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
+    assert got["n_syncs"] == 0
+
+
 @pytest.mark.slow
 def test_long_runs_match_sklearn(tmp_path):
     cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in SLOW_CASES.values()]
