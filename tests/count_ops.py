@@ -2,6 +2,7 @@
 recipe x negative strategy, on the device path of split BatchNorm and on the CPU's.
 
     python tests/count_ops.py            # prints the markdown table of docs/step_counts.md
+    python tests/count_ops.py --one cifar10_moco mioc   # one count
 
 Each setting is built by the trainer's own ``engine.setup`` from the recipe (``cifar10_moco.yaml``
 on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny sizes that do not
@@ -15,6 +16,8 @@ False: the CPU's per-split one). Not a test file: ``tests/test_step_ops.py`` imp
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tempfile
 from functools import cache
@@ -100,5 +103,20 @@ def table() -> list[str]:
     return rows
 
 
+def count_in_subprocess(recipe: str, strategy: str) -> int:
+    """:func:`count` in a fresh process with TRITON_INTERPRET=1: MiOC's Triton program runs in
+    Triton's interpreter only if that is chosen before triton is first imported, which a test
+    session may have done already (compiling the kernel for a GPU)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, __file__, "--one", recipe, strategy]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return int(out.stdout.strip().splitlines()[-1])
+
+
 if __name__ == "__main__":
-    print("\n".join(table()))
+    if sys.argv[1:2] == ["--one"]:  # python tests/count_ops.py --one RECIPE STRATEGY
+        print(count(sys.argv[2], sys.argv[3]).count)
+    else:
+        print("\n".join(table()))

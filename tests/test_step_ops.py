@@ -25,11 +25,12 @@ def test_every_registered_strategy_has_a_documented_count():
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
 def test_device_path_counts_equal_the_documented_ones(recipe):
     for strategy, want in op_table.DEVICE_OPS[recipe].items():
-        got = count_ops.count(recipe, strategy, fused=True).count
-        if strategy == "mioc":  # its solver's iterations vary with the data (see op_table)
+        if strategy == "mioc":  # its Triton fit, interpreted in a fresh process (see op_table)
+            got = count_ops.count_in_subprocess(recipe, strategy)
             assert abs(got - want) <= op_table.MIOC_SLACK * want, (recipe, strategy, got, want)
-        else:
-            assert got == want, f"{recipe}/{strategy}: {got} ops per step, documented {want}"
+            continue
+        got = count_ops.count(recipe, strategy, fused=True).count
+        assert got == want, f"{recipe}/{strategy}: {got} ops per step, documented {want}"
 
 
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
