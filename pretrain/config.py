@@ -429,7 +429,7 @@ def validate(cfg: Config) -> None:
                 and cfg.data.affine_degrees == 0
                 and cfg.data.affine_translate == 0
             ),
-            "= device needs image files (data.name imagefolder or imagenet100), "
+            "needs image files (data.name imagefolder or imagenet100), "
             "data.augment_on=device and no RandomAffine (data.affine_degrees = "
             "data.affine_translate = 0); use auto or cpu",
         ),
