@@ -209,9 +209,10 @@ def affine_nearest(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         torch.linspace((1.0 - h) * 0.5, (h - 1.0) * 0.5, steps=h, device=dev).unsqueeze_(-1)
     )
     base[..., 2].fill_(1)
-    # torchvision divides by torch.tensor([0.5 * w, 0.5 * h]): the same float32 divisors here,
-    # built on the device (a tensor from a Python list is a host-to-device copy every step)
-    scale = torch.stack([torch.full((), 0.5 * side, dtype=dt, device=dev) for side in (w, h)])
+    # torchvision divides by torch.tensor([0.5 * w, 0.5 * h]): the same float32 divisors, built
+    # on the device in one op (a 2-step linspace is exactly its ends; a tensor from a Python list
+    # is a host-to-device copy every step)
+    scale = torch.linspace(0.5 * w, 0.5 * h, steps=2, dtype=dt, device=dev)
     rescaled = theta.to(dt).view(n, 2, 3).transpose(1, 2).div(scale)  # (N, 3, 2)
     grid = base.view(1, h * w, 3).expand(n, -1, -1).bmm(rescaled).view(n, h, w, 2)
     return F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
