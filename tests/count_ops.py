@@ -23,12 +23,10 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from count_steps import STRATEGY_KWARGS  # noqa: E402  (tiny sizes that fit queue 64, batch 16)
+from count_steps import STRATEGY_KWARGS, ready  # noqa: E402  (STRATEGY_KWARGS: tiny sizes)
 from fakedata import write_cifar10  # noqa: E402
 from op_counter import OpCounter  # noqa: E402
 
@@ -66,13 +64,7 @@ def count(recipe: str, strategy: str = "none", fused: bool = True) -> OpCounter:
     cfg = config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides(recipe, strategy)])
     run = engine.setup(cfg)
     use_fused(run.moco, fused)
-    svm = getattr(run.strategy, "svm", None)
-    if svm is not None:  # the OC-SVM's CUDA path (one Triton program) on any device
-        svm.loop = "triton"
-    torch.manual_seed(0)
-    engine.init_loss(run)
-    run.data.sampler.set_epoch(0, 0)
-    run.moco.train()
+    ready(run)
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         engine.set_lr(run, EPOCH)

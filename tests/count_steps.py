@@ -75,6 +75,18 @@ def key(loss: str, strategy: str, variant: str = "") -> str:
     return f"{loss}{variant}/{strategy}"
 
 
+def ready(run: Any) -> None:
+    """Put a run built by ``engine.setup`` where the counters start: the OC-SVM on its CUDA path
+    (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
+    svm = getattr(run.strategy, "svm", None)
+    if svm is not None:
+        svm.loop = "triton"
+    torch.manual_seed(0)
+    engine.init_loss(run)
+    run.data.sampler.set_epoch(0, 0)
+    run.moco.train()
+
+
 def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[str, Any] | None:
     kwargs = STRATEGY_KWARGS.get(strategy, "{}")  # an unknown strategy runs with its defaults
     overrides = [f"out_dir={out_dir}", *TINY, f"loss.name={loss}", f"negatives.name={strategy}"]
@@ -85,13 +97,8 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
         run = engine.setup(cfg)
     except ConfigError:
         return None
+    ready(run)
     svm = getattr(run.strategy, "svm", None)
-    if svm is not None:  # the OC-SVM's CUDA path (one Triton program) on any device
-        svm.loop = "triton"
-    torch.manual_seed(0)
-    engine.init_loss(run)
-    run.data.sampler.set_epoch(0, 0)
-    run.moco.train()
     counts, solver, where = [], [], []
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         if i == WARM + COUNTED:
