@@ -127,3 +127,8 @@ class NegativeStrategy(nn.Module):
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Statistics of the latest step (scalars, possibly device tensors); read at log steps."""
         return {}
+
+    def bad_input(self) -> str:
+        """Why the loss may have become non-finite, named by the trainer's finite check when it
+        stops a run (may read the device; never called per step). Empty when nothing to say."""
+        return ""

@@ -263,7 +263,7 @@ def log_step(
 
 def check_finite(run: Run) -> None:
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
-        cause = getattr(run.strategy, "bad_input", str)()  # e.g. MiOC's non-finite embeddings
+        cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings
         raise NonFiniteLossError(cause + divergence_message(run))
 
 
