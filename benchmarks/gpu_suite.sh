@@ -11,10 +11,12 @@
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
 #   step   (120) benchmarks/step.py --mode all: the same steps timed (20 each), sync debug off; on
 #                a CPU the strategies table (--quick)
+#   splitbn (30) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
+#                triton): decides the CUDA default (--quick sizes on a CPU)
 #   ocsvm  (60)  benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
-#   input  (60)  benchmarks/input.py: the input pipeline (--quick on a CPU)
+#   input  (50)  benchmarks/input.py: the input pipeline (--quick on a CPU)
 #   tests  (90)  pytest -m cuda: the cuda-marked tests (CUDA only)
-# 430 s of budgets in all. Each benchmark appends its table to the results file (default
+# 450 s of budgets in all. Each benchmark appends its table to the results file (default
 # benchmarks/RESULTS.md) when it ends, and this script appends a line per part as soon as the part
 # ends (passed / FAILED / timed out, with its seconds), so a run cut short keeps every table it
 # measured. A part that runs past its budget is killed (SIGTERM, then SIGKILL 10 s later) and the
@@ -27,8 +29,8 @@ export PYTHONPATH="${PWD}${PYTHONPATH:+:$PYTHONPATH}"
 PY="${PYTHON:-python}"
 QUICK=()
 RESULTS="benchmarks/RESULTS.md"
-PARTS="sync,step,ocsvm,input,tests"
-declare -A BUDGET=([sync]=100 [step]=120 [ocsvm]=60 [input]=60 [tests]=90)
+PARTS="sync,step,splitbn,ocsvm,input,tests"
+declare -A BUDGET=([sync]=100 [step]=120 [splitbn]=30 [ocsvm]=60 [input]=50 [tests]=90)
 usage() { echo "usage: $0 [--quick] [--results PATH] [--parts LIST] [--budget PART=SECONDS]..." >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,7 +50,7 @@ done
 IFS=, read -r -a SELECTED <<< "$PARTS"
 for part in "${SELECTED[@]}"; do
   if [ -z "${BUDGET[$part]+x}" ]; then
-    echo "gpu_suite: --parts: unknown part '$part' (parts: sync,step,ocsvm,input,tests)" >&2; exit 2
+    echo "gpu_suite: --parts: unknown part '$part' (parts: sync,step,splitbn,ocsvm,input,tests)" >&2; exit 2
   fi
 done
 { read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
@@ -106,6 +108,8 @@ part_step() {
     bench_part step benchmarks/step.py  # the strategies table, --quick sizes
   fi
 }
+
+part_splitbn() { bench_part splitbn benchmarks/split_bn.py; }
 
 part_ocsvm() {  # --quick on CUDA too: n = 256 and 1024 (the full run passed 170 s on an H100)
   if [ ${#QUICK[@]} -eq 0 ]; then bench_part ocsvm benchmarks/ocsvm.py --quick

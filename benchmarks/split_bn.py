@@ -1,13 +1,15 @@
-"""Split BatchNorm on this device: the per-split path (one batch_norm per split) against the fused
-one (one reduction over the (s, N/s, C, H, W) view), forward + backward of one layer.
+"""Split BatchNorm on this device: the per-split path (one batch_norm per split), the fused aten one
+(one reduction over the (s, N/s, C, H, W) view) and, on CUDA, the Triton kernels (four launches),
+forward + backward of one layer.
 
     python benchmarks/split_bn.py [--device cpu|cuda] [--batch 512] [--channels 64] [--size 32]
-        [--splits 8] [--rounds 5] [--results PATH] [--no-record]
+        [--splits 8] [--rounds 5] [--results PATH] [--no-record] [--quick]
 
 The CIFAR-10 recipe's first layer shape by default (512 x 64 x 32 x 32, 8 splits), in fp32 NCHW
 and in bf16 channels_last (the trainer's layout under bf16 autocast); the paths alternate
-round by round, so drift of a shared machine hits both alike. The ratio decides which path
-``SplitBatchNorm`` takes on the device (pretrain/split_bn.py: per split on the CPU).
+round by round, so drift of a shared machine hits both alike. The times decide which path
+``SplitBatchNorm`` takes on the device (pretrain/split_bn.py: per split on the CPU, triton on
+CUDA, unmeasured there so far).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain.split_bn import SplitBatchNorm  # noqa: E402
+from pretrain.split_bn import HAS_TRITON, SplitBatchNorm  # noqa: E402
 
 SETTINGS = {"fp32 NCHW": (torch.float32, False), "bf16 channels_last": (torch.bfloat16, True)}
 
@@ -42,30 +44,35 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
     p.add_argument("--no-record", action="store_true")
+    p.add_argument("--quick", action="store_true", help="batch 64, 2 rounds (a CPU check)")
     a = p.parse_args()
+    if a.quick:
+        a.batch, a.rounds = 64, 2
     dev = torch.device(a.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    paths = ["per_split", "fused"] + (["triton"] if dev.type == "cuda" and HAS_TRITON else [])
     rows = [
-        "| input | per-split ms | fused ms | fused speed vs per-split |",
-        "|---|---|---|---|",
+        "| input | " + " | ".join(f"{p} ms" for p in paths) + " | fastest |",
+        "|---|" + "---|" * (len(paths) + 1),
     ]
     for name, (dtype, channels_last) in SETTINGS.items():
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         x = torch.randn(a.batch, a.channels, a.size, a.size, device=dev)
         x = x.to(dtype).contiguous(memory_format=fmt).requires_grad_()
         g = torch.randn_like(x)
-        times: dict[bool, list[float]] = {False: [], True: []}
-        for r in range(a.rounds + 1):  # round 0 warms up
-            for fused in (False, True):
-                bn = SplitBatchNorm(a.channels, a.splits, fused=fused).to(dev).train()
+        times: dict[str, list[float]] = {p: [] for p in paths}
+        for r in range(a.rounds + 1):  # round 0 warms up (and compiles the Triton kernels)
+            for path in paths:
+                bn = SplitBatchNorm(a.channels, a.splits, path=path).to(dev).train()
                 sync()
                 tic = time.perf_counter()
                 one_step(bn, x, g)
                 sync()
                 if r:
-                    times[fused].append(time.perf_counter() - tic)
-        per, fus = (statistics.median(times[f]) for f in (False, True))
-        rows.append(f"| {name} | {1e3 * per:.1f} | {1e3 * fus:.1f} | {per / fus:.2f}x |")
+                    times[path].append(time.perf_counter() - tic)
+        med = {p: statistics.median(t) for p, t in times.items()}
+        cells = " | ".join(f"{1e3 * med[p]:.2f}" for p in paths)
+        rows.append(f"| {name} | {cells} | {min(med, key=med.get)} |")
     rows += [
         "",
         f"one layer, forward + backward, {a.batch} x {a.channels} x {a.size} x {a.size}, "

@@ -9,7 +9,18 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import augment, cores, data, datasets, device_decode, dist, imagefiles, losses, views
+from pretrain import (
+    augment,
+    cores,
+    data,
+    datasets,
+    device_decode,
+    dist,
+    imagefiles,
+    losses,
+    split_bn,
+    views,
+)
 from pretrain import model as model_lib
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.queue import LabeledQueue
@@ -17,7 +28,7 @@ from pretrain.queue import LabeledQueue
 
 def model(cfg: Config) -> model_lib.MoCo:
     m = cfg.model
-    return model_lib.build(
+    net = model_lib.build(
         arch=m.arch,
         width=m.width,
         cifar_stem=m.cifar_stem,
@@ -26,6 +37,8 @@ def model(cfg: Config) -> model_lib.MoCo:
         bn_splits=m.bn_splits,
         kappa_hidden=m.kappa_hidden,
     )
+    split_bn.use_path(net, None if m.split_bn == "auto" else m.split_bn)
+    return net
 
 
 def eval_transform(d: DataConfig) -> Any:

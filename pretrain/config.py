@@ -73,6 +73,8 @@ class ModelConfig:
     dim: int = 128  # output dimension of the projection head (MoCo)
     mlp: bool = True  # MoCo v2 head Linear-ReLU-Linear; False = single Linear (MoCo v1)
     bn_splits: int = 1  # >1: split BatchNorm + key shuffle on one device (MoCo CIFAR recipe)
+    split_bn: str = "auto"  # bn_splits > 1, its training kernels: auto (triton on CUDA, per_split
+    # on a CPU), triton (4 launches per layer), fused (aten ops), per_split (a batch_norm per split)
     sync_bn: bool = False  # DDP: SyncBatchNorm in both encoders instead of shuffle-BN
     kappa_hidden: int = 0  # >0: a kappa (concentration) head with this hidden width (seed 004: 512)
 
@@ -175,6 +177,7 @@ class Config:
 CHOICES = {
     "data.name": ("digits", "cifar10", "cifar100", "stl10", "imagefolder", "imagenet100"),
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
+    "model.split_bn": ("auto", "triton", "fused", "per_split"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),

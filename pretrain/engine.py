@@ -38,6 +38,7 @@ from pretrain.metrics_log import MetricsLog
 from pretrain.online_probe import OnlineProbe
 from pretrain.progress import Progress
 from pretrain.schedules import learning_rate
+from pretrain.split_bn import triton_interpreted
 
 # Keys that may change between a run and its resume; any other difference is refused.
 RESUMABLE_CHANGES = (
@@ -57,6 +58,7 @@ RESUMABLE_CHANGES = (
     "train.threads",
     "train.compile",
     "train.cuda_graphs",
+    "model.split_bn",
     "eval.",
 )
 
@@ -412,6 +414,9 @@ def setup(cfg: Config) -> Run:
     if refused:
         raise ConfigError(f"config key 'train.cuda_graphs' = True is refused: {refused}; "
                           "set train.cuda_graphs=false")  # fmt: skip
+    if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
+        raise ConfigError(f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+                          f"is on {device.type}); set model.split_bn=auto")  # fmt: skip
     check_run_dir(cfg)  # every rank, before any data is read
     precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
     threads.configure(cfg.train.threads, device)  # this rank's share of the cores

@@ -9,18 +9,26 @@ per split (momentum m, unbiased variance), averaged over the splits:
 
 - per split (the CPU's): one ``batch_norm`` per chunk and one ``cat``; its op count grows with s.
   On one CPU thread it beats the fused path (benchmarks/split_bn.py, benchmarks/RESULTS.md).
-- fused (CUDA's): the statistics of every split from one reduction over the (s, N/s, C, H, W) view
+- fused (aten ops): the statistics of every split from one reduction over the (s, N/s, C, H, W) view
   (a view in NCHW and channels_last), one normalisation (``addcmul``), and a hand-written backward
   (:class:`SplitBatchNormFunction`) of a fixed handful of ops; the op count does not depend on s.
   Statistics and the affine coefficients are float32 for bf16/fp16 inputs (as cuDNN keeps them);
   the output has the input's dtype and layout.
 
-``SplitBatchNorm.fused``: None chooses by the input's device (fused on CUDA), True/False force a
-path (tests, op counting). Eval mode is plain BN on either path.
+- triton (CUDA's default): the same arithmetic as fused in four Triton kernels, two launches
+  forward and two backward (:mod:`pretrain.split_bn_triton`), where fused dispatches 11 aten ops
+  forward and 14 backward; under ``torch.compile`` the fused path is traced instead (inductor
+  fuses it itself).
+
+``SplitBatchNorm.path``: None chooses by the input's device (triton on CUDA when triton imports,
+else fused; per split elsewhere); "per_split", "fused" or "triton" force one (``model.split_bn``
+in the config; tests and op counting). Eval mode is plain BN on every path.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 import torch
@@ -28,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+PATHS = ("per_split", "fused", "triton")
+HAS_TRITON = importlib.util.find_spec("triton") is not None  # comes with torch's CUDA wheels
 DIMS = (1, 3, 4)  # the reduced axes of the (s, N/s, C, H, W) view: per (split, channel)
 
 
@@ -79,7 +89,8 @@ class SplitBatchNormFunction(torch.autograd.Function):
         n = xs[0].numel() // xs.shape[2]  # M: elements per (split, channel)
         acc = torch.float64 if xs.dtype == torch.float64 else torch.float32
         g_sum = g.sum(DIMS, keepdim=True, dtype=acc)  # Σ g
-        gx_hat = torch.sum(g * xs, DIMS, keepdim=True, dtype=acc)  # Σ g x
+        g_acc = g if g.dtype == acc else g.to(acc)  # g x in float32: bf16 products cancel below
+        gx_hat = torch.sum(g_acc * xs, DIMS, keepdim=True, dtype=acc)  # Σ g x
         gx_hat = torch.addcmul(gx_hat, mean, g_sum, value=-1).mul_(invstd)  # Σ g x̂
         c1 = torch.mul(scale, invstd).mul_(gx_hat).mul_(1.0 / n)
         c0 = torch.addcmul(c1 * mean, scale, g_sum, value=-1.0 / n)
@@ -102,12 +113,26 @@ class SplitBatchNorm(nn.BatchNorm2d):
     Args:
         num_features: channels C.
         num_splits: s; the batch must be a multiple of it in training.
-        fused: None = the fused path on CUDA tensors, per split elsewhere; True/False force one.
+        path: one of :data:`PATHS` to force it; None: by device (:meth:`chosen_path`).
     """
 
-    def __init__(self, num_features: int, num_splits: int, fused: bool | None = None) -> None:
+    def __init__(self, num_features: int, num_splits: int, path: str | None = None) -> None:
         super().__init__(num_features)
-        self.num_splits, self.fused = num_splits, fused
+        if path is not None and path not in PATHS:
+            raise ValueError(f"split BN path {path!r}: expected one of {PATHS}")
+        self.num_splits, self.path = num_splits, path
+        self._params: tuple[tuple, torch.Tensor] | None = None  # triton: (key, [eps, momentum])
+
+    def chosen_path(self, x: torch.Tensor) -> str:
+        """``path`` if set; else triton on CUDA (fused without triton), per split elsewhere
+        (measured faster on a CPU). Under torch.compile, triton becomes fused."""
+        if self.path not in (None, "triton"):
+            return self.path
+        if torch.compiler.is_compiling() and (self.path or x.is_cuda):
+            return "fused"  # inductor fuses the aten ops itself; the Triton ops are opaque to it
+        if self.path is not None:
+            return self.path
+        return ("triton" if HAS_TRITON else "fused") if x.is_cuda else "per_split"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.num_splits == 1:
@@ -115,10 +140,11 @@ class SplitBatchNorm(nn.BatchNorm2d):
         s = self.num_splits
         if x.shape[0] % s:
             raise ValueError(f"batch of {x.shape[0]} cannot be split into {s} BatchNorm splits")
-        if self.fused if self.fused is not None else x.is_cuda:
+        path = self.chosen_path(x)
+        if path != "per_split":
             if x.numel() // s // x.shape[1] == 1:  # as BatchNorm2d refuses one value per channel
                 raise ValueError(f"one value per channel in each of the {s} BatchNorm splits")
-            return self.forward_fused(x)
+            return self.forward_fused(x) if path == "fused" else self.forward_triton(x)
         # one batch_norm per split on its chunk (a view, in the input's layout), then one cat:
         # each split computes exactly what a rank holding that chunk computes with BatchNorm2d.
         # Folding the splits into channels (N/s, s*C, H, W) costs two layout copies per layer:
@@ -148,9 +174,31 @@ class SplitBatchNorm(nn.BatchNorm2d):
                                  self.momentum)  # fmt: skip
         return y
 
+    def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
+        """The Triton path: four kernel launches per layer and step (forward and backward)."""
+        from pretrain.split_bn_triton import TritonSplitBatchNorm  # imports triton
 
-def use_fused(module: nn.Module, fused: bool | None) -> None:
-    """Set :attr:`SplitBatchNorm.fused` on every split BN in ``module`` (None: by device)."""
+        if not (x.is_cuda or triton_interpreted()):
+            raise ValueError("split BN path 'triton' needs CUDA tensors (or TRITON_INTERPRET=1)")
+        if self.momentum is None:
+            raise ValueError("split BN path 'triton' needs a momentum (not a cumulative average)")
+        key = (x.device, self.eps, self.momentum)
+        if self._params is None or self._params[0] != key:  # one host copy, then cached
+            self._params = key, torch.tensor([self.eps, self.momentum], dtype=torch.float64,
+                                             device=x.device)  # fmt: skip
+        return TritonSplitBatchNorm.apply(
+            x, self.weight, self.bias, self.running_mean, self.running_var, self.num_splits,
+            self._params[1],
+        )  # fmt: skip
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton runs its interpreter (CPU tensors): TRITON_INTERPRET=1 at its import."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def use_path(module: nn.Module, path: str | None) -> None:
+    """Set :attr:`SplitBatchNorm.path` on every split BN in ``module`` (None: by device)."""
     for m in module.modules():
         if isinstance(m, SplitBatchNorm):
-            m.fused = fused
+            m.path = path

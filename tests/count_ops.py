@@ -1,8 +1,8 @@
 """Count the aten ops of one steady-state training step (a proxy for CUDA kernel launches), per
 recipe x negative strategy, on the device path of split BatchNorm and on the CPU's.
 
-    python tests/count_ops.py            # prints the markdown table of docs/step_counts.md
-    python tests/count_ops.py --one cifar10_moco mioc   # one count
+    TRITON_INTERPRET=1 python tests/count_ops.py   # the markdown tables of docs/step_counts.md
+    TRITON_INTERPRET=1 python tests/count_ops.py --one cifar10_moco triton none mioc  # counts
 
 Each setting is built by the trainer's own ``engine.setup`` from the recipe (``cifar10_moco.yaml``
 on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny sizes that do not
@@ -10,8 +10,9 @@ change what is dispatched (batch 16, queue 64; the model, its BN splits, the aug
 precision are the recipe's, amp as on CUDA: bf16 for CIFAR-10, off for digits), runs ``WARM`` steps
 of ``engine.train_step`` (the optimizer's momentum buffers exist after the first), then counts one
 step with :class:`op_counter.OpCounter`: augmentation (stage 2), both encoders, strategy, loss,
-backward, optimizer, momentum update, enqueue. ``fused`` forces the split-BN path (True: CUDA's,
-False: the CPU's per-split one). Not a test file: ``tests/test_step_ops.py`` imports it.
+backward, optimizer, momentum update, enqueue. ``path`` forces the split-BN path (triton: CUDA's,
+run by Triton's interpreter here; fused: the aten ops of the compiled path; per_split: the CPU's).
+Not a test file: ``tests/test_step_ops.py`` imports it.
 """
 
 from __future__ import annotations
@@ -32,13 +33,15 @@ from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
 from pretrain import config, engine  # noqa: E402
-from pretrain.split_bn import use_fused  # noqa: E402
+from pretrain.split_bn import triton_interpreted, use_path  # noqa: E402
 
 WARM = 2
 EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in STRATEGY_KWARGS)
 TINY = ["train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
 TINY += ["train.progress_bar=false"]
 RECIPES = {"cifar10_moco": ["train.amp=bf16"], "digits_moco": ["train.amp='off'"]}
+SPLIT_BN = {"cifar10_moco"}  # recipes with model.bn_splits > 1 (the others run plain BN)
+PATH_NAMES = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
 
 
 @cache
@@ -58,19 +61,21 @@ def overrides(recipe: str, strategy: str) -> list[str]:
     return out
 
 
-def count(recipe: str, strategy: str = "none", fused: bool = True) -> OpCounter:
-    """The ops of one steady-state step of ``recipe`` with ``strategy``."""
+def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounter:
+    """The ops of one steady-state step of ``recipe`` with ``strategy``, split BN on ``path``
+    (triton: needs TRITON_INTERPRET=1 on a CPU, see :func:`count_in_subprocess`)."""
     out_dir = tempfile.mkdtemp(prefix="negmine_ops_run_")
     cfg = config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides(recipe, strategy)])
     run = engine.setup(cfg)
-    use_fused(run.moco, fused)
-    ready(run)
+    use_path(run.moco, "fused" if path == "triton" else path)  # warm steps: the same ops,
+    ready(run)  # faster than Triton's interpreter
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         engine.set_lr(run, EPOCH)
         if i < WARM:
             engine.train_step(run, x1, x2, y, EPOCH, *rows)
             continue
+        use_path(run.moco, path)
         with OpCounter() as ops:
             engine.train_step(run, x1, x2, y, EPOCH, *rows)
         break
@@ -78,37 +83,55 @@ def count(recipe: str, strategy: str = "none", fused: bool = True) -> OpCounter:
     return ops
 
 
+def needs_interpreter(recipe: str, strategy: str, path: str = "triton") -> bool:
+    """Whether the count runs a Triton kernel: split BN's (recipes with BN splits) or MiOC's."""
+    return strategy == "mioc" or (path == "triton" and recipe in SPLIT_BN)
+
+
+def counts(recipe: str, strategies: list[str], path: str = "triton") -> dict[str, int]:
+    """:func:`count` of each strategy, in a fresh process with TRITON_INTERPRET=1 where a Triton
+    kernel runs (:func:`needs_interpreter`) and this process has not chosen the interpreter: it
+    is chosen when triton is first imported, which a test session may have done already."""
+    out = {}
+    here = [s for s in strategies if triton_interpreted() or not needs_interpreter(recipe, s, path)]
+    for strategy in here:
+        out[strategy] = count(recipe, strategy, path).count
+    rest = [s for s in strategies if s not in here]
+    if rest:
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        cmd = [sys.executable, __file__, "--one", recipe, path, *rest]
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+        if run.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        out |= dict(zip(rest, map(int, run.stdout.split()[-len(rest) :]), strict=True))
+    return out
+
+
 def table() -> list[str]:
-    """The markdown rows of docs/step_counts.md's op tables (device path per strategy, then the
-    CPU path of plain MoCo)."""
+    """The markdown rows of docs/step_counts.md's op tables (device path per strategy, then plain
+    MoCo on each split-BN path). Run with TRITON_INTERPRET=1 (the Triton kernels)."""
     rows = ["| recipe | strategy | ops per step | added vs `none` |", "|---|---|---|---|"]
     for recipe in RECIPES:
-        base = count(recipe).count
-        for strategy in negatives.list_strategies():
-            n = count(recipe, strategy).count
-            rows.append(f"| {recipe} | {strategy} | {n} | {100 * (n - base) / base:+.1f} % |")
-    rows += ["", "| recipe | path | ops per step | of them batch_norm |", "|---|---|---|---|"]
+        got = counts(recipe, negatives.list_strategies())
+        for strategy, n in got.items():
+            rows.append(
+                f"| {recipe} | {strategy} | {n} | {100 * (n - got['none']) / got['none']:+.1f} % |"
+            )
+    rows += [
+        "",
+        "| recipe | split BN path | ops per step | of them batch_norm |",
+        "|---|---|---|---|",
+    ]
     for recipe in RECIPES:
-        for fused, path in ((True, "device (fused split BN)"), (False, "CPU (per-split BN)")):
-            ops = count(recipe, fused=fused)
-            rows.append(f"| {recipe} | {path} | {ops.count} | {ops.matching('batch_norm')} |")
+        for path, name in PATH_NAMES.items():
+            ops = count(recipe, path=path)
+            rows.append(f"| {recipe} | {name} | {ops.count} | {ops.matching('batch_norm')} |")
     return rows
 
 
-def count_in_subprocess(recipe: str, strategy: str) -> int:
-    """:func:`count` in a fresh process with TRITON_INTERPRET=1: MiOC's Triton program runs in
-    Triton's interpreter only if that is chosen before triton is first imported, which a test
-    session may have done already (compiling the kernel for a GPU)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, __file__, "--one", recipe, strategy]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    if out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return int(out.stdout.strip().splitlines()[-1])
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--one"]:  # python tests/count_ops.py --one RECIPE STRATEGY
-        print(count(sys.argv[2], sys.argv[3]).count)
+    if sys.argv[1:2] == ["--one"]:  # python tests/count_ops.py --one RECIPE PATH STRATEGY...
+        for strategy in sys.argv[4:]:
+            print(count(sys.argv[2], strategy, sys.argv[3]).count)
     else:
         print("\n".join(table()))

@@ -14,14 +14,17 @@ metadata):
 
 - views: any op whose schema returns an alias of an input (``view``, ``t``, ``select``,
   ``slice``, ``expand``, ``unsqueeze``, ``as_strided``, ``detach``, ``alias``, ...);
-- ops outside ``aten`` (``profiler._record_function_*``: the optimizer's markers);
+- ops outside ``aten`` (``profiler._record_function_*``: the optimizer's markers), except ours:
+  a ``negmine::*`` op (split BN's Triton kernels, :mod:`pretrain.split_bn_triton`) is one launch;
 - metadata and allocation: ``_unsafe_view``, ``empty*``, ``resize_``, ``set_``, ``lift_fresh``,
   ``_reshape_alias``, ``sym_*`` and ``is_same_size``.
 
 What this does not see: ops that a CUDA kernel library runs inside one aten op (cuDNN's batch
 norm is one ``cudnn_batch_norm``, on a CPU ``native_batch_norm``: both one op here), and the
 device branches of our code (``x.is_cuda``): count the device path by forcing it (e.g.
-``SplitBatchNorm.fused``). Not a test file: imported by tests and by ``tests/count_ops.py``.
+``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (the OC-SVM fit
+of :mod:`negatives.ocsvm_triton`: one launch per fit, not counted). Not a test file: imported
+by tests and by ``tests/count_ops.py``.
 """
 
 from __future__ import annotations
@@ -56,7 +59,10 @@ METADATA = {  # packets that allocate or describe, never compute
 
 
 def launches(func: torch._ops.OpOverload) -> bool:
-    """Whether ``func`` counts: not a view (an alias output) and not a metadata op."""
+    """Whether ``func`` counts: an ``aten`` op that is not a view (an alias output) nor a
+    metadata op, or one of our ``negmine`` ops (each launches one Triton kernel)."""
+    if func.namespace == "negmine":
+        return True
     if func.overloadpacket in METADATA or func.namespace != "aten":
         return False  # other namespaces: profiler.* (record_function markers), no kernel
     return not func.is_view

@@ -35,14 +35,14 @@ def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
     assert "## GPU suite" in text and "on cpu" in text
     assert "skip: cuda-marked tests (no CUDA device)" in proc.stdout
     assert "skip: --sync-debug error (CUDA only)" in proc.stdout
-    for script in ("step.py", "ocsvm.py", "input.py"):  # each ran with the convention's flags
+    for script in ("step.py", "split_bn.py", "ocsvm.py", "input.py"):  # the convention's flags
         assert f"benchmarks/{script}" in proc.stdout
     parts = part_lines(text)
     assert parts["sync"].startswith("skipped") and parts["tests"].startswith("skipped")
-    assert parts["step"] == parts["ocsvm"] == parts["input"] == "passed", parts
+    assert parts["step"] == parts["splitbn"] == parts["ocsvm"] == parts["input"] == "passed", parts
     assert re.search(r"^gpu_suite: part step: passed in \d+ s$", proc.stdout, flags=re.M)
     assert "## Training step" in text and "OC-SVM fit and scoring" in text  # their tables landed
-    assert "## Input pipeline" in text
+    assert "## Input pipeline" in text and "## Split BatchNorm paths" in text
     # in order: each part's line right after its own table, the total last
     order = [text.index(s) for s in ("## Training step", "- step: passed", "OC-SVM fit and",
                                      "- ocsvm: passed", "## Input pipeline", "- input: passed",

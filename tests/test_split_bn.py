@@ -1,6 +1,7 @@
-"""The fused split-BN path (CUDA's, forced here) equals the per-split path (plain BatchNorm2d on
-each contiguous chunk) in float64: forward, input / weight / bias gradients, running statistics,
-at 1, 2 and 8 splits, NCHW and channels_last; its op count does not grow with the splits."""
+"""The fused split-BN path (aten ops; CUDA's under torch.compile) equals the per-split path (plain
+BatchNorm2d on each contiguous chunk) in float64: forward, input / weight / bias gradients, running
+statistics, at 1, 2 and 8 splits, NCHW and channels_last; its op count does not grow with the
+splits. The Triton path: tests/test_split_bn_triton.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from op_counter import OpCounter
 from torch import nn
 
-from pretrain.split_bn import SplitBatchNorm, use_fused
+from pretrain.split_bn import SplitBatchNorm, triton_interpreted, use_path
 
 C = 5
 
@@ -52,11 +53,11 @@ def chunk_reference(x: torch.Tensor, g: torch.Tensor, splits: int):
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
 @pytest.mark.parametrize("splits", [1, 2, 8])
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per_split"])
-def test_split_bn_equals_batchnorm_per_chunk(splits, channels_last, fused):
+@pytest.mark.parametrize("path", ["fused", "per_split"])
+def test_split_bn_equals_batchnorm_per_chunk(splits, channels_last, path):
     x = batch(16, 3, seed=splits, channels_last=channels_last).requires_grad_()
     g = torch.randn(x.shape, generator=torch.Generator().manual_seed(7), dtype=x.dtype)
-    bn = randomised(SplitBatchNorm(C, splits, fused=fused))
+    bn = randomised(SplitBatchNorm(C, splits, path=path))
     y = bn(x)
     (y * g).sum().backward()
     ref, ref_grad, wg, bg, stat = chunk_reference(x, g, splits)
@@ -73,7 +74,7 @@ def test_split_bn_equals_batchnorm_per_chunk(splits, channels_last, fused):
 
 def test_fused_gradients_pass_gradcheck():
     """The hand-written backward against finite differences (autograd's gradcheck), 2 splits."""
-    bn = randomised(SplitBatchNorm(C, 2, fused=True))
+    bn = randomised(SplitBatchNorm(C, 2, path="fused"))
     x = batch(4, 2, seed=3, channels_last=False).requires_grad_()
     w = bn.weight.detach().clone().requires_grad_()
     b = bn.bias.detach().clone().requires_grad_()
@@ -90,8 +91,8 @@ def test_fused_on_reduced_precision_keeps_dtype_layout_and_float32_statistics():
     bf16 values to float32 rounding)."""
     x32 = batch(8, 4, seed=1, channels_last=True).float()
     x = x32.bfloat16().requires_grad_()
-    fused = randomised(SplitBatchNorm(C, 4, fused=True)).float()
-    ref = randomised(SplitBatchNorm(C, 4, fused=False)).float()
+    fused = randomised(SplitBatchNorm(C, 4, path="fused")).float()
+    ref = randomised(SplitBatchNorm(C, 4, path="per_split")).float()
     y = fused(x)
     y.float().sum().backward()
     assert y.dtype == x.grad.dtype == torch.bfloat16
@@ -102,23 +103,35 @@ def test_fused_on_reduced_precision_keeps_dtype_layout_and_float32_statistics():
     torch.testing.assert_close(fused.running_var, ref.running_var, rtol=1e-5, atol=1e-5)
 
 
-def test_fused_refuses_one_value_per_channel_like_batchnorm():
-    bn = SplitBatchNorm(C, 4, fused=True).train()
+@pytest.mark.parametrize("path", ["fused", "triton"])
+def test_fused_paths_refuse_one_value_per_channel_like_batchnorm(path):
+    bn = SplitBatchNorm(C, 4, path=path).train()
     with pytest.raises(ValueError, match="one value per channel"):
         bn(torch.randn(4, C, 1, 1))
+
+
+def test_path_by_device_and_clear_refusals():
+    bn = SplitBatchNorm(C, 2).train()
+    assert bn.chosen_path(torch.zeros(1)) == "per_split"
+    assert bn.chosen_path(torch.zeros(1, device="meta")) == "per_split"  # not CUDA
+    with pytest.raises(ValueError, match="expected one of"):
+        SplitBatchNorm(C, 2, path="cudnn")
+    if not triton_interpreted():  # on CPU tensors the kernels need Triton's interpreter
+        with pytest.raises(ValueError, match="needs CUDA tensors"):
+            SplitBatchNorm(C, 2, path="triton").train()(torch.randn(4, C, 2, 2))
 
 
 def test_eval_mode_is_plain_batchnorm_on_both_paths():
     x = batch(8, 3, seed=2, channels_last=False)
     plain = randomised(nn.BatchNorm2d(C)).eval()
-    for fused in (True, False):
-        bn = randomised(SplitBatchNorm(C, 4, fused=fused)).eval()
+    for path in ("fused", "per_split", "triton"):  # eval never reaches the training paths
+        bn = randomised(SplitBatchNorm(C, 4, path=path)).eval()
         torch.testing.assert_close(bn(x), plain(x), rtol=0, atol=0)
 
 
-def count_step(splits: int, fused: bool) -> int:
+def count_step(splits: int, path: str) -> int:
     bn = randomised(SplitBatchNorm(C, splits))
-    use_fused(bn, fused)
+    use_path(bn, path)
     x = batch(16, 3, seed=0, channels_last=True).requires_grad_()
     with OpCounter() as ops:
         bn(x).sum().backward()
@@ -126,18 +139,21 @@ def count_step(splits: int, fused: bool) -> int:
 
 
 def test_fused_op_count_does_not_grow_with_the_splits():
-    fused = [count_step(s, fused=True) for s in (2, 4, 8)]
-    per_split = [count_step(s, fused=False) for s in (2, 4, 8)]
+    fused = [count_step(s, "fused") for s in (2, 4, 8)]
+    per_split = [count_step(s, "per_split") for s in (2, 4, 8)]
     assert fused[0] == fused[1] == fused[2], fused
     assert per_split[0] < per_split[1] < per_split[2], per_split  # what the fused path removes
     assert fused[2] < per_split[2] * 2 / 3, (fused, per_split)
 
 
-def test_fused_path_compiles_and_equals_eager():
-    """train.compile on CUDA compiles the fused path (custom autograd.Function): same output,
-    gradients and running statistics as eager."""
+@pytest.mark.parametrize("path", ["fused", "triton"])
+def test_fused_path_compiles_and_equals_eager(path):
+    """train.compile on CUDA compiles the fused path (custom autograd.Function), also where the
+    Triton path is chosen (its ops are opaque to inductor): same output, gradients and running
+    statistics as the eager fused path."""
     torch._dynamo.reset()
-    bn, ref = (randomised(SplitBatchNorm(C, 2, fused=True)).float() for _ in range(2))
+    bn = randomised(SplitBatchNorm(C, 2, path=path)).float()
+    ref = randomised(SplitBatchNorm(C, 2, path="fused")).float()
     x = batch(8, 3, seed=4, channels_last=False).float().requires_grad_()
     x_ref = x.detach().clone().requires_grad_()
     y, y_ref = torch.compile(bn)(x), ref(x_ref)

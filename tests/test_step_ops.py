@@ -24,24 +24,31 @@ def test_every_registered_strategy_has_a_documented_count():
 
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
 def test_device_path_counts_equal_the_documented_ones(recipe):
-    for strategy, want in op_table.DEVICE_OPS[recipe].items():
-        if strategy == "mioc":  # its Triton fit, interpreted in a fresh process (see op_table)
-            got = count_ops.count_in_subprocess(recipe, strategy)
-            assert abs(got - want) <= op_table.MIOC_SLACK * want, (recipe, strategy, got, want)
-            continue
-        got = count_ops.count(recipe, strategy, fused=True).count
-        assert got == want, f"{recipe}/{strategy}: {got} ops per step, documented {want}"
+    """Every strategy on the device path (split BN's Triton kernels, MiOC's Triton fit: both in
+    Triton's interpreter, in one fresh process per recipe)."""
+    want = op_table.DEVICE_OPS[recipe]
+    got = count_ops.counts(recipe, list(want))
+    for strategy, n in want.items():
+        if strategy == "mioc":  # the interpreter's version of its fit (see op_table)
+            assert abs(got[strategy] - n) <= op_table.MIOC_SLACK * n, (recipe, got[strategy], n)
+        else:
+            assert got[strategy] == n, f"{recipe}/{strategy}: {got[strategy]} ops, documented {n}"
 
 
+@pytest.mark.parametrize("path", ["fused", "per_split"])
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
-def test_cpu_path_counts_equal_the_documented_ones(recipe):
-    ops = count_ops.count(recipe, fused=False)
-    assert (ops.count, ops.matching("batch_norm")) == op_table.CPU_OPS[recipe]
+def test_other_split_bn_paths_count_as_documented(recipe, path):
+    ops = count_ops.count(recipe, path=path)
+    assert (ops.count, ops.matching("batch_norm")) == op_table.PATH_OPS[path][recipe]
 
 
-def test_the_fused_split_bn_path_removes_every_batch_norm_call_of_the_cifar_recipe():
-    ops = count_ops.count("cifar10_moco", fused=True)
-    assert ops.matching("batch_norm") == 0 and ops.count < op_table.BEFORE["cifar10_moco"]
+def test_the_device_path_meets_the_eager_targets_and_drops_batch_norm():
+    for recipe, target in op_table.TARGETS.items():
+        assert op_table.DEVICE_OPS[recipe]["none"] <= target < op_table.BEFORE[recipe], recipe
+    for path in ("triton", "fused"):  # no batch_norm on either path of CUDA
+        assert op_table.PATH_OPS[path]["cifar10_moco"][1] == 0, path
+    for recipe, counts in op_table.DEVICE_OPS.items():  # the device path is triton's
+        assert op_table.PATH_OPS["triton"][recipe][0] == counts["none"], recipe
 
 
 def test_docs_show_the_documented_counts():
@@ -59,6 +66,7 @@ def test_docs_show_the_documented_counts():
     for r, s, n, pct in rows:  # the added % is the table's own arithmetic
         base = op_table.DEVICE_OPS[r]["none"]
         assert pct == f"{100 * (int(n) - base) / base:+.1f}", (r, s)
-    for recipe, (n, bn) in op_table.CPU_OPS.items():
-        assert re.search(rf"^\| {recipe} \| CPU \(per-split BN\) \| {n} \| {bn} \|$", section,
-                         flags=re.M), recipe  # fmt: skip
+    for path, name in count_ops.PATH_NAMES.items():
+        for recipe, (n, bn) in op_table.PATH_OPS[path].items():
+            row = rf"^\| {recipe} \| {re.escape(name)} \| {n} \| {bn} \|$"
+            assert re.search(row, section, flags=re.M), (recipe, path)
