@@ -9,7 +9,8 @@ dtype, where the aten path dispatches 11 ops forward and 14 backward (docs/step_
 1. ``split_bn_stats``: per (split, channel, chunk of the split's N/s·H·W values) the chunk's mean
    and sum of squared deviations, tile by tile merged with Chan et al.'s pairwise update (1979;
    no E[x²] - E[x]² cancellation);
-2. ``split_bn_normalize``: each program merges the chunks of its (split, channels) the same way,
+2. ``split_bn_normalize``: each program merges its split's chunks at once (mean = Σ n_g mean_g / M,
+   M2 = Σ M2_g + Σ n_g (mean_g - mean)²),
    y = (x - μ) σ⁻¹ w + b; the first chunk's programs store (μ, σ⁻¹) for the backward, and those of
    split 0 update ``running_mean`` / ``running_var`` (momentum m, unbiased variance, averaged over
    the splits) in place;
@@ -42,28 +43,32 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 PROGRAMS = 1024  # programs per launch to aim at (an H100 has 132 SMs)
 TILE = 1 << 16 if INTERPRET else 4096  # values per tile, BLOCK_M x BLOCK_C (interpreted: large)
 BLOCK_C_MAX = 1024 if INTERPRET else 64  # channels per program (interpreted: all in one)
-CHUNKS: int | None = (
-    None  # chunks per split; None: from PROGRAMS (1 when interpreted). Tests set it
-)
+MAX_CHUNKS = 64  # chunks per split: a consumer program merges them all at once (registers)
+CHUNKS: int | None = None  # chunks per split; None: from PROGRAMS (1 interpreted). Tests set it
 
 
 @triton.jit
-def _merged(PMEAN, PM2, s, c, cmask, G, CHUNK, M, C, ACC: tl.constexpr):
-    """(mean, biased var) of split s for channels c from its G chunks' (mean, M2), merged in
-    chunk order with Chan's pairwise update."""
-    mean = tl.zeros(c.shape, ACC)
-    m2 = tl.zeros(c.shape, ACC)
-    for g in range(0, G):
-        before = (g * CHUNK).to(ACC)
-        cg = tl.minimum(CHUNK, M - g * CHUNK).to(ACC)
-        row = (s * G + g).to(tl.int64) * C
-        pm = tl.load(PMEAN + row + c, mask=cmask, other=0.0)
-        pv = tl.load(PM2 + row + c, mask=cmask, other=0.0)
-        tot = before + cg
-        delta = pm - mean
-        mean += delta * (cg / tot)
-        m2 += pv + delta * delta * (before * cg / tot)
-    return mean, m2 / M
+def _merged(PMEAN, PM2, s, c, cmask, G, CHUNK, M, C, ACC: tl.constexpr, BLOCK_G: tl.constexpr):
+    """(mean, biased var) of split s for channels c from its G chunks' (mean, M2), all chunks at
+    once: mean = Σ n_g mean_g / M, M2 = Σ M2_g + Σ n_g (mean_g - mean)² (exact; no cancellation)."""
+    g = tl.arange(0, BLOCK_G)
+    gmask = g < G
+    cnt = tl.where(gmask, tl.minimum(CHUNK, M - g * CHUNK), 0).to(ACC)
+    off = (s * G + g).to(tl.int64)[:, None] * C + c[None, :]
+    mask = gmask[:, None] & cmask[None, :]
+    pm = tl.load(PMEAN + off, mask=mask, other=0.0)
+    pv = tl.load(PM2 + off, mask=mask, other=0.0)
+    mean = tl.sum(pm * cnt[:, None], 0) / M
+    d = tl.where(mask, pm - mean[None, :], 0.0)
+    return mean, (tl.sum(pv, 0) + tl.sum(cnt[:, None] * d * d, 0)) / M
+
+
+@triton.jit
+def _chunk_sums(PART, s, c, cmask, G, C, BLOCK_G: tl.constexpr):
+    """Σ over split s's G chunks of the per-chunk sums in PART (S, G, C), for channels c."""
+    g = tl.arange(0, BLOCK_G)
+    off = (s * G + g).to(tl.int64)[:, None] * C + c[None, :]
+    return tl.sum(tl.load(PART + off, mask=(g < G)[:, None] & cmask[None, :], other=0.0), 0)
 
 
 @triton.jit
@@ -139,13 +144,14 @@ def _normalize_kernel(
     ACC: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G = tl.num_programs(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
     eps = tl.load(PARAMS).to(ACC)
-    mean, var = _merged(PMEAN, PM2, s, c, cmask, G, CHUNK, M, C, ACC)
+    mean, var = _merged(PMEAN, PM2, s, c, cmask, G, CHUNK, M, C, ACC, BLOCK_G)
     invstd = 1.0 / tl.sqrt(var + eps)
     scale = tl.load(W + c, mask=cmask, other=0.0).to(ACC) * invstd
     shift = tl.load(B + c, mask=cmask, other=0.0).to(ACC) - mean * scale
@@ -156,7 +162,7 @@ def _normalize_kernel(
             avg_mean = tl.zeros([BLOCK_C], ACC)
             avg_var = tl.zeros([BLOCK_C], ACC)
             for r in range(0, S):
-                mr, vr = _merged(PMEAN, PM2, r, c, cmask, G, CHUNK, M, C, ACC)
+                mr, vr = _merged(PMEAN, PM2, r, c, cmask, G, CHUNK, M, C, ACC, BLOCK_G)
                 avg_mean += mr
                 avg_var += vr
             momentum = tl.load(PARAMS + 1).to(ACC)
@@ -251,17 +257,14 @@ def _grad_input_kernel(
     ACC: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G = tl.num_programs(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
-    sg = tl.zeros([BLOCK_C], ACC)
-    sgx = tl.zeros([BLOCK_C], ACC)
-    for k in range(0, G):
-        row = (s * G + k).to(tl.int64) * C
-        sg += tl.load(PSG + row + c, mask=cmask, other=0.0)
-        sgx += tl.load(PSGX + row + c, mask=cmask, other=0.0)
+    sg = _chunk_sums(PSG, s, c, cmask, G, C, BLOCK_G)
+    sgx = _chunk_sums(PSGX, s, c, cmask, G, C, BLOCK_G)
     mean = tl.load(MEAN + s * C + c, mask=cmask, other=0.0)
     invstd = tl.load(INVSTD + s * C + c, mask=cmask, other=0.0)
     a = tl.load(W + c, mask=cmask, other=0.0).to(ACC) * invstd
@@ -271,12 +274,9 @@ def _grad_input_kernel(
         dw = tl.zeros([BLOCK_C], ACC)
         db = tl.zeros([BLOCK_C], ACC)
         for r in range(0, S):
-            for k in range(0, G):
-                row = (r * G + k).to(tl.int64) * C
-                db += tl.load(PSG + row + c, mask=cmask, other=0.0)
-                dw += tl.load(PSGX + row + c, mask=cmask, other=0.0) * tl.load(
-                    INVSTD + r * C + c, mask=cmask, other=0.0
-                )
+            db += _chunk_sums(PSG, r, c, cmask, G, C, BLOCK_G)
+            invstd_r = tl.load(INVSTD + r * C + c, mask=cmask, other=0.0)
+            dw += _chunk_sums(PSGX, r, c, cmask, G, C, BLOCK_G) * invstd_r
         tl.store(DW + c, dw.to(DW.dtype.element_ty), mask=cmask)
         tl.store(DB + c, db.to(DB.dtype.element_ty), mask=cmask)
     start = g * CHUNK
@@ -306,7 +306,8 @@ def _blocks(x: torch.Tensor, splits: int) -> tuple[int, int, int, int, int]:
     block_c = min(triton.next_power_of_2(c), BLOCK_C_MAX)
     block_m = max(2, min(TILE // block_c, triton.next_power_of_2(m)))
     tiles = triton.cdiv(m, block_m)
-    want = CHUNKS or (1 if INTERPRET else max(1, PROGRAMS // (splits * triton.cdiv(c, block_c))))
+    want = CHUNKS or (1 if INTERPRET else PROGRAMS // (splits * triton.cdiv(c, block_c)))
+    want = max(1, min(want, MAX_CHUNKS))
     chunk = triton.cdiv(tiles, min(want, tiles)) * block_m
     return block_m, block_c, chunk, triton.cdiv(m, chunk), m
 
@@ -368,6 +369,7 @@ def _normalize(
         ACC=_acc(x),
         BLOCK_M=block_m,
         BLOCK_C=block_c,
+        BLOCK_G=triton.next_power_of_2(g),
     )
     return y, mean, invstd
 
@@ -440,6 +442,7 @@ def _grad_input(
         ACC=_acc(x),
         BLOCK_M=block_m,
         BLOCK_C=block_c,
+        BLOCK_G=triton.next_power_of_2(g),
     )
     return dx, dw, db
 

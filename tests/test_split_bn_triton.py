@@ -119,7 +119,7 @@ from pretrain import split_bn_triton as t
 ptr = {"x": "*bf16", "f": "*fp32"}
 common = {"M": "i32", "P": "i32", "C": "i32", "CHUNK": "i32", "sS": "i32", "sN": "i32",
           "sC": "i32", "sP": "i32", "ACC": "constexpr", "BLOCK_M": "constexpr",
-          "BLOCK_C": "constexpr"}
+          "BLOCK_C": "constexpr", "BLOCK_G": "constexpr"}
 grad = {"gS": "i32", "gN": "i32", "gC": "i32", "gP": "i32"}
 kernels = {
     t._stats_kernel: {"X": "*bf16", "PMEAN": "*fp32", "PM2": "*fp32"},
@@ -132,11 +132,12 @@ kernels = {
                            "INVSTD": "*fp32", "PSG": "*fp32", "PSGX": "*fp32", "W": "*fp32",
                            "DW": "*fp32", "DB": "*fp32", "S": "i32", **grad},
 }
-const = {"ACC": triton.language.float32, "BLOCK_M": 64, "BLOCK_C": 64}
+const = {"ACC": triton.language.float32, "BLOCK_M": 64, "BLOCK_C": 64, "BLOCK_G": 64}
 for fn, sig in kernels.items():
     names = fn.arg_names
     full = {a: ({**sig, **common}[a]) for a in names}
-    src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=const)
+    consts = {k: v for k, v in const.items() if k in names}
+    src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=consts)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     print(fn.__name__, len(ptx))
 """
