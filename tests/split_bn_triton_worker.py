@@ -40,6 +40,7 @@ CASES = {
     "s3_chunks4_uneven": (9, 7, 3, "nchw", torch.float64, 4, 8, 4),
     "s2_strided": (8, 4, 2, "strided", torch.float64, None, None, None),
     "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, 2, 16, None),
+    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, 2, 16, None),
     "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None),
     "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, 3, 64, None),
 }
@@ -58,6 +59,8 @@ def case_input(name: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.T
         x = x.transpose(2, 3)
     if layout == "grad_nchw":  # x channels_last, its gradient NCHW
         x = x.contiguous(memory_format=torch.channels_last)
+    if layout == "grad_expanded":  # the gradient of y.sum(): one value, every stride 0
+        grad = torch.ones((), dtype=torch.float64).expand(x.shape)
     state = {
         "weight": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
         "bias": torch.randn(C, generator=g, dtype=torch.float64),
