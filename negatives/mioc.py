@@ -43,14 +43,17 @@ def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.normalize(weight[:, None] * a + (1.0 - weight[:, None]) * b, dim=1)
 
 
-def sample_mask(mask: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_mask(
+    mask: torch.Tensor, size: int, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``size`` indices drawn uniformly with replacement from the True entries of ``mask`` (K,),
     without a host sync; where the mask is empty, from all K entries instead.
 
     The r-th True entry, r = floor(u c) + 1 with u ~ U[0, 1) and c True entries, is the first
     position whose running count exceeds u c (float32 counts, exact up to 2^24 entries).
 
-    Returns the indices (size,) and the number of True entries (0-dim float32 tensor).
+    Returns the indices (size,), written into ``out`` if given, and the number of True entries
+    (0-dim float32 tensor).
     """
     if mask.numel() > 1 << 24:
         raise ValueError(f"sample_mask counts in float32: at most 2^24 entries, got {mask.numel()}")
@@ -59,7 +62,7 @@ def sample_mask(mask: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tens
     u = torch.rand(size, device=mask.device) * count  # in [0, c]
     inside = torch.searchsorted(csum, u, right=True).clamp_max(mask.numel() - 1)
     anywhere = torch.randint(mask.numel(), (size,), device=mask.device)
-    return torch.where(count > 0, inside, anywhere), count
+    return torch.where(count > 0, inside, anywhere, out=out), count
 
 
 @strategies.register("mioc")
@@ -123,13 +126,11 @@ class MiOC(NegativeStrategy):
         self._stats: dict[str, torch.Tensor | float] = {}
         self._latest: dict = {}  # what the latest step left for diagnostics()
 
-    def query_draws(
-        self, batch: int, j: torch.Tensor, like: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(i, j, beta) of query-key mixtures: random queries i for the queue indices j."""
-        i = torch.randint(batch, (j.numel(),), device=like.device)
-        beta = self.beta_max * torch.rand(j.numel(), device=like.device, dtype=like.dtype)
-        return i, j, beta
+    def query_draws(self, batch: int, i: torch.Tensor, beta: torch.Tensor) -> None:
+        """Random queries i ~ U{0..batch-1} and weights beta ~ U(0, 1) (times ``beta_max`` later),
+        drawn into the given slices."""
+        torch.randint(batch, i.shape, out=i)
+        torch.rand(beta.shape, out=beta)
 
     def queue_mix(self, queue: torch.Tensor, size: int) -> torch.Tensor:
         """M_n: normalize(alpha n_a + (1 - alpha) n_b), alpha ~ U(0, 1)."""
@@ -147,35 +148,35 @@ class MiOC(NegativeStrategy):
         labels: torch.Tensor | None = None,
     ) -> ExtraNegatives:
         q, queue = q.detach().float(), queue.detach().float()
-        K, B = queue.shape[0], q.shape[0]
-        m_n, draws, latest = None, [], {}  # draws: (i, j, beta) of S_n, then of S_o
-        if epoch < self.warmup_epochs:
-            if self.warmup == "code":
-                m_n = self.queue_mix(queue, self.num_synthetic)
-                count = self.num_inlier_synthetic
-            else:
-                count = self.num_synthetic
-            draws.append(self.query_draws(B, torch.randint(K, (count,), device=q.device), q))
-        else:
-            if self.num_queue_mix:
-                m_n = self.queue_mix(queue, self.num_queue_mix)
-            j = torch.randint(K, (self.num_synthetic,), device=q.device)
-            draws.append(self.query_draws(B, j, q))
-            points = torch.empty(2 * B, q.shape[1], dtype=torch.float64, device=q.device)
+        K, B, dev = queue.shape[0], q.shape[0], q.device
+        warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
+        m_n = None
+        if warm and code:
+            m_n = self.queue_mix(queue, self.num_synthetic)
+        elif not warm and self.num_queue_mix:
+            m_n = self.queue_mix(queue, self.num_queue_mix)
+        s_n = self.num_inlier_synthetic if warm and code else self.num_synthetic
+        s_o = 0 if warm else self.num_inlier_synthetic
+        # (i, j, beta) of S_n then S_o, drawn in this order into one buffer each: S_n and S_o
+        # are mixed as one set (the same rule), with no concatenation.
+        i, j = torch.empty(2, s_n + s_o, dtype=torch.long, device=dev)
+        beta = torch.empty(s_n + s_o, dtype=q.dtype, device=dev)
+        torch.randint(K, (s_n,), out=j[:s_n])
+        self.query_draws(B, i[:s_n], beta[:s_n])
+        used = s_n
+        if not warm:
+            points = torch.empty(2 * B, q.shape[1], dtype=torch.float64, device=dev)
             inlier = self.fit_inliers(torch.cat([q, k.detach()], out=points), queue, latest)
-            j_o, n_o = sample_mask(inlier, self.num_inlier_synthetic)
+            n_o = sample_mask(inlier, s_o, out=j[s_n:])[1]
             self.empty_steps += n_o == 0
             if self.empty_inliers == "queue" or bool(n_o > 0):  # "skip": one host sync per step
-                draws.append(self.query_draws(B, j_o, q))
+                self.query_draws(B, i[s_n:], beta[s_n:])
+                used += s_o
             latest["inliers"] = n_o
-        # S_n and S_o mixed as one set (the same rule): the points of S_n, then those of S_o.
-        i, j, beta = (torch.cat(t) if len(t) > 1 else t[0] for t in zip(*draws))
-        s = mix(q[i], queue[j], beta)
-        sets = {"m_n": m_n, "s_n": s[: draws[0][0].numel()], "s_o": s[draws[0][0].numel() :]}
-        if len(draws) == 1:
-            del sets["s_o"]
-        if m_n is None:
-            del sets["m_n"]
+        i, j = i[:used], j[:used]
+        s = mix(q[i], queue[j], beta[:used].mul_(self.beta_max))  # beta ~ U(0, beta_max)
+        sets = {"m_n": m_n} if m_n is not None else {}
+        sets.update(s_n=s[:s_n], **({"s_o": s[s_n:]} if used > s_n else {}))
         # Statistics for diagnostics() (logging steps only), from what this step leaves behind;
         # the queue's mean and labels are read now, before the enqueue overwrites them.
         latest.update(q=q, queue_mean=queue.mean(0), sets=sets)
