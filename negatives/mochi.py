@@ -199,8 +199,8 @@ class MoCHi(NegativeStrategy):
         """Diagnostics from per-point values (s + s',): q·point averaged over the batch, stacked
         (2, s + s') over the false-negative flags when ``labelled``: one matmul averages them."""
         w = self.point_means
-        if w.dtype != values.dtype:  # float64 (tests): the exact weights, built here
-            w = mean_weights(self.num_mix, self.num_query_mix, values.dtype, values.device)
+        if w.dtype != values.dtype or w.device != values.device:  # float64, or not moved with
+            w = mean_weights(self.num_mix, self.num_query_mix, values.dtype, values.device)  # .to
         means = values @ w  # (3,) or (2, 3): [h, h', all]
         sims, fns = (means[0], means[1]) if labelled else (means, None)
         st = self._stats
@@ -314,11 +314,12 @@ class ModifiedMoCHi(MoCHi):
             top, hard, q_chosen = top[chosen], hard[chosen], qw[chosen]
         self._stats["sim_hard"] = top.mean()
         d = self._draw(1, qw)  # (1, s) and (1, s'): one point per chosen query
-        at = hard[self.point_rows, positions(d)[0]]  # (2s + s',): queue index of every key mixed
+        rows = self.point_rows.to(hard.device)  # (a no-op once the strategy is on the device)
+        at = hard[rows, positions(d)[0]]  # (2s + s',): queue index of every key mixed
         points = mix(keys[at].unsqueeze(0), q_chosen[s:].unsqueeze(0), d)[0]  # (s + s', D)
         values = points @ q_mean  # (s + s',): q·point averaged over the batch
         if labels is not None:
-            y = labels[chosen][self.point_rows]  # (2s + s',): the query label of every key
+            y = labels[chosen][rows]  # (2s + s',): the query label of every key
             flags = false_negatives(queue_labels[at].unsqueeze(0), y.unsqueeze(0), s)[0]
             values = torch.stack([values, flags])  # (2, s + s'), flags as 0/1
         self._record(values, labels is not None)

@@ -306,6 +306,7 @@ class Outliers(NegativeStrategy):
             return x1, x2, labels
         self.check_inputs(x1, x2, labels)
         dev = x1.device
+        self.follow(dev)  # the constant buffers (kind ids, turn labels) on the batch's device
         slots = torch.randperm(N, device=dev)[:m]  # (m,)
         kind = torch.randint(len(self.kinds), (m,), device=dev)  # (m,)
         a1, a2 = x1[slots], x2[slots]  # (m, C, H, W): the images the outliers are made from
