@@ -35,24 +35,35 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from negatives.base import ExtraNegatives, NegativeStrategy
 from negatives.registry import strategies
 
 
+def normalize_columns(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ŵ, |w|): the unit columns of W (D, K), as ``F.normalize(w, dim=0)``, and the norms (1, K)
+    they were divided by (before the clamp), kept for the gradient."""
+    norm = torch.linalg.vector_norm(w, dim=0, keepdim=True)
+    return w / norm.clamp_min(1e-12), norm
+
+
 def bank_gradient(
-    q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, mem_t: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    w: torch.Tensor,
+    mem_t: float,
+    columns: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """AdCo's ascent direction g (D, K) for bank W (D, K) from queries q (B, D) and keys k (B, D)
-    (the official closed form, ``training/train.py``), and the batch columns' softmax mass (B,)."""
-    w_hat = F.normalize(w, dim=0)
+    (the official closed form, ``training/train.py``), and the batch columns' softmax mass (B,).
+    ``columns``: :func:`normalize_columns` of W when the caller has them."""
+    w_hat, w_norm = normalize_columns(w) if columns is None else columns
     l_pos = q @ k.T  # (B, B): every key of the batch
     l_neg = q @ w_hat  # (B, K)
     prob = torch.softmax(torch.cat([l_pos, l_neg], dim=1) / mem_t, dim=1)
     p = prob[:, l_pos.shape[1] :]
-    g = q.T @ p / q.shape[0] - (p * l_neg).mean(dim=0) * w_hat
-    return -g / w.norm(dim=0) / mem_t, prob[:, : l_pos.shape[1]].sum(dim=1)
+    minus_g = (p * l_neg).mean(dim=0) * w_hat - q.T @ p / q.shape[0]  # -(Σ p q / B - mean(p l) ŵ)
+    return minus_g / w_norm / mem_t, prob[:, : l_pos.shape[1]].sum(dim=1)
 
 
 @strategies.register("adco")
@@ -85,7 +96,7 @@ class AdCo(NegativeStrategy):
         self.bank_size, self.mem_t, self.memory_lr = bank_size, mem_t, memory_lr
         self.mem_wd, self.momentum, self.ad_init = mem_wd, momentum, ad_init
         self.filled = 0 if ad_init else bank_size  # columns written with keys (extra state)
-        self._stats: dict[str, torch.Tensor | float] = {}
+        self._latest: tuple[torch.Tensor, torch.Tensor | None, int] | None = None
 
     def bind_model(self, dim: int) -> None:
         """The bank W ~ N(0, 1) (official init) and its momentum, (dim, K)."""
@@ -111,8 +122,9 @@ class AdCo(NegativeStrategy):
         if not hasattr(self, "W"):
             raise RuntimeError("adco: bind_model(dim) must create the bank before training")
         q, k = q.to(self.W.dtype), k.to(self.W.dtype)
-        bank = F.normalize(self.W, dim=0).T.contiguous()  # (K, D): this step's negatives
-        g, batch_prob = bank_gradient(q, k, self.W, self.mem_t)
+        columns = normalize_columns(self.W)
+        bank = columns[0].T.contiguous()  # (K, D): this step's negatives
+        g, batch_prob = bank_gradient(q, k, self.W, self.mem_t, columns)
         self.v.mul_(self.momentum).add_(g).add_(self.W, alpha=self.mem_wd)
         self.W.sub_(self.v, alpha=self.memory_lr)
         if self.filled < self.bank_size:  # ad_init: the first steps' keys become bank columns
@@ -120,16 +132,28 @@ class AdCo(NegativeStrategy):
             self.W[:, self.filled : self.filled + n] = k[:n].T
             self.v[:, self.filled : self.filled + n] = 0.0
             self.filled += n
-        self._stats = {"batch_prob": batch_prob.mean(), "bank_norm": self.W.norm(dim=0).mean()}
-        b = k.shape[0]
-        self._stats["effective_negatives"] = float(b - 1 + self.bank_size)
+        # The statistics are computed by diagnostics() (logging steps only) from these.
+        self._latest = (batch_prob, labels, k.shape[0])
+        return ExtraNegatives(shared=bank)
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """Latest step: the batch keys' softmax mass at τ_m (``batch_prob``, mean over queries),
+        the mean column norm of the updated bank (``bank_norm``), the negatives per query
+        (``effective_negatives``: B - 1 + K) and, with labels, the fraction of them sharing the
+        query's class (``false_negative_fraction``). Computed here, not in the step: W is the
+        step's updated bank until the next step."""
+        if self._latest is None:
+            return {}
+        batch_prob, labels, b = self._latest
+        stats: dict[str, torch.Tensor | float] = {
+            "batch_prob": batch_prob.mean(),
+            "bank_norm": self.W.norm(dim=0).mean(),
+            "effective_negatives": float(b - 1 + self.bank_size),
+        }
         if labels is not None:
             same = (labels[:, None] == labels[None, :]) & (labels[:, None] >= 0)
             same.fill_diagonal_(False)
             known = (labels >= 0).float()
             frac = same.sum(1).float() / (b - 1 + self.bank_size)
-            self._stats["false_negative_fraction"] = (frac * known).sum() / known.sum().clamp(1.0)
-        return ExtraNegatives(shared=bank)
-
-    def diagnostics(self) -> dict[str, torch.Tensor | float]:
-        return dict(self._stats)
+            stats["false_negative_fraction"] = (frac * known).sum() / known.sum().clamp(1.0)
+        return stats

@@ -43,18 +43,26 @@ def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.normalize(weight[:, None] * a + (1.0 - weight[:, None]) * b, dim=1)
 
 
-def sample_mask(mask: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_mask(
+    mask: torch.Tensor, size: int, out: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``size`` indices drawn uniformly with replacement from the True entries of ``mask`` (K,),
     without a host sync; where the mask is empty, from all K entries instead.
 
-    Returns the indices (size,) and the number of True entries (0-dim tensor).
+    The r-th True entry, r = floor(u c) + 1 with u ~ U[0, 1) and c True entries, is the first
+    position whose running count exceeds u c (float32 counts, exact up to 2^24 entries).
+
+    Returns the indices (size,), written into ``out`` if given, and the number of True entries
+    (0-dim float32 tensor).
     """
-    csum = mask.long().cumsum(0)  # (K,)
+    if mask.numel() > 1 << 24:
+        raise ValueError(f"sample_mask counts in float32: at most 2^24 entries, got {mask.numel()}")
+    csum = mask.cumsum(0, dtype=torch.float32)  # (K,) running count of True entries
     count = csum[-1]
-    rank = (torch.rand(size, device=mask.device) * count).long() + 1  # r-th True entry, r in [1, c]
-    inside = torch.searchsorted(csum, rank).clamp_max(mask.numel() - 1)
+    u = torch.rand(size, device=mask.device) * count  # in [0, c]
+    inside = torch.searchsorted(csum, u, right=True).clamp_max(mask.numel() - 1)
     anywhere = torch.randint(mask.numel(), (size,), device=mask.device)
-    return torch.where(count > 0, inside, anywhere), count
+    return torch.where(count > 0, inside, anywhere, out=out), count
 
 
 @strategies.register("mioc")
@@ -116,14 +124,13 @@ class MiOC(NegativeStrategy):
         self.register_buffer("empty_steps", torch.zeros((), dtype=torch.long))  # in checkpoints
         self.register_buffer("nonfinite_steps", torch.zeros((), dtype=torch.long), persistent=False)
         self._stats: dict[str, torch.Tensor | float] = {}
+        self._latest: dict = {}  # what the latest step left for diagnostics()
 
-    def query_mix(
-        self, q: torch.Tensor, keys: torch.Tensor, j: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """normalize(beta q_i + (1 - beta) keys[j]) with random queries i; returns points, i."""
-        i = torch.randint(q.shape[0], (j.numel(),), device=q.device)
-        beta = self.beta_max * torch.rand(j.numel(), device=q.device, dtype=q.dtype)
-        return mix(q[i], keys[j], beta), i
+    def query_draws(self, batch: int, i: torch.Tensor, beta: torch.Tensor) -> None:
+        """Random queries i ~ U{0..batch-1} and weights beta ~ U(0, 1) (times ``beta_max`` later),
+        drawn into the given slices."""
+        torch.randint(batch, i.shape, out=i)
+        torch.rand(beta.shape, out=beta)
 
     def queue_mix(self, queue: torch.Tensor, size: int) -> torch.Tensor:
         """M_n: normalize(alpha n_a + (1 - alpha) n_b), alpha ~ U(0, 1)."""
@@ -141,52 +148,63 @@ class MiOC(NegativeStrategy):
         labels: torch.Tensor | None = None,
     ) -> ExtraNegatives:
         q, queue = q.detach().float(), queue.detach().float()
-        K = queue.shape[0]
-        sets: dict[str, torch.Tensor] = {}
-        pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (query index, queue index) per point
-        if epoch < self.warmup_epochs:
-            if self.warmup == "code":
-                sets["m_n"] = self.queue_mix(queue, self.num_synthetic)
-                count = self.num_inlier_synthetic
-            else:
-                count = self.num_synthetic
-            j = torch.randint(K, (count,), device=q.device)
-            sets["s_n"], i = self.query_mix(q, queue, j)
-            pairs.append((i, j))
-        else:
-            if self.num_queue_mix:
-                sets["m_n"] = self.queue_mix(queue, self.num_queue_mix)
-            j = torch.randint(K, (self.num_synthetic,), device=q.device)
-            sets["s_n"], i = self.query_mix(q, queue, j)
-            pairs.append((i, j))
-            inlier = self.fit_inliers(torch.cat([q, k.detach().float()]), queue)
-            j_o, n_o = sample_mask(inlier, self.num_inlier_synthetic)
+        K, B, dev = queue.shape[0], q.shape[0], q.device
+        warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
+        m_n = None
+        if warm and code:
+            m_n = self.queue_mix(queue, self.num_synthetic)
+        elif not warm and self.num_queue_mix:
+            m_n = self.queue_mix(queue, self.num_queue_mix)
+        s_n = self.num_inlier_synthetic if warm and code else self.num_synthetic
+        s_o = 0 if warm else self.num_inlier_synthetic
+        # (i, j, beta) of S_n then S_o, drawn in this order into one buffer each: S_n and S_o
+        # are mixed as one set (the same rule), with no concatenation.
+        i, j = torch.empty(2, s_n + s_o, dtype=torch.long, device=dev)
+        beta = torch.empty(s_n + s_o, dtype=q.dtype, device=dev)
+        torch.randint(K, (s_n,), out=j[:s_n])
+        self.query_draws(B, i[:s_n], beta[:s_n])
+        used = s_n
+        if not warm:
+            points = torch.empty(2 * B, q.shape[1], dtype=torch.float64, device=dev)
+            inlier = self.fit_inliers(torch.cat([q, k.detach()], out=points), queue, latest)
+            n_o = sample_mask(inlier, s_o, out=j[s_n:])[1]
             self.empty_steps += n_o == 0
             if self.empty_inliers == "queue" or bool(n_o > 0):  # "skip": one host sync per step
-                sets["s_o"], i_o = self.query_mix(q, queue, j_o)
-                pairs.append((i_o, j_o))
-            self._stats.update(inliers=n_o.float(), inlier_fraction=n_o.float() / K)
-        self.record(q, queue, sets, pairs, queue_labels, labels)
-        parts = [v for v in sets.values() if v.numel()]
-        return ExtraNegatives(shared=torch.cat(parts) if parts else None)
+                self.query_draws(B, i[s_n:], beta[s_n:])
+                used += s_o
+            latest["inliers"] = n_o
+        i, j = i[:used], j[:used]
+        s = mix(q[i], queue[j], beta[:used].mul_(self.beta_max))  # beta ~ U(0, beta_max)
+        sets = {"m_n": m_n} if m_n is not None else {}
+        sets.update(s_n=s[:s_n], **({"s_o": s[s_n:]} if used > s_n else {}))
+        # Statistics for diagnostics() (logging steps only), from what this step leaves behind;
+        # the queue's mean and labels are read now, before the enqueue overwrites them.
+        latest.update(q=q, queue_mean=queue.mean(0), sets=sets)
+        if labels is not None:
+            latest.update(labels=labels, i=i, y_n=queue_labels[j])
+        self._latest = latest
+        parts = [t for t in (m_n, s) if t is not None and t.numel()]
+        return ExtraNegatives(
+            shared=(torch.cat(parts) if len(parts) > 1 else parts[0]) if parts else None
+        )
 
-    def fit_inliers(self, points: torch.Tensor, queue: torch.Tensor) -> torch.Tensor:
+    def fit_inliers(
+        self, points: torch.Tensor, queue: torch.Tensor, latest: dict | None = None
+    ) -> torch.Tensor:
         """Fit the OC-SVM on ``points`` (2B, D); return the mask f(queue) > 0 (K,).
 
         On CUDA the fit is one Triton program and nothing here reads the device: the solver's
         statistics stay device tensors, and non-finite points (whose loss is non-finite too) give
         NaN decision values, no inliers, and a count that :meth:`bad_input` names when the
         trainer's finite check stops the run. On the CPU host loop they raise at once.
+        ``latest``: where the fit time and the decision values are kept for the diagnostics.
         """
         tic = time.perf_counter()
         self.svm.fit(points)
         f = self.svm.decision_function(queue)  # (K,)
         self.nonfinite_steps += self.svm.nonfinite_
-        self._stats.update(
-            fit_time_s=time.perf_counter() - tic,  # launch time only on CUDA (no sync)
-            **self.svm.fit_stats(),
-            within_tolerance=(f.abs() < self.tol).float().mean(),
-        )
+        if latest is not None:
+            latest.update(fit_time_s=time.perf_counter() - tic, f=f)  # launch time on CUDA
         return f > 0
 
     def bad_input(self) -> str:
@@ -200,27 +218,27 @@ class MiOC(NegativeStrategy):
             f"{steps} step(s) since the last start. "
         )
 
-    def record(
-        self,
-        q: torch.Tensor,
-        queue: torch.Tensor,
-        sets: dict[str, torch.Tensor],
-        pairs: list[tuple[torch.Tensor, torch.Tensor]],
-        queue_labels: torch.Tensor,
-        labels: torch.Tensor | None,
-    ) -> None:
-        """Device-side statistics for :meth:`diagnostics` (no host sync here)."""
-        q_mean = q.mean(0)  # mean over all pairs of q·n = (mean q)·(mean n): O(D), not O(N M D)
-        self._stats["qn_queue"] = q_mean @ queue.mean(0)
-        for name, points in sets.items():
-            if points.numel():
-                self._stats[f"qn_{name}"] = q_mean @ points.mean(0)
-        if labels is not None and pairs:
-            i = torch.cat([p[0] for p in pairs])
-            j = torch.cat([p[1] for p in pairs])
-            y_q, y_n = labels[i], queue_labels[j]
-            same = (y_q == y_n) & (y_q >= 0)
-            self._stats["false_negative_fraction"] = same.float().mean()
-
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
-        return {**self._stats, "empty_inlier_steps": self.empty_steps}
+        """Statistics of the latest step, computed here (logging steps only) from what it left:
+        the OC-SVM's fit (time, solver statistics, ``within_tolerance``: the fraction of |f| <
+        tol), the inlier count and fraction, the mean q·n over the queue and each synthetic set
+        (``qn_*``: (mean q)·(mean n), O(D)), the fraction of synthetic points mixing a query with
+        a key of its class (``false_negative_fraction``) and the steps with an empty O. A value
+        a step did not produce keeps the one of the latest logged step that did."""
+        latest, st = self._latest, self._stats
+        if "f" in latest:
+            st.update(fit_time_s=latest["fit_time_s"], **self.svm.fit_stats())
+            st["within_tolerance"] = (latest["f"].abs() < self.tol).float().mean()
+        if "inliers" in latest:
+            n_o = latest["inliers"]
+            st.update(inliers=n_o, inlier_fraction=n_o / len(latest["f"]))
+        if "q" in latest:
+            q_mean = latest["q"].mean(0)
+            st["qn_queue"] = q_mean @ latest["queue_mean"]
+            for name, points in latest["sets"].items():
+                if points.numel():
+                    st[f"qn_{name}"] = q_mean @ points.mean(0)
+        if "labels" in latest:
+            y_q, y_n = latest["labels"][latest["i"]], latest["y_n"]
+            st["false_negative_fraction"] = ((y_q == y_n) & (y_q >= 0)).float().mean()
+        return {**st, "empty_inlier_steps": self.empty_steps}

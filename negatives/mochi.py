@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import NamedTuple
 
 import torch
@@ -33,16 +34,18 @@ def draw(
     """Draws for ``rows`` hard sets from the global RNG of ``device`` (no host sync).
 
     Positions are uniform with replacement; with ``distinct_pair`` the pair (i, j) is uniform over
-    ordered pairs with i != j (j = i + U{1..N-1} mod N).
+    ordered pairs with i != j (j = i + U{1..N-1} mod N). Without it i and j come from one
+    ``randint`` of shape (2, rows, s): on a CPU the numbers of two consecutive draws; β is drawn as
+    U(0, 0.5) directly (on a CPU bit for bit 0.5 · U(0, 1)).
     """
-    i = torch.randint(num_hard, (rows, num_mix), device=device)
     if distinct_pair:
-        j = (i + torch.randint(1, num_hard, (rows, num_mix), device=device)) % num_hard
+        i = torch.randint(num_hard, (rows, num_mix), device=device)
+        j = torch.randint(1, num_hard, (rows, num_mix), device=device).add_(i).remainder_(num_hard)
     else:
-        j = torch.randint(num_hard, (rows, num_mix), device=device)
+        i, j = torch.randint(num_hard, (2, rows, num_mix), device=device)
     alpha = torch.rand(rows, num_mix, device=device, dtype=dtype)
     jq = torch.randint(num_hard, (rows, num_query_mix), device=device)
-    beta = 0.5 * torch.rand(rows, num_query_mix, device=device, dtype=dtype)
+    beta = torch.empty(rows, num_query_mix, device=device, dtype=dtype).uniform_(0, 0.5)
     return Draws(i, j, alpha, jq, beta)
 
 
@@ -51,34 +54,58 @@ def choose_queries(batch: int, count: int, device: torch.device) -> torch.Tensor
     return torch.randint(batch, (count,), device=device)
 
 
-def mix_pairs(
-    keys: torch.Tensor, hard: torch.Tensor, i: torch.Tensor, j: torch.Tensor, alpha: torch.Tensor
-) -> torch.Tensor:
-    """h = normalize(α n_i + (1−α) n_j), n_i, n_j from row r's own hard set ``hard[r]``.
+def positions(d: Draws) -> torch.Tensor:
+    """(R, 2s + s') positions in each row's hard set, [i, j, jq]: every key a row mixes, so that
+    the keys (and their labels) are gathered by one op."""
+    return torch.cat([d.i, d.j, d.jq], dim=1)
 
-    Shapes: keys (K, D), hard (R, N) queue indices, i, j, alpha (R, S) -> (R, S, D).
+
+def mix(n: torch.Tensor, q: torch.Tensor, d: Draws) -> torch.Tensor:
+    """The s points h then the s' points h' of each row, from the keys at :func:`positions`:
+
+        h  = normalize(α n_i + (1−α) n_j),   h' = normalize(β q + (1−β) n_jq)
+
+    computed as one ``normalize(w ⊙ first + (1 − w) ⊙ second)`` with w = [α, β], first =
+    [n_i, q], second = [n_j, n_jq]: the same products and sums as the two formulas apart.
+
+    Shapes: n (R, 2s + s', D); q (R, s', D) the query of each h' (or broadcastable: (R, 1, D));
+    d's fields (R, s) and (R, s') -> (R, s + s', D).
     """
-    s = i.shape[1]
-    n = keys[torch.gather(hard, 1, torch.cat([i, j], dim=1))]  # (R, 2S, D), gathered per row
-    a = alpha.unsqueeze(-1)
-    return F.normalize(a * n[:, :s] + (1 - a) * n[:, s:], dim=-1)
+    s, s2 = d.i.shape[1], d.jq.shape[1]
+    first = torch.cat([n[:, :s], q.expand(n.shape[0], s2, n.shape[2])], dim=1)
+    w = torch.cat([d.alpha, d.beta], dim=1).unsqueeze(-1)
+    return F.normalize(w * first + (1 - w) * n[:, s:], dim=-1)
 
 
-def mix_query(
-    keys: torch.Tensor, q: torch.Tensor, hard: torch.Tensor, j: torch.Tensor, beta: torch.Tensor
-) -> torch.Tensor:
-    """h' = normalize(β q + (1−β) n_j), n_j from row r's own hard set ``hard[r]``.
+def false_negatives(key_labels: torch.Tensor, y: torch.Tensor, s: int) -> torch.Tensor:
+    """(R, s + s') bool: the point was built from a key of its query's class (n_i or n_j for h,
+    n_jq for h'); an unknown or outlier query label (< 0) is never the same class.
 
-    Shapes: keys (K, D), q (R, D), hard (R, N), j, beta (R, S) -> (R, S, D).
+    Shapes: key_labels (R, 2s + s'), the labels at :func:`positions`; y the label of the query
+    of each position, (R, 2s + s') or broadcastable ((R, 1): one query per row) -> (R, s + s').
     """
-    b = beta.unsqueeze(-1)
-    return F.normalize(b * q.unsqueeze(1) + (1 - b) * keys[torch.gather(hard, 1, j)], dim=-1)
+    same = (key_labels == y) & (y >= 0)  # (R, 2s + s'): [i, j, jq]
+    flags = same[:, s:]  # [j, jq]: a view, or-ed in place with i
+    if s:
+        flags[:, :s].bitwise_or_(same[:, :s])  # in place (``|=`` on a slice copies back)
+    return flags
 
 
-def _same_class(queue_labels: torch.Tensor, hard: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(R, N) bool: hard-set key has the class of row r's query; unknown (-1) is never the same."""
-    y = y.unsqueeze(1)
-    return (queue_labels[hard] == y) & (y >= 0)
+def mean_weights(
+    s: int, s2: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> torch.Tensor:
+    """(s + s', 3): a row of s + s' per-point values times it is [mean over the h part, mean
+    over the h' part, mean over all] (the column of an empty part is zero)."""
+    w = torch.zeros(s + s2, 3, dtype=dtype, device=device)
+    w[:s, 0], w[s:, 1], w[:, 2] = 1 / max(s, 1), 1 / max(s2, 1), 1 / max(s + s2, 1)
+    return w
+
+
+@cache
+def working_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """The dtype the strategy computes in: q's and the queue's, at least float32 (cached: each
+    ``torch.promote_types`` is a dispatched op)."""
+    return torch.promote_types(torch.promote_types(a, b), torch.float32)
 
 
 @strategies.register("mochi")
@@ -151,18 +178,42 @@ class MoCHi(NegativeStrategy):
         self.num_hard, self.num_mix, self.num_query_mix = num_hard, num_mix, num_query_mix
         self.warmup_epochs, self.distinct_pair = float(warmup_epochs), distinct_pair
         self._stats: dict[str, torch.Tensor] = {}
+        # (s + s', 3) float32 weights that average per-point values (diagnostics); not saved
+        self.register_buffer("point_means", mean_weights(num_mix, num_query_mix), persistent=False)
+        # modified MoCHi's point of each position [i, j, jq]: [0..s-1, 0..s-1, s..s+s'-1]
+        rows = torch.cat([torch.arange(num_mix), torch.arange(num_mix + num_query_mix)])
+        self.register_buffer("point_rows", rows, persistent=False)
 
     def _prepare(
         self, q: torch.Tensor, queue: torch.Tensor, epoch: float
     ) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """Detached copies in the working dtype (>= float32); False when this step does not mix."""
-        work = torch.promote_types(torch.promote_types(q.dtype, queue.dtype), torch.float32)
+        work = working_dtype(q.dtype, queue.dtype)
         qw, keys = q.detach().to(work), queue.detach().to(work)
-        self._stats = {"sim_queue": qw.mean(0) @ keys.mean(0)}  # = mean of q·n over batch×queue
         mixes = epoch >= self.warmup_epochs and self.num_mix + self.num_query_mix > 0
         if mixes:
             self.check_sizes(keys.shape[0], q.shape[0])
         return qw, keys, mixes
+
+    def _record(self, values: torch.Tensor, labelled: bool) -> None:
+        """Diagnostics from per-point values (s + s',): q·point averaged over the batch, stacked
+        (2, s + s') over the false-negative flags when ``labelled``: one matmul averages them."""
+        w = self.point_means
+        if w.dtype != values.dtype or w.device != values.device:  # float64, or not moved with
+            w = mean_weights(self.num_mix, self.num_query_mix, values.dtype, values.device)  # .to
+        means = values @ w  # (3,) or (2, 3): [h, h', all]
+        sims, fns = (means[0], means[1]) if labelled else (means, None)
+        st = self._stats
+        if self.num_mix:
+            st["sim_mix"] = sims[0]
+            if fns is not None:
+                st["false_neg_mix"] = fns[0]
+        if self.num_query_mix:
+            st["sim_query_mix"] = sims[1]
+            if fns is not None:
+                st["false_neg_query_mix"] = fns[1]
+        if fns is not None:
+            st["false_neg"] = fns[2]
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:
         if self.num_mix + self.num_query_mix > 0 and self.num_hard > queue_size:
@@ -186,33 +237,24 @@ class MoCHi(NegativeStrategy):
     ) -> ExtraNegatives:
         qw, keys, mixes = self._prepare(q, queue, epoch)
         if not mixes:
+            self._stats = {"sim_queue": qw.mean(0) @ keys.mean(0)}  # mean q·n, batch × queue
             return ExtraNegatives()
-        top, hard = (qw @ keys.T).topk(self.num_hard, dim=1)  # (B, N): each query's own hard set
+        sim = qw @ keys.T  # (B, K)
+        top, hard = sim.topk(self.num_hard, dim=1)  # (B, N): each query's own hard set
+        self._stats = {"sim_queue": sim.mean(), "sim_hard": top.mean()}
         # Under DDP draw for the global batch and keep this rank's rows: ranks share the RNG
         # state, so local draws would repeat on every rank; one process draws the same rows.
         rank, world = self.rank_and_world()
         n = q.shape[0]
         d = Draws(*(t[rank * n : (rank + 1) * n] for t in self._draw(n * world, qw)))
-        st, parts, same = self._stats, [], []
-        st["sim_hard"] = top.mean()
-        fn = None if labels is None else _same_class(queue_labels, hard, labels)  # (B, N)
-        if self.num_mix:
-            h = mix_pairs(keys, hard, d.i, d.j, d.alpha)  # (B, s, D)
-            parts.append(h)
-            st["sim_mix"] = (qw * h.mean(1)).sum(1).mean()
-            if fn is not None:
-                same.append(fn.gather(1, d.i) | fn.gather(1, d.j))
-                st["false_neg_mix"] = same[-1].float().mean()
-        if self.num_query_mix:
-            hq = mix_query(keys, qw, hard, d.jq, d.beta)  # (B, s', D)
-            parts.append(hq)
-            st["sim_query_mix"] = (qw * hq.mean(1)).sum(1).mean()
-            if fn is not None:
-                same.append(fn.gather(1, d.jq))
-                st["false_neg_query_mix"] = same[-1].float().mean()
-        if same:
-            st["false_neg"] = torch.cat(same, dim=1).float().mean()
-        return ExtraNegatives(per_query=torch.cat(parts, dim=1).to(q.dtype))
+        at = hard.gather(1, positions(d))  # (B, 2s + s'): queue index of every key mixed
+        points = mix(keys[at], qw.unsqueeze(1), d)  # (B, s + s', D): [H(q), H'(q)]
+        values = (points @ qw.unsqueeze(-1)).squeeze(-1)  # (B, s + s'): q·h, q·h'
+        if labels is not None:
+            flags = false_negatives(queue_labels[at], labels.unsqueeze(1), self.num_mix)
+            values = torch.stack([values, flags])  # (2, B, s + s'), flags as 0/1
+        self._record(values.mean(-2), labels is not None)
+        return ExtraNegatives(per_query=points.to(q.dtype))
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Latest step, 0-dim device tensors: mean q·n over the queue (``sim_queue``), the hard
@@ -258,33 +300,27 @@ class ModifiedMoCHi(MoCHi):
         labels: torch.Tensor | None = None,
     ) -> ExtraNegatives:
         qw, keys, mixes = self._prepare(q, queue, epoch)
+        q_mean = qw.mean(0)
+        self._stats = {"sim_queue": q_mean @ keys.mean(0)}  # mean q·n, batch × queue
         if not mixes:
             return ExtraNegatives()
         s, batch = self.num_mix, q.shape[0]
         chosen = choose_queries(batch, s + self.num_query_mix, q.device)  # (s + s',)
         if s + self.num_query_mix < batch:
-            top, hard = (qw[chosen] @ keys.T).topk(self.num_hard, dim=1)  # (s + s', N)
+            q_chosen = qw[chosen]
+            top, hard = (q_chosen @ keys.T).topk(self.num_hard, dim=1)  # (s + s', N)
         else:
             top, hard = (qw @ keys.T).topk(self.num_hard, dim=1)  # (B, N)
-            top, hard = top[chosen], hard[chosen]
+            top, hard, q_chosen = top[chosen], hard[chosen], qw[chosen]
+        self._stats["sim_hard"] = top.mean()
         d = self._draw(1, qw)  # (1, s) and (1, s'): one point per chosen query
-        st, parts, same = self._stats, [], []
-        st["sim_hard"] = top.mean()
-        fn = None if labels is None else _same_class(queue_labels, hard, labels[chosen])
-        if s:
-            h = mix_pairs(keys, hard[:s], d.i.T, d.j.T, d.alpha.T)[:, 0]  # (s, D)
-            parts.append(h)
-            st["sim_mix"] = qw.mean(0) @ h.mean(0)
-            if fn is not None:
-                same.append(fn[:s].gather(1, d.i.T) | fn[:s].gather(1, d.j.T))
-                st["false_neg_mix"] = same[-1].float().mean()
-        if self.num_query_mix:
-            hq = mix_query(keys, qw[chosen[s:]], hard[s:], d.jq.T, d.beta.T)[:, 0]  # (s', D)
-            parts.append(hq)
-            st["sim_query_mix"] = qw.mean(0) @ hq.mean(0)
-            if fn is not None:
-                same.append(fn[s:].gather(1, d.jq.T))
-                st["false_neg_query_mix"] = same[-1].float().mean()
-        if same:
-            st["false_neg"] = torch.cat(same).float().mean()
-        return ExtraNegatives(shared=torch.cat(parts).to(q.dtype))
+        rows = self.point_rows.to(hard.device)  # (a no-op once the strategy is on the device)
+        at = hard[rows, positions(d)[0]]  # (2s + s',): queue index of every key mixed
+        points = mix(keys[at].unsqueeze(0), q_chosen[s:].unsqueeze(0), d)[0]  # (s + s', D)
+        values = points @ q_mean  # (s + s',): q·point averaged over the batch
+        if labels is not None:
+            y = labels[chosen][rows]  # (2s + s',): the query label of every key
+            flags = false_negatives(queue_labels[at].unsqueeze(0), y.unsqueeze(0), s)[0]
+            values = torch.stack([values, flags])  # (2, s + s'), flags as 0/1
+        self._record(values, labels is not None)
+        return ExtraNegatives(shared=points.to(q.dtype))

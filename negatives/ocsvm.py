@@ -177,6 +177,7 @@ class OneClassSVM:
         self.n_support_ = torch.tensor([len(sv)], dtype=torch.int32, device=dev)
         self.n_iter_, self.fit_status_ = int(n_iter), int(status)
         self._sv, self._coef, self._dense = self.support_vectors_, self.dual_coef_[0], False
+        self._sv_sq = None  # |sv|^2, computed by decision_function
         self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
                        "max_iter_reached": float(status)}  # fmt: skip
         self.nonfinite_ = self._constant(dev, "false", 0)[0]  # checked above
@@ -199,34 +200,31 @@ class OneClassSVM:
             raise ValueError(
                 "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
             )
-        finite = torch.isfinite(X64).all()  # 0-dim, on the device
-        Xs = torch.where(finite, X64, 0.0)  # bad input: a well-defined fit, flagged below
-        Q = smo.full_kernel(Xs, self.kernel, self.gamma, round32=True)
-        QD = (
-            torch.linalg.vecdot(Xs, Xs)
-            if self.kernel == "linear"
-            else self._constant(dev, "ones", n)[0]
-        )
+        # 0-dim, on the device: x * 0 is 0 for every finite x and NaN for NaN and +-inf (the
+        # same as isfinite(X).all(), in 3 elementwise/reduction ops instead of 5)
+        finite = X64.mul(0.0).sum() == 0
+        zero, nan = self._constant(dev, "zero_nan", 0)[0]
+        Xs = torch.where(finite, X64, zero)  # bad input: a well-defined fit, flagged below
+        sq = torch.linalg.vecdot(Xs, Xs)  # |x|^2: the kernel's and the decision function's
+        Q = smo.full_kernel(Xs, self.kernel, self.gamma, round32=True, sq=sq)
+        QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
         alpha, rho, it = ocsvm_triton.solve(Q, QD, alpha0, n_init, params, max_iter, self.shrinking)
-        rho = torch.where(finite, rho, math.nan)
+        rho = torch.where(finite, rho, nan)
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, ~finite
-        self._sv, self._coef, self._dense = Xs, alpha, True  # zeros add exactly 0 to f
-        self.offset_, self.intercept_ = rho, torch.where(rho != 0, -rho, 0.0)
+        self._sv, self._coef, self._dense, self._sv_sq = Xs, alpha, True, sq  # zeros add 0 to f
+        self.offset_ = rho
         self._pending = (alpha, it, finite)
-        for name in _HOST_ATTRS:
+        for name in (*_HOST_ATTRS, "intercept_"):  # intercept_: from offset_ on first access
             self.__dict__.pop(name, None)
-        self._stats = {
-            "solver_iterations": it[0].double(),
-            "support_vectors": (alpha > 0).sum().double(),
-            "max_iter_reached": it[1].double(),
-        }
+        self._stats = None  # fit_stats() reads them from _pending's device tensors
         return self
 
     def _constant(self, dev: torch.device, what: str, n: int) -> tuple[torch.Tensor, int]:
         """Per-device constants of the Triton fit, uploaded once (a host-to-device copy per step
-        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), False."""
+        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), False,
+        (0.0, NaN)."""
         cache = self.__dict__.setdefault("_constants", {})
         key = (what, n, str(dev))
         if key not in cache:
@@ -237,6 +235,9 @@ class OneClassSVM:
                 cache[key] = (torch.ones(n, dtype=torch.float64, device=dev), n)
             elif what == "false":
                 cache[key] = (torch.zeros((), dtype=torch.bool, device=dev), 0)
+            elif what == "zero_nan":
+                both = torch.tensor([0.0, math.nan], dtype=torch.float64)
+                cache[key] = (both.to(dev), 2)
             else:
                 eps = torch.tensor([self.tol, smo._TAU], dtype=torch.float64)
                 cache[key] = (eps.to(dev), 2)
@@ -244,7 +245,7 @@ class OneClassSVM:
 
     def _materialize(self) -> None:
         """The scikit-learn attributes of a Triton fit, read from the device in one copy."""
-        alpha_t, it_t, finite_t = self.__dict__.pop("_pending")
+        alpha_t, it_t, finite_t = self._triton_result = self.__dict__.pop("_pending")
         host = torch.cat([alpha_t, it_t.double(), finite_t.double()[None]]).cpu().numpy()
         alpha, (n_iter, status, finite) = host[:-3], host[-3:].astype(np.int64)
         if not finite:
@@ -263,11 +264,22 @@ class OneClassSVM:
         if name in _HOST_ATTRS and "_pending" in self.__dict__:
             self._materialize()
             return self.__dict__[name]
+        if name == "intercept_" and self.__dict__.get("_dense"):  # a Triton fit, on the device
+            rho = self.offset_
+            self.intercept_ = torch.where(rho != 0, -rho, 0.0)
+            return self.intercept_
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def fit_stats(self) -> dict[str, torch.Tensor | float]:
         """Solver iterations, support-vector count (and, on the Triton path, whether max_iter
         stopped it) without a host sync on the Triton path: device tensors there, floats else."""
+        if self._stats is None:  # a Triton fit: computed on request, not in every fit
+            alpha, it, _ = self.__dict__.get("_pending") or self._triton_result
+            self._stats = {
+                "solver_iterations": it[0].double(),
+                "support_vectors": (alpha > 0).sum().double(),
+                "max_iter_reached": it[1].double(),
+            }
         return dict(self._stats)
 
     def _fit_torch(self, X64: torch.Tensor) -> tuple[np.ndarray, float, int, int]:
@@ -332,9 +344,11 @@ class OneClassSVM:
         sv, a = self._sv.to(Y.device), self._coef.to(Y.device)
         out = torch.empty(len(Y), dtype=torch.float64, device=Y.device)
         chunk = chunk or (1 << 15 if Y.is_cuda else 2048)  # CPU: a chunk stays in the L2 cache
-        g, sv_sq, n_sv, d = self.gamma, torch.linalg.vecdot(sv, sv), len(sv), Y.shape[1]
-        W, a_sv = (2.0 * g) * sv, a * torch.exp(-g * sv_sq)  # (n_SV, d), (n_SV,)
+        sv_sq = self._sv_sq if self._sv_sq is not None else torch.linalg.vecdot(sv, sv)
+        g, sv_sq, n_sv, d = self.gamma, sv_sq.to(Y.device), len(sv), Y.shape[1]
+        W = (2.0 * g) * sv  # (n_SV, d)
         sv_r2 = math.inf if Y.is_cuda or self._dense else float(sv_sq.max())  # no sync there
+        a_sv = a * torch.exp(-g * sv_sq) if sv_r2 < math.inf else None  # (n_SV,), CPU only
         y_buf, E_buf = self._scratch(Y.device, chunk * d, chunk * n_sv)
         for k in range(0, len(Y), chunk):
             o = out[k : k + chunk]  # (b,)

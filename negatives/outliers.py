@@ -73,6 +73,22 @@ def rotate(x: torch.Tensor, quarter_turns: torch.Tensor, choices: Sequence[int])
     return out
 
 
+def turn_index(
+    height: int, width: int, choices: Sequence[int], device: torch.device | None = None
+) -> torch.Tensor:
+    """(len(choices), H * W): for each quarter-turn count of ``choices``, the flat pixel that each
+    output pixel of a turned (H, W) image reads (``torch.rot90`` of the pixel numbers)."""
+    pixels = torch.arange(height * width, device=device).reshape(height, width)
+    return torch.stack([torch.rot90(pixels, r, dims=(0, 1)).reshape(-1) for r in choices])
+
+
+def turn(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Each image of x (M, C, H, W) with its pixels read at ``index`` (M, H * W), rows of
+    :func:`turn_index`: the images of :func:`rotate` by one gather (square images)."""
+    M, C, H, W = x.shape
+    return x.reshape(M, C, H * W).gather(2, index[:, None].expand(M, C, H * W)).reshape(x.shape)
+
+
 @dataclass
 class Boxes:
     """CutPaste rectangles, one per image, all (M,): the sampled area ratio and aspect (w / h),
@@ -240,9 +256,12 @@ class Outliers(NegativeStrategy):
         self.oe_flip_prob, self.seed = oe_flip_prob, seed
         # Not in checkpoints (constants, and data reloaded by bind_data), but follow .to(device).
         self.register_buffer("turns", torch.tensor(self.quarter_turns), persistent=False)
+        self.register_buffer("turn_labels", -1 - self.turns, persistent=False)  # "separate"
+        self.register_buffer("kind_ids", torch.arange(len(kinds)), persistent=False)
         self.register_buffer("oe_images", None, persistent=False)  # uint8 (M, C, S, S)
         self.register_buffer("mean", None, persistent=False)  # (C, 1, 1)
         self.register_buffer("std", None, persistent=False)  # (C, 1, 1)
+        self._turn_index: dict[tuple, torch.Tensor] = {}  # turn_index per (H, W, device), lazily
         self._stats: dict[str, torch.Tensor | float] = {}
 
     def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
@@ -287,26 +306,30 @@ class Outliers(NegativeStrategy):
             return x1, x2, labels
         self.check_inputs(x1, x2, labels)
         dev = x1.device
+        self.follow(dev)  # the constant buffers (kind ids, turn labels) on the batch's device
         slots = torch.randperm(N, device=dev)[:m]  # (m,)
         kind = torch.randint(len(self.kinds), (m,), device=dev)  # (m,)
         a1, a2 = x1[slots], x2[slots]  # (m, C, H, W): the images the outliers are made from
-        o1, o2 = a1, a2
-        y = torch.full((m,), OUTLIER_LABEL, dtype=labels.dtype, device=dev)
         # Every kind is made for all m slots, then selected per slot: shapes (and the RNG stream)
-        # never depend on the draws, so there is no host sync.
-        for i, name in enumerate(self.kinds):
+        # never depend on the draws, so there is no host sync. ``kind`` is drawn with one kind
+        # too (the same RNG stream); the first kind's outliers are the base the others overwrite.
+        o1, o2, y = self.make(self.kinds[0], a1, a2, labels.dtype)
+        for i, name in enumerate(self.kinds[1:], start=1):
             b1, b2, yb = self.make(name, a1, a2, labels.dtype)
             chosen = kind == i  # (m,)
             o1 = torch.where(chosen[:, None, None, None], b1, o1)
             o2 = torch.where(chosen[:, None, None, None], b2, o2)
             y = torch.where(chosen, yb, y)
-        counts = (kind[:, None] == torch.arange(len(self.kinds), device=dev)).sum(0).float()
         self._stats = {"outlier_fraction": m / N}
-        self._stats.update({f"outliers_{k}": counts[i] for i, k in enumerate(self.kinds)})
+        if len(self.kinds) == 1:
+            self._stats[f"outliers_{self.kinds[0]}"] = float(m)
+        else:
+            counts = (kind[:, None] == self.kind_ids).sum(0, dtype=torch.float32)
+            self._stats.update({f"outliers_{k}": counts[i] for i, k in enumerate(self.kinds)})
         return (
-            x1.clone().index_copy_(0, slots, o1),
-            x2.clone().index_copy_(0, slots, o2),
-            labels.clone().index_copy_(0, slots, y),
+            x1.index_copy(0, slots, o1),
+            x2.index_copy(0, slots, o2),
+            labels.index_copy(0, slots, y),
         )
 
     def make(
@@ -314,16 +337,27 @@ class Outliers(NegativeStrategy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Outliers of kind ``name`` for every slot: both views (m, C, H, W) and labels (m,)."""
         m, dev = a1.shape[0], a1.device
-        shared = torch.full((m,), OUTLIER_LABEL, dtype=label_dtype, device=dev)
         if name == "rotate":
             self.follow(dev)
-            r = self.turns[torch.randint(len(self.turns), (m,), device=dev)]  # (m,) one per slot
-            y = (-1 - r).to(label_dtype) if self.rotation_labels == "separate" else shared
-            return rotate(a1, r, self.quarter_turns), rotate(a2, r, self.quarter_turns), y
+            pick = torch.randint(len(self.turns), (m,), device=dev)  # (m,) a turn per slot
+            index = self.turn_table(a1.shape[2], a1.shape[3], dev)[pick]  # (m, H * W)
+            if self.rotation_labels == "separate":
+                y = self.turn_labels[pick].to(label_dtype)  # rotation_label(r) = -1 - r
+            else:
+                y = torch.full((m,), OUTLIER_LABEL, dtype=label_dtype, device=dev)
+            return turn(a1, index), turn(a2, index), y
+        shared = torch.full((m,), OUTLIER_LABEL, dtype=label_dtype, device=dev)
         if name == "cutpaste":  # each view gets its own patch
             b1 = cutpaste(a1, self.patch_area, self.patch_aspect)[0]
             return b1, cutpaste(a2, self.patch_area, self.patch_aspect)[0], shared
         return (*self.oe_views(m, a1), shared)
+
+    def turn_table(self, height: int, width: int, device: torch.device) -> torch.Tensor:
+        """:func:`turn_index` of the configured angles, built once per image size and device."""
+        key = (height, width, device)
+        if key not in self._turn_index:
+            self._turn_index[key] = turn_index(height, width, self.quarter_turns, device)
+        return self._turn_index[key]
 
     def oe_views(self, m: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two normalised views (m, C, S, S) of m random OE images, dtype/device of ``like``."""

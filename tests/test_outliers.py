@@ -14,7 +14,7 @@ from scipy import stats
 
 import negatives
 from negatives.base import OUTLIER_LABEL, rotation_label
-from negatives.outliers import Outliers, cutpaste, resized_crop_flip, rotate
+from negatives.outliers import Outliers, cutpaste, resized_crop_flip, rotate, turn, turn_index
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 
@@ -74,6 +74,19 @@ def test_rotation_direction_is_pils_image_rotate_as_in_firm():
         for c in range(3):
             ref = np.asarray(Image.fromarray(img[c]).rotate(angle))
             assert np.array_equal(out[i, c].numpy(), ref)
+
+
+def test_turn_by_pixel_index_equals_numpys_rot90():
+    """The strategy's one-gather rotation (a table of pixel indices per angle) = np.rot90."""
+    x = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (6, 2, 5, 5), dtype=np.uint8))
+    choices = (1, 2, 3)
+    pick = torch.tensor([0, 1, 2, 2, 1, 0])  # positions in choices
+    out = turn(x, turn_index(5, 5, choices)[pick])
+    for m in range(6):
+        assert np.array_equal(out[m].numpy(), np.rot90(x[m].numpy(), choices[pick[m]], (1, 2)))
+    flat = turn_index(4, 6, (2,))  # 180 deg keeps a non-square shape
+    y = torch.randn(1, 3, 4, 6)
+    assert torch.equal(turn(y, flat), torch.from_numpy(np.rot90(y.numpy(), 2, (2, 3)).copy()))
 
 
 def test_label_convention_of_separate_rotations():
