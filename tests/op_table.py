@@ -14,19 +14,19 @@ from __future__ import annotations
 DEVICE_OPS: dict[str, dict[str, int]] = {
     "cifar10_moco": {
         "none": 618,
-        "mochi": 678,
-        "modified_mochi": 680,
-        "outliers": 659,
-        "adco": 707,
-        "mioc": 741,
+        "mochi": 650,
+        "modified_mochi": 655,
+        "outliers": 630,
+        "adco": 685,
+        "mioc": 685,
     },
     "digits_moco": {
         "none": 271,
-        "mochi": 331,
-        "modified_mochi": 333,
-        "outliers": 312,
-        "adco": 360,
-        "mioc": 394,
+        "mochi": 303,
+        "modified_mochi": 308,
+        "outliers": 283,
+        "adco": 338,
+        "mioc": 338,
     },
 }
 PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
