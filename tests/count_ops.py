@@ -24,6 +24,11 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+# The interpreter is Triton's mode only if TRITON_INTERPRET=1 came before triton's first import:
+# true of a process started with it (the command line above), not of a test session (anything may
+# have imported triton first, and tests/count_steps.py sets the variable later), which therefore
+# counts Triton's kernels in a fresh process.
+STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and "triton" not in sys.modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -33,7 +38,7 @@ from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
 from pretrain import config, engine  # noqa: E402
-from pretrain.split_bn import triton_interpreted, use_path  # noqa: E402
+from pretrain.split_bn import use_path  # noqa: E402
 
 WARM = 2
 EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in STRATEGY_KWARGS)
@@ -88,12 +93,14 @@ def needs_interpreter(recipe: str, strategy: str, path: str = "triton") -> bool:
     return strategy == "mioc" or (path == "triton" and recipe in SPLIT_BN)
 
 
-def counts(recipe: str, strategies: list[str], path: str = "triton") -> dict[str, int]:
-    """:func:`count` of each strategy, in a fresh process with TRITON_INTERPRET=1 where a Triton
-    kernel runs (:func:`needs_interpreter`) and this process has not chosen the interpreter: it
-    is chosen when triton is first imported, which a test session may have done already."""
+def counts(
+    recipe: str, strategies: list[str], path: str = "triton", fresh: bool = True
+) -> dict[str, int]:
+    """:func:`count` of each strategy; where a Triton kernel runs (:func:`needs_interpreter`), in
+    one fresh process with TRITON_INTERPRET=1 unless ``fresh`` is False (this process started
+    with the interpreter: :data:`STARTED_INTERPRETED`)."""
     out = {}
-    here = [s for s in strategies if triton_interpreted() or not needs_interpreter(recipe, s, path)]
+    here = [s for s in strategies if not (fresh and needs_interpreter(recipe, s, path))]
     for strategy in here:
         out[strategy] = count(recipe, strategy, path).count
     rest = [s for s in strategies if s not in here]
@@ -112,7 +119,7 @@ def table() -> list[str]:
     MoCo on each split-BN path). Run with TRITON_INTERPRET=1 (the Triton kernels)."""
     rows = ["| recipe | strategy | ops per step | added vs `none` |", "|---|---|---|---|"]
     for recipe in RECIPES:
-        got = counts(recipe, negatives.list_strategies())
+        got = counts(recipe, negatives.list_strategies(), fresh=not STARTED_INTERPRETED)
         for strategy, n in got.items():
             rows.append(
                 f"| {recipe} | {strategy} | {n} | {100 * (n - got['none']) / got['none']:+.1f} % |"
