@@ -32,7 +32,7 @@ run on CPU tensors (the tests; slowly). Imports triton: import this lazily.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -77,23 +77,13 @@ def _offsets(m, c, P, sN, sC, sP):
     return n.to(tl.int64)[:, None] * sN + ((m - n * P) * sP)[:, None] + (c * sC)[None, :]
 
 
+# fmt: off
 @triton.jit
 def _stats_kernel(
-    X,
-    PMEAN,
-    PM2,
-    M,
-    P,
-    C,
-    CHUNK,
-    sS,
-    sN,
-    sC,
-    sP,
-    ACC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    X, PMEAN, PM2, M, P, C, CHUNK, sS, sN, sC, sP,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
+    # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
@@ -119,33 +109,13 @@ def _stats_kernel(
     tl.store(PM2 + row + c, m2, mask=cmask)
 
 
+# fmt: off
 @triton.jit
 def _normalize_kernel(
-    X,
-    Y,
-    PMEAN,
-    PM2,
-    W,
-    B,
-    RM,
-    RV,
-    MEAN,
-    INVSTD,
-    PARAMS,
-    S,
-    M,
-    P,
-    C,
-    CHUNK,
-    sS,
-    sN,
-    sC,
-    sP,
-    ACC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    X, Y, PMEAN, PM2, W, B, RM, RV, MEAN, INVSTD, PARAMS, S, M, P, C, CHUNK, sS, sN, sC, sP,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
+    # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G = tl.num_programs(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -185,29 +155,13 @@ def _normalize_kernel(
         tl.store(Y + off, y.to(Y.dtype.element_ty), mask=mask)
 
 
+# fmt: off
 @triton.jit
 def _grad_stats_kernel(
-    GR,
-    X,
-    MEAN,
-    PSG,
-    PSGX,
-    M,
-    P,
-    C,
-    CHUNK,
-    sS,
-    sN,
-    sC,
-    sP,
-    gS,
-    gN,
-    gC,
-    gP,
-    ACC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    GR, X, MEAN, PSG, PSGX, M, P, C, CHUNK, sS, sN, sC, sP, gS, gN, gC, gP,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
+    # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
@@ -229,36 +183,14 @@ def _grad_stats_kernel(
     tl.store(PSGX + row + c, sgx, mask=cmask)
 
 
+# fmt: off
 @triton.jit
 def _grad_input_kernel(
-    GR,
-    X,
-    DX,
-    MEAN,
-    INVSTD,
-    PSG,
-    PSGX,
-    W,
-    DW,
-    DB,
-    S,
-    M,
-    P,
-    C,
-    CHUNK,
-    sS,
-    sN,
-    sC,
-    sP,
-    gS,
-    gN,
-    gC,
-    gP,
-    ACC: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    GR, X, DX, MEAN, INVSTD, PSG, PSGX, W, DW, DB, S, M, P, C, CHUNK,
+    sS, sN, sC, sP, gS, gN, gC, gP,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
+    # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     G = tl.num_programs(2)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -312,21 +244,35 @@ def _blocks(x: torch.Tensor, splits: int) -> tuple[int, int, int, int, int]:
     return block_m, block_c, chunk, triton.cdiv(m, chunk), m
 
 
-def _acc(x: torch.Tensor) -> tl.dtype:
-    return tl.float64 if x.dtype == torch.float64 else tl.float32
+class Plan(NamedTuple):
+    """One launch over ``x`` read as (s, N/s, C, H·W): the grid, the size and stride arguments
+    (M, P, C, CHUNK; sS, sN, sC, sP) and the constexprs (``meta``; ``meta_g`` adds BLOCK_G)."""
+
+    x: torch.Tensor
+    grid: tuple[int, int, int]
+    sizes: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int]
+    meta: dict
+    meta_g: dict
+
+
+def _plan(x: torch.Tensor, splits: int) -> Plan:
+    x, strides = _layout(x, splits)
+    block_m, block_c, chunk, g, m = _blocks(x, splits)
+    c = x.shape[1]
+    acc = tl.float64 if x.dtype == torch.float64 else tl.float32
+    meta = {"ACC": acc, "BLOCK_M": block_m, "BLOCK_C": block_c}
+    grid = (splits, triton.cdiv(c, block_c), g)
+    sizes = (m, x.shape[2] * x.shape[3], c, chunk)
+    return Plan(x, grid, sizes, strides, meta, {**meta, "BLOCK_G": triton.next_power_of_2(g)})
 
 
 def _stats(x: torch.Tensor, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    x, strides = _layout(x, splits)
-    block_m, block_c, chunk, g, m = _blocks(x, splits)
-    c, hw = x.shape[1], x.shape[2] * x.shape[3]
+    p = _plan(x, splits)
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    pmean = x.new_empty((splits, g, c), dtype=acc)
+    pmean = x.new_empty((splits, p.grid[2], x.shape[1]), dtype=acc)
     pm2 = torch.empty_like(pmean)
-    grid = (splits, triton.cdiv(c, block_c), g)
-    _stats_kernel[grid](
-        x, pmean, pm2, m, hw, c, chunk, *strides, ACC=_acc(x), BLOCK_M=block_m, BLOCK_C=block_c
-    )
+    _stats_kernel[p.grid](p.x, pmean, pm2, *p.sizes, *p.strides, **p.meta)
     return pmean, pm2
 
 
@@ -341,36 +287,12 @@ def _normalize(
     params: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     splits = pmean.shape[0]
-    x, strides = _layout(x, splits)
-    block_m, block_c, chunk, g, m = _blocks(x, splits)
-    c, hw = x.shape[1], x.shape[2] * x.shape[3]
-    y = torch.empty_like(x)  # the input's layout: the same strides as x
-    mean = pmean.new_empty((splits, c))
+    p = _plan(x, splits)
+    y = torch.empty_like(p.x)  # the input's layout: the same strides as x
+    mean = pmean.new_empty((splits, x.shape[1]))
     invstd = torch.empty_like(mean)
-    grid = (splits, triton.cdiv(c, block_c), g)
-    _normalize_kernel[grid](
-        x,
-        y,
-        pmean,
-        pm2,
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        mean,
-        invstd,
-        params,
-        splits,
-        m,
-        hw,
-        c,
-        chunk,
-        *strides,
-        ACC=_acc(x),
-        BLOCK_M=block_m,
-        BLOCK_C=block_c,
-        BLOCK_G=triton.next_power_of_2(g),
-    )
+    args = (p.x, y, pmean, pm2, weight, bias, running_mean, running_var, mean, invstd, params)
+    _normalize_kernel[p.grid](*args, splits, *p.sizes, *p.strides, **p.meta_g)
     return y, mean, invstd
 
 
@@ -378,29 +300,10 @@ def _grad_stats(
     grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     splits = mean.shape[0]
-    x, strides = _layout(x, splits)
-    grad, gstrides = _layout(grad, splits)
-    block_m, block_c, chunk, g, m = _blocks(x, splits)
-    c, hw = x.shape[1], x.shape[2] * x.shape[3]
-    psg = mean.new_empty((splits, g, c))
+    p, g = _plan(x, splits), _layout(grad, splits)
+    psg = mean.new_empty((splits, p.grid[2], x.shape[1]))
     psgx = torch.empty_like(psg)
-    grid = (splits, triton.cdiv(c, block_c), g)
-    _grad_stats_kernel[grid](
-        grad,
-        x,
-        mean,
-        psg,
-        psgx,
-        m,
-        hw,
-        c,
-        chunk,
-        *strides,
-        *gstrides,
-        ACC=_acc(x),
-        BLOCK_M=block_m,
-        BLOCK_C=block_c,
-    )
+    _grad_stats_kernel[p.grid](g[0], p.x, mean, psg, psgx, *p.sizes, *p.strides, *g[1], **p.meta)
     return psg, psgx
 
 
@@ -414,36 +317,11 @@ def _grad_input(
     weight: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     splits = mean.shape[0]
-    x, strides = _layout(x, splits)
-    grad, gstrides = _layout(grad, splits)
-    block_m, block_c, chunk, g, m = _blocks(x, splits)
-    c, hw = x.shape[1], x.shape[2] * x.shape[3]
-    dx = torch.empty_like(x)
+    p, g = _plan(x, splits), _layout(grad, splits)
+    dx = torch.empty_like(p.x)
     dw, db = torch.empty_like(weight), torch.empty_like(weight)
-    grid = (splits, triton.cdiv(c, block_c), g)
-    _grad_input_kernel[grid](
-        grad,
-        x,
-        dx,
-        mean,
-        invstd,
-        psg,
-        psgx,
-        weight,
-        dw,
-        db,
-        splits,
-        m,
-        hw,
-        c,
-        chunk,
-        *strides,
-        *gstrides,
-        ACC=_acc(x),
-        BLOCK_M=block_m,
-        BLOCK_C=block_c,
-        BLOCK_G=triton.next_power_of_2(g),
-    )
+    args = (g[0], p.x, dx, mean, invstd, psg, psgx, weight, dw, db, splits)
+    _grad_input_kernel[p.grid](*args, *p.sizes, *p.strides, *g[1], **p.meta_g)
     return dx, dw, db
 
 
