@@ -17,7 +17,7 @@ DEVICE_OPS: dict[str, dict[str, int]] = {
         "mochi": 650,
         "modified_mochi": 655,
         "outliers": 630,
-        "adco": 685,
+        "adco": 650,
         "mioc": 685,
     },
     "digits_moco": {
@@ -25,7 +25,7 @@ DEVICE_OPS: dict[str, dict[str, int]] = {
         "mochi": 303,
         "modified_mochi": 308,
         "outliers": 283,
-        "adco": 338,
+        "adco": 303,
         "mioc": 338,
     },
 }

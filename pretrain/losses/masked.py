@@ -64,7 +64,10 @@ def mean_over_positives(per_pair: torch.Tensor, positive: torch.Tensor) -> torch
 
 
 def denominator_loss(
-    logits: torch.Tensor, positive: torch.Tensor, contrast: torch.Tensor
+    logits: torch.Tensor,
+    positive: torch.Tensor,
+    contrast: torch.Tensor | None,
+    own: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Σ-over-positives form shared by NT-Xent, SupCon "out" and FIRM.
 
@@ -73,9 +76,17 @@ def denominator_loss(
     Args:
         logits: (A, M) finite logits z_i·z_j / τ.
         positive: (A, M) bool, P(i); must be a subset of ``contrast``.
-        contrast: (A, M) bool, A(i), the denominator.
+        contrast: (A, M) bool, A(i), the denominator; None = every column (a plain
+            ``logsumexp``: the same max-shifted sum, fewer ops).
+        own: (A,) long, when P(i) is exactly {own[i]} (NT-Xent): ℓ_i = lse_i − l_i,own[i] by a
+            gather, which is what the mean over one positive computes.
     """
-    lse, _ = masked_logsumexp(logits, contrast)  # (A,)
+    if contrast is None:
+        lse = torch.logsumexp(logits, dim=1)  # (A,)
+    else:
+        lse, _ = masked_logsumexp(logits, contrast)  # (A,)
+    if own is not None:
+        return (lse - logits.gather(1, own.unsqueeze(1)).squeeze(1)).mean()
     return mean_over_positives(lse.unsqueeze(1) - logits, positive)
 
 

@@ -136,25 +136,28 @@ def queue_contrastive(
     check_temperature(temperature)
     _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
     positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
-    contrast = torch.ones_like(positive)
+    contrast = None  # every column unless some are excluded
     if exclude is not None:
         rows = torch.arange(positive.shape[0], device=positive.device)
+        contrast = torch.ones_like(positive)
         positive[rows, exclude] = False
         contrast[rows, exclude] = False
     dtype = compute_dtype(q.dtype)
     q = q.to(dtype)
     candidates = candidates.detach() if detach_candidates else candidates
-    parts = [torch.einsum("nd,md->nm", q, candidates.to(dtype))]  # (N, M)
-    if per_query is not None:
-        parts.append(torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype)))  # (N, S)
-    logits = torch.cat(parts, dim=1).to(dtype) / temperature  # (N, M + S)
-    private = logits.shape[1] - positive.shape[1]
-    positive = torch.cat([positive, positive.new_zeros(positive.shape[0], private)], dim=1)
-    contrast = torch.cat([contrast, contrast.new_ones(contrast.shape[0], private)], dim=1)
+    logits = torch.einsum("nd,md->nm", q, candidates.to(dtype))  # (N, M)
+    if per_query is not None:  # (N, S) private negatives: never positive, always contrasted
+        private = torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype))
+        logits = torch.cat([logits, private], dim=1)
+        positive = torch.cat([positive, positive.new_zeros(private.shape)], dim=1)
+        if contrast is not None:
+            contrast = torch.cat([contrast, contrast.new_ones(private.shape)], dim=1)
+    logits = logits / temperature  # (N, M + S)
     if kind == "sincere":
+        contrast = torch.ones_like(positive) if contrast is None else contrast
         loss = sincere_loss(logits, positive, contrast & ~positive)
-    else:
-        loss = denominator_loss(logits, positive, contrast)
+    else:  # NT-Xent: the own key is the only positive (an excluded anchor is never its own key)
+        loss = denominator_loss(logits, positive, contrast, own if kind == "nt_xent" else None)
     return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
 
 
