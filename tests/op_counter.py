@@ -15,15 +15,15 @@ metadata):
 - views: any op whose schema returns an alias of an input (``view``, ``t``, ``select``,
   ``slice``, ``expand``, ``unsqueeze``, ``as_strided``, ``detach``, ``alias``, ...);
 - ops outside ``aten`` (``profiler._record_function_*``: the optimizer's markers), except ours:
-  a ``negmine::*`` op (split BN's Triton kernels, :mod:`pretrain.split_bn_triton`) is one launch;
+  a ``negmine::*`` op (a Triton kernel: split BN's, the OC-SVM fit's) is one launch;
 - metadata and allocation: ``_unsafe_view``, ``empty*``, ``resize_``, ``set_``, ``lift_fresh``,
   ``_reshape_alias``, ``sym_*`` and ``is_same_size``.
 
 What this does not see: ops that a CUDA kernel library runs inside one aten op (cuDNN's batch
 norm is one ``cudnn_batch_norm``, on a CPU ``native_batch_norm``: both one op here), and the
 device branches of our code (``x.is_cuda``): count the device path by forcing it (e.g.
-``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (the OC-SVM fit
-of :mod:`negatives.ocsvm_triton`: one launch per fit, not counted). Not a test file: imported
+``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (none in the
+step: split BN's kernels and the OC-SVM fit are such ops). Not a test file: imported
 by tests and by ``tests/count_ops.py``.
 """
 

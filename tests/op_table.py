@@ -18,7 +18,7 @@ DEVICE_OPS: dict[str, dict[str, int]] = {
         "modified_mochi": 655,
         "outliers": 630,
         "adco": 650,
-        "mioc": 685,
+        "mioc": 677,
     },
     "digits_moco": {
         "none": 271,
@@ -26,7 +26,7 @@ DEVICE_OPS: dict[str, dict[str, int]] = {
         "modified_mochi": 308,
         "outliers": 283,
         "adco": 303,
-        "mioc": 338,
+        "mioc": 330,
     },
 }
 PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
