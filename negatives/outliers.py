@@ -63,16 +63,6 @@ def num_outliers(ratio: float, batch_size: int) -> int:
     return math.floor(ratio * batch_size + 0.5)
 
 
-def rotate(x: torch.Tensor, quarter_turns: torch.Tensor, choices: Sequence[int]) -> torch.Tensor:
-    """Each image of x (M, C, H, W) turned counter-clockwise by quarter_turns (M,) * 90 deg,
-    whose values lie in ``choices``; a loop over the <= 3 choices, not over images."""
-    out = x
-    for r in choices:
-        turned = torch.rot90(x, r, dims=(-2, -1))
-        out = torch.where((quarter_turns == r)[:, None, None, None], turned, out)
-    return out
-
-
 def turn_index(
     height: int, width: int, choices: Sequence[int], device: torch.device | None = None
 ) -> torch.Tensor:
@@ -84,7 +74,8 @@ def turn_index(
 
 def turn(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Each image of x (M, C, H, W) with its pixels read at ``index`` (M, H * W), rows of
-    :func:`turn_index`: the images of :func:`rotate` by one gather (square images)."""
+    :func:`turn_index`: each image turned counter-clockwise by its row's quarter turns, by one
+    gather (90 and 270 deg need square images)."""
     M, C, H, W = x.shape
     return x.reshape(M, C, H * W).gather(2, index[:, None].expand(M, C, H * W)).reshape(x.shape)
 

@@ -14,7 +14,7 @@ from scipy import stats
 
 import negatives
 from negatives.base import OUTLIER_LABEL, rotation_label
-from negatives.outliers import Outliers, cutpaste, resized_crop_flip, rotate, turn, turn_index
+from negatives.outliers import Outliers, cutpaste, resized_crop_flip, turn, turn_index
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 
@@ -69,7 +69,7 @@ def test_rotations_equal_numpy_rot90_with_one_angle_per_slot(labels_mode, dtype)
 def test_rotation_direction_is_pils_image_rotate_as_in_firm():
     img = np.random.default_rng(0).integers(0, 256, (3, 6, 6), dtype=np.uint8)
     x = torch.from_numpy(np.stack([img] * 3))  # (3, 3, 6, 6) uint8: one copy per angle
-    out = rotate(x, torch.tensor([1, 2, 3]), (1, 2, 3))
+    out = turn(x, turn_index(6, 6, (1, 2, 3)))  # row i: i + 1 quarter turns
     for i, angle in enumerate((90, 180, 270)):
         for c in range(3):
             ref = np.asarray(Image.fromarray(img[c]).rotate(angle))
