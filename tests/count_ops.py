@@ -45,7 +45,6 @@ EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in STRATEGY_KWARGS)
 TINY = ["train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
 TINY += ["train.progress_bar=false"]
 RECIPES = {"cifar10_moco": ["train.amp=bf16"], "digits_moco": ["train.amp='off'"]}
-SPLIT_BN = {"cifar10_moco"}  # recipes with model.bn_splits > 1 (the others run plain BN)
 PATH_NAMES = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
 
 
@@ -90,7 +89,8 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
 
 def needs_interpreter(recipe: str, strategy: str, path: str = "triton") -> bool:
     """Whether the count runs a Triton kernel: split BN's (recipes with BN splits) or MiOC's."""
-    return strategy == "mioc" or (path == "triton" and recipe in SPLIT_BN)
+    splits = config.load(f"{recipe}.yaml").model.bn_splits  # > 1: split BN
+    return strategy == "mioc" or (path == "triton" and splits > 1)
 
 
 def counts(
