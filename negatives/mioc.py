@@ -39,30 +39,30 @@ from negatives.registry import strategies
 
 
 def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """normalize(w * a + (1 - w) * b) row-wise: a, b (M, D), weight (M,)."""
-    return F.normalize(weight[:, None] * a + (1.0 - weight[:, None]) * b, dim=1)
+    """normalize(w * a + (1 - w) * b) row-wise, computed as b + w (a - b) (``torch.lerp``, one
+    kernel): a, b (M, D), weight (M,)."""
+    return F.normalize(torch.lerp(b, a, weight[:, None]), dim=1)
 
 
-def sample_mask(
-    mask: torch.Tensor, size: int, out: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``size`` indices drawn uniformly with replacement from the True entries of ``mask`` (K,),
-    without a host sync; where the mask is empty, from all K entries instead.
+def sample_mask(mask: torch.Tensor, fallback: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``len(fallback)`` indices drawn uniformly with replacement from the True entries of
+    ``mask`` (K,), without a host sync; where the mask is empty, ``fallback`` (indices the caller
+    drew from all K entries) instead. Written into ``fallback``.
 
     The r-th True entry, r = floor(u c) + 1 with u ~ U[0, 1) and c True entries, is the first
-    position whose running count exceeds u c (float32 counts, exact up to 2^24 entries).
+    position whose running count exceeds u c (float32 counts, exact up to 2^24 entries). It is
+    always a position < K: u <= 1 - 2^-24 (torch's float32 ``rand`` on a CPU and on CUDA), and
+    for every integer 1 <= c <= 2^24 the float32 product u c rounds below c (tested).
 
-    Returns the indices (size,), written into ``out`` if given, and the number of True entries
-    (0-dim float32 tensor).
+    Returns ``fallback`` and the number of True entries (0-dim float32 tensor).
     """
     if mask.numel() > 1 << 24:
         raise ValueError(f"sample_mask counts in float32: at most 2^24 entries, got {mask.numel()}")
     csum = mask.cumsum(0, dtype=torch.float32)  # (K,) running count of True entries
     count = csum[-1]
-    u = torch.rand(size, device=mask.device) * count  # in [0, c]
-    inside = torch.searchsorted(csum, u, right=True).clamp_max(mask.numel() - 1)
-    anywhere = torch.randint(mask.numel(), (size,), device=mask.device)
-    return torch.where(count > 0, inside, anywhere, out=out), count
+    u = torch.rand(len(fallback), device=mask.device).mul_(count)  # in [0, c)
+    inside = torch.searchsorted(csum, u, right=True)
+    return torch.where(count > 0, inside, fallback, out=fallback), count
 
 
 @strategies.register("mioc")
@@ -126,12 +126,6 @@ class MiOC(NegativeStrategy):
         self._stats: dict[str, torch.Tensor | float] = {}
         self._latest: dict = {}  # what the latest step left for diagnostics()
 
-    def query_draws(self, batch: int, i: torch.Tensor, beta: torch.Tensor) -> None:
-        """Random queries i ~ U{0..batch-1} and weights beta ~ U(0, 1) (times ``beta_max`` later),
-        drawn into the given slices."""
-        torch.randint(batch, i.shape, out=i)
-        torch.rand(beta.shape, out=beta)
-
     def queue_mix(self, queue: torch.Tensor, size: int) -> torch.Tensor:
         """M_n: normalize(alpha n_a + (1 - alpha) n_b), alpha ~ U(0, 1)."""
         a, b = (torch.randint(queue.shape[0], (size,), device=queue.device) for _ in range(2))
@@ -157,24 +151,24 @@ class MiOC(NegativeStrategy):
             m_n = self.queue_mix(queue, self.num_queue_mix)
         s_n = self.num_inlier_synthetic if warm and code else self.num_synthetic
         s_o = 0 if warm else self.num_inlier_synthetic
-        # (i, j, beta) of S_n then S_o, drawn in this order into one buffer each: S_n and S_o
-        # are mixed as one set (the same rule), with no concatenation.
-        i, j = torch.empty(2, s_n + s_o, dtype=torch.long, device=dev)
-        beta = torch.empty(s_n + s_o, dtype=q.dtype, device=dev)
-        torch.randint(K, (s_n,), out=j[:s_n])
-        self.query_draws(B, i[:s_n], beta[:s_n])
+        # (i, j, beta) of S_n then S_o, drawn at once: S_n and S_o are mixed as one set (the
+        # same rule), with no concatenation. S_o's keys are then redrawn from O where O is not
+        # empty (else they stay draws from the whole queue).
+        n = s_n + s_o
+        i = torch.randint(B, (n,), device=dev)
+        j = torch.randint(K, (n,), device=dev)
+        beta = torch.empty(n, dtype=q.dtype, device=dev).uniform_(0.0, self.beta_max)
         used = s_n
         if not warm:
             points = torch.empty(2 * B, q.shape[1], dtype=torch.float64, device=dev)
             inlier = self.fit_inliers(torch.cat([q, k.detach()], out=points), queue, latest)
-            n_o = sample_mask(inlier, s_o, out=j[s_n:])[1]
+            n_o = sample_mask(inlier, j[s_n:])[1]
             self.empty_steps += n_o == 0
             if self.empty_inliers == "queue" or bool(n_o > 0):  # "skip": one host sync per step
-                self.query_draws(B, i[s_n:], beta[s_n:])
                 used += s_o
             latest["inliers"] = n_o
         i, j = i[:used], j[:used]
-        s = mix(q[i], queue[j], beta[:used].mul_(self.beta_max))  # beta ~ U(0, beta_max)
+        s = mix(q[i], queue[j], beta[:used])
         sets = {"m_n": m_n} if m_n is not None else {}
         sets.update(s_n=s[:s_n], **({"s_o": s[s_n:]} if used > s_n else {}))
         # Statistics for diagnostics() (logging steps only), from what this step leaves behind;
@@ -193,19 +187,20 @@ class MiOC(NegativeStrategy):
     ) -> torch.Tensor:
         """Fit the OC-SVM on ``points`` (2B, D); return the mask f(queue) > 0 (K,).
 
-        On CUDA the fit is one Triton program and nothing here reads the device: the solver's
-        statistics stay device tensors, and non-finite points (whose loss is non-finite too) give
-        NaN decision values, no inliers, and a count that :meth:`bad_input` names when the
-        trainer's finite check stops the run. On the CPU host loop they raise at once.
+        On CUDA the Gram matrix, the fit and the scoring are three Triton launches and nothing here
+        reads the device: the solver's statistics stay device tensors, and non-finite points
+        (whose loss is non-finite too) give NaN decision values, no inliers, and a count that
+        :meth:`bad_input` names when the trainer's finite check stops the run. On the CPU host
+        loop they raise at once.
         ``latest``: where the fit time and the decision values are kept for the diagnostics.
         """
         tic = time.perf_counter()
         self.svm.fit(points)
-        f = self.svm.decision_function(queue)  # (K,)
+        f, inlier = self.svm.score(queue)  # (K,) float64, f > 0
         self.nonfinite_steps += self.svm.nonfinite_
         if latest is not None:
             latest.update(fit_time_s=time.perf_counter() - tic, f=f)  # launch time on CUDA
-        return f > 0
+        return inlier
 
     def bad_input(self) -> str:
         """Why the loss may have become non-finite, for the trainer's error (reads the device:

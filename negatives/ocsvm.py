@@ -27,13 +27,15 @@ tensor ops (the CUDA loop: chunks of ``chunk_size`` iterations with a device-sid
 that freezes the state once the stopping rule fires, so the host syncs once per chunk).
 
 On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
-(:mod:`negatives.ocsvm_triton`): no host sync in ``fit`` or ``decision_function``, a launch count
-independent of the iteration count. Its result stays on the device: the dual is kept dense (alpha
-for every fitted point, zeros included), ``intercept_``/``offset_`` are device tensors, and the
-scikit-learn attributes that need the host (``support_``, ``dual_coef_``, ``n_iter_``, ...) are
-read from the device on first access (one sync). Non-finite input is not checked on the host
-there: the fit runs on zeros instead, rho becomes NaN (every decision value NaN, so no inliers),
-``nonfinite_`` (0-dim bool) flags it, and reading a host attribute raises the CPU path's error.
+(:mod:`negatives.ocsvm_triton`) after ONE Triton launch for the kernel matrix, and scores with ONE
+more (:mod:`negatives.ocsvm_kernels_triton`): no host sync in ``fit`` or ``decision_function``, a
+launch count independent of the iteration count. Its result stays on the device: the dual is kept
+dense (alpha for every fitted point, zeros included), ``intercept_``/``offset_`` are device
+tensors, and the scikit-learn attributes that need the host (``support_``, ``dual_coef_``,
+``n_iter_``, ...) are read from the device on first access (one sync). Non-finite input is not
+checked on the host there: the solver does no iteration, rho becomes NaN (every decision value
+NaN, so no inliers), ``nonfinite_`` (0-dim int64, 1) flags it, and reading a host attribute
+raises the CPU path's error.
 
 NOTE: ``solver="exact"`` deviates from the paper (which used scikit-learn): the same SMO on float64
 kernel values with tolerance ``min(tol, 1e-10)`` reaches the optimum of the dual, so its inlier set
@@ -180,7 +182,7 @@ class OneClassSVM:
         self._sv_sq = None  # |sv|^2, computed by decision_function
         self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
                        "max_iter_reached": float(status)}  # fmt: skip
-        self.nonfinite_ = self._constant(dev, "false", 0)[0]  # checked above
+        self.nonfinite_ = self._constant(dev, "zero", 0)[0]  # checked above
         if status:
             warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
         return self
@@ -192,7 +194,7 @@ class OneClassSVM:
 
     def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM:
         """The whole fit in one Triton program; nothing is read on the host (see the module doc)."""
-        from negatives import ocsvm_triton
+        from negatives import ocsvm_kernels_triton, ocsvm_triton
 
         n, dev = len(X64), X64.device
         alpha0, n_init = self._constant(dev, "alpha0", n)
@@ -200,22 +202,20 @@ class OneClassSVM:
             raise ValueError(
                 "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
             )
-        # 0-dim, on the device: x * 0 is 0 for every finite x and NaN for NaN and +-inf (the
-        # same as isfinite(X).all(), in 3 elementwise/reduction ops instead of 5)
-        finite = X64.mul(0.0).sum() == 0
-        zero, nan = self._constant(dev, "zero_nan", 0)[0]
-        Xs = torch.where(finite, X64, zero)  # bad input: a well-defined fit, flagged below
-        sq = torch.linalg.vecdot(Xs, Xs)  # |x|^2: the kernel's and the decision function's
-        Q = smo.full_kernel(Xs, self.kernel, self.gamma, round32=True, sq=sq)
+        gamma = self._constant(dev, "gamma", 0)[0]
+        # Q (float32), |x|^2 and the input check (x * 0 summed per point: 0, or NaN for a NaN or
+        # infinite x) in one launch; on bad input the solver does nothing and rho is NaN
+        Q, sq, bad = ocsvm_kernels_triton.gram(X64, gamma, self.kernel == "linear")
         QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
-        alpha, rho, it = ocsvm_triton.solve(Q, QD, alpha0, n_init, params, max_iter, self.shrinking)
-        rho = torch.where(finite, rho, nan)
-        self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, ~finite
-        self._sv, self._coef, self._dense, self._sv_sq = Xs, alpha, True, sq  # zeros add 0 to f
+        alpha, rho, it = ocsvm_triton.solve(
+            Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
+        )  # fmt: skip
+        self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
+        self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
         self.offset_ = rho
-        self._pending = (alpha, it, finite)
+        self._pending = (alpha, it)
         for name in (*_HOST_ATTRS, "intercept_"):  # intercept_: from offset_ on first access
             self.__dict__.pop(name, None)
         self._stats = None  # fit_stats() reads them from _pending's device tensors
@@ -223,8 +223,8 @@ class OneClassSVM:
 
     def _constant(self, dev: torch.device, what: str, n: int) -> tuple[torch.Tensor, int]:
         """Per-device constants of the Triton fit, uploaded once (a host-to-device copy per step
-        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), False,
-        (0.0, NaN)."""
+        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), 0,
+        gamma."""
         cache = self.__dict__.setdefault("_constants", {})
         key = (what, n, str(dev))
         if key not in cache:
@@ -233,11 +233,10 @@ class OneClassSVM:
                 cache[key] = (torch.from_numpy(a).to(dev), int(np.count_nonzero(a)))
             elif what == "ones":
                 cache[key] = (torch.ones(n, dtype=torch.float64, device=dev), n)
-            elif what == "false":
-                cache[key] = (torch.zeros((), dtype=torch.bool, device=dev), 0)
-            elif what == "zero_nan":
-                both = torch.tensor([0.0, math.nan], dtype=torch.float64)
-                cache[key] = (both.to(dev), 2)
+            elif what == "zero":
+                cache[key] = (torch.zeros((), dtype=torch.long, device=dev), 0)
+            elif what == "gamma":
+                cache[key] = (torch.tensor([self.gamma], dtype=torch.float64).to(dev), 1)
             else:
                 eps = torch.tensor([self.tol, smo._TAU], dtype=torch.float64)
                 cache[key] = (eps.to(dev), 2)
@@ -245,10 +244,10 @@ class OneClassSVM:
 
     def _materialize(self) -> None:
         """The scikit-learn attributes of a Triton fit, read from the device in one copy."""
-        alpha_t, it_t, finite_t = self._triton_result = self.__dict__.pop("_pending")
-        host = torch.cat([alpha_t, it_t.double(), finite_t.double()[None]]).cpu().numpy()
-        alpha, (n_iter, status, finite) = host[:-3], host[-3:].astype(np.int64)
-        if not finite:
+        alpha_t, it_t = self._triton_result = self.__dict__.pop("_pending")
+        host = torch.cat([alpha_t, it_t.double()]).cpu().numpy()
+        alpha, (n_iter, status, bad) = host[:-3], host[-3:].astype(np.int64)
+        if bad:
             raise ValueError("X contains NaN or infinite values")
         dev, sv = alpha_t.device, np.flatnonzero(alpha)
         self.support_ = torch.from_numpy(sv).to(dev)
@@ -274,7 +273,7 @@ class OneClassSVM:
         """Solver iterations, support-vector count (and, on the Triton path, whether max_iter
         stopped it) without a host sync on the Triton path: device tensors there, floats else."""
         if self._stats is None:  # a Triton fit: computed on request, not in every fit
-            alpha, it, _ = self.__dict__.get("_pending") or self._triton_result
+            alpha, it = self.__dict__.get("_pending") or self._triton_result
             self._stats = {
                 "solver_iterations": it[0].double(),
                 "support_vectors": (alpha > 0).sum().double(),
@@ -333,14 +332,12 @@ class OneClassSVM:
         (2 g max(|sv|^2, |y|^2) >= 700), the three factors are exponentiated apart:
         exp(-g |sv|^2) goes into a_i and exp(-g |y|^2) scales the sum (a few ulp of error).
         """
-        if "_sv" not in self.__dict__:
-            raise ValueError("this OneClassSVM is not fitted yet; call fit(X) first")
-        Y = torch.as_tensor(Y).detach()
-        if Y.ndim != 2 or Y.shape[1] != self._d:
-            raise ValueError(f"Y must be (m, {self._d}) like the fitted X, got {tuple(Y.shape)}")
+        Y = self._check(Y)
         if self.backend == "sklearn":
             f = self._wrapped.decision_function(Y.cpu().double().numpy())
             return torch.as_tensor(f, device=Y.device)
+        if self._fused_scoring(Y):
+            return self._score_triton(Y)[0]
         sv, a = self._sv.to(Y.device), self._coef.to(Y.device)
         out = torch.empty(len(Y), dtype=torch.float64, device=Y.device)
         chunk = chunk or (1 << 15 if Y.is_cuda else 2048)  # CPU: a chunk stays in the L2 cache
@@ -365,6 +362,38 @@ class OneClassSVM:
                 E -= (g * sv_sq)[:, None]
                 torch.mv(E.sub_(y_sq, alpha=g).exp_().T, a, out=o)
         return out.sub_(self.offset_.to(Y.device))
+
+    def score(self, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f(Y), f(Y) > 0): the decision values (m,) float64 and the inlier mask (m,) bool.
+
+        After a Triton fit with the RBF kernel both come from ONE Triton launch
+        (:mod:`negatives.ocsvm_kernels_triton`, no host sync); else from :meth:`decision_function`.
+        """
+        Y = self._check(Y)
+        if self._fused_scoring(Y):
+            return self._score_triton(Y)
+        f = self.decision_function(Y)
+        return f, f > 0
+
+    def _check(self, Y: torch.Tensor) -> torch.Tensor:
+        if "_sv" not in self.__dict__:
+            raise ValueError("this OneClassSVM is not fitted yet; call fit(X) first")
+        Y = torch.as_tensor(Y).detach()
+        if Y.ndim != 2 or Y.shape[1] != self._d:
+            raise ValueError(f"Y must be (m, {self._d}) like the fitted X, got {tuple(Y.shape)}")
+        return Y
+
+    def _fused_scoring(self, Y: torch.Tensor) -> bool:
+        """Whether Y is scored by the Triton kernel: after a Triton fit (RBF), on its device."""
+        return self._dense and self.kernel == "rbf" and Y.device == self._sv.device
+
+    def _score_triton(self, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from negatives import ocsvm_kernels_triton
+
+        dev = self._sv.device
+        Y = Y if Y.stride(-1) == 1 else Y.contiguous()
+        gamma = self._constant(dev, "gamma", 0)[0]
+        return ocsvm_kernels_triton.score(Y, self._sv, self._sv_sq, self._coef, self.offset_, gamma)
 
     def _scratch(self, device: torch.device, *sizes: int) -> list[torch.Tensor]:
         """Flat float64 buffers of the given sizes on device, kept between calls."""

@@ -17,7 +17,9 @@ launch of this kernel whatever its iteration count, and nothing in it waits for 
 - shrinking every min(l, 1000) iterations (``do_shrinking``: the unshrink test, ``be_shrunk``, and
   libsvm's swaps computed by prefix sums), ``reconstruct_gradient`` when the active set is optimal
   (then the full set is checked again) and after ``max_iter``;
-- ``calculate_rho``, and alpha written back in the original order.
+- ``calculate_rho``, and alpha written back in the original order;
+- non-finite input (a nonzero or NaN entry of ``bad``, one per point): no iteration, rho NaN,
+  and a flag in the output, so that nothing waits for the host to check the input.
 
 Floats are passed in a float64 tensor (a Python float argument or literal would be rounded to
 float32 by Triton) and the kernel is compiled without FMA contraction (``enable_fp_fusion=False``),
@@ -44,6 +46,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton at 
 _jit = triton.jit
 
 _INF = tl.constexpr(float("inf"))  # exact in float32: a safe literal (0.1, 1e-12 are not)
+_NAN = tl.constexpr(float("nan"))
 
 
 @_jit
@@ -146,8 +149,9 @@ def _smo_kernel(
     scratch,  # (4, n) float64: alpha, G, G_bar, QD in position order
     iscratch,  # (3, n) int32: perm, shrink lists
     params,  # (2,) float64: eps, TAU
+    bad,  # (n,) float64: 0 for a finite point, NaN else (``ocsvm_kernels_triton.gram``)
     out_rho,  # (1,) float64
-    out_it,  # (2,) int64: iterations, 1 if max_iter stopped the solver
+    out_it,  # (3,) int64: iterations, 1 if max_iter stopped the solver, 1 if bad input
     n,
     n_init,  # alphas > 0 at the start: 0 .. n_init - 1
     max_iter,
@@ -164,6 +168,11 @@ def _smo_kernel(
     sl = iscratch + n
     sr = iscratch + 2 * n
     offs = tl.arange(0, BLOCK)
+    n_bad = tl.full([], 0, tl.int32)  # non-finite input: no iteration, rho NaN
+    for b in range(0, n, BLOCK):
+        p = b + offs
+        n_bad += tl.sum((tl.load(bad + p, mask=p < n, other=0.0) != 0.0).to(tl.int32), 0)
+    finite = n_bad == 0
     for b in range(0, n, BLOCK):  # initial gradient, summed in libsvm's order
         p = b + offs
         ok = p < n
@@ -185,6 +194,7 @@ def _smo_kernel(
     counter = tl.minimum(n, 1000) + 1
     retry = tl.full([], 0, tl.int32)  # 1: optimal on the active set, select on all positions
     it = tl.full([], 0, tl.int32)
+    max_iter = tl.where(finite, max_iter, 0)
     go = max_iter > 0
     while go:
         if SHRINK:
@@ -284,7 +294,7 @@ def _smo_kernel(
             it += 1
             retry = tl.full([], 0, tl.int32)
             go = it < max_iter
-    timed_out = it >= max_iter
+    timed_out = (it >= max_iter) & finite
     if timed_out & (A < n):  # libsvm reconstructs G before rho after max_iter
         _reconstruct(Q, alpha, G, Gbar, perm, n, A, BLOCK)
     # calculate_rho (y = +1): mean G of the free alphas, else the midpoint of the bounds
@@ -304,9 +314,10 @@ def _smo_kernel(
         lb = tl.maximum(lb, tl.max(tl.where(ok & (a >= 1.0), g, -_INF), 0))
         tl.store(alpha_out + tl.load(perm + p, mask=ok, other=0), a, mask=ok)
     rho = tl.where(n_free > 0, total / tl.maximum(n_free, 1).to(tl.float64), (ub + lb) / 2.0)
-    tl.store(out_rho, rho)
+    tl.store(out_rho, tl.where(finite, rho, _NAN))
     tl.store(out_it, it.to(tl.int64))
     tl.store(out_it + 1, timed_out.to(tl.int64))
+    tl.store(out_it + 2, (~finite).to(tl.int64))
 
 
 def _solve(
@@ -315,14 +326,17 @@ def _solve(
     alpha0: torch.Tensor,
     n_init: int,
     params: torch.Tensor,
+    bad: torch.Tensor,
     max_iter: int,
     shrinking: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One launch of the SMO program. Q (n, n) float32, QD and alpha0 (n,) float64, params (2,)
-    float64 = (eps, TAU), all on one device; ``n_init``: the leading alphas > 0.
+    float64 = (eps, TAU), ``bad`` (n,) float64 (nonzero or NaN: a non-finite point, then the
+    program does no iteration and rho is NaN), all on one device; ``n_init``: the leading
+    alphas > 0.
 
-    Returns (alpha (n,) float64, rho (1,) float64, (n_iter, timed_out) (2,) int64), on the
-    device, unread (no host sync).
+    Returns (alpha (n,) float64, rho (1,) float64, (n_iter, timed_out, bad input) (3,) int64), on
+    the device, unread (no host sync).
     """
     n, dev = len(QD), QD.device
     if dev.type == "cpu" and not INTERPRET:
@@ -336,11 +350,11 @@ def _solve(
     scratch = torch.empty(4, n, dtype=torch.float64, device=dev)
     iscratch = torch.empty(3, n, dtype=torch.int32, device=dev)
     rho = torch.empty(1, dtype=torch.float64, device=dev)
-    it = torch.empty(2, dtype=torch.int64, device=dev)
+    it = torch.empty(3, dtype=torch.int64, device=dev)
     block = min(triton.next_power_of_2(n), 1024)
     kw = {} if INTERPRET else {"enable_fp_fusion": False, "num_warps": 4 if n <= 2048 else 8}
     _smo_kernel[(1,)](
-        Q, QD, alpha0, alpha, scratch, iscratch, params, rho, it, n, n_init, max_iter,
+        Q, QD, alpha0, alpha, scratch, iscratch, params, bad, rho, it, n, n_init, max_iter,
         SHRINK=shrinking, BLOCK=block, **kw,
     )  # fmt: skip
     return alpha, rho, it
@@ -348,8 +362,8 @@ def _solve(
 
 LIB = torch.library.Library("negmine", "FRAGMENT")
 LIB.define(
-    "ocsvm_smo(Tensor Q, Tensor QD, Tensor alpha0, int n_init, Tensor params, int max_iter,"
-    " bool shrinking) -> (Tensor, Tensor, Tensor)"
+    "ocsvm_smo(Tensor Q, Tensor QD, Tensor alpha0, int n_init, Tensor params, Tensor bad,"
+    " int max_iter, bool shrinking) -> (Tensor, Tensor, Tensor)"
 )
 LIB.impl("ocsvm_smo", _solve, "CompositeExplicitAutograd")
 solve = torch.ops.negmine.ocsvm_smo  # _solve as one op: the op counter and the profiler see the

@@ -9,7 +9,7 @@ compiled kernel runs on the GPU. Each case is a dict with ``X`` and ``Y`` (neste
 ``fakedata.embeddings`` recipe) and the OneClassSVM keyword arguments; the output per case is the
 dense alpha, rho, decision values on Y, the n_iter/status, the sync count and the non-finite flag,
 read only after the fit and scoring. A case with ``q``, ``k``, ``queue`` runs MiOC's step instead
-(:func:`mioc_case`).
+(:func:`mioc_case`), one with ``kernels`` the Gram and scoring kernels alone (:func:`kernels_case`).
 """
 
 from __future__ import annotations
@@ -65,12 +65,50 @@ def mioc_case(case: dict, dev: str) -> dict:
     return out
 
 
+def kernel_inputs(case: dict) -> dict[str, torch.Tensor]:
+    """The inputs of a ``kernels`` case, rebuilt identically by the test for its reference: X
+    (n, d) float64 N(0, 1/d) with ``nan_rows`` set to NaN / inf, Y (m, d) in ``dtype`` (strided
+    along d if ``strided``), a dense dual with nonzero coefficients at ``support`` only, and rho
+    = the median decision value before rho (half the rows inliers)."""
+    n, d, m = case["n"], case["d"], case["m"]
+    g = torch.Generator().manual_seed(case["seed"])
+    X = torch.randn(n, d, generator=g, dtype=torch.float64) / d**0.5
+    for r, v in zip(case.get("nan_rows", []), (float("nan"), float("inf"), -float("inf"))):
+        X[r, r % d] = v
+    Y = torch.randn(m, 2 * d if case.get("strided") else d, generator=g, dtype=torch.float64)
+    Y = (Y / d**0.5).to(getattr(torch, case["dtype"]))
+    Y = Y[:, ::2] if case.get("strided") else Y
+    coef = torch.zeros(n, dtype=torch.float64)
+    coef[case["support"]] = torch.rand(len(case["support"]), generator=g, dtype=torch.float64)
+    k = torch.exp(-case["gamma"] * torch.cdist(X, Y.double()).square())  # (n, m)
+    rho = (coef @ k).nanmedian().reshape(1)  # about half the rows of Y are inliers
+    return {"X": X, "Y": Y, "coef": coef, "rho": rho}
+
+
+def kernels_case(case: dict, dev: str) -> dict:
+    """``ocsvm_kernels_triton``'s two ops on :func:`kernel_inputs`, under the op counter."""
+    from op_counter import OpCounter
+
+    from negatives import ocsvm_kernels_triton as kt
+
+    t = {k: v.to(dev) for k, v in kernel_inputs(case).items()}
+    gamma = torch.tensor([case["gamma"]], dtype=torch.float64, device=dev)
+    with OpCounter() as ops, SyncCounter() as syncs:
+        Q, sq, bad = kt.gram(t["X"], gamma, case.get("linear", False))
+        f, mask = kt.score(t["Y"], t["X"], sq, t["coef"], t["rho"], gamma)
+    out = {"Q": Q, "sq": sq, "bad": bad, "f": f, "mask": mask}
+    return {k: v.cpu() for k, v in out.items()} | {"ops": ops.count, "syncs": syncs.count}
+
+
 def main(cases_path: Path, out: Path) -> None:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     results = []
     for case in json.loads(cases_path.read_text()):
         if "q" in case:
             results.append(mioc_case(case, dev))
+            continue
+        if "kernels" in case:
+            results.append(kernels_case(case["kernels"], dev))
             continue
         X, Y = data(case)
         svm = OneClassSVM(loop="triton", **case["kwargs"])

@@ -140,12 +140,28 @@ def test_sample_mask_draws_only_true_entries_and_falls_back_when_empty():
     torch.manual_seed(0)
     mask = torch.zeros(50, dtype=torch.bool)
     mask[[3, 17, 42]] = True
-    idx, count = sample_mask(mask, 3000)
-    assert int(count) == 3 and set(idx.tolist()) == {3, 17, 42}
+    fallback = torch.full((3000,), -1)
+    idx, count = sample_mask(mask, fallback)
+    assert idx is fallback and int(count) == 3 and set(idx.tolist()) == {3, 17, 42}
     freq = np.bincount(idx.numpy(), minlength=50)[[3, 17, 42]] / 3000
     np.testing.assert_allclose(freq, 1 / 3, atol=0.04)  # uniform over O (binomial sd 0.009)
-    idx, count = sample_mask(torch.zeros(50, dtype=torch.bool), 500)
-    assert int(count) == 0 and len(set(idx.tolist())) > 30  # empty O: the whole queue
+    fallback = torch.randint(50, (500,))
+    idx, count = sample_mask(torch.zeros(50, dtype=torch.bool), fallback.clone())
+    assert int(count) == 0 and torch.equal(idx, fallback)  # empty O: the caller's draws
+    mask[-1] = True  # the last position: u c never reaches c (see below), nor past K - 1
+    assert set(sample_mask(mask, torch.zeros(3000, dtype=torch.long))[0].tolist()) <= {
+        3, 17, 42, 49}  # fmt: skip
+
+
+def test_sample_mask_float32_draw_stays_below_the_count():
+    """sample_mask needs no clamp: torch's largest float32 uniform, 1 - 2^-24, times any integer
+    count c <= 2^24 rounds (float32, to nearest) below c, so the position found is < K."""
+    largest = torch.rand(1 << 20).max()  # one of torch's own draws, below 1
+    assert float(largest) <= 1 - 2**-24
+    u = np.float32(1 - 2**-24)
+    for start in range(1, (1 << 24) + 1, 1 << 22):
+        c = np.arange(start, min(start + (1 << 22), (1 << 24) + 1), dtype=np.float32)
+        assert (u * c < c).all()
 
 
 def test_empty_inliers_policies(batch):

@@ -123,6 +123,62 @@ def test_non_finite_input_is_flagged_not_synced(fitted):
     assert got["error"] == "X contains NaN or infinite values"
 
 
+KERNEL_CASES = {  # name: kernel_inputs' case; sizes off the kernels' tiles (64 and 32 wide)
+    "rbf_tails": {"n": 70, "d": 37, "m": 130, "dtype": "float32", "support": [0, 5, 69]},
+    "rbf_d2_f64": {"n": 16, "d": 2, "m": 65, "dtype": "float64", "support": list(range(16))},
+    "rbf_d128_zero_blocks": {
+        "n": 200, "d": 128, "m": 64, "dtype": "float32", "support": [1, 150, 199]},
+    "rbf_strided_bf16": {
+        "n": 40, "d": 20, "m": 70, "dtype": "bfloat16", "strided": True, "support": [3, 39]},
+    "linear": {"n": 70, "d": 33, "m": 10, "dtype": "float32", "support": [2], "linear": True},
+    "bad_rows": {
+        "n": 70, "d": 9, "m": 10, "dtype": "float32", "support": [0], "nan_rows": [4, 66, 67]},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kernel_results(tmp_path_factory) -> dict[str, dict]:
+    cases = [{"kernels": case | {"seed": i, "gamma": 0.3}} for i, case in
+             enumerate(KERNEL_CASES.values())]  # fmt: skip
+    results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("kernels"))
+    return {name: (case["kernels"], got) for name, case, got in
+            zip(KERNEL_CASES, cases, results, strict=True)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(KERNEL_CASES))
+def test_gram_and_score_kernels_match_numpy(kernel_results, name):
+    """The Gram kernel against libsvm's kernel_rbf re-derived in float64 numpy (then float32, as
+    libsvm's Qfloat), |x|^2 and the per-point input check; the scoring kernel against f(y) =
+    sum_i a_i exp(-g |sv_i - y|^2) - rho in float64 and its sign. One op each, no host sync."""
+    case, got = kernel_results[name]
+    t = {k: v.double().numpy() for k, v in ocsvm_triton_worker.kernel_inputs(case).items()}
+    X, Y, coef, rho, g = t["X"], t["Y"], t["coef"], float(t["rho"][0]), case["gamma"]
+    bad = ~np.isfinite(X).all(1)
+    np.testing.assert_array_equal(np.isnan(got["bad"].numpy()), bad)
+    assert (got["bad"].numpy()[~bad] == 0).all()
+    ok = ~bad  # the reference on the finite points
+    sq = np.einsum("ij,ij->i", X[ok], X[ok])
+    np.testing.assert_allclose(got["sq"].numpy()[ok], sq, rtol=1e-14)
+    dots = X[ok] @ X[ok].T
+    ref = dots if case.get("linear") else np.exp(-g * ((sq[:, None] + sq[None, :]) - 2 * dots))
+    Q = got["Q"].numpy()[np.ix_(ok, ok)]
+    assert got["Q"].dtype == torch.float32
+    np.testing.assert_allclose(Q, ref.astype(np.float32), rtol=2**-23, atol=1e-30)  # <= 1 ulp
+    assert (Q == ref.astype(np.float32)).mean() > 0.99  # float32 rounding of the same value
+    assert got["ops"] == 2 and got["syncs"] == 0
+    f, mask = got["f"].numpy(), got["mask"].numpy()
+    if bad.any():  # a non-finite support vector: NaN scores (the fit's rho is NaN then anyway)
+        return
+    if case.get("linear"):
+        return  # the scoring kernel is the RBF's (a linear fit is scored by decision_function)
+    d2 = (X**2).sum(1)[:, None] + (Y**2).sum(1)[None, :] - 2 * X @ Y.T
+    f_ref = coef @ np.exp(-g * d2) - rho
+    np.testing.assert_allclose(f, f_ref, rtol=1e-13, atol=1e-14)
+    decided = np.abs(f_ref) > 1e-12
+    np.testing.assert_array_equal(mask[decided], f_ref[decided] > 0)
+    assert 0 < mask.sum() < len(mask), "the case must have inliers and outliers"
+
+
 SLOW_CASES = {  # long runs through shrinking, unshrinking and reconstruction (minutes interpreted)
     "tol_1e-7": (
         {"n_fit": 128, "n_queue": 2000, "seed": 3},
@@ -178,7 +234,8 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from negatives import ocsvm_triton
-sig = {name: "*fp64" for name in ("QD0", "alpha0", "alpha_out", "scratch", "params", "out_rho")}
+names = ("QD0", "alpha0", "alpha_out", "scratch", "params", "bad", "out_rho")
+sig = {name: "*fp64" for name in names}
 sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
 sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
 src = triton.compiler.ASTSource(
@@ -201,3 +258,40 @@ def test_kernel_compiles_for_a_gpu_without_fma():
     assert out.returncode == 0, out.stderr[-3000:]
     ptx = out.stdout
     assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
+
+
+COMPILE_KERNELS = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from negatives import ocsvm_kernels_triton as kt
+ints = {"n": "i32", "d": "i32", "stride": "i32"}
+gram = {name: "*fp64" for name in ("X", "GAMMA", "SQ", "BAD")} | {"Q": "*fp32"} | ints
+gram |= {"LINEAR": "constexpr", "BLOCK": "constexpr", "BLOCK_D": "constexpr"}
+score = {name: "*fp64" for name in ("SV", "SV_SQ", "COEF", "RHO", "GAMMA", "F")}
+score |= {"Y": "*fp32", "MASK": "*i1", "m": "i32", "n": "i32", "d": "i32"}
+score |= {"stride_y": "i32", "stride_sv": "i32"}
+score |= {"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}
+for fn, sig, const in (
+    (kt._gram_kernel, gram, {"LINEAR": False, "BLOCK": kt.BLOCK_Q, "BLOCK_D": 32}),
+    (kt._score_kernel, score, {"BLOCK_M": kt.BLOCK_M, "BLOCK_N": kt.BLOCK_N, "BLOCK_D": 32}),
+):
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=const)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    sys.stdout.write(ptx.asm["ptx"] + "\\n===\\n")
+"""
+
+
+def test_gram_and_score_kernels_compile_for_a_gpu():
+    """Both kernels build for sm_90 here without a GPU, their dot products on the float64 tensor
+    cores (DMMA) and exp in float64 (no float32 approximation)."""
+    pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", COMPILE_KERNELS], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    gram, score = out.stdout.split("\n===\n")[:2]
+    for ptx in (gram, score):
+        assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in ptx
+        assert "ex2.approx" not in ptx
