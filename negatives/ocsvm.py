@@ -193,7 +193,8 @@ class OneClassSVM:
         return "triton" if X.is_cuda and _has_triton() else "device" if X.is_cuda else "host"
 
     def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM:
-        """The whole fit in one Triton program; nothing is read on the host (see the module doc)."""
+        """The fit as two Triton launches (the Gram matrix, the SMO program); nothing is read on
+        the host (see the module doc)."""
         from negatives import ocsvm_kernels_triton, ocsvm_triton
 
         n, dev = len(X64), X64.device

@@ -35,12 +35,11 @@ def _torch_formula(
     return torch.exp(torch.sub(xsq + sq, dots, alpha=2.0).mul_(-gamma))
 
 
-def full_kernel(
-    X: torch.Tensor, kernel: str, gamma: float, round32: bool, sq: torch.Tensor | None = None
-) -> torch.Tensor:
+def full_kernel(X: torch.Tensor, kernel: str, gamma: float, round32: bool) -> torch.Tensor:
     """Q = K(X, X) (n, n) from float64 X on X's device, float32 if ``round32`` (libsvm's Qfloat),
-    in blocks of 1024 rows; no host sync. ``sq``: ``vecdot(X, X)`` when the caller has it."""
-    sq = torch.linalg.vecdot(X, X) if sq is None else sq
+    in blocks of 1024 rows; no host sync (the chunked device loop's kernel; the Triton fit's is
+    :func:`negatives.ocsvm_kernels_triton.gram`)."""
+    sq = torch.linalg.vecdot(X, X)
     dtype = torch.float32 if round32 else torch.float64
     blocks = [_torch_formula(kernel, gamma, X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq)
               for a in range(0, len(X), 1024)]  # fmt: skip

@@ -91,6 +91,7 @@ def kernels_case(case: dict, dev: str) -> dict:
 
     from negatives import ocsvm_kernels_triton as kt
 
+    kt.INTERPRET_SCALE = 1  # the GPU's tiles, several per input (the cases are small)
     t = {k: v.to(dev) for k, v in kernel_inputs(case).items()}
     gamma = torch.tensor([case["gamma"]], dtype=torch.float64, device=dev)
     with OpCounter() as ops, SyncCounter() as syncs:

@@ -192,9 +192,9 @@ SLOW_CASES = {  # long runs through shrinking, unshrinking and reconstruction (m
 
 
 SIZES = {  # MiOC's fit sizes: the CIFAR recipe's 2 x 512, 16 GPUs x 256, 64 GPUs x 256
-    1024: False,  # ~5 s interpreted
-    4096: True,  # ~11 s
-    16384: True,  # ~40 s and a 1 GiB kernel matrix
+    1024: False,  # ~8 s interpreted
+    4096: True,  # ~25 s
+    16384: True,  # ~2 min and a 1 GiB kernel matrix
 }
 
 
