@@ -246,17 +246,22 @@ sys.stdout.write(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=o
 """
 
 
-def test_kernel_compiles_for_a_gpu_without_fma():
-    """The compiled program (what CUDA runs), built for sm_90 here without a GPU: every float64
-    operation rounds on its own (no fused multiply-add), and the threads meet at barriers. In a
-    fresh process without TRITON_INTERPRET (this session may have chosen the interpreter)."""
+def compiled_ptx(script: str) -> str:
+    """What ``script`` writes: PTX compiled for sm_90 here, without a GPU, in a fresh process
+    without TRITON_INTERPRET (this session may have chosen the interpreter)."""
     pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", COMPILE_PTX], env=env, cwd=root,
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=root,
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    ptx = out.stdout
+    return out.stdout
+
+
+def test_kernel_compiles_for_a_gpu_without_fma():
+    """The compiled program (what CUDA runs): every float64 operation rounds on its own (no fused
+    multiply-add), and the threads meet at barriers."""
+    ptx = compiled_ptx(COMPILE_PTX)
     assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
 
 
@@ -285,13 +290,7 @@ for fn, sig, const in (
 def test_gram_and_score_kernels_compile_for_a_gpu():
     """Both kernels build for sm_90 here without a GPU, their dot products on the float64 tensor
     cores (DMMA) and exp in float64 (no float32 approximation)."""
-    pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", COMPILE_KERNELS], env=env, cwd=root,
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    gram, score = out.stdout.split("\n===\n")[:2]
+    gram, score = compiled_ptx(COMPILE_KERNELS).split("\n===\n")[:2]
     for ptx in (gram, score):
         assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in ptx
         assert "ex2.approx" not in ptx
