@@ -20,7 +20,7 @@ each fit: one launch instead of the ~13 aten ops of the batched path (a copy to 
 the matmul, the exponent, the weighted sum, rho, the comparison), and no (n, m) kernel matrix in
 memory. Each program takes ``BLOCK_M`` rows of Y (read in its own dtype, computed in float64) and
 walks the support vectors in blocks of ``BLOCK_N``; a block whose coefficients are all zero (the
-dense dual of a Triton fit is mostly zeros: nu n of them are not) is skipped, which changes
+dense dual of a Triton fit is mostly zeros: about nu n of them are not) is skipped, which changes
 nothing (its terms are 0 * a finite exp).
 
 Dot products are ``tl.dot`` in float64 (the DMMA instruction on sm_80+); every row's |x|^2 is
