@@ -8,9 +8,10 @@ Times ``fit`` on n embedding-like points (cat(q, k) of n / 2 unit vectors in d =
 the median of several repeats after a warm-up. Prints a table and appends it, with the machine and
 the date, to benchmarks/RESULTS.md. ``--quick`` skips n = 4096 and 16384 on the CPU (not the GPU's
 fits). On CUDA the torch path is timed too, with torch.cuda.synchronize() around each call: the
-default solver there (one Triton program per fit, ``loop="triton"``) and the chunked tensor-op
-loop it replaced (``loop="device"``). ``--baseline REV`` also times ``negatives/ocsvm*.py`` as of
-git revision REV, interleaved with the current code (a before/after in one run).
+default solver there (the Gram kernel and one Triton SMO program per fit, ``loop="triton"``) and
+the chunked tensor-op loop it replaced (``loop="device"``). ``--baseline REV`` also times
+``negatives/ocsvm*.py`` as of git revision REV, interleaved with the current code (a before/after
+in one run).
 ``--interpreter`` times the Triton solver on CPU tensors in Triton's interpreter at n = 256.
 
 Two data generators with different support-vector counts (the scoring cost of scikit-learn scales

@@ -115,9 +115,9 @@ class OneClassSVM:
             backend: "torch" (this module), or "sklearn" / "thundersvm" wrapped behind this API.
             shrinking: libsvm's shrinking heuristic (on in scikit-learn).
             loop: "auto" ("triton" on CUDA, "host" on CPU), "host" (numpy on the CPU), "triton"
-                (the whole fit in one Triton program, no host sync; CPU tensors need
-                TRITON_INTERPRET=1 set before triton is imported) or "device" (chunks of tensor
-                ops, one host sync per chunk; also runs on CPU).
+                (the Gram kernel, then the whole SMO in one Triton program, no host sync; CPU
+                tensors need TRITON_INTERPRET=1 set before triton is imported) or "device"
+                (chunks of tensor ops, one host sync per chunk; also runs on CPU).
             chunk_size: iterations per host sync in the device loop.
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
                 computed once with torch, 4 n^2 bytes) or "rows" (rows computed on the CPU when
