@@ -102,17 +102,22 @@ class ThunderSVM:
 
 
 def baseline(rev):
-    """OneClassSVM from negatives/ocsvm.py + ocsvm_smo.py as of git revision ``rev``."""
+    """OneClassSVM from negatives/ocsvm*.py as of git revision ``rev`` (its Triton kernels too,
+    registered under the op namespace ``negmine_baseline``)."""
     root = Path(__file__).resolve().parents[1]
     pkg = Path(tempfile.mkdtemp()) / "ocsvm_baseline"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    for name in ("ocsvm.py", "ocsvm_smo.py"):
+    ls = ["git", "ls-tree", "--name-only", rev, "negatives/"]
+    names = subprocess.run(ls, cwd=root, capture_output=True, text=True, check=True).stdout
+    for name in (Path(f).name for f in names.split() if Path(f).name.startswith("ocsvm")):
         show = ["git", "show", f"{rev}:negatives/{name}"]
         src = subprocess.run(show, cwd=root, capture_output=True, text=True, check=True).stdout
-        (pkg / name).write_text(
-            src.replace("from negatives import ocsvm_smo", "from . import ocsvm_smo")
+        src = src.replace("from negatives import ", "from . import ")
+        src = src.replace('"negmine"', '"negmine_baseline"').replace(
+            "ops.negmine.", "ops.negmine_baseline."
         )
+        (pkg / name).write_text(src)
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module("ocsvm_baseline.ocsvm").OneClassSVM
 
