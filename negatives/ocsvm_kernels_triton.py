@@ -33,13 +33,12 @@ tensors in Triton's interpreter (the tests). Imports triton: import this lazily.
 # ruff: noqa: ANN001, ANN202  (Triton kernels: arguments are typed by the launch, not annotations)
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton at its import too
+from negatives.ocsvm_triton import INTERPRET, check_device
+
 BLOCK_M, BLOCK_N = 64, 32  # score: rows of Y per program, support vectors per step
 BLOCK_Q = 64  # gram: a program's tile of Q is BLOCK_Q x BLOCK_Q
 # Triton's interpreter pays per program and per op, not per element: it runs the same code on
@@ -50,16 +49,6 @@ INTERPRET_SCALE = 4
 
 def _wide() -> int:
     return INTERPRET_SCALE if INTERPRET else 1
-
-
-def _check_device(dev: torch.device, what: str) -> None:
-    if dev.type == "cpu" and not INTERPRET:
-        raise RuntimeError(
-            f"the Triton OC-SVM {what} runs CPU tensors only in Triton's interpreter: set "
-            "TRITON_INTERPRET=1 before negatives.ocsvm_kernels_triton is imported"
-        )
-    if dev.type != "cpu" and INTERPRET:
-        raise RuntimeError(f"{dev} tensors, but the Triton {what} was loaded in interpreter mode")
 
 
 def _block_d(d: int) -> int:
@@ -146,7 +135,7 @@ def _gram(
     """One launch: X (n, d) float64, gamma (1,) float64 on X's device. Returns (Q (n, n) float32,
     |x|^2 (n,) float64, per-row 0 / NaN (n,) float64), unread (no host sync)."""
     n, d = X.shape
-    _check_device(X.device, "kernel matrix")
+    check_device(X.device, "kernel matrix")
     X = X if X.stride(1) == 1 else X.contiguous()
     Q = torch.empty(n, n, dtype=torch.float32, device=X.device)
     sq, bad = torch.empty(2, n, dtype=torch.float64, device=X.device)
@@ -172,7 +161,7 @@ def _score(
     rho (1,) and gamma (1,) float64, all on one device. Returns (f (m,) float64, f > 0 (m,) bool),
     unread (no host sync)."""
     m, d = Y.shape
-    _check_device(Y.device, "scoring")
+    check_device(Y.device, "scoring")
     Y = Y if Y.stride(1) == 1 else Y.contiguous()
     sv = sv if sv.stride(1) == 1 else sv.contiguous()
     f = torch.empty(m, dtype=torch.float64, device=Y.device)

@@ -320,6 +320,17 @@ def _smo_kernel(
     tl.store(out_it + 2, (~finite).to(tl.int64))
 
 
+def check_device(dev: torch.device, what: str) -> None:
+    """Refuse what Triton cannot run here: CPU tensors unless interpreted, device tensors if."""
+    if dev.type == "cpu" and not INTERPRET:
+        raise RuntimeError(
+            f"the Triton OC-SVM {what} runs CPU tensors only in Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before triton is imported"
+        )
+    if dev.type != "cpu" and INTERPRET:
+        raise RuntimeError(f"{dev} tensors, but the Triton {what} was loaded in interpreter mode")
+
+
 def _solve(
     Q: torch.Tensor,
     QD: torch.Tensor,
@@ -339,13 +350,7 @@ def _solve(
     the device, unread (no host sync).
     """
     n, dev = len(QD), QD.device
-    if dev.type == "cpu" and not INTERPRET:
-        raise RuntimeError(
-            "the Triton OC-SVM solver runs CPU tensors only in Triton's interpreter: set "
-            "TRITON_INTERPRET=1 before negatives.ocsvm_triton is imported"
-        )
-    if dev.type != "cpu" and INTERPRET:
-        raise RuntimeError(f"{dev} tensors, but the Triton solver was loaded in interpreter mode")
+    check_device(dev, "solver")
     alpha = torch.empty(n, dtype=torch.float64, device=dev)
     scratch = torch.empty(4, n, dtype=torch.float64, device=dev)
     iscratch = torch.empty(3, n, dtype=torch.int32, device=dev)

@@ -17,8 +17,8 @@ per split (momentum m, unbiased variance), averaged over the splits:
 
 - triton (CUDA's default): the same arithmetic as fused in four Triton kernels, two launches
   forward and two backward (:mod:`pretrain.split_bn_triton`), where fused dispatches 11 aten ops
-  forward and 14 backward; under ``torch.compile`` the fused path is traced instead (inductor
-  fuses it itself).
+  forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
+  fused path is traced instead (inductor fuses it itself).
 
 ``SplitBatchNorm.path``: None chooses by the input's device (triton on CUDA when triton imports,
 else fused; per split elsewhere); "per_split", "fused" or "triton" force one (``model.split_bn``

@@ -4,7 +4,8 @@ The CUDA path of :class:`pretrain.split_bn.SplitBatchNorm` (``path="triton"``). 
 the fused aten path computes (the module docstring of :mod:`pretrain.split_bn`: per split r, the
 biased-variance normalisation of the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, running statistics
 averaged over the splits), with a fixed 4 kernel launches per layer and step whatever s, layout and
-dtype, where the aten path dispatches 11 ops forward and 14 backward (docs/step_counts.md):
+dtype, where the aten path dispatches 11 ops forward and 14 (bf16: 15) backward
+(docs/step_counts.md):
 
 1. ``split_bn_stats``: per (split, channel, chunk of the split's N/s·H·W values) the chunk's mean
    and sum of squared deviations, tile by tile merged with Chan et al.'s pairwise update (1979;
