@@ -32,7 +32,6 @@ run on CPU tensors (the tests; slowly). Imports triton: import this lazily.
 # ruff: noqa: ANN001, ANN202  (Triton kernels: arguments are typed by the launch, not annotations)
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple
 
 import torch
@@ -40,7 +39,9 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+from pretrain.split_bn import triton_interpreted
+
+INTERPRET = triton_interpreted()  # TRITON_INTERPRET as triton read it, imported above
 PROGRAMS = 1024  # programs per launch to aim at (an H100 has 132 SMs)
 TILE = 1 << 16 if INTERPRET else 4096  # values per tile, BLOCK_M x BLOCK_C (interpreted: large)
 BLOCK_C_MAX = 1024 if INTERPRET else 64  # channels per program (interpreted: all in one)
