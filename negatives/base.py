@@ -124,8 +124,9 @@ class NegativeStrategy(nn.Module):
         than when a warm-up ends.
         """
 
-    def diagnostics(self) -> dict[str, torch.Tensor | float]:
-        """Statistics of the latest step (scalars, possibly device tensors); read at log steps."""
+    def diagnostics(self) -> dict[str, torch.Tensor | float | str]:
+        """Statistics of the latest step (scalars, possibly device tensors, or a str label such as
+        the OC-SVM loop that ran); read at log steps."""
         return {}
 
     def bad_input(self) -> str:

@@ -78,6 +78,10 @@ class MiOC(NegativeStrategy):
         tol: solver stopping tolerance (libsvm/scikit-learn default 1e-3).
         solver: ``libsvm`` (scikit-learn's path, as the paper) or ``exact``.
         backend: ``torch`` (on the embeddings' device), ``sklearn`` or ``thundersvm``.
+        loop: the torch backend's solver loop (:class:`negatives.ocsvm.OneClassSVM`): ``auto``
+            (``triton`` on CUDA, falling back to ``device`` with a warning where Triton cannot
+            run; ``host`` on a CPU), ``triton``, ``device`` or ``host``. The metrics record the
+            loop that ran (``neg_ocsvm_path``).
         warmup_epochs: epochs before the OC-SVM is used (paper: 10).
         warmup: ``paper`` (S_n only) or ``code`` (M_n + S_n, the official implementation).
         empty_inliers: ``queue`` or ``skip`` (see the module NOTE).
@@ -97,6 +101,7 @@ class MiOC(NegativeStrategy):
         tol: float = 1e-3,
         solver: str = "libsvm",
         backend: str = "torch",
+        loop: str = "auto",
         warmup_epochs: float = 10.0,
         warmup: str = "paper",
         empty_inliers: str = "queue",
@@ -116,8 +121,8 @@ class MiOC(NegativeStrategy):
         if warmup_epochs < 0:
             raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
         self.svm = OneClassSVM(
-            nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend
-        )  # fmt: skip  (validates nu, gamma, solver)
+            nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
+        )  # fmt: skip  (validates nu, gamma, solver, loop)
         self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol
@@ -213,7 +218,7 @@ class MiOC(NegativeStrategy):
             f"{steps} step(s) since the last start. "
         )
 
-    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+    def diagnostics(self) -> dict[str, torch.Tensor | float | str]:
         """Statistics of the latest step, computed here (logging steps only) from what it left:
         the OC-SVM's fit (time, solver statistics, ``within_tolerance``: the fraction of |f| <
         tol), the inlier count and fraction, the mean q·n over the queue and each synthetic set
@@ -236,4 +241,6 @@ class MiOC(NegativeStrategy):
         if "labels" in latest:
             y_q, y_n = latest["labels"][latest["i"]], latest["y_n"]
             st["false_negative_fraction"] = ((y_q == y_n) & (y_q >= 0)).float().mean()
+        if self.svm.path_:  # the loop of the latest fit (a fallback shows here)
+            st["ocsvm_path"] = self.svm.path_
         return {**st, "empty_inlier_steps": self.empty_steps}

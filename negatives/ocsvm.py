@@ -72,9 +72,34 @@ from negatives import ocsvm_smo as smo
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
 
+# The oldest triton the kernels launch on (CI launches them through a stand-in driver on it);
+# triton 3.0-3.4 reject float64 tl.dot
+TRITON_MIN = (3, 5)
+
+
 def _has_triton() -> bool:
     """Whether triton can be imported (without importing it: the package imports without it)."""
     return importlib.util.find_spec("triton") is not None
+
+
+def triton_unusable() -> str:
+    """Why the Triton OC-SVM cannot run here ("" if it can): triton missing or older than
+    :data:`TRITON_MIN`."""
+    if not _has_triton():
+        return "triton is not installed"
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("triton")
+    except PackageNotFoundError:  # importable but not installed as a distribution (a source tree)
+        import triton
+
+        found = triton.__version__
+    parts = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts < TRITON_MIN:
+        oldest = ".".join(map(str, TRITON_MIN))
+        return f"triton {found} is older than {oldest}, the oldest the kernels run on"
+    return ""
 
 
 class OneClassSVM:
@@ -150,6 +175,8 @@ class OneClassSVM:
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
         self._wrapped: Any = None
+        self._triton_state = "untried"  # "untried" | "ok" | the cause of the fallback
+        self.path_ = ""  # the loop of the latest fit: "triton", "device", "host" or the backend
 
     def fit(self, X: torch.Tensor) -> OneClassSVM:
         """Fit on X (n, d), n >= 2, finite; returns self."""
@@ -159,11 +186,14 @@ class OneClassSVM:
         X64 = X.detach().to(torch.float64)  # scikit-learn hands libsvm float64 data
         self.__dict__.pop("_pending", None)
         if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) == "triton":
-            return self._fit_triton(X64)
+            fitted = self._fit_triton(X64)
+            if fitted is not None:
+                return fitted
         cpu = X64.device.type == "cpu"
         if not (np.isfinite(X64.numpy()).all() if cpu else torch.isfinite(X64).all()):
             raise ValueError("X contains NaN or infinite values")
         fit = self._fit_torch if self.backend == "torch" else self._fit_wrapped
+        self.path_ = self._loop(X64) if self.backend == "torch" else self.backend
         alpha, rho, n_iter, status = fit(X64)
         if not math.isfinite(rho):
             raise ValueError(
@@ -188,13 +218,46 @@ class OneClassSVM:
         return self
 
     def _loop(self, X: torch.Tensor) -> str:
-        if self.loop != "auto":
-            return self.loop
-        return "triton" if X.is_cuda and _has_triton() else "device" if X.is_cuda else "host"
+        """The loop that fits X: ``loop``, or for "auto" the device's default; "device" in place
+        of "triton" after a fallback (:meth:`_fall_back`)."""
+        loop = self.loop
+        if loop == "auto":
+            loop = "triton" if X.is_cuda and _has_triton() else "device" if X.is_cuda else "host"
+        fell_back = self._triton_state not in ("untried", "ok")
+        return "device" if loop == "triton" and fell_back else loop
 
-    def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM:
+    def _fall_back(self, cause: str) -> None:
+        """After a failed first Triton fit: the device loop from now on, with one warning."""
+        self._triton_state = cause
+        warnings.warn(
+            f"the Triton OC-SVM cannot run here ({cause}); fitting with the device loop instead "
+            f"(the same iterates, one host sync per {self.chunk_size} iterations). The loop is "
+            "chosen by OneClassSVM(loop=...), for MiOC the setting negatives.kwargs.loop "
+            "(auto, triton, device, host)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM | None:
         """The fit as two Triton launches (the Gram matrix, the SMO program); nothing is read on
-        the host (see the module doc)."""
+        the host (see the module doc). At the first Triton fit of this object, a triton older
+        than :data:`TRITON_MIN`, or a kernel that fails to compile or launch, makes this and
+        every later fit use the device loop (one warning naming the cause): returns None then."""
+        first = self._triton_state == "untried"
+        if first and (cause := triton_unusable()):
+            self._fall_back(cause)
+            return None
+        try:
+            out = self._launch_triton(X64)
+        except Exception as e:  # noqa: BLE001  (any failure of the backend, at the first fit only)
+            if not first or isinstance(e, ValueError):
+                raise
+            self._fall_back(_first_line(e))
+            return None
+        self._triton_state, self.path_ = "ok", "triton"
+        return out
+
+    def _launch_triton(self, X64: torch.Tensor) -> OneClassSVM:
         from negatives import ocsvm_kernels_triton, ocsvm_triton
 
         n, dev = len(X64), X64.device
@@ -284,7 +347,7 @@ class OneClassSVM:
 
     def _fit_torch(self, X64: torch.Tensor) -> tuple[np.ndarray, float, int, int]:
         n = len(X64)
-        device_loop = self.loop == "device" or (self.loop == "auto" and X64.is_cuda)
+        device_loop = self._loop(X64) == "device"
         X64 = X64 if device_loop else X64.cpu()
         cache = (
             self.kernel_cache if self.kernel_cache != "auto" else "full" if X64.is_cuda else "rows"
@@ -385,8 +448,10 @@ class OneClassSVM:
         return Y
 
     def _fused_scoring(self, Y: torch.Tensor) -> bool:
-        """Whether Y is scored by the Triton kernel: after a Triton fit (RBF), on its device."""
-        return self._dense and self.kernel == "rbf" and Y.device == self._sv.device
+        """Whether Y is scored by the Triton kernel: after a Triton fit (RBF), on its device,
+        unless the kernel failed at its first launch (then the batched aten path scores)."""
+        ok = self.__dict__.get("_score_state") != "failed"
+        return ok and self._dense and self.kernel == "rbf" and Y.device == self._sv.device
 
     def _score_triton(self, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from negatives import ocsvm_kernels_triton
@@ -394,7 +459,23 @@ class OneClassSVM:
         dev = self._sv.device
         Y = Y if Y.stride(-1) == 1 else Y.contiguous()
         gamma = self._constant(dev, "gamma", 0)[0]
-        return ocsvm_kernels_triton.score(Y, self._sv, self._sv_sq, self._coef, self.offset_, gamma)
+        args = (Y, self._sv, self._sv_sq, self._coef, self.offset_, gamma)
+        if self.__dict__.get("_score_state") == "ok":
+            return ocsvm_kernels_triton.score(*args)
+        try:  # the first scoring: a kernel that fails to compile or launch falls back
+            out = ocsvm_kernels_triton.score(*args)
+        except Exception as e:  # noqa: BLE001
+            self._score_state = "failed"
+            warnings.warn(
+                f"the Triton OC-SVM scoring kernel cannot run here ({_first_line(e)}); scoring "
+                "with batched tensor ops instead (the same decision values)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            f = self.decision_function(Y)
+            return f, f > 0
+        self._score_state = "ok"
+        return out
 
     def _scratch(self, device: torch.device, *sizes: int) -> list[torch.Tensor]:
         """Flat float64 buffers of the given sizes on device, kept between calls."""
@@ -408,6 +489,12 @@ class OneClassSVM:
     def predict(self, Y: torch.Tensor) -> torch.Tensor:
         """+1 for inliers (f > 0, as libsvm), -1 for outliers: (m,) int64 on Y's device."""
         return torch.where(self.decision_function(Y) > 0, 1, -1)
+
+
+def _first_line(e: BaseException) -> str:
+    """``Type: the first line of the message`` (compiler errors run to pages)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
 
 def solution_to_host(G: Any, alpha: Any, perm: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -84,7 +84,7 @@ def _gram_kernel(
         sqi += tl.sum(xi * xi, 1)
         sqj += tl.sum(xj * xj, 1)
         bad += tl.sum(xi * 0.0, 1)
-        dot = tl.dot(xi, tl.trans(xj), dot)
+        dot = tl.dot(xi, tl.trans(xj), dot, out_dtype=tl.float64)
     if LINEAR:
         q = dot
     else:
@@ -120,7 +120,7 @@ def _score_kernel(
             for k in range(0, d, BLOCK_D):
                 y = _row_tile(Y, rows, row_ok, k, d, stride_y, BLOCK_D)
                 sv = _row_tile(SV, s, sv_ok, k, d, stride_sv, BLOCK_D)
-                dot = tl.dot(y, tl.trans(sv), dot)
+                dot = tl.dot(y, tl.trans(sv), dot, out_dtype=tl.float64)
             sv_sq = tl.load(SV_SQ + s, mask=sv_ok, other=0.0)
             e = tl.exp((2.0 * g) * dot - g * sv_sq[None, :] - g * y_sq[:, None])
             f += tl.sum(e * a[None, :], 1)

@@ -46,7 +46,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"  # read by triton at 
 _jit = triton.jit
 
 _INF = tl.constexpr(float("inf"))  # exact in float32: a safe literal (0.1, 1e-12 are not)
-_NAN = tl.constexpr(float("nan"))
 
 
 @_jit
@@ -148,7 +147,7 @@ def _smo_kernel(
     alpha_out,  # (n,) float64 result, original order
     scratch,  # (4, n) float64: alpha, G, G_bar, QD in position order
     iscratch,  # (3, n) int32: perm, shrink lists
-    params,  # (2,) float64: eps, TAU
+    consts,  # (2,) float64: eps, TAU (not `params`: a local of Triton's generated binder)
     bad,  # (n,) float64: 0 for a finite point, NaN else (``ocsvm_kernels_triton.gram``)
     out_rho,  # (1,) float64
     out_it,  # (3,) int64: iterations, 1 if max_iter stopped the solver, 1 if bad input
@@ -158,8 +157,8 @@ def _smo_kernel(
     SHRINK: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    eps = tl.load(params)
-    tau = tl.load(params + 1)
+    eps = tl.load(consts)
+    tau = tl.load(consts + 1)
     alpha = scratch
     G = scratch + n
     Gbar = scratch + 2 * n
@@ -314,7 +313,8 @@ def _smo_kernel(
         lb = tl.maximum(lb, tl.max(tl.where(ok & (a >= 1.0), g, -_INF), 0))
         tl.store(alpha_out + tl.load(perm + p, mask=ok, other=0), a, mask=ok)
     rho = tl.where(n_free > 0, total / tl.maximum(n_free, 1).to(tl.float64), (ub + lb) / 2.0)
-    tl.store(out_rho, tl.where(finite, rho, _NAN))
+    tl.store(out_rho, tl.where(finite, rho, _INF - _INF))  # NaN: no NaN global (Triton's
+    # per-launch check of the globals compares them with != , and NaN != NaN)
     tl.store(out_it, it.to(tl.int64))
     tl.store(out_it + 1, timed_out.to(tl.int64))
     tl.store(out_it + 2, (~finite).to(tl.int64))

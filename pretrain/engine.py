@@ -249,8 +249,8 @@ def log_step(
     }
     if run.data.skipped is not None:  # data.skip_bad_images: this rank's skips so far
         record["skipped_images"] = int(run.data.skipped.sum())
-    for key, value in run.strategy.diagnostics().items():
-        record[f"neg_{key}"] = float(value)
+    for key, value in run.strategy.diagnostics().items():  # numbers, or a label (a str)
+        record[f"neg_{key}"] = value if isinstance(value, str) else float(value)
     for key, value in run.loss_fn.diagnostics().items():
         record[f"loss_{key}"] = float(value)
     run.log.write(record, "train")

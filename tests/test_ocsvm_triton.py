@@ -230,7 +230,7 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from negatives import ocsvm_triton
-names = ("QD0", "alpha0", "alpha_out", "scratch", "params", "bad", "out_rho")
+names = ("QD0", "alpha0", "alpha_out", "scratch", "consts", "bad", "out_rho")
 sig = {name: "*fp64" for name in names}
 sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
 sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
