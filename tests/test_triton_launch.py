@@ -32,23 +32,37 @@ OLDER = [p for p in os.environ.get("NEGMINE_TRITON_OLDER", "").split(":") if p]
 SPLIT_BN = ["_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel"]
 
 
-def launch(site: str | None, tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT)) if p)
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")  # compile here, from nothing
-    out = tmp_path / "launches.json"
-    run = subprocess.run([sys.executable, str(ROOT / "tests/triton_launch_worker.py"), str(out)],
-                         env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(out.read_text())
+def launch_all(sites: list[str | None], tmp: Path) -> dict[str | None, dict]:
+    """Run the worker once per triton (the installed one: None), all at once (compiles are
+    single-threaded)."""
+    procs = {}
+    for i, site in enumerate(sites):
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT)) if p)
+        env["TRITON_CACHE_DIR"] = str(tmp / f"cache{i}")  # compile here, from nothing
+        out = tmp / f"launches{i}.json"
+        cmd = [sys.executable, str(ROOT / "tests/triton_launch_worker.py"), str(out)]
+        procs[site] = (subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), out)
+    results = {}
+    for site, (proc, out) in procs.items():
+        _, err = proc.communicate(timeout=900)
+        results[site] = json.loads(out.read_text()) if proc.returncode == 0 else err[-4000:]
+    return results
 
 
-@pytest.fixture(scope="module", params=["installed", *OLDER])
-def launched(request, tmp_path_factory):
-    site = None if request.param == "installed" else request.param
-    if site is not None and not Path(site, "triton").is_dir():
-        pytest.fail(f"NEGMINE_TRITON_OLDER names {site}, which holds no triton")
-    return launch(site, tmp_path_factory.mktemp("launch"))
+@pytest.fixture(scope="module")
+def all_launched(tmp_path_factory):
+    for site in OLDER:
+        if not Path(site, "triton").is_dir():
+            pytest.fail(f"NEGMINE_TRITON_OLDER names {site}, which holds no triton")
+    return launch_all([None, *OLDER], tmp_path_factory.mktemp("launch"))
+
+
+@pytest.fixture(params=["installed", *OLDER])
+def launched(request, all_launched):
+    got = all_launched[None if request.param == "installed" else request.param]
+    assert isinstance(got, dict), got  # else the worker's error output
+    return got
 
 
 def cdiv(a: int, b: int) -> int:
