@@ -14,7 +14,8 @@
 #                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
 #   mioc    (45) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
-#                past the OC-SVM's warm-up); on a CPU (--quick) 4 steps with the OC-SVM from step 0
+#                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
+#                CPU (--quick) 4 steps with the OC-SVM from step 0
 #   graphs  (60) benchmarks/graphs_check.py: cifar10_moco, 10 steps with train.cuda_graphs=true
 #                against eager, losses compared (CUDA only)
 #   splitbn (25) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
@@ -214,7 +215,8 @@ part_sync() {
 part_mioc() {  # the quick start, cut short; its metrics kept beside the log
   local out="$WORK/mioc" steps=(train.max_steps=90)
   if [ ${#QUICK[@]} -gt 0 ]; then steps=(train.max_steps=4 negatives.kwargs.warmup_epochs=0); fi
-  run_part mioc "$PY" -m pretrain --cfg digits_mioc.yaml "${steps[@]}" "out_dir=$out"
+  run_part mioc "$PY" -m pretrain --cfg digits_mioc.yaml "${steps[@]}" train.log_every=1 \
+    "out_dir=$out"
   if [ -f "$out/metrics.jsonl" ]; then cp "$out/metrics.jsonl" "$REPORT/mioc.metrics.jsonl"; fi
 }
 
