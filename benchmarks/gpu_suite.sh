@@ -1,87 +1,193 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # (file-wide) the part_* functions are called by name, "part_$part"
 # The GPU suite: run it first whenever a GPU is available (docs/gpu_suite.md).
 #
-#   benchmarks/gpu_suite.sh                          # on a CUDA machine: every part, <= 8 min
-#   benchmarks/gpu_suite.sh --quick --results FILE   # on a CPU (CI): what runs without CUDA
+#   benchmarks/gpu_suite.sh --report /tmp/gpu          # on a CUDA machine: every part, < 8 min
+#   benchmarks/gpu_suite.sh --quick --report DIR       # on a CPU (CI): what runs without CUDA
 #   benchmarks/gpu_suite.sh --parts sync,step --budget step=300   # some parts, another budget
+#   benchmarks/gpu_suite.sh --dry-run --device cuda    # print the plan (commands, budgets) only
 #
-# Parts, in order of value, each under its own time budget (`timeout`, seconds):
-#   sync   (100) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
+# Parts, in this order (the pass/fail checks first, then the timings), each under its own time
+# budget in seconds (`timeout`: SIGTERM at the budget, SIGKILL 10 s later):
+#   tests   (90) pytest -m cuda tests: the cuda-marked tests (CUDA only)
+#   sync    (60) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
 #                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
-#   step   (120) benchmarks/step.py --mode all: the same steps timed (20 each), sync debug off; on
-#                a CPU the strategies table (--quick)
-#   splitbn (30) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
+#   mioc    (45) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
+#                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
+#                CPU (--quick) 4 steps with the OC-SVM from step 0
+#   graphs  (60) benchmarks/graphs_check.py: cifar10_moco, 10 steps with train.cuda_graphs=true
+#                against eager, losses compared (CUDA only)
+#   splitbn (25) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
 #                triton): decides the CUDA default (--quick sizes on a CPU)
-#   ocsvm  (60)  benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
-#   input  (50)  benchmarks/input.py: the input pipeline (--quick on a CPU)
-#   tests  (90)  pytest -m cuda: the cuda-marked tests (CUDA only)
-# 450 s of budgets in all. Each benchmark appends its table to the results file (default
+#   ocsvm   (45) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
+#   step    (70) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
+#                off; on a CPU the strategies table (--quick)
+#   input   (55) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
+#                batched decode + crop (--quick, every part, on a CPU)
+# 450 s of budgets in all, and the whole run is held under --total (465 s): a part gets at most
+# what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
+# failure). --quick (the CPU mode) triples the budgets and the total that were not given. Every part's whole output (stdout and stderr, unbuffered) goes to REPORT/PART.log;
+# a part that fails or overruns prints its log's last lines, and the next part starts. Each
+# benchmark appends its table to the results file (default REPORT/results.md with --report, else
 # benchmarks/RESULTS.md) when it ends, and this script appends a line per part as soon as the part
 # ends (passed / FAILED / timed out, with its seconds), so a run cut short keeps every table it
-# measured. A part that runs past its budget is killed (SIGTERM, then SIGKILL 10 s later) and the
-# next part starts. Without CUDA the CUDA-only parts are skipped (printed) and the benchmarks run
-# on the CPU. A benchmark script or flag that this checkout lacks is skipped with a printed note.
-# Exit status: 1 if any part that ran failed or timed out, 2 on bad usage (or no device), else 0.
+# measured (with another results file, this run's part of it is copied to REPORT/results.md at
+# the end). At the end: REPORT/summary.md (one row per part: outcome, seconds, log),
+# REPORT/env.txt (GPU, torch, triton, commit) and REPORT.tar.gz, the folder packed in one file.
+# Without --report the folder is runs/gpu_suite_<UTC time>. Without CUDA the CUDA-only parts are
+# skipped (printed) and the rest runs on the CPU. A benchmark script or flag that this checkout
+# lacks is skipped with a printed note.
+# Exit status: 1 if any part that ran failed, timed out or was not run for lack of time, 2 on
+# bad usage (or no device), else 0.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export PYTHONPATH="${PWD}${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1  # a killed part keeps its output up to the kill
 PY="${PYTHON:-python}"
 QUICK=()
-RESULTS="benchmarks/RESULTS.md"
-PARTS="sync,step,splitbn,ocsvm,input,tests"
-declare -A BUDGET=([sync]=100 [step]=120 [splitbn]=30 [ocsvm]=60 [input]=50 [tests]=90)
-usage() { echo "usage: $0 [--quick] [--results PATH] [--parts LIST] [--budget PART=SECONDS]..." >&2; exit 2; }
+RESULTS=""
+REPORT=""
+DRY=0
+FORCE_DEVICE=""
+TOTAL=465
+ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input"
+PARTS="$ALL_PARTS"
+declare -A BUDGET=([tests]=90 [sync]=60 [mioc]=45 [graphs]=60 [splitbn]=25 [ocsvm]=45 [step]=70
+                   [input]=55)
+declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
+TOTAL_GIVEN=0
+usage() {
+  echo "usage: $0 [--quick] [--report DIR] [--results PATH] [--parts LIST] [--budget PART=SECONDS]..." \
+       "[--total SECONDS] [--device cpu|cuda] [--dry-run]" >&2
+  exit 2
+}
+positive() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge 1 ]; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=(--quick); shift ;;
     --results) [ $# -ge 2 ] || usage; RESULTS="$2"; shift 2 ;;
+    --report) [ $# -ge 2 ] || usage; REPORT="${2%/}"; shift 2 ;;
     --parts) [ $# -ge 2 ] || usage; PARTS="$2"; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    --device)
+      [ $# -ge 2 ] || usage
+      case "$2" in cpu|cuda) FORCE_DEVICE="$2" ;; *) echo "gpu_suite: --device $2: want cpu or cuda" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --total)
+      [ $# -ge 2 ] || usage
+      if ! positive "$2"; then echo "gpu_suite: --total $2: want whole seconds >= 1" >&2; exit 2; fi
+      TOTAL="$2"; TOTAL_GIVEN=1; shift 2 ;;
     --budget)
       [ $# -ge 2 ] || usage
       name="${2%%=*}"; secs="${2#*=}"
-      if [ -z "${BUDGET[$name]+x}" ] || ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
-        echo "gpu_suite: --budget $2: want PART=SECONDS, PART one of ${!BUDGET[*]}" >&2; exit 2
+      if [ -z "${BUDGET[$name]+x}" ] || ! positive "$secs"; then
+        echo "gpu_suite: --budget $2: want PART=SECONDS, PART one of ${ALL_PARTS//,/ }" >&2; exit 2
       fi
-      BUDGET[$name]="$secs"; shift 2 ;;
+      BUDGET[$name]="$secs"; GIVEN[$name]=1; shift 2 ;;
     *) usage ;;
   esac
 done
 IFS=, read -r -a SELECTED <<< "$PARTS"
 for part in "${SELECTED[@]}"; do
   if [ -z "${BUDGET[$part]+x}" ]; then
-    echo "gpu_suite: --parts: unknown part '$part' (parts: sync,step,splitbn,ocsvm,input,tests)" >&2; exit 2
+    echo "gpu_suite: --parts: unknown part '$part' (parts: $ALL_PARTS)" >&2; exit 2
   fi
 done
-{ read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
+if [ ${#QUICK[@]} -gt 0 ]; then  # a CPU runner is slower than a GPU host: 3x the time
+  for part in "${!BUDGET[@]}"; do
+    if [ -z "${GIVEN[$part]+x}" ]; then BUDGET[$part]=$((3 * BUDGET[$part])); fi
+  done
+  if [ "$TOTAL_GIVEN" = 0 ]; then TOTAL=$((3 * TOTAL)); fi
+fi
+START=$SECONDS
+if [ "$DRY" = 1 ] && [ -n "$FORCE_DEVICE" ]; then  # the plan for that device, whatever is here
+  DEVICE="$FORCE_DEVICE"; NAME="(dry run)"
+else
+  if [ -n "$FORCE_DEVICE" ]; then export NEGMINE_DEVICE="$FORCE_DEVICE"; fi  # cuda: checked here
+  { read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
 from pretrain import dist
 cuda = dist.device_type() == 'cuda'  # CUDA if visible, unless NEGMINE_DEVICE=cpu
 print('cuda' if cuda else 'cpu')
 print(torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine())")
-if [ -z "${DEVICE:-}" ]; then echo "gpu_suite: no device from $PY (the error above)" >&2; exit 2; fi
+  if [ -z "${DEVICE:-}" ]; then echo "gpu_suite: no device from $PY (the error above)" >&2; exit 2; fi
+fi
+if [ -z "$RESULTS" ]; then  # with --report, the tables go in it; else where they always went
+  if [ -n "$REPORT" ]; then RESULTS="$REPORT/results.md"; else RESULTS="benchmarks/RESULTS.md"; fi
+fi
+if [ -z "$REPORT" ]; then REPORT="runs/gpu_suite_$(date -u +%Y%m%dT%H%M%SZ)"; fi
+WORK=""
+if [ "$DRY" = 0 ]; then
+  mkdir -p "$REPORT" "$(dirname "$RESULTS")" || exit 2
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_suite.XXXXXX")" || exit 2
+  trap 'rm -rf "$WORK"' EXIT
+else
+  WORK="${TMPDIR:-/tmp}/gpu_suite.XXXXXX"
+fi
 status=0
+SUMMARY=()
 note() { echo "gpu_suite: $*"; }
-record() { echo "- $*" >> "$RESULTS"; }
-START=$SECONDS
+record() { if [ "$DRY" = 0 ]; then echo "- $*" >> "$RESULTS"; fi; }
+summarize() { SUMMARY+=("| $1 | $2 | $3 | ${4:-} |"); }
+show() {  # a command as one line, arguments with spaces in double quotes
+  local a words=()
+  for a in "$@"; do if [[ "$a" =~ [[:space:]] ]]; then words+=("\"$a\""); else words+=("$a"); fi; done
+  echo "${words[*]}"
+}
 
-{ echo; echo "## GPU suite $(date -u +%Y-%m-%dT%H:%MZ) on ${DEVICE} (${NAME}), parts ${PARTS}"; } >> "$RESULTS"
+if [ "$DRY" = 1 ]; then
+  note "dry run on ${DEVICE}: the plan, nothing is run or written"
+else
+  FROM_LINE=$(( $( (cat "$RESULTS" 2>/dev/null || true) | wc -l) + 1 ))  # this run's tables start here
+  { echo; echo "## GPU suite $(date -u +%Y-%m-%dT%H:%MZ) on ${DEVICE} (${NAME}), parts ${PARTS}"; } >> "$RESULTS"
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "device: ${DEVICE} (${NAME})"
+    echo "commit: ${NEGMINE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo 'unknown (no git here; set NEGMINE_COMMIT)')}"
+    git status --short 2>/dev/null | head -20 | sed 's/^/changed: /'
+    "$PY" -c "import platform, sys, torch
+print('python:', sys.version.split()[0], platform.platform())
+print('torch:', torch.__version__, 'cuda', torch.version.cuda)
+try:
+    import triton; print('triton:', triton.__version__)
+except ImportError:
+    print('triton: not installed')
+import torchvision; print('torchvision:', torchvision.__version__)" 2>&1
+    nvidia-smi 2>/dev/null || echo "nvidia-smi: not available"
+  } > "$REPORT/env.txt"
+  note "report folder ${REPORT} (results ${RESULTS})"
+fi
 
-run_part() {  # run_part NAME CMD...: CMD under the part's budget; one line on stdout and in RESULTS
+run_part() {  # run_part NAME CMD...: CMD under the part's budget, its output in REPORT/NAME.log
   local name="$1"; shift
-  local budget="${BUDGET[$name]}" tic=$SECONDS rc outcome
-  note "part $name (budget ${budget} s): $*"
-  timeout -k 10 "$budget" "$@"
+  local budget="${BUDGET[$name]}" left=$((TOTAL - (SECONDS - START) - 12)) tic=$SECONDS rc outcome
+  local log="$REPORT/$name.log"
+  if [ "$left" -lt "$budget" ]; then budget="$left"; fi
+  if [ "$DRY" = 1 ]; then
+    note "plan: part $name (budget ${BUDGET[$name]} s): $(show "$@")"
+    return
+  fi
+  if [ "$left" -lt 5 ]; then
+    outcome="not run (${TOTAL} s of --total spent)"; status=1
+    note "part $name: $outcome"; record "$name: $outcome"; summarize "$name" "$outcome" 0
+    return
+  fi
+  note "part $name (budget ${budget} s, log ${log}): $(show "$@")"
+  echo "\$ $(show "$@")" > "$log"
+  timeout -k 10 "$budget" "$@" >> "$log" 2>&1 < /dev/null
   rc=$?
   case $rc in
     0) outcome=passed ;;
     124|137) outcome="timed out (budget ${budget} s)"; status=1 ;;
     *) outcome="FAILED (exit $rc)"; status=1 ;;
   esac
+  if [ "$rc" != 0 ]; then tail -n 15 "$log" | sed "s/^/  $name | /"; fi
   note "part $name: ${outcome} in $((SECONDS - tic)) s"
   record "$name: ${outcome} in $((SECONDS - tic)) s"
+  summarize "$name" "$outcome" "$((SECONDS - tic))" "$name.log"
 }
 
-skip_part() { note "skip: $2"; record "$1: skipped ($2)"; }
+skip_part() { note "skip: $2"; record "$1: skipped ($2)"; summarize "$1" "skipped: $2" 0; }
 
 bench_part() {  # bench_part NAME SCRIPT [flags...]: with the common flags, if script and flags exist
   local name="$1" script="$2"; shift 2
@@ -95,10 +201,38 @@ bench_part() {  # bench_part NAME SCRIPT [flags...]: with the common flags, if s
   run_part "$name" "$PY" "$script" --device "$DEVICE" --results "$RESULTS" "${QUICK[@]}" "$@"
 }
 
+part_tests() {
+  if [ "$DEVICE" != cuda ]; then skip_part tests "cuda-marked tests (no CUDA device)"; return; fi
+  run_part tests "$PY" -m pytest -q -rfEs -p no:cacheprovider -m cuda tests
+}
+
 part_sync() {
   if [ "$DEVICE" != cuda ]; then skip_part sync "--sync-debug error (CUDA only)"; return; fi
   bench_part sync benchmarks/step.py --mode all --sync-debug error --steps 3 \
     --settings "bf16 channels_last"
+}
+
+part_mioc() {  # the quick start, cut short; its metrics kept beside the log
+  local out="$WORK/mioc" steps=(train.max_steps=90)
+  if [ ${#QUICK[@]} -gt 0 ]; then steps=(train.max_steps=4 negatives.kwargs.warmup_epochs=0); fi
+  run_part mioc "$PY" -m pretrain --cfg digits_mioc.yaml "${steps[@]}" train.log_every=1 \
+    "out_dir=$out"
+  if [ -f "$out/metrics.jsonl" ]; then cp "$out/metrics.jsonl" "$REPORT/mioc.metrics.jsonl"; fi
+}
+
+part_graphs() {
+  if [ "$DEVICE" != cuda ]; then skip_part graphs "train.cuda_graphs (CUDA only)"; return; fi
+  if [ ! -f benchmarks/graphs_check.py ]; then
+    skip_part graphs "benchmarks/graphs_check.py is not in this checkout"; return
+  fi
+  run_part graphs "$PY" benchmarks/graphs_check.py --device cuda --steps 10 --keep "$REPORT"
+}
+
+part_splitbn() { bench_part splitbn benchmarks/split_bn.py; }
+
+part_ocsvm() {  # --quick on CUDA too: n = 256 and 1024 (the full run passed 170 s on an H100)
+  if [ ${#QUICK[@]} -eq 0 ]; then bench_part ocsvm benchmarks/ocsvm.py --quick
+  else bench_part ocsvm benchmarks/ocsvm.py; fi
 }
 
 part_step() {
@@ -109,21 +243,33 @@ part_step() {
   fi
 }
 
-part_splitbn() { bench_part splitbn benchmarks/split_bn.py; }
-
-part_ocsvm() {  # --quick on CUDA too: n = 256 and 1024 (the full run passed 170 s on an H100)
-  if [ ${#QUICK[@]} -eq 0 ]; then bench_part ocsvm benchmarks/ocsvm.py --quick
-  else bench_part ocsvm benchmarks/ocsvm.py; fi
-}
-
-part_input() { bench_part input benchmarks/input.py; }
-
-part_tests() {
-  if [ "$DEVICE" != cuda ]; then skip_part tests "cuda-marked tests (no CUDA device)"; return; fi
-  run_part tests "$PY" -m pytest -q -m cuda tests
+part_input() {
+  if [ "$DEVICE" = cuda ]; then bench_part input benchmarks/input.py --parts trainer decode
+  else bench_part input benchmarks/input.py; fi
 }
 
 for part in "${SELECTED[@]}"; do "part_$part"; done
+if [ "$DRY" = 1 ]; then
+  sum=0; for part in "${SELECTED[@]}"; do sum=$((sum + BUDGET[$part])); done
+  note "plan: ${sum} s of budgets, the whole held under ${TOTAL} s"
+  exit 0
+fi
 note "done in $((SECONDS - START)) s, exit status ${status}"
 record "suite: $((SECONDS - START)) s in all, exit status ${status}"
+{
+  echo "# GPU suite on ${DEVICE} (${NAME}), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "| part | outcome | seconds | log |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${SUMMARY[@]}"
+  echo
+  echo "$((SECONDS - START)) s in all, exit status ${status}; tables in $(basename "$RESULTS"), machine in env.txt"
+} > "$REPORT/summary.md"
+cat "$REPORT/summary.md"
+if [ "$RESULTS" != "$REPORT/results.md" ]; then  # this run's tables, beside the logs
+  tail -n "+$FROM_LINE" "$RESULTS" > "$REPORT/results.md"
+fi
+if tar -czf "$REPORT.tar.gz" -C "$(dirname "$REPORT")" "$(basename "$REPORT")"; then
+  note "packed: $REPORT.tar.gz"
+fi
 exit $status

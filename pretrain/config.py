@@ -108,8 +108,9 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/threads.py: 1 on a
     # share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
     compile: bool = False  # torch.compile the encoders' forward (modules and state dicts unchanged)
-    cuda_graphs: bool = False  # CUDA: capture the whole step as one CUDA graph and replay it
-    # (pretrain/cuda_graphs.py; refused where it cannot work). Unmeasured on a GPU: eager default
+    cuda_graphs: bool = False  # EXPERIMENTAL, CUDA: capture the whole step as one CUDA graph and
+    # replay it (pretrain/cuda_graphs.py; refused where it cannot work). Unverified on a GPU: its
+    # one GPU run (H200, 2026-11-26) crashed with a CUDA kernel error; eager default
     deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
     log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt

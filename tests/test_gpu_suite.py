@@ -1,24 +1,31 @@
-"""benchmarks/gpu_suite.sh does not rot: on a CPU it runs in --quick mode into a results file,
-skipping what needs CUDA with a printed note; each part ends with a line (outcome, seconds) in the
-results file, and a part killed by its time budget leaves the tables of the parts before it."""
+"""benchmarks/gpu_suite.sh does not rot: on a CPU it runs in --quick mode into a report folder,
+skipping what needs CUDA with a printed note; each part's whole output lands in its own log, each
+part ends with a line (outcome, seconds) in the results file and a row in the summary, a part
+killed by its time budget leaves the tables of the parts before it, the total budget holds, and
+the CUDA plan (--dry-run --device cuda) names every part within 8 minutes."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 from test_ddp import clean_env
 
+from pretrain import config
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "gpu_suite.sh"
+PARTS = ["tests", "sync", "mioc", "graphs", "splitbn", "ocsvm", "step", "input"]
 
 
 def suite(*args: str) -> subprocess.CompletedProcess:
     env = clean_env(CUDA_VISIBLE_DEVICES="")  # a CPU run even on a GPU machine
     return subprocess.run(["bash", str(SUITE), *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=900)  # fmt: skip
+                          env=env, timeout=1500)  # fmt: skip
 
 
 def part_lines(text: str) -> dict[str, str]:
@@ -26,37 +33,61 @@ def part_lines(text: str) -> dict[str, str]:
     return dict(re.findall(r"^- (\w+): (.+?)(?: in \d+ s)?$", text, flags=re.M))
 
 
+def summary_rows(report: Path) -> dict[str, str]:
+    """REPORT/summary.md's rows: part -> outcome."""
+    rows = re.findall(r"^\| (\w+) \| (.+?) \| \d+ \|", (report / "summary.md").read_text(), re.M)
+    return {part: outcome for part, outcome in rows if part != "part"}
+
+
 def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
-    results = tmp_path / "results.md"
+    report = tmp_path / "gpu"
     default = (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    proc = suite("--quick", "--results", str(results))
+    proc = suite("--quick", "--report", str(report))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = results.read_text()
+    text = (report / "results.md").read_text()  # --report alone: the tables go in the folder
     assert "## GPU suite" in text and "on cpu" in text
     assert "skip: cuda-marked tests (no CUDA device)" in proc.stdout
     assert "skip: --sync-debug error (CUDA only)" in proc.stdout
+    assert "skip: train.cuda_graphs (CUDA only)" in proc.stdout
     for script in ("step.py", "split_bn.py", "ocsvm.py", "input.py"):  # the convention's flags
         assert f"benchmarks/{script}" in proc.stdout
     parts = part_lines(text)
-    assert parts["sync"].startswith("skipped") and parts["tests"].startswith("skipped")
-    assert parts["step"] == parts["splitbn"] == parts["ocsvm"] == parts["input"] == "passed", parts
+    for name in ("tests", "sync", "graphs"):
+        assert parts[name].startswith("skipped"), parts
+    for name in ("mioc", "splitbn", "ocsvm", "step", "input"):
+        assert parts[name] == "passed", parts
+        log = (report / f"{name}.log").read_text()  # the part's whole output, command first
+        assert log.startswith("$ python ") and len(log.splitlines()) > 1, log
+    assert "train.max_steps=4 reached" in (report / "mioc.log").read_text()  # the quick start ran
+    assert (report / "mioc.metrics.jsonl").stat().st_size > 0
     assert re.search(r"^gpu_suite: part step: passed in \d+ s$", proc.stdout, flags=re.M)
     assert "## Training step" in text and "OC-SVM fit and scoring" in text  # their tables landed
     assert "## Input pipeline" in text and "## Split BatchNorm paths" in text
     # in order: each part's line right after its own table, the total last
-    order = [text.index(s) for s in ("## Training step", "- step: passed", "OC-SVM fit and",
-                                     "- ocsvm: passed", "## Input pipeline", "- input: passed",
+    order = [text.index(s) for s in ("## Split BatchNorm paths", "- splitbn: passed",
+                                     "OC-SVM fit and", "- ocsvm: passed", "## Training step",
+                                     "- step: passed", "## Input pipeline", "- input: passed",
                                      "- suite: ")]  # fmt: skip
     assert order == sorted(order)
-    assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == default  # --results was obeyed
+    rows = summary_rows(report)
+    assert list(rows) == PARTS and all(rows[p] == "passed" for p in PARTS if parts[p] == "passed")
+    assert rows["graphs"] == "skipped: train.cuda_graphs (CUDA only)", rows
+    env = (report / "env.txt").read_text()
+    assert "device: cpu" in env and "torch: " in env and "commit: " in env
+    with tarfile.open(f"{report}.tar.gz") as tar:  # the whole folder in one file
+        names = set(tar.getnames())
+    assert {f"gpu/{f}" for f in ("summary.md", "results.md", "env.txt", "mioc.log")} <= names
+    assert (ROOT / "benchmarks" / "RESULTS.md").read_text() == default  # nothing written there
 
 
 def test_a_part_past_its_budget_is_killed_and_earlier_tables_stay(tmp_path):
-    """A 1-second budget for the input part: killed (exit 1), the OC-SVM table before it kept,
-    and the suite's closing line still written."""
-    results = tmp_path / "results.md"
-    proc = suite("--quick", "--results", str(results), "--parts", "ocsvm,input",
-                 "--budget", "input=1")  # fmt: skip
+    """A 1-second budget for the input part: killed (exit 1), its log kept and its tail printed,
+    the OC-SVM table before it kept, and the suite's closing line still written; --results
+    elsewhere: this run's part of that file is copied beside the logs."""
+    results, report = tmp_path / "results.md", tmp_path / "rep"
+    results.write_text("# an earlier run\n")
+    proc = suite("--quick", "--results", str(results), "--report", str(report),
+                 "--parts", "ocsvm,input", "--budget", "input=1")  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     text = results.read_text()
     assert "OC-SVM fit and scoring" in text and "## Input pipeline" not in text
@@ -64,13 +95,71 @@ def test_a_part_past_its_budget_is_killed_and_earlier_tables_stay(tmp_path):
     assert parts["ocsvm"] == "passed" and parts["input"] == "timed out (budget 1 s)", parts
     assert "step" not in parts and "sync" not in parts  # not selected, not run
     assert "gpu_suite: part input: timed out (budget 1 s) in" in proc.stdout
+    assert "  input | $ python benchmarks/input.py" in proc.stdout  # the log's tail
+    assert (report / "input.log").read_text().startswith("$ python benchmarks/input.py")
     assert "exit status 1" in text.splitlines()[-1]
+    copy = (report / "results.md").read_text()
+    assert copy.lstrip().startswith("## GPU suite") and "an earlier run" not in copy
+    assert summary_rows(report) == {"ocsvm": "passed", "input": "timed out (budget 1 s)"}
 
 
-@pytest.mark.parametrize(
-    "args", [["--budget", "ocsvm=0"], ["--budget", "nope=5"], ["--parts", "step,nope"], ["-x"]]
-)
+def test_the_total_budget_holds_parts_that_would_pass_it(tmp_path):
+    """--total 15: less than the 12 s kill margin plus 5 s is left for any part, so none runs;
+    each is named as not run, and that is a failure."""
+    report = tmp_path / "rep"
+    proc = suite("--quick", "--report", str(report), "--parts", "mioc,step", "--total", "15")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = summary_rows(report)
+    assert rows == {p: "not run (15 s of --total spent)" for p in ("mioc", "step")}, rows
+    assert not (report / "mioc.log").exists()
+
+
+def test_the_cuda_plan_runs_every_part_within_8_minutes(tmp_path):
+    """--dry-run --device cuda on a CPU: every part with its CUDA command, nothing run or
+    written; budgets within the total, the total within 8 minutes; the pretrain commands' overrides
+    are valid config keys."""
+    report = tmp_path / "rep"
+    proc = suite("--dry-run", "--device", "cuda", "--report", str(report))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    budgets = {p: int(b) for p, b in re.findall(r"part (\w+) \(budget (\d+) s\)", proc.stdout)}
+    assert list(budgets) == PARTS, proc.stdout
+    total = int(re.search(r"held under (\d+) s", proc.stdout).group(1))
+    assert sum(budgets.values()) <= total < 8 * 60
+    commands = {p: c for p, _, c in re.findall(r"^gpu_suite: plan: part (\w+) \(budget (\d+) s\): "
+                                               r"(.+)$", proc.stdout, flags=re.M)}  # fmt: skip
+    assert list(commands) == PARTS
+    assert commands["tests"].endswith("-m cuda tests")
+    assert '--sync-debug error --steps 3 --settings "bf16 channels_last"' in commands["sync"]
+    assert commands["graphs"].startswith("python benchmarks/graphs_check.py --device cuda")
+    assert "--device cuda" in commands["splitbn"] and "--parts trainer decode" in commands["input"]
+    mioc = commands["mioc"].split()
+    assert mioc[:5] == ["python", "-m", "pretrain", "--cfg", "digits_mioc.yaml"]
+    cfg = config.load("digits_mioc.yaml", mioc[5:])
+    assert 0 < cfg.train.max_steps < 200
+    assert not report.exists()
+
+
+def test_graphs_check_compares_the_logged_losses():
+    """benchmarks/graphs_check.py's verdict: equal series agree; a loss off by more than rtol, a
+    NaN, other logged steps or an empty eager run are named."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from graphs_check import compare
+
+    eager = {1: 4.0, 2: 3.5, 3: 3.0}
+    assert compare(dict(eager), eager, 0.0) is None
+    assert compare({1: 4.0, 2: 3.5 * 1.01, 3: 3.0}, eager, 0.02) is None
+    assert compare({1: 4.0, 2: 3.5 * 1.05, 3: 3.0}, eager, 0.02).startswith("step 2: loss")
+    assert compare({1: 4.0, 2: float("nan"), 3: 3.0}, eager, 0.02).startswith("step 2")
+    assert compare({1: 4.0, 2: 3.5}, eager, 0.02).startswith("logged steps differ")
+    assert compare({}, {}, 0.02) == "the eager run logged no step"
+
+
+BAD_USAGE = [["--budget", "ocsvm=0"], ["--budget", "nope=5"], ["--parts", "step,nope"], ["-x"],
+             ["--total", "0"], ["--device", "gpu"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", BAD_USAGE)
 def test_bad_usage_exits_2_before_running_anything(tmp_path, args):
-    results = tmp_path / "results.md"
-    proc = suite("--quick", "--results", str(results), *args)
-    assert proc.returncode == 2 and not results.exists(), proc.stdout + proc.stderr
+    results, report = tmp_path / "results.md", tmp_path / "rep"
+    proc = suite("--quick", "--results", str(results), "--report", str(report), *args)
+    assert proc.returncode == 2 and not results.exists() and not report.exists(), proc.stdout
