@@ -30,8 +30,9 @@ from pretrain.config import Config
 # A step that reads a device value on the host cannot be captured (tests/sync_table.py counts).
 SYNCING_LOSSES = {"cider": "its prototype EMA copies (labels valid?, rounds) to the host each step"}
 SYNCING_STRATEGIES = {
-    "mioc": "its Triton OC-SVM fit is sync-free on CUDA (empty_inliers 'skip' still syncs once) "
-    "but has not yet been run under CUDA-graph capture on a GPU; refused until it is measured",
+    "mioc": "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
+    "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; refused "
+    "until it is measured there",
 }
 # A Python value that changes between steps would be frozen in the graph.
 PYTHON_STATE_LOSSES = {

@@ -56,7 +56,7 @@ def test_the_digits_recipe_is_accepted_on_one_cuda_device():
         (["train.lr_per_epoch=false"], 1, "train.lr_per_epoch=false"),
         (["eval.online_probe=true"], 1, "online probe"),
         (["loss.name=cider"], 1, "loss 'cider': its prototype EMA"),
-        (["negatives.name=mioc"], 1, "not yet been run under CUDA-graph capture"),
+        (["negatives.name=mioc"], 1, "never completed on a GPU, let alone under CUDA-graph"),
         (["loss.name=ring"], 1, "loss 'ring': its band anneals"),
         (
             [
