@@ -16,8 +16,9 @@ Prefixed names read a folder by path (absolute or from the current directory; ``
 ``imagefolder:<path>``, every image under it, unlabelled (OOD); ``folder:<path>``, torchvision's
 ImageFolder layout ``<path>/{train,val,test}/<class>/<image>`` (transfer), labelled by the sorted
 class folders of ``train/``, which the other splits may subset (a training class without images
-in a split is reported once; a class folder training lacks is an error). Without ``test/``, ``val/`` is the
-test split (ImageNet-style folders ship train and val only), and ``trainval`` is ``train``.
+in a split is reported once; a class folder training lacks is an error). Without ``test/``,
+``val/`` is the test split (ImageNet-style folders ship train and val only), and ``trainval`` is
+``train``.
 
 What the torchvision constructors check on disk (torchvision 0.2x, read in site-packages):
 
