@@ -104,6 +104,27 @@ def read_image(path: str | Path) -> torch.Tensor:
         raise BadImageError(f"cannot read image {path}: {e}") from None
 
 
+def read_pil(path: str | Path) -> Image.Image:
+    """An image file as a PIL RGB image (the evaluation sets' loader): torchvision's
+    ``pil_loader`` with 16-bit grey levels scaled as :func:`pil_rgb` does, and an unreadable or
+    corrupt file a :class:`BadImageError` naming it."""
+    data = _read_bytes(str(path))
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return pil_rgb(img)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise BadImageError(f"cannot read image {path}: {e}") from None
+
+
+def bad_image_line(e: Exception) -> str:
+    """The 'cannot read image PATH: why' line of a :class:`BadImageError`, also when a loader
+    worker re-raised it inside its traceback."""
+    for line in reversed(str(e).splitlines()):
+        if "BadImageError: " in line:
+            return line.split("BadImageError: ", 1)[1]
+    return str(e)
+
+
 def is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from PIL import Image
 from torch.utils.data import ConcatDataset, Dataset
 from torchvision import datasets as tvd
-from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
 from pretrain import datasets as pretrain_datasets
@@ -151,7 +151,7 @@ class ImageFiles(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        return default_loader(str(self.files[i])), -1
+        return imagefiles.read_pil(self.files[i]), -1
 
 
 class ClassFolder(tvd.ImageFolder):
@@ -160,7 +160,9 @@ class ClassFolder(tvd.ImageFolder):
 
     def __init__(self, root: Path, classes: list[str]) -> None:
         self.given = classes
-        super().__init__(str(root), is_valid_file=_visible_image, allow_empty=True)
+        super().__init__(
+            str(root), loader=imagefiles.read_pil, is_valid_file=_visible_image, allow_empty=True
+        )
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         return self.given, {c: i for i, c in enumerate(self.given)}

@@ -5,19 +5,25 @@ and weights that are not finite refused by name."""
 
 from __future__ import annotations
 
+import builtins
+import json
+import os
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from fakeckpt import make_checkpoint
 from fakedata_eval import write_cinic10, write_image_tree
+from PIL import Image
 
+from linear_eval.cli.main import main
 from linear_eval.inputs import features
 from linear_eval.inputs.eval_datasets import build_eval_dataset
 from linear_eval.inputs.features import FeatureStore
-from pretrain import checkpoint
+from pretrain import checkpoint, imagefiles
 
 TRAIN_RELS = ["ant/1.png", "ant/2.png", "cat/1.png", "cat/2.png", "owl/1.png", "owl/2.png"]
 
@@ -148,3 +154,69 @@ def test_weights_that_are_not_finite_are_refused_by_name(tmp_path):
     )
     with pytest.raises(checkpoint.CheckpointError, match=re.escape(message)):
         features.load_model(ckpt)
+
+
+def test_weights_that_are_not_finite_end_linear_eval_with_exit_1(tmp_path, capsys):
+    ckpt = make_checkpoint(tmp_path / "run")
+    state = torch.load(ckpt, weights_only=True)
+    key = next(k for k in state["model"] if k.endswith("running_var"))
+    state["model"][key].fill_(float("inf"))
+    checkpoint.save(state, ckpt)
+    assert main(["knn", "--ckpt", str(ckpt), "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "holds weights that are not finite" in err and "frozen encoder changed" not in err
+
+
+# --- item 10 and item 4 in the evaluation sets' loader -------------------------------------------
+
+
+def test_an_unreadable_evaluation_image_is_named_and_ends_the_run_with_exit_1(
+    tmp_path, monkeypatch, capsys
+):
+    write_image_tree(tmp_path / "data" / "train", TRAIN_RELS, seed=1)
+    write_image_tree(tmp_path / "data" / "test", TRAIN_RELS, seed=2)
+    ckpt = make_checkpoint(
+        tmp_path / "run", "data.name=imagefolder", f"data.root={tmp_path / 'data'}",
+        "data.image_size=8", "data.eval_resize=8", "train.batch_size=4", "moco.queue_size=4",
+    )  # fmt: skip
+    denied = tmp_path / "data" / "test" / "cat" / "2.png"
+    real_open = builtins.open
+
+    def fake_open(p, *a, **k):  # root reads chmod 000 files: emulate the denial
+        if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(denied):
+            raise PermissionError(13, "Permission denied", str(denied))
+        return real_open(p, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert main(["knn", "--ckpt", str(ckpt), "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"error: cannot read image {denied}: permission denied; give the user running negmine "
+        "read rights on it (chmod a+r); fix or remove the file"
+    ) in err, err
+    ood = build_eval_dataset(f"imagefolder:{tmp_path / 'data' / 'test'}", "unused", "test")
+    with pytest.raises(imagefiles.BadImageError, match="permission denied"):
+        ood[3]
+
+
+def test_evaluation_folders_read_16_bit_images_by_the_top_byte(tmp_path):
+    write_image_tree(tmp_path / "train", TRAIN_RELS, seed=1)
+    write_image_tree(tmp_path / "test", ["cat/1.png"], seed=2)
+    grey = np.random.default_rng(0).integers(0, 65536, (6, 5), dtype=np.uint16)
+    Image.fromarray(grey).save(tmp_path / "test" / "cat" / "1.png")  # a 16-bit PNG
+    got = np.asarray(build_eval_dataset(f"folder:{tmp_path}", "unused", "test")[0][0])
+    np.testing.assert_array_equal(got, np.repeat((grey >> 8).astype(np.uint8)[..., None], 3, 2))
+
+
+def test_linear_eval_with_a_truncated_cache_warns_and_succeeds(tmp_path, capsys):
+    ckpt = make_checkpoint(tmp_path / "run")
+    assert main(["knn", "--ckpt", str(ckpt)]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    files = sorted((tmp_path / "run" / "features").glob("*.pt"))
+    assert files
+    for f in files:
+        f.write_bytes(f.read_bytes()[:100])
+    assert main(["knn", "--ckpt", str(ckpt)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1]) == first
+    assert captured.err.count("warning: the feature cache file") == len(files)
