@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -162,7 +162,7 @@ class FolderWalk:
     :meth:`report` names every such link in one warning.
     """
 
-    def __init__(self, top: Path, starts: list[Path] = ()) -> None:
+    def __init__(self, top: Path, starts: Sequence[Path] = ()) -> None:
         self.top = top
         real = Path(os.path.realpath(top))
         self.known = {_folder_key(p) for p in (real, *real.parents)}
@@ -255,14 +255,14 @@ def scan_folder(
                 "have no label: remove them or add them to the training split"
             )
     walk = FolderWalk(folder, [folder / n for n in names])
+    index = {c: i for i, c in enumerate(names if classes is None else classes)}
     samples: list[tuple[str, int]] = []
     empty = []
     for name in names:
         files = walk.files(folder / name, keep)
         if not files:
             empty.append(name)
-        label = names.index(name) if classes is None else classes.index(name)
-        samples += [(f, label) for f in sorted(files)]
+        samples += [(f, index[name]) for f in sorted(files)]
     walk.report()
     if classes is None and empty:
         raise DatasetError(

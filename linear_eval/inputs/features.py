@@ -42,7 +42,9 @@ from pretrain.model import Encoder
 CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.5, 1])
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
 ROTATIONS = (0, 90, 180, 270)
-CACHE_VERSION = 1  # bump when the stored layout changes
+# bump when the stored layout or meaning changes; 2: an image-folder run's test split labelled by
+# the training split's class names (issue 34: version-1 files may hold shifted labels)
+CACHE_VERSION = 2
 CORRUPT_SOURCE = (
     "linear_eval.inputs.corruptions.corrupt"  # cache-key source of computed corruptions
 )
