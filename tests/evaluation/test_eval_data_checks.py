@@ -58,6 +58,25 @@ def test_run_image_folder_test_split_keeps_the_training_labels(tmp_path, capsys)
     assert err.count(missing_warning(tmp_path / "data" / "test", "ant")) == 1, err
 
 
+def test_a_run_on_image_lists_is_evaluated_on_its_own_lists(tmp_path):
+    write_image_tree(tmp_path / "data" / "img", [f"{i}.png" for i in range(6)], seed=3)
+    (tmp_path / "data" / "train").mkdir()  # a decoy: linear_eval read train/ before
+    (tmp_path / "data" / "my_train.txt").write_text(
+        "".join(f"img/{i}.png {i % 2}\n" for i in range(4))
+    )
+    (tmp_path / "data" / "my_test.txt").write_text("img/4.png 1\nimg/5.png 1\n")
+    ckpt = make_checkpoint(
+        tmp_path / "run", "data.name=imagefolder", f"data.root={tmp_path / 'data'}",
+        "data.train_split=my_train.txt", "data.test_split=my_test.txt", "data.image_size=8",
+        "data.eval_resize=8", "train.batch_size=4", "moco.queue_size=4",
+    )  # fmt: skip
+    store = FeatureStore(features.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
+    train, test = store.dataset("imagefolder", "train"), store.dataset("imagefolder", "test")
+    assert [Path(p).name for p, _ in train.samples] == [f"{i}.png" for i in range(4)]
+    assert train.targets == [0, 1, 0, 1] and test.targets == [1, 1]
+    assert test.classes == ["0", "1"]
+
+
 def test_folder_prefix_test_split_without_a_class_is_reported_once(tmp_path, capsys):
     write_image_tree(tmp_path / "train", TRAIN_RELS, seed=1)
     write_image_tree(tmp_path / "test", ["cat/9.png", "owl/9.png"], seed=2)
