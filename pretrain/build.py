@@ -167,7 +167,10 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     else:
         base_bank = datasets.build(d.name, d.root, "train", skip_bad=skipped)
     # all classes (one-class: ID and OOD)
-    base_test = datasets.build(d.name, d.root, d.test_split if files else "test", skip_bad=skipped)
+    # labelled by the training split's class names (a class folder missing here shifts nothing)
+    names = getattr(base_train, "classes", None) if d.name == "imagefolder" else None
+    split = d.test_split if files else "test"
+    base_test = datasets.build(d.name, d.root, split, skip_bad=skipped, classes=names)
     if d.in_classes:
         try:
             same = base_bank is base_train

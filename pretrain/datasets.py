@@ -105,6 +105,17 @@ class ClassSubsetFolder(tvd.ImageFolder):
         self._wanted = sorted(classes)
         super().__init__(root, loader=imagefiles.read_image, **kwargs)
 
+    def make_dataset(  # type: ignore[override]
+        self,
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Any = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        """torchvision's scan, with symbolic links followed without entering a folder twice."""
+        return imagefiles.folder_samples(directory, class_to_idx, imagefiles.is_image, allow_empty)
+
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         missing = [c for c in self._wanted if not (Path(directory) / c).is_dir()]
         if missing:
@@ -116,20 +127,29 @@ class ClassSubsetFolder(tvd.ImageFolder):
         return self._wanted, {c: i for i, c in enumerate(self._wanted)}
 
 
-def build(name: str, root: str, split: str, *, skip_bad: torch.Tensor | None = None) -> Dataset:
+def build(
+    name: str,
+    root: str,
+    split: str,
+    *,
+    skip_bad: torch.Tensor | None = None,
+    classes: list[str] | None = None,
+) -> Dataset:
     """Read dataset ``name`` under ``root``; ``split`` is train, test (val) or train+unlabeled.
 
     For ``imagefolder``/``imagenet100`` the split is a folder under ``root`` (``test`` reads
     ``test/`` or else ``val/``, ``val`` the reverse) or an image-list file (``*.txt``, lines
-    ``relative/path label`` relative to ``root``). ``skip_bad``: a counter from
+    ``relative/path label`` relative to ``root``). ``classes``: for ``imagefolder``, the class
+    names of the training split, which label this split's class folders by name (list labels
+    index them); see :func:`imagefiles.scan_folder`. ``skip_bad``: a counter from
     :func:`imagefiles.skip_counter` to replace unreadable images (and count them) instead of
     raising :class:`imagefiles.BadImageError`.
     """
-    ds = _build(name, root, split)
+    ds = _build(name, root, split, classes)
     return ds if skip_bad is None else imagefiles.SkipBadImages(ds, skip_bad)
 
 
-def _build(name: str, root: str, split: str) -> Dataset:
+def _build(name: str, root: str, split: str, classes: list[str] | None = None) -> Dataset:
     base = Path(root).expanduser()
     train = split != "test"
     if name == "digits":
@@ -164,7 +184,7 @@ def _build(name: str, root: str, split: str) -> Dataset:
             )
         return STL10(str(base), split=split if split != "val" else "test", download=False)
     if name in ("imagefolder", "imagenet100"):
-        return _image_files(name, base, split)
+        return _image_files(name, base, split, classes)
     raise ValueError(f"unknown dataset {name!r}")
 
 
@@ -201,8 +221,9 @@ class ClassSubset(Subset):
         self.classes = list(getattr(ds, "classes", None) or range(total))
 
 
-def _image_files(name: str, base: Path, split: str) -> Dataset:
-    """``imagefolder``/``imagenet100``: a class-folder split or an image-list file."""
+def _image_files(name: str, base: Path, split: str, classes: list[str] | None) -> Dataset:
+    """``imagefolder``/``imagenet100``: a class-folder split or an image-list file, labelled by
+    the training split's ``classes`` when given (ImageNet-100's are fixed)."""
     title = "ImageNet-100" if name == "imagenet100" else "ImageFolder dataset"
     if split.endswith(".txt"):
         list_file = Path(split) if Path(split).is_absolute() else base / split
@@ -213,10 +234,9 @@ def _image_files(name: str, base: Path, split: str) -> Dataset:
                 "  lines 'relative/path label', paths relative to data.root",
                 f"write the list, or point data.train_split/data.test_split at it (root {base})",
             )
-        samples, classes = imagefiles.read_list(list_file, base)
         if name == "imagenet100":
             raise imagefiles.DatasetError("imagenet100 reads class folders, not image lists")
-        return imagefiles.ImageFiles(samples, classes)
+        return imagefiles.ImageFiles(*imagefiles.read_list(list_file, base, classes))
     alternatives = {"test": ("test", "val"), "val": ("val", "test")}.get(split, (split,))
     folder = next((base / s for s in alternatives if (base / s).is_dir()), base / split)
     if not folder.is_dir():
@@ -231,7 +251,7 @@ def _image_files(name: str, base: Path, split: str) -> Dataset:
         )
     if name == "imagenet100":
         return ClassSubsetFolder(str(folder), imagenet100_classes())
-    return imagefiles.ImageFiles(*imagefiles.scan_folder(folder))
+    return imagefiles.ImageFiles(*imagefiles.scan_folder(folder, classes))
 
 
 def stratified_subset(ds: Dataset, amount: float, seed: int) -> Subset:

@@ -153,3 +153,69 @@ def test_loader_workers_never_exceed_the_ranks_cores(monkeypatch):
     monkeypatch.setattr(cores.os, "sched_getaffinity", lambda _: set(range(32)), raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert cores.per_rank() == 8 and cores.loader_workers(8) == 7 and cores.loader_workers(4) == 4
+
+
+# --- valid images that crashed training (issue 34, item 4), written in their true format ------
+
+
+def write_png16_rgb(path, hwc16: np.ndarray) -> None:
+    """A 16-bit-per-channel RGB PNG (colour type 2, bit depth 16; PIL cannot write one), encoded
+    by hand after the PNG specification: big-endian samples, filter type 0 on every row."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    h, w, _ = hwc16.shape
+    rows = b"".join(b"\x00" + hwc16[y].astype(">u2").tobytes() for y in range(h))
+    ihdr = struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )  # fmt: skip
+
+
+def random_u16(shape, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 65536, shape, dtype=np.uint16)
+
+
+def test_16_bit_png_decodes_to_8_bits_by_the_top_byte(tmp_path):
+    rgb = random_u16((6, 7, 3), 0)
+    write_png16_rgb(tmp_path / "rgb16.png", rgb)
+    assert Image.open(tmp_path / "rgb16.png").mode in ("RGB;16", "RGB", "I;16")  # PIL parses it
+    gray = random_u16((5, 4), 1)
+    Image.fromarray(gray).save(tmp_path / "gray16.png")  # PIL writes I;16 as a 16-bit PNG
+    Image.fromarray(gray).save(tmp_path / "gray16.tif")  # 16-bit TIFF: the PIL path
+    cases = [("rgb16.png", rgb), ("gray16.png", gray), ("gray16.tif", gray)]
+    for name, pixels in cases:
+        got = imagefiles.read_image(tmp_path / name)
+        expected = (pixels >> 8).astype(np.uint8)
+        expected = np.repeat(expected[..., None], 3, 2) if expected.ndim == 2 else expected
+        assert got.dtype == torch.uint8 and got.shape == (3, *pixels.shape[:2]), name
+        np.testing.assert_array_equal(chw_to_hwc(got), expected, err_msg=name)
+
+
+def test_animated_gif_named_jpg_decodes_its_first_frame(tmp_path):
+    frames = random_images(3, 10, 7)
+    pil = [Image.fromarray(f).quantize(colors=256, method=Image.Quantize.MEDIANCUT) for f in frames]
+    pil[0].save(tmp_path / "anim.jpg", format="GIF", save_all=True, append_images=pil[1:])
+    assert Image.open(tmp_path / "anim.jpg").n_frames == 3
+    expected = np.asarray(Image.open(tmp_path / "anim.jpg").convert("RGB"))  # PIL: frame 0
+    got = imagefiles.read_image(tmp_path / "anim.jpg")
+    assert got.dtype == torch.uint8 and got.shape == (3, 10, 10)
+    np.testing.assert_array_equal(chw_to_hwc(got), expected)
+    assert np.abs(expected.astype(int) - frames[0].astype(int)).mean() < 40  # it is frame 0
+
+
+def test_such_images_train_in_a_batch_with_ordinary_ones(tmp_path):
+    write_png(tmp_path / "train" / "a" / "0.png", random_images(1, 8, 0)[0])
+    write_png16_rgb(tmp_path / "train" / "a" / "1.png", random_u16((8, 8, 3), 2))
+    frames = [Image.fromarray(f) for f in random_images(2, 8, 3)]
+    (tmp_path / "train" / "b").mkdir()
+    frames[0].save(tmp_path / "train" / "b" / "2.jpg", format="GIF", save_all=True,
+                   append_images=frames[1:])  # fmt: skip
+    ds = datasets.build("imagefolder", str(tmp_path), "train")
+    batch = next(iter(DataLoader(ds, batch_size=3)))
+    assert batch[0].shape == (3, 3, 8, 8) and batch[0].dtype == torch.uint8

@@ -27,6 +27,7 @@ from linear_eval.inputs.session import Options, Session, clean, configure_thread
 from linear_eval.records import summary
 from pretrain import checkpoint
 from pretrain.datasets import DatasetNotFoundError
+from pretrain.imagefiles import BadImageError, bad_image_line
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate(args)
     except checkpoint.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BadImageError as e:  # also when re-raised from a loader worker
+        print(f"error: {bad_image_line(e)}; fix or remove the file", file=sys.stderr)
         return 1
     except (DatasetNotFoundError, ValueError) as e:  # UsageError, ConfigError
         print(f"error: {e}", file=sys.stderr)

@@ -41,6 +41,7 @@ from linear_eval.report import document
 from pretrain.checkpoint import CheckpointError
 from pretrain.config import ConfigError
 from pretrain.datasets import DatasetNotFoundError
+from pretrain.imagefiles import BadImageError, bad_image_line
 
 COMMANDS = (
     "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare",
@@ -328,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BadImageError as e:  # also when re-raised from a loader worker
+        print(f"error: {bad_image_line(e)}; fix or remove the file", file=sys.stderr)
         return 1
     except (DatasetNotFoundError, ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -15,8 +15,10 @@ The OOD image folders have no splits and accept any of the four.
 Prefixed names read a folder by path (absolute or from the current directory; ``root`` unused):
 ``imagefolder:<path>``, every image under it, unlabelled (OOD); ``folder:<path>``, torchvision's
 ImageFolder layout ``<path>/{train,val,test}/<class>/<image>`` (transfer), labelled by the sorted
-class folders of ``train/``, which the other splits may subset. Without ``test/``, ``val/`` is the
-test split (ImageNet-style folders ship train and val only), and ``trainval`` is ``train``.
+class folders of ``train/``, which the other splits may subset (a training class without images
+in a split is reported once; a class folder training lacks is an error). Without ``test/``,
+``val/`` is the test split (ImageNet-style folders ship train and val only), and ``trainval`` is
+``train``.
 
 What the torchvision constructors check on disk (torchvision 0.2x, read in site-packages):
 
@@ -47,10 +49,11 @@ from pathlib import Path
 from PIL import Image
 from torch.utils.data import ConcatDataset, Dataset
 from torchvision import datasets as tvd
-from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
 from pretrain import datasets as pretrain_datasets
+from pretrain import imagefiles
 from pretrain.data import eval_transform
 from pretrain.datasets import DatasetNotFoundError, missing_dataset
 
@@ -133,16 +136,14 @@ def _visible_image(path: str) -> bool:
 class ImageFiles(Dataset):
     """Every image file under ``folder`` at any depth, sorted by relative path, label -1.
 
-    Symlinked folders are followed; hidden files are skipped.
+    Symlinked folders are followed, never into a folder read already (a loop is reported once:
+    :class:`pretrain.imagefiles.FolderWalk`); hidden files are skipped.
     """
 
     def __init__(self, folder: Path) -> None:
-        found = [
-            Path(top) / f
-            for top, _, files in os.walk(folder, followlinks=True)
-            for f in files
-            if _visible_image(f)
-        ]
+        walk = imagefiles.FolderWalk(folder)
+        found = [Path(f) for f in walk.files(folder, _visible_image)]
+        walk.report()
         self.files = sorted(found, key=lambda p: p.relative_to(folder).as_posix())
         self.targets = [-1] * len(self.files)
 
@@ -150,18 +151,43 @@ class ImageFiles(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[Image.Image, int]:
-        return default_loader(str(self.files[i])), -1
+        return imagefiles.read_pil(self.files[i]), -1
 
 
 class ClassFolder(tvd.ImageFolder):
-    """torchvision's ImageFolder over given ``classes`` (a split may lack some), no hidden files."""
+    """torchvision's ImageFolder over given ``classes`` (a split may lack some), no hidden files,
+    symbolic links followed without entering a folder twice."""
 
     def __init__(self, root: Path, classes: list[str]) -> None:
         self.given = classes
-        super().__init__(str(root), is_valid_file=_visible_image, allow_empty=True)
+        super().__init__(
+            str(root), loader=imagefiles.read_pil, is_valid_file=_visible_image, allow_empty=True
+        )
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         return self.given, {c: i for i, c in enumerate(self.given)}
+
+    def make_dataset(  # type: ignore[override]
+        self,
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        return imagefiles.folder_samples(directory, class_to_idx, _visible_image, allow_empty)
+
+
+def _split_classes(name: str, split: Path, classes: list[str]) -> ClassFolder:
+    """``split``'s class folders labelled by the training split's ``classes``: a folder of a class
+    training lacks is an error naming it, a training class without images here a warning."""
+    extra = sorted(set(_class_dirs(split)) - set(classes))
+    if extra:
+        raise ValueError(f"{name}: class folders {extra} of {split} are not in train/")
+    ds = ClassFolder(split, classes)
+    if len(ds) and split.name != "train":  # train/ itself: an empty class is an error (below)
+        imagefiles.missing_classes(split, classes, set(ds.targets))
+    return ds
 
 
 def _require(title: str, folder: Path, need: list[Path], how: str) -> None:
@@ -209,7 +235,9 @@ def _cinic10(base: Path, split: str) -> Dataset:
         f"it into {folder}"
     )
     _require("CINIC-10", folder, [folder / s for s in subs[split]], how)
-    parts = [tvd.ImageFolder(str(folder / s)) for s in subs[split]]
+    _require("CINIC-10", folder, [folder / "train"], how)  # names the classes of every split
+    classes = _class_dirs(folder / "train")
+    parts = [_split_classes("cinic10", folder / s, classes) for s in subs[split]]
     return parts[0] if len(parts) == 1 else _union(parts)
 
 
@@ -305,7 +333,8 @@ def _ood_folder(title: str, folder: Path, how: str) -> ImageFiles:
 
 
 def _class_dirs(folder: Path) -> list[str]:
-    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    entries = imagefiles.list_folder(folder)  # an unreadable folder is named as such
+    return sorted(d.name for d in entries if d.is_dir() and not d.name.startswith("."))
 
 
 def _labelled_folder(name: str, path: Path, split: str) -> Dataset:
@@ -322,10 +351,7 @@ def _labelled_folder(name: str, path: Path, split: str) -> Dataset:
             raise missing_dataset(name, path, f"{layout}\n(no class folders in {need})", how)
     classes, parts = _class_dirs(path / "train"), []
     for sub in subs:
-        extra = sorted(set(_class_dirs(path / sub)) - set(classes))
-        if extra:
-            raise ValueError(f"{name}: class folders {extra} of {path / sub} are not in train/")
-        ds = ClassFolder(path / sub, classes)
+        ds = _split_classes(name, path / sub, classes)
         empty = [classes[c] for c in sorted(set(range(len(classes))) - set(ds.targets))]
         if not len(ds) or (sub == "train" and empty):
             gone = f"{layout}\n(no images of {empty} in {path / sub})"

@@ -35,14 +35,16 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from linear_eval.inputs import corruptions, eval_datasets, foreign
-from pretrain import build, checkpoint, config, data, datasets
+from pretrain import build, checkpoint, config, data, datasets, imagefiles
 from pretrain.config import Config, ConfigError
 from pretrain.model import Encoder
 
 CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.5, 1])
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
 ROTATIONS = (0, 90, 180, 270)
-CACHE_VERSION = 1  # bump when the stored layout changes
+# bump when the stored layout or meaning changes; 2: an image-folder run's test split labelled by
+# the training split's class names (issue 34: version-1 files may hold shifted labels)
+CACHE_VERSION = 2
 CORRUPT_SOURCE = (
     "linear_eval.inputs.corruptions.corrupt"  # cache-key source of computed corruptions
 )
@@ -86,6 +88,7 @@ def load_foreign(path: str | Path, cfg_name: str, overrides: list[str] | None = 
     """Weights made elsewhere (:mod:`linear_eval.inputs.foreign`) as a :class:`Model`."""
     encoder, cfg, tag = foreign.load(path, cfg_name, overrides)
     encoder = encoder.eval().requires_grad_(False)
+    _refuse_non_finite(encoder, Path(path))
     reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
     p = Path(path)
     return Model(
@@ -123,8 +126,27 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
         checkpoint.load_module(moco, state["model"], "model")
         tag = f"step{state['global_step']}-{_digest(path)}"
     encoder = moco.encoder_q.eval().requires_grad_(False)
+    _refuse_non_finite(encoder, path)
     reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
     return Model(encoder, cfg, state["epoch"], state["global_step"], tag, path, reference)
+
+
+def _refuse_non_finite(encoder: Encoder, path: Path) -> None:
+    """Raise CheckpointError naming the tensors of ``encoder`` (parameters and BatchNorm
+    statistics) that hold NaN or inf: their features mean nothing, and the frozen-encoder check
+    would call them changed (NaN equals nothing, itself included)."""
+    bad = [
+        k
+        for k, v in encoder.state_dict().items()
+        if v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if bad:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path} holds weights that are not finite (NaN or inf) in {len(bad)} "
+            f"tensor(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; features of these "
+            "weights mean nothing: evaluate an earlier checkpoint (checkpoints/epoch_N.pt, kept "
+            "with train.keep_every=N)"
+        )
 
 
 def _file_id(path: Path) -> str:
@@ -309,10 +331,19 @@ class FeatureStore:
 
     def dataset(self, name: str, split: str) -> Dataset:
         """The run's own dataset through :mod:`pretrain.datasets`, anything else through
-        :mod:`linear_eval.inputs.eval_datasets`; raises DatasetNotFoundError naming the path."""
+        :mod:`linear_eval.inputs.eval_datasets`; raises DatasetNotFoundError naming the path.
+        For a run on image folders, ``train``/``test`` are its ``data.train_split`` and
+        ``data.test_split``, the test split labelled by the training split's class names."""
         if (name, split) not in self._datasets:
             if name == self.run_dataset or name == "digits":
-                ds = datasets.build(name, self.data_root, split)
+                d, classes = self.model.cfg.data, None
+                if name in build.IMAGE_FILES:  # the run's own splits; labels named by training
+                    where = {"train": d.train_split, "test": d.test_split}.get(split, split)
+                    if split != "train" and name == "imagefolder":
+                        classes = self.dataset(name, "train").classes
+                else:
+                    where = split
+                ds = datasets.build(name, self.data_root, where, classes=classes)
             else:
                 ds = eval_datasets.build_eval_dataset(name, self.data_root, split)
             self._datasets[(name, split)] = ds
@@ -395,8 +426,9 @@ class FeatureStore:
             path = (
                 self.cache_dir / f"{name.replace('/', '_')}-{split}-{view.name}{suffix}-{digest}.pt"
             )
-            if path.exists():
-                return Features.from_dict(torch.load(path, weights_only=True)["features"])
+            cached = _read_cache(path) if path.exists() else None
+            if cached is not None:
+                return cached
         # .npy images are corrupted already: the full transform, nothing applied after it
         feats = self._extract(name, split, tf, view, corruption if npy is None else None, npy)
         if path is not None:
@@ -421,6 +453,27 @@ class FeatureStore:
         ds = Viewed(base, tf, view, image_size=size)
         loader = build.eval_loader(ds, self.batch_size, self.num_workers)
         return encode(self.model.encoder, loader, self.device, corruption, normalize)
+
+
+def _read_cache(path: Path) -> Features | None:
+    """The features stored at ``path``, or None (after one warning naming the file) when it is
+    corrupt: truncated, not a torch file, or of another layout; the caller extracts them again
+    and rewrites the file (atomically)."""
+    try:
+        stored = torch.load(path, weights_only=True)["features"]
+        feats = Features.from_dict(stored)
+        n = len(feats.labels)
+        parts = [feats.backbone, feats.head] + ([] if feats.kappa is None else [feats.kappa])
+        if not all(isinstance(t, torch.Tensor) and t.shape[0] == n for t in parts):
+            raise ValueError("its arrays differ in length")
+        return feats
+    except Exception as e:  # noqa: BLE001 - any unreadable cache file is rebuilt, none is fatal
+        reason = (str(e).split(". ")[0] or type(e).__name__).strip()[:160]
+        imagefiles.warn(
+            f"the feature cache file {path} is corrupt ({type(e).__name__}: {reason}); "
+            "extracting the features again and rewriting it"
+        )
+        return None
 
 
 def _output_size(tf: v2.Compose) -> int:
