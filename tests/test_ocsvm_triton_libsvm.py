@@ -6,16 +6,19 @@ support set, dual coefficients and rho, as there.
 - ``unshrink``: ``do_shrinking``'s unshrink step (``Gmax1 + Gmax2 <= eps * 10``: reconstruct the
   gradient, reactivate every variable) fires at the 2nd shrink with variables shrunk and the gap
   at 8.8 eps: skipping it, or testing ``<= eps * 5``, takes 47 iterations instead of 42.
-- ``upper_tie``: exact duplicates, one copy at the upper bound with -G equal to Gmax1, which
-  ``be_shrunk`` keeps (``-G > Gmax1``); shrinking it changes which copy moves later.
+- ``upper_tie``: exact duplicates (x_t = x_t+8); at the shrink after 16 iterations, alpha_0 = C
+  with -G_0 = Gmax1 (G_0 = G_8, its copy's), which ``be_shrunk`` keeps (``-G > Gmax1``). Shrunk
+  (``>=``), point 0 swaps places with point 15, and the next j, a tie between the copies 7 and 15
+  (libsvm takes the later position), becomes 7: other alphas from there on.
 - ``blocks_tie``: n = 1,026, two blocks of 1,024 positions; the first working set's j is reached
   by two exact duplicates, one per block, and libsvm takes the last (``>=`` across blocks); the
   first gives other support vectors and one iteration less.
-- ``blocks_tie_i``: the same for i, the last minimum of G (``<=`` across blocks).
+- ``blocks_tie_i``: the same for i, the last minimum of G over alpha < C (``<=`` across blocks):
+  the copies at 500 and 1,025; the first changes the support set.
 
-Mutation tests of issue 32 (item 8) check that each case fails when its detail is changed in the
-kernel; the host SMO (``negatives/ocsvm_smo.py``), run with the same change where it can be made
-from outside, checks here that each case exercises what it claims.
+Each case fails when its detail is changed in the kernel (issue 32, item 8: the table is in
+``docs/ocsvm_gpu.md``); :func:`test_cases_exercise_what_they_claim` checks the claims above with
+the host SMO (``negatives/ocsvm_smo.py``, changed from outside where it can be) and numpy.
 """
 
 from __future__ import annotations
@@ -104,14 +107,14 @@ def test_matches_sklearn(fitted, name):
 
 def host_fit(name: str, monkeypatch, change: str = "") -> tuple[OneClassSVM, list[dict]]:
     """The host SMO on a case, each ``do_shrinking`` call recorded (active size, the gap
-    (Gmax1 + Gmax2) / eps, upper-bound alphas with -G = Gmax1); ``change``: "no_unshrink" (the
-    unshrink step skipped) or "eps5" (its threshold eps * 5)."""
+    (Gmax1 + Gmax2) / eps, the points at the upper bound with -G = Gmax1); ``change``:
+    "no_unshrink" (the unshrink step skipped) or "eps5" (its threshold eps * 5)."""
     shrink, calls = smo._shrink, []
 
     def recorded(o, s, eps):
         G, a = s.G[: s.A], s.alpha[: s.A]
         gmax1, gmax2 = -G[a < 1.0].min(initial=np.inf), G[a > 0.0].max(initial=-np.inf)
-        ties = int(((a >= 1.0) & (-G == gmax1)).sum())
+        ties = s.perm[: s.A][(a >= 1.0) & (-G == gmax1)].tolist()  # as point indices
         calls.append({"A": s.A, "l": s.l, "gap": (gmax1 + gmax2) / eps, "upper_ties": ties})
         s.unshrink |= change == "no_unshrink"
         shrink(o, s, eps / 2 if change == "eps5" else eps)  # eps is read by the unshrink test only
@@ -130,7 +133,8 @@ def test_cases_exercise_what_they_claim(monkeypatch):
     for change in ("no_unshrink", "eps5"):
         assert host_fit("unshrink", monkeypatch, change)[0].n_iter_ != sk["unshrink"].n_iter_
 
-    assert any(call["upper_ties"] for call in host_fit("upper_tie", monkeypatch)[1])
+    svm, calls = host_fit("upper_tie", monkeypatch)
+    assert calls[0]["upper_ties"] == [0] and svm.n_iter_ == sk["upper_tie"].n_iter_ > 16, calls
 
     for name, side in (("blocks_tie", "j"), ("blocks_tie_i", "i")):  # the first working set
         X = data(CASES[name][0])[0].double()
