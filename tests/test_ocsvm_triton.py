@@ -8,6 +8,8 @@ interpreter costs ~20 ms per SMO iteration, so the cases are small (n <= 256), e
 that it tests something: the iterations pass min(n, 1000) (libsvm shrinks), duplicated points
 (exact ties: which duplicate is picked depends on libsvm's index swaps) where skipping shrinking
 changes the support set, nu * n integral, the linear kernel, max_iter, and non-finite input.
+Details of libsvm that these cases cannot tell apart (unshrinking, be_shrunk's bound, the tie rule
+across blocks of 1,024) have their own cases in ``tests/test_ocsvm_triton_libsvm.py``.
 """
 
 from __future__ import annotations
