@@ -215,16 +215,30 @@ def antialias_weights(
     return w / w.sum(dim=2, keepdim=True)
 
 
+def fixed_point(w: torch.Tensor) -> torch.Tensor:
+    """Weights (N, out, size) rounded as torch's uint8 antialiased resampler rounds them (after
+    Pillow-SIMD): to multiples of 2^-p, p the largest precision (<= 22) at which the largest
+    weight of the image's axis still fits 15 bits. The products with uint8 values and their sums
+    stay exact in float32, so the result is that kernel's, bit for bit (tested)."""
+    wmax = w.amax(dim=(1, 2)).to(torch.float64)  # (N,)
+    bits = torch.arange(23, dtype=torch.float64, device=w.device)
+    stop = torch.floor(0.5 + wmax[:, None] * torch.exp2(bits + 1)) >= 2.0**15
+    p = torch.where(stop.any(dim=1), stop.to(torch.uint8).argmax(dim=1).to(torch.float64),
+                    torch.full_like(wmax, 22.0))  # fmt: skip
+    scale = torch.exp2(p).view(-1, 1, 1)
+    return (torch.floor(w.to(torch.float64) * scale + 0.5) / scale).to(torch.float32)
+
+
 def crop_resize_to(x: torch.Tensor, box: torch.Tensor, out: int) -> torch.Tensor:
     """RandomResizedCrop of a batch of any one size: uint8-valued float images (N, C, H, W) and
     boxes (N, 4) = (top, left, h, w) -> (N, C, out, out), up- or downsampling with the
-    antialiased filter (:func:`antialias_weights`) in torch's uint8 order (horizontal pass,
-    round, vertical pass, round), as stage 1's ``F.interpolate(uint8, antialias=True)``: within
-    one level of it (its uint8 kernel uses fixed-point weights; tested). Two batched matmuls."""
+    antialiased filter (:func:`antialias_weights`) in fixed point (:func:`fixed_point`) and in
+    torch's uint8 order (horizontal pass, round, vertical pass, round): stage 1's
+    ``F.interpolate(uint8, antialias=True)`` on a CPU bit for bit (tested). Two batched matmuls."""
     n, c, h, w = x.shape
-    wy = antialias_weights(box[:, 0], box[:, 2], h, out)  # (N, out, H)
-    wx = antialias_weights(box[:, 1], box[:, 3], w, out)  # (N, out, W)
-    y = torch.bmm(x.reshape(n, c * h, w), wx.transpose(1, 2)).add_(0.5).floor_()  # (N, C*H, out)
+    wy = fixed_point(antialias_weights(box[:, 0], box[:, 2], h, out))  # (N, out, H)
+    wx = fixed_point(antialias_weights(box[:, 1], box[:, 3], w, out))  # (N, out, W)
+    y = torch.bmm(x.reshape(n, c * h, w), wx.transpose(1, 2)).add_(0.5).floor_().clamp_(0, 255)
     y = y.view(n, c, h, out).transpose(1, 2).reshape(n, h, c * out)
     z = torch.bmm(wy, y).add_(0.5).floor_().clamp_(0.0, 255.0)  # (N, out, C*out)
     return z.view(n, out, c, out).transpose(1, 2).contiguous()
