@@ -207,12 +207,17 @@ class ResidentViews:
         return self.images.shape[0]
 
     def uniforms(self, epoch: int) -> torch.Tensor:
-        """(N, views, UNIFORMS) float64 uniforms of ``epoch``, drawn on the device from (seed,
-        epoch): sample i's views read row i, whatever its position, rank or resume point."""
+        """(views, N, UNIFORMS) float64 uniforms of ``epoch``, drawn on the device, view v's
+        from a generator seeded with (seed, epoch, v): sample i's views read column i whatever
+        its position, rank or resume point, and the two views do not depend on the number of
+        support views (as on the loader path)."""
         g = torch.Generator(device=self.device)
-        g.manual_seed(sample_seed(self.seed, epoch, 0, stream=UNIFORM_STREAM))
-        shape = (len(self), self.views, dp.UNIFORMS)
-        return torch.rand(shape, generator=g, device=self.device, dtype=torch.float64)
+        table = torch.empty((self.views, len(self), dp.UNIFORMS), dtype=torch.float64,
+                            device=self.device)  # fmt: skip
+        for v in range(self.views):
+            g.manual_seed(sample_seed(self.seed, epoch, v, stream=UNIFORM_STREAM))
+            table[v].uniform_(generator=g)
+        return table
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         s = self.sampler
@@ -225,7 +230,7 @@ class ResidentViews:
         """The batch of sample indices ``idx`` (on the device) given the epoch's table."""
         n, k = idx.shape[0], self.views
         x = self.images.index_select(0, idx)
-        u = table.index_select(0, idx).flatten(0, 1)  # (n * k, UNIFORMS)
+        u = table.index_select(1, idx).transpose(0, 1).flatten(0, 1)  # (n * k, UNIFORMS)
         rows = dp.view_rows(u, self.spec, height=self.height, width=self.width).view(n, k, -1)
         if self.at_size:
             views = [x] * k

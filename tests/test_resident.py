@@ -89,7 +89,7 @@ def _loader_rows(n: int, size: int, seed: int = 3, epoch: int = 0, **kw) -> np.n
 
 def _resident_rows(n: int, size: int, seed: int = 3, epoch: int = 0, **kw) -> np.ndarray:
     rv = _views(n, size, seed, **kw)
-    u = rv.uniforms(epoch).flatten(0, 1)
+    u = rv.uniforms(epoch).transpose(0, 1).flatten(0, 1)  # (n * 2, UNIFORMS), sample-major
     return dp.view_rows(u, rv.spec, height=size, width=size).view(n, 2, -1).numpy()
 
 
@@ -249,8 +249,10 @@ def test_config_refuses_device_without_the_two_stage_pipeline():
     with pytest.raises(ConfigError, match="data.resident"):
         config.load("digits_moco.yaml", ["data.resident=device", "data.augment_on=workers"])
     with pytest.raises(ConfigError, match="data.resident"):
-        config.load("cifar10_moco.yaml", ["data.resident=device", "data.decode_on=device",
-                                          "data.name=imagefolder"])
+        config.load(
+            "cifar10_moco.yaml",
+            ["data.resident=device", "data.decode_on=device", "data.name=imagefolder"],
+        )
     with pytest.raises(ConfigError, match="data.resident"):
         config.load("digits_moco.yaml", ["data.resident=yes"])
     assert config.load("digits_moco.yaml").data.resident == "auto"
@@ -281,6 +283,22 @@ def test_ranks_split_each_global_batch_and_see_every_sample_once_per_epoch():
     sampler = data.ResumableSampler(100, 16, seed=5)
     sampler.set_epoch(2)
     assert seen == [i for _, i in sampler]  # the loader path's order
+
+
+def test_support_views_come_with_their_rows_and_leave_the_two_views_unchanged():
+    """FNC's support crops (data.support_views): a sixth item (n, V, 3, S, S) and 2 + V rows;
+    the two views' rows are the first two whatever V (drawn from their own uniform columns)."""
+    images = torch.from_numpy(random_images(20, 40, seed=4)).permute(0, 3, 1, 2).contiguous()
+    sampler = data.ResumableSampler(20, 8, seed=1)
+    plain = next(iter(resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler)))
+    rv = resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler, support_views=3)
+    x1, x2, y, idx, rows, support = next(iter(rv))
+    assert support.shape == (8, 3, 3, 24, 24) and support.dtype == torch.uint8
+    assert rows.shape == (8, 5, ap.NUM_COLUMNS)
+    assert torch.equal(rows[..., ap.TOP :], rv.whole.expand(8, 5, -1))  # cropped here
+    assert torch.equal(idx, plain[3]) and torch.equal(y, plain[2])
+    assert torch.equal(rows[:, :2], plain[4]) and torch.equal(x1, plain[0])
+    assert not torch.equal(support[:, 0], x1)
 
 
 def test_a_mid_epoch_start_replays_the_rest_of_the_epoch():
