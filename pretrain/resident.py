@@ -56,7 +56,7 @@ def embedded(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor] | None:
     if isinstance(ds, datasets.Digits):
         return ds.data, torch.as_tensor(ds.targets, dtype=torch.int64)
     if isinstance(ds, (datasets.CIFAR10, datasets.CIFAR100)):  # (N, 32, 32, 3) HWC
-        images = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))
+        images = torch.from_numpy(ds.data).permute(0, 3, 1, 2)  # a view; load() copies once
         return images, torch.as_tensor(ds.targets, dtype=torch.int64)
     if isinstance(ds, datasets.STL10):  # (N, 3, 96, 96); unlabeled images carry -1
         return torch.from_numpy(ds.data), torch.as_tensor(ds.labels, dtype=torch.int64)

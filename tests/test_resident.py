@@ -382,7 +382,7 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
     assert not moves, moves  # dtype conversions only, never to another device
 
 
-def test_kmonitor_and_build_on_the_resident_split(tmp_path):
+def test_knn_monitor_batches_equal_the_loaders(tmp_path):
     """digits resident: the bank and held-out splits are the embedded arrays on the device, in
     the eval transform (identity resize at 16 px): equal to the loader's batches."""
     cfg = config.load("digits_moco.yaml", ["data.resident=device", f"out_dir={tmp_path}"])
