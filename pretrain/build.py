@@ -235,6 +235,8 @@ def resident_data(
     d = cfg.data
     if d.resident == "off" or d.augment_on != "device" or d.decode_on == "device":
         return None  # config.validate refuses an explicit device with the last two
+    if d.resident == "auto" and torch.device(device).type != "cuda":
+        return None  # auto is off on a CPU: nothing measured, nothing read
     splits = [base_train] + [b for b in (base_bank, base_test) if b is not base_train]
     need = sum(resident.estimate_bytes(b) for b in splits)
     need += resident.table_bytes(len(base_train), 2 + d.support_views)
