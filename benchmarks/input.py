@@ -19,8 +19,10 @@ the defaults at 224). At 224 px it also splits the time into decode, crop and ph
 
 Part 2, the trainer end to end (loader with the config's workers + train step) against a
 model-only step (the same ``engine.train_step`` on one pre-made batch), on digits_moco.yaml and on
-cifar10_moco.yaml read from the JPEG folder. On a CPU the CIFAR-10 model is shrunk
-(``--cifar-overrides``); on CUDA it is the recipe as shipped. On CUDA (or with
+cifar10_moco.yaml read from the JPEG folder (without one: synthetic 32 px JPEGs in its layout),
+each with the two augment_on paths through the loader and with ``data.resident: device`` (no
+loader: the split on the device, batches and augmentation there). On a CPU the CIFAR-10 model
+is shrunk (``--cifar-overrides``); on CUDA it is the recipe as shipped. On CUDA (or with
 ``--imagenet-trainer``) also imagenet100_moco.yaml on 500x375 JPEGs (synthetic or ``--reencode``)
 with ``data.decode_on`` cpu and device: the ratio trainer / model-only is the input pipeline's
 cost (on a CPU a small model, CPU_IN100).
@@ -328,6 +330,62 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
     return 1e3 * min(trainer), 1e3 * min(model)
 
 
+SYNTHETIC_CIFAR = 5120  # synthetic CIFAR-10 stand-in: images (the recipe's queue is 4,096)
+
+
+def synthetic_cifar(root: Path, n: int, seed: int = 0) -> Path:
+    """``root/{train,val}/c<k>/*.jpg``: ``n`` random 32x32 JPEGs (quality 95) in 10 classes and
+    a tenth as many held out: CIFAR-10's image size and file format, when no copy is at hand."""
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", n), ("val", max(10, n // 10))):
+        for i in range(count):
+            folder = root / split / f"c{i % 10}"
+            folder.mkdir(parents=True, exist_ok=True)
+            img = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+            Image.fromarray(img).save(folder / f"{i:05d}.jpg", quality=95)
+    return root
+
+
+def paired(cfg_name: str, extra: list[str], tmp: Path, steps: int, quick: bool) -> tuple:
+    """(loader ms per step, resident ms per step) of the same config (augment_on device), both
+    runs built first and timed in alternating blocks, so load on a shared machine hits both."""
+    runs = []
+    for more in ([], ["data.resident=device"]):
+        over = [*extra, *more, f"out_dir={tmp / 'run'}", "train.progress_bar=false"]
+        if quick and cfg_name.startswith("digits"):
+            over += ["model.width=8"]
+        run = engine.setup(config.load(cfg_name, over))
+        run.moco.train()
+        run.data.sampler.set_epoch(0, 0)
+        runs.append({"run": run, "epoch": 0, "it": iter(run.data.train_loader)})
+
+    def step(r: dict) -> None:
+        run = r["run"]
+        try:
+            x1, x2, y, _, *rows = next(r["it"])
+        except StopIteration:
+            r["epoch"] += 1
+            run.data.sampler.set_epoch(r["epoch"], 0)
+            r["it"] = iter(run.data.train_loader)
+            x1, x2, y, _, *rows = next(r["it"])
+        b = [t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows)]
+        engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+
+    for r in runs:
+        step(r)  # warm-up
+    best = [float("inf")] * 2
+    sync = torch.cuda.synchronize if runs[0]["run"].device.type == "cuda" else (lambda: None)
+    for _ in range(3):
+        for k, r in enumerate(runs):
+            sync()
+            tic = time.perf_counter()
+            for _ in range(steps):
+                step(r)
+            sync()
+            best[k] = min(best[k], 1e3 * (time.perf_counter() - tic) / steps)
+    return best[0], best[1]
+
+
 def cifar_root(cifar: Path, tmp: Path) -> Path:
     """train/ and val/ links to the CIFAR-10 JPEG folder's train/ and test/ (imagefolder)."""
     root = tmp / "cifar_links"
@@ -378,8 +436,8 @@ def main() -> None:
     notes: list[str] = []
     rows = ["| images | path | CPU ms / image | images/s (1 thread) | CPU time old/new |",
             "|---|---|---|---|---|"]  # fmt: skip
-    trows = ["| config | augment_on (, decode_on) | trainer ms/step | model-only ms/step | ratio | "
-             "trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    trows = ["| config | augment_on (, decode_on / resident) | trainer ms/step | model-only "
+             "ms/step | ratio | trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
     drows = ["| images | decode_on: where | CPU ms / image (1 thread) | wall ms / image, device "
              "synchronised | images/s (CPU time for workers, wall time otherwise) |",
              "|---|---|---|---|---|"]  # fmt: skip
@@ -511,28 +569,42 @@ def trainer_part(a, steps, device, cifar, tmp, trows, notes) -> None:
     if device.type == "cuda" or a.imagenet_trainer:
         imagenet_trainer(a, steps, device, tmp, trows, notes)
     trainers = [("digits_moco.yaml", [])]
+    extra = a.cifar_overrides
+    if extra is None:
+        extra = CPU_CIFAR if device.type == "cpu" else []
+    if a.quick:
+        extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
     if (cifar / "train").is_dir():
-        extra = a.cifar_overrides
-        if extra is None:
-            extra = CPU_CIFAR if device.type == "cpu" else []
-        if a.quick:
-            extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
-        root = cifar_root(cifar, tmp)
-        trainers.append(
-            ("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra])
-        )
-        notes.append(f"CIFAR-10 trainer: cifar10_moco.yaml on the JPEG folder, {' '.join(extra)}")
+        root, what = cifar_root(cifar, tmp), f"the JPEG folder {cifar}"
+    else:  # the CIFAR-10 layout and file format, random pixels: the input cost of the real set
+        n = 512 if a.quick else SYNTHETIC_CIFAR
+        root, what = synthetic_cifar(tmp / "cifar_synthetic", n), f"{n} synthetic 32 px JPEGs"
+    trainers.append(("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra]))
+    notes.append(f"CIFAR-10 trainer: cifar10_moco.yaml on {what}, {' '.join(extra)}")
+    notes.append(
+        "rows 'device, resident': data.resident=device, the training split decoded once at "
+        "setup (not timed) and held on the device, batches and both views' augmentation made "
+        "there; the other rows read it through the loader (default data.num_workers)"
+    )
+    variants = (("device", []), ("workers", []), ("device, resident", ["data.resident=device"]))
+    ms = {}
     for cfg_name, extra in trainers:
-        for where in ("device", "workers"):
-            over = [*extra, f"data.augment_on={where}", f"out_dir={tmp / 'run'}",
-                    "train.progress_bar=false"]  # fmt: skip
+        for where, more in variants:
+            over = [*extra, f"data.augment_on={where.split(',')[0]}", *more,
+                    f"out_dir={tmp / 'run'}", "train.progress_bar=false"]  # fmt: skip
             if a.quick and cfg_name.startswith("digits"):
                 over += ["model.width=8"]
             cfg = config.load(cfg_name, over)
             tr, mo = trainer_vs_model(cfg, steps)
+            ms[cfg_name, where] = tr
             ips = 1e3 * cfg.train.batch_size / tr
             trows.append(f"| {cfg_name} | {where} | {tr:.1f} | {mo:.1f} | {tr / mo:.2f}x | "
                          f"{ips:.0f} |")  # fmt: skip
+        loader, held = paired(cfg_name, extra, tmp, steps, quick=a.quick)
+        notes.append(f"{cfg_name}: resident trainer {loader / held:.2f}x the loader path's speed "
+                     f"({loader:.1f} / {held:.1f} ms per step, augment_on device, the two runs' "
+                     "blocks interleaved, best of 3 each; the table's rows are measured one "
+                     "after the other, under whatever load came)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -196,6 +196,54 @@ def crop_resize(x: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
     return z.view(n, s, c, s).transpose(1, 2).contiguous()
 
 
+def antialias_weights(
+    start: torch.Tensor, length: torch.Tensor, size: int, out: int
+) -> torch.Tensor:
+    """(N, out, size) weights of torch's antialiased bilinear resize (``F.interpolate(...,
+    antialias=True)``, Pillow's triangle filter; ``_compute_indices_weights_aa``) of pixels
+    [start, start + length) of a side of ``size`` pixels to ``out`` pixels, per image: output i
+    has centre c = (i + 0.5) L / out in the crop, support r = max(L / out, 1), and source pixel j
+    of the crop weighs max(0, 1 - |j + 0.5 - c| / r), normalised over the crop. For L <= out this
+    is :func:`resize_weights` (bilinear, clamped at the crop's edges)."""
+    dev = start.device
+    length = length.to(torch.float32)[:, None, None]  # (N, 1, 1)
+    scale = length / out
+    centre = (torch.arange(out, device=dev, dtype=torch.float32)[None, :, None] + 0.5) * scale
+    j = torch.arange(size, device=dev, dtype=torch.float32) - start.to(torch.float32)[:, None, None]
+    w = (1.0 - (j + 0.5 - centre).abs_() / scale.clamp(min=1.0)).clamp_(min=0.0)
+    w = w * ((j >= 0) & (j < length))  # (N, out, size)
+    return w / w.sum(dim=2, keepdim=True)
+
+
+def fixed_point(w: torch.Tensor) -> torch.Tensor:
+    """Weights (N, out, size) rounded as torch's uint8 antialiased resampler rounds them (after
+    Pillow-SIMD): to multiples of 2^-p, p the largest precision (<= 22) at which the largest
+    weight of the image's axis still fits 15 bits. The products with uint8 values and their sums
+    stay exact in float32, so the result is that kernel's, bit for bit (tested)."""
+    wmax = w.amax(dim=(1, 2)).to(torch.float64)  # (N,)
+    bits = torch.arange(23, dtype=torch.float64, device=w.device)
+    stop = torch.floor(0.5 + wmax[:, None] * torch.exp2(bits + 1)) >= 2.0**15
+    p = torch.where(stop.any(dim=1), stop.to(torch.uint8).argmax(dim=1).to(torch.float64),
+                    torch.full_like(wmax, 22.0))  # fmt: skip
+    scale = torch.exp2(p).view(-1, 1, 1)
+    return (torch.floor(w.to(torch.float64) * scale + 0.5) / scale).to(torch.float32)
+
+
+def crop_resize_to(x: torch.Tensor, box: torch.Tensor, out: int) -> torch.Tensor:
+    """RandomResizedCrop of a batch of any one size: uint8-valued float images (N, C, H, W) and
+    boxes (N, 4) = (top, left, h, w) -> (N, C, out, out), up- or downsampling with the
+    antialiased filter (:func:`antialias_weights`) in fixed point (:func:`fixed_point`) and in
+    torch's uint8 order (horizontal pass, round, vertical pass, round): stage 1's
+    ``F.interpolate(uint8, antialias=True)`` on a CPU bit for bit (tested). Two batched matmuls."""
+    n, c, h, w = x.shape
+    wy = fixed_point(antialias_weights(box[:, 0], box[:, 2], h, out))  # (N, out, H)
+    wx = fixed_point(antialias_weights(box[:, 1], box[:, 3], w, out))  # (N, out, W)
+    y = torch.bmm(x.reshape(n, c * h, w), wx.transpose(1, 2)).add_(0.5).floor_().clamp_(0, 255)
+    y = y.view(n, c, h, out).transpose(1, 2).reshape(n, h, c * out)
+    z = torch.bmm(wy, y).add_(0.5).floor_().clamp_(0.0, 255.0)  # (N, out, C*out)
+    return z.view(n, out, c, out).transpose(1, 2).contiguous()
+
+
 def affine_nearest(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """RandomAffine's resampling, batched: images (N, C, H, W) float and per-image inverse
     matrices (N, 6) in torchvision's layout -> (N, C, H, W): ``TF.affine``'s grid (its

@@ -18,6 +18,7 @@ from pretrain import (
     dist,
     imagefiles,
     losses,
+    resident,
     split_bn,
     views,
 )
@@ -119,17 +120,19 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
 
 @dataclass
 class Data:
-    train: data.TwoViews | views.CropViews | device_decode.EncodedViews
+    train: data.TwoViews | views.CropViews | device_decode.EncodedViews | resident.ResidentViews
     sampler: data.ResumableSampler
-    train_loader: DataLoader | device_decode.DecodedLoader  # the latter with decode_on device
-    bank_loader: DataLoader  # training images, eval transform: the kNN memory bank
-    test_loader: DataLoader  # held-out images, eval transform
+    # the latter two with decode_on device / resident device (both: batches on the device)
+    train_loader: DataLoader | device_decode.DecodedLoader | resident.ResidentViews
+    bank_loader: DataLoader | resident.EvalBatches  # training images, eval transform: kNN bank
+    test_loader: DataLoader | resident.EvalBatches  # held-out images, eval transform
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.cores)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
     decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
+    resident: str = "off"  # data.resident resolved for this run's device: off or device
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -201,6 +204,10 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)
     workers = cores.loader_workers(d.num_workers)
+    held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers)
+    if held is not None:
+        return Data(**held, sampler=sampler, num_workers=workers, skipped=skipped,
+                    in_classes=list(d.in_classes), augment=photometric(d))  # fmt: skip
     where = decode_on(d, device)
     if where == "device":
         train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
@@ -219,6 +226,52 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         augment=photometric(d) if d.augment_on == "device" else None,
         decode_on=where,
     )
+
+
+def resident_data(
+    cfg: Config, base_train: Dataset, base_bank: Dataset, base_test: Dataset,
+    sampler: data.ResumableSampler, device: torch.device | str, workers: int,
+) -> dict[str, Any] | None:  # fmt: skip
+    """``data.resident``: the training, bank and held-out splits on ``device`` as uint8 and the
+    batches made there (pretrain/resident.py); None when it resolves to off (auto on a CPU, a
+    split too large for the device, images of different sizes under auto)."""
+    d = cfg.data
+    if d.resident == "off" or d.augment_on != "device" or d.decode_on == "device":
+        return None  # config.validate refuses an explicit device with the last two
+    if d.resident == "auto" and torch.device(device).type != "cuda":
+        return None  # auto is off on a CPU: nothing measured, nothing read
+    splits = [base_train] + [b for b in (base_bank, base_test) if b is not base_train]
+    need = sum(resident.estimate_bytes(b) for b in splits)
+    need += resident.table_bytes(len(base_train), 2 + d.support_views)
+    if resident.resolve(d.resident, device, need) != "device":
+        return None
+    folder = resident.cache_dir(cfg.out_dir)
+    try:
+        arrays = {id(b): resident.load(b, folder, workers) for b in splits}
+    except resident.NotResidentError as e:
+        if d.resident == "device":
+            raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
+        if dist.is_main():
+            print(f"data.resident=auto: off, {e}", flush=True)
+        return None
+    on = {k: (x.to(device), y.to(device)) for k, (x, y) in arrays.items()}
+    train = resident.ResidentViews(*on[id(base_train)], view_spec(d), cfg.seed, sampler,
+                                   d.support_views)  # fmt: skip
+    kw = dict(batch=cfg.eval.batch_size, size=d.image_size, resize=d.eval_resize,
+              mean=tuple(d.mean), std=tuple(d.std))  # fmt: skip
+    if dist.is_main():
+        mb = sum(x.numel() for x, _ in on.values()) / 2**20
+        print(f"data.resident=device: {mb:.0f} MiB of uint8 images on {device}, batches and "
+              "augmentation there (no loader workers)", flush=True)  # fmt: skip
+    return {
+        "train": train,
+        "train_loader": train,
+        "bank_loader": resident.EvalBatches(*on[id(base_bank)], **kw),
+        "test_loader": resident.EvalBatches(*on[id(base_test)], **kw),
+        "num_classes": datasets.num_classes(base_bank),
+        "decode_on": "cpu",
+        "resident": "device",
+    }
 
 
 def device_loader(

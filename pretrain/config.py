@@ -51,6 +51,10 @@ class DataConfig:
     decode_on: str = "auto"  # where training JPEGs are decoded and cropped: cpu (loader
     # workers), device (whole batch in the training process, nvjpeg on CUDA; docs/gpu_decode.md),
     # auto = device on CUDA for imagefolder/imagenet100 with augment_on device and no affine
+    resident: str = "auto"  # device: the training split decoded once (image files cached in
+    # RUN/cache or $NEGMINE_CACHE_DIR), held as uint8 on the training device, batches and both
+    # views' augmentation made there (no DataLoader); off: loader workers; auto = device on CUDA
+    # when it fits in half the free device memory (docs/input-pipeline.md#resident-training-set)
     augment_compile: bool = False  # torch.compile stage 2 (augment_on: device): ~3x less CPU per
     # image at 32 px on a CPU; ~30 s of compile at the first step; needs a C++ compiler on a CPU
     train_split: str = "train"  # stl10 pretraining uses "train+unlabeled"; imagefolder: a
@@ -183,6 +187,7 @@ CHOICES = {
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "data.augment_on": ("device", "workers"),
     "data.decode_on": ("auto", "cpu", "device"),
+    "data.resident": ("auto", "off", "device"),
     "eval.knn_features": ("backbone", "head", "head+backbone", "backbone+head"),
 }
 
@@ -436,6 +441,13 @@ def validate(cfg: Config) -> None:
             "needs image files (data.name imagefolder or imagenet100), "
             "data.augment_on=device and no RandomAffine (data.affine_degrees = "
             "data.affine_translate = 0); use auto or cpu",
+        ),
+        (
+            "data.resident",
+            cfg.data.resident != "device"
+            or (cfg.data.augment_on == "device" and cfg.data.decode_on != "device"),
+            "needs data.augment_on=device (the two-stage augmentation) and data.decode_on auto "
+            "or cpu; use auto or off",
         ),
         (
             "data.subset",

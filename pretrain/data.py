@@ -133,11 +133,16 @@ class ResumableSampler(Sampler):
     def __len__(self) -> int:
         return (self.steps - self.start_step) * (self.global_batch // self.world_size)
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
+    def epoch_order(self) -> torch.Tensor:
+        """The epoch's sample indices (steps, world_size, per-rank batch), every rank's: a pure
+        function of (seed, epoch); the last ``size % global_batch`` of the permutation are
+        dropped (drop_last on the global batch)."""
         g = torch.Generator().manual_seed(sample_seed(self.seed, self.epoch, 0, stream=1))
         order = torch.randperm(self.size, generator=g)[: self.steps * self.global_batch]
-        per_rank = self.global_batch // self.world_size
-        mine = order.view(self.steps, self.world_size, per_rank)[self.start_step :, self.rank]
+        return order.view(self.steps, self.world_size, self.global_batch // self.world_size)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        mine = self.epoch_order()[self.start_step :, self.rank]
         return ((self.epoch, int(i)) for i in mine.reshape(-1))
 
 

@@ -109,6 +109,15 @@ VARIANTS = {
         "loss.name=nt_xent",
         "loss.contrast_queue=false",
     ],  # fmt: skip
+    # data.resident=device: the split on the device, each rank's half of every global batch
+    # gathered there, view parameters from the same per-epoch uniforms on every rank
+    "resident": [
+        "data.resident=device",
+        "data.jitter_strength=0.4",
+        "data.grayscale_prob=0.2",
+        "data.blur_prob=0.5",
+        "data.hflip_prob=0.5",
+    ],
     # the input pipeline: stage 2 with every photometric op on (default augment_on: device) is
     # the "fnc" variant above (its support crops go through it too); the per-sample reference:
     "photometric_workers": [

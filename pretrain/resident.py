@@ -1,0 +1,290 @@
+"""``data.resident: device``: the training split held on the training device as uint8.
+
+The split is decoded once (embedded arrays are taken as they are; image files are decoded in
+parallel and cached on disk as one uint8 array, keyed on the files' paths, sizes and mtimes),
+moved to the device, and every batch is gathered there: the sampler's permutation of the epoch
+(``data.ResumableSampler``, a pure function of (seed, epoch): nothing to checkpoint) is copied to
+the device once per epoch, and each view's parameters come from a table of uniforms drawn on the
+device once per epoch from a generator seeded with (seed, epoch), turned into rows by
+``pretrain.device_params`` (the loader's formulas). A batch is then the loader's batch
+(``views.CropViews``: uint8 views + stage-2 rows), so ``engine.train_step`` runs stage 2 on it as
+on the loader path; no DataLoader, no worker, no host sync and no host-to-device copy per step.
+
+The held-out split and the kNN bank are resident too (:class:`EvalBatches`: the eval transform
+batched on the device), so the monitor reads no file either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from pretrain import augment, datasets, device_decode, dist, imagefiles
+from pretrain import augment_params as ap
+from pretrain import device_params as dp
+from pretrain.data import ResumableSampler, sample_seed
+from pretrain.views import ViewSpec, as_uint8_tensor
+
+FREE_FRACTION = 0.5  # auto: resident on CUDA when its bytes fit in this share of free memory
+CACHE_ENV = "NEGMINE_CACHE_DIR"  # where decoded splits are cached; default RUN/cache
+UNIFORM_STREAM = 4  # sample_seed stream of the per-epoch uniform table (the sampler's is 1)
+
+
+class NotResidentError(ValueError):
+    """The split cannot be held as one array (its images differ in size); names an example."""
+
+
+def embedded(ds: Dataset) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(images uint8 (N, 3, H, W), labels int64 (N,)) of a dataset that holds its images as an
+    array (digits, CIFAR-10/100, STL-10; through subsets and skip wrappers), else None."""
+    if isinstance(ds, Subset):
+        inner = embedded(ds.dataset)
+        if inner is None:
+            return None
+        index = torch.as_tensor(list(ds.indices), dtype=torch.int64)
+        return inner[0][index], inner[1][index]
+    if isinstance(ds, imagefiles.SkipBadImages):
+        return embedded(ds.base)
+    if isinstance(ds, datasets.Digits):
+        return ds.data, torch.as_tensor(ds.targets, dtype=torch.int64)
+    if isinstance(ds, (datasets.CIFAR10, datasets.CIFAR100)):  # (N, 32, 32, 3) HWC
+        images = torch.from_numpy(ds.data).permute(0, 3, 1, 2)  # a view; load() copies once
+        return images, torch.as_tensor(ds.targets, dtype=torch.int64)
+    if isinstance(ds, datasets.STL10):  # (N, 3, 96, 96); unlabeled images carry -1
+        return torch.from_numpy(ds.data), torch.as_tensor(ds.labels, dtype=torch.int64)
+    return None
+
+
+def estimate_bytes(ds: Dataset) -> int:
+    """Bytes of the split as uint8 (N, 3, H, W), from the array or the first image's size."""
+    arrays = embedded(ds)
+    if arrays is not None:
+        return arrays[0].numel()
+    first = as_uint8_tensor(ds[0][0])
+    return len(ds) * 3 * first.shape[-2] * first.shape[-1]
+
+
+def resolve(setting: str, device: torch.device | str, need_bytes: int) -> str:
+    """``data.resident`` for a run on ``device``: auto is device on CUDA when ``need_bytes`` fit
+    in ``FREE_FRACTION`` of the free device memory (``torch.cuda.mem_get_info``), else off."""
+    if setting != "auto":
+        return setting
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "off"
+    free, _ = torch.cuda.mem_get_info(device)
+    return "device" if need_bytes <= FREE_FRACTION * free else "off"
+
+
+def table_bytes(size: int, views: int) -> int:
+    """Bytes of one epoch's uniform table (float64) plus the order (int64)."""
+    return size * (views * dp.UNIFORMS * 8 + 8)
+
+
+class _Decoded(Dataset):
+    """(uint8 image (3, H, W), label, index) of ``ds``; for the one-time parallel decode."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        image, label = self.ds[i]
+        return as_uint8_tensor(image).contiguous(), int(label), i
+
+
+def _collate(items: list[tuple[torch.Tensor, int, int]]) -> tuple[Any, ...]:
+    shapes = {tuple(x.shape) for x, _, _ in items}
+    if len(shapes) > 1:
+        first = items[0][0].shape
+        odd = next(i for x, _, i in items if x.shape != first)
+        return None, None, (odd, sorted(shapes))
+    images = torch.stack([x for x, _, _ in items])
+    return images, torch.tensor([y for _, y, _ in items]), None
+
+
+def decode(ds: Dataset, workers: int, batch: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode every image of ``ds`` (``workers`` processes) into one uint8 array (N, 3, H, W)
+    and its labels; :class:`NotResidentError` if the images differ in size."""
+    loader = DataLoader(_Decoded(ds), batch_size=batch, num_workers=workers,
+                        collate_fn=_collate)  # fmt: skip
+    images, labels, shape = None, None, None
+    start = 0
+    for x, y, odd in loader:
+        if odd is None and shape is not None and tuple(x.shape[1:]) != shape:
+            odd = (start, [shape, tuple(x.shape[1:])])
+        if odd is not None:
+            files = device_decode.file_samples(ds)
+            name = files[odd[0]][0] if files else f"image {odd[0]}"
+            raise NotResidentError(
+                f"the training images differ in size ({name}; sizes {odd[1]}), so they cannot be "
+                "held as one array"
+            )
+        if images is None:
+            shape = tuple(x.shape[1:])
+            images = torch.empty((len(ds), *shape), dtype=torch.uint8)
+            labels = torch.empty(len(ds), dtype=torch.int64)
+        images[start : start + len(x)], labels[start : start + len(x)] = x, y
+        start += len(x)
+    assert images is not None and labels is not None
+    return images, labels
+
+
+def cache_key(files: list[tuple[str, int]]) -> str:
+    """sha256 over every file's path, label, size and mtime (ns): any change re-decodes."""
+    h = hashlib.sha256()
+    for path, label in files:
+        st = os.stat(path)
+        h.update(f"{path}\t{label}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def cache_dir(out_dir: str | Path) -> Path:
+    """``$NEGMINE_CACHE_DIR`` (shared by runs) or ``RUN/cache``."""
+    return Path(os.environ.get(CACHE_ENV) or Path(out_dir) / "cache")
+
+
+def load(ds: Dataset, folder: Path, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images uint8 (N, 3, H, W), labels (N,)) on the CPU: an embedded array as it is, image
+    files decoded once and cached in ``folder`` as ``resident-<key>.npy`` (rank 0 decodes and
+    writes atomically; the other ranks wait and read)."""
+    arrays = embedded(ds)
+    if arrays is not None:
+        return arrays[0].contiguous(), arrays[1]
+    files = device_decode.file_samples(ds)
+    if files is None:  # another reader: decode, no cache
+        return decode(ds, workers)
+    path = folder / f"resident-{cache_key(files)[:24]}.npy"
+    labels_path = path.with_suffix(".labels.npy")  # the labels of skip_bad_images' substitutes
+    decoded = None
+    if dist.is_main() and not path.exists():
+        decoded = decode(ds, workers)
+        folder.mkdir(parents=True, exist_ok=True)
+        for target, array in ((labels_path, decoded[1]), (path, decoded[0])):  # images last
+            tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+            with open(tmp, "wb") as f:
+                np.save(f, array.numpy())
+            os.replace(tmp, target)
+    dist.barrier()  # the other ranks read what rank 0 wrote
+    if decoded is not None:
+        return decoded
+    if not path.exists():  # a node that does not see rank 0's cache folder
+        return decode(ds, workers)
+    return torch.from_numpy(np.load(path)), torch.from_numpy(np.load(labels_path))
+
+
+class ResidentViews:
+    """This rank's batches ``(x1, x2, y, index, params[, support])`` of the loader path
+    (:class:`pretrain.views.CropViews` collated), made on the device from resident uint8
+    ``images`` (N, 3, H, W) and ``labels`` (N,). Images at the output size leave the crop (and
+    affine) to stage 2 as the loader does; others are cropped here (``augment.crop_resize_to``,
+    after ``augment.affine_nearest`` when configured) and carry the whole-image box."""
+
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, spec: ViewSpec, seed: int,
+        sampler: ResumableSampler, support_views: int = 0,
+    ) -> None:  # fmt: skip
+        self.images, self.labels, self.spec, self.seed = images, labels, spec, seed
+        self.sampler, self.support_views = sampler, support_views
+        self.device = images.device
+        self.height, self.width = images.shape[-2:]
+        self.at_size = (self.height, self.width) == (spec.image_size, spec.image_size)
+        self.views = 2 + support_views
+        whole = [0.0, 0.0, float(spec.image_size), float(spec.image_size), *ap.IDENTITY_THETA]
+        self.whole = torch.tensor(whole, device=self.device)  # once, not per step
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def uniforms(self, epoch: int) -> torch.Tensor:
+        """(views, N, UNIFORMS) float64 uniforms of ``epoch``, drawn on the device, view v's
+        from a generator seeded with (seed, epoch, v): sample i's views read column i whatever
+        its position, rank or resume point, and the two views do not depend on the number of
+        support views (as on the loader path)."""
+        g = torch.Generator(device=self.device)
+        table = torch.empty((self.views, len(self), dp.UNIFORMS), dtype=torch.float64,
+                            device=self.device)  # fmt: skip
+        for v in range(self.views):
+            g.manual_seed(sample_seed(self.seed, epoch, v, stream=UNIFORM_STREAM))
+            table[v].uniform_(generator=g)
+        return table
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        s = self.sampler
+        order = s.epoch_order()[s.start_step :, s.rank].to(self.device)  # once per epoch
+        table = self.uniforms(s.epoch)
+        for step in range(order.shape[0]):
+            yield self.batch(order[step], table)
+
+    def batch(self, idx: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The batch of sample indices ``idx`` (on the device) given the epoch's table."""
+        n, k = idx.shape[0], self.views
+        x = self.images.index_select(0, idx)
+        u = table.index_select(1, idx).transpose(0, 1).flatten(0, 1)  # (n * k, UNIFORMS)
+        rows = dp.view_rows(u, self.spec, height=self.height, width=self.width).view(n, k, -1)
+        if self.at_size:
+            views = [x] * k
+        else:
+            views = [self.crop(x, rows[:, v]) for v in range(k)]
+            rows = torch.cat([rows[..., : ap.NUM_PARAMS], self.whole.expand(n, k, -1)], dim=2)
+        out = (views[0], views[1], self.labels.index_select(0, idx), idx, rows)
+        if self.support_views:
+            out = (*out, torch.stack(views[2:], dim=1))
+        return out
+
+    def crop(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Stage 1 of one view, batched: affine (if configured), then RandomResizedCrop, uint8."""
+        xf = x.to(torch.float32)
+        if self.spec.affine_degrees > 0 or self.spec.affine_translate > 0:
+            xf = augment.affine_nearest(xf, rows[:, ap.THETA : ap.THETA + 6])
+        box = rows[:, ap.TOP : ap.WIDTH + 1]
+        return augment.crop_resize_to(xf, box, self.spec.image_size).to(torch.uint8)
+
+
+class EvalBatches:
+    """The eval transform (``data.eval_transform``: resize the short side to ``resize``,
+    centre-crop ``size``, normalise) of a resident split, batched on the device: yields
+    ``(x, y)``, x normalised float on the device, y on the CPU. The resize is
+    ``F.interpolate(antialias=True)`` on float rounded to whole levels: within one level of the
+    loader's uint8 resize (skipped when the images already have that size)."""
+
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, *, batch: int, size: int, resize: int,
+        mean: tuple[float, ...], std: tuple[float, ...],
+    ) -> None:  # fmt: skip
+        self.images, self.labels, self.batch = images, labels.cpu(), batch
+        self.size, self.resize = size, resize
+        dev = images.device
+        self.mean = torch.tensor(mean, device=dev).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=dev).view(1, -1, 1, 1)
+
+    def __len__(self) -> int:
+        return -(-self.images.shape[0] // self.batch)
+
+    def resized(self, h: int, w: int) -> tuple[int, int]:
+        """torchvision's Resize(int) output size: the short side to ``resize``."""
+        if h <= w:
+            return self.resize, int(self.resize * w / h)
+        return int(self.resize * h / w), self.resize
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for i in range(0, self.images.shape[0], self.batch):
+            x = self.images[i : i + self.batch].to(torch.float32)
+            h, w = x.shape[-2:]
+            rh, rw = self.resized(h, w)
+            if (rh, rw) != (h, w):
+                x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False,
+                                  antialias=True).round_().clamp_(0, 255)  # fmt: skip
+            top, left = int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0))
+            x = x[..., top : top + self.size, left : left + self.size]
+            yield (x / 255.0 - self.mean) / self.std, self.labels[i : i + self.batch]
