@@ -15,8 +15,8 @@ OC-SVM's own n_syncs_ per counted step, 0 without one], "where": [stack tops of 
 step], "first": {"count", "where"} of step 0}}`` and ``{"invalid": [pairs refused by the
 config]}``. The OC-SVM runs its CUDA path (the whole fit in one Triton program,
 ``loop="triton"``) on any device, and so does split BN in the ``+split_bn`` variant
-(``model.split_bn=triton``, 2 splits): on a CPU in Triton's interpreter, chosen here before
-triton is imported. Not a test file.
+(``model.split_bn=triton``, 2 splits; with plain MoCo and MiOC): on a CPU in Triton's
+interpreter, chosen here before triton is imported. Not a test file.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ VARIANTS = {  # split BN on its CUDA path (Triton kernels; Triton's interpreter 
     "+split_bn": ["model.bn_splits=2", "model.split_bn=triton"],
 }
 KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss
-SPLIT_BN_WITH = ("infonce",)  # so is split BN (the recipes' loss)
+SPLIT_BN_WITH = ("infonce",)  # so is split BN (the recipes' loss), counted with plain MoCo and
+SPLIT_BN_STRATEGIES = ("none", "mioc")  # MiOC (both Triton paths in one step): interpreted, slow
 
 
 def pairs() -> list[tuple[str, str, str]]:
@@ -76,7 +77,7 @@ def pairs() -> list[tuple[str, str, str]]:
             out.append((loss, name, ""))
             if loss in KAPPA_WITH:
                 out.append((loss, name, "+kappa"))
-            if loss in SPLIT_BN_WITH:
+            if loss in SPLIT_BN_WITH and name in SPLIT_BN_STRATEGIES:
                 out.append((loss, name, "+split_bn"))
     return out
 
