@@ -13,7 +13,8 @@ each op below blocks the host until the device queue drains; on a CPU they run a
 - ``aten.equal`` and ``aten.is_nonzero`` (a Python bool from a tensor);
 - output sizes that depend on the data: ``nonzero`` (``torch.where(c)``, ``argwhere``),
   ``masked_select``, boolean-mask indexing ``x[mask]`` / ``x[mask] = v`` (``index``/``index_put_``
-  with a bool index), ``unique`` variants, ``repeat_interleave`` without ``output_size``,
+  with a bool index; ``v`` a device tensor: a host scalar ``v`` is a masked fill, see below),
+  ``unique`` variants, ``repeat_interleave`` without ``output_size``,
   ``bincount`` (sized by the maximum);
 - device-to-host copies (``_to_copy``/``copy_`` to the CPU from another device). On a CPU every
   tensor is already on the host, so ``Tensor.cpu``, ``Tensor.numpy`` and ``Tensor.tolist`` (which
@@ -42,8 +43,8 @@ each op below blocks the host until the device queue drains; on a CPU they run a
   identity). ``torch.tensor(0.5, device=dev)`` is a 0-dim copy as well, seen on a GPU (its
   ``lift_fresh`` is on the device) and missed on a CPU (nothing tells it from ``x[i] = 0.5``'s
   scalar there). A copy of a CPU tensor to another device (``_to_copy``/``copy_``) counts as
-  ``host_copy`` unless it is non-blocking from pinned memory, or non-blocking and 0-dim; on a
-  CPU there is no such copy;
+  ``host_copy`` unless it is non-blocking from pinned memory, or non-blocking and 0-dim (a
+  blocking 0-dim one is ``host_scalar_copy``); on a CPU there is no such copy;
 - ``masked_fill`` with a 0-dim value tensor that is not a host scalar: CUDA reads it with
   ``value.item()`` (kind ``item``); a Python number or a host scalar is free.
 
