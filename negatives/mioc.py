@@ -29,6 +29,7 @@ NOTE (deviations and choices, each a config switch):
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -130,6 +131,20 @@ class MiOC(NegativeStrategy):
         self.register_buffer("nonfinite_steps", torch.zeros((), dtype=torch.long), persistent=False)
         self._stats: dict[str, torch.Tensor | float] = {}
         self._latest: dict = {}  # what the latest step left for diagnostics()
+
+    def check_sizes(self, queue_size: int, batch_size: int) -> None:
+        """Called once at setup: the OC-SVM is fitted on the 2 x ``batch_size`` queries and keys of
+        the global batch, so its Triton fit's per-device constants are built now (and again at
+        ``.to()``), not in the first training step."""
+        self._fit_size = 2 * batch_size
+        self.svm.prepare(self.empty_steps.device, self._fit_size)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> MiOC:
+        """``nn.Module._apply`` (``.to()``, ...), then the OC-SVM's constants on the new device."""
+        super()._apply(fn, recurse)
+        if getattr(self, "_fit_size", None):
+            self.svm.prepare(self.empty_steps.device, self._fit_size)
+        return self
 
     def queue_mix(self, queue: torch.Tensor, size: int) -> torch.Tensor:
         """M_n: normalize(alpha n_a + (1 - alpha) n_b), alpha ~ U(0, 1)."""

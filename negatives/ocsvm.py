@@ -286,25 +286,35 @@ class OneClassSVM:
         return self
 
     def _constant(self, dev: torch.device, what: str, n: int) -> tuple[torch.Tensor, int]:
-        """Per-device constants of the Triton fit, uploaded once (a host-to-device copy per step
-        would serialise on CUDA): the initial alpha for (nu, n), ones(n), (eps, TAU), 0,
-        gamma."""
+        """Per-device constants of the Triton fit: the initial alpha for (nu, n), ones(n), (eps,
+        TAU), 0, gamma. Built once per (device, n) by :meth:`prepare` (MiOC calls it at setup and
+        at ``.to()``), else on first use; from tensor ops on the device either way (no host data
+        copied: on CUDA that copy would wait for the GPU)."""
         cache = self.__dict__.setdefault("_constants", {})
         key = (what, n, str(dev))
         if key not in cache:
-            if what == "alpha0":
-                a = smo.initial_alpha(self.nu, n)
-                cache[key] = (torch.from_numpy(a).to(dev), int(np.count_nonzero(a)))
+            f64 = {"dtype": torch.float64, "device": dev}
+            if what == "alpha0":  # smo.initial_alpha: min(1, nu_l - i) >= 0, exact in float64
+                nu_l = float(np.cumsum(np.full(n, self.nu))[-1])  # accumulated as libsvm does
+                a = torch.arange(n, **f64).neg_().add_(nu_l).clamp_(0.0, 1.0)
+                cache[key] = (a, int(np.count_nonzero(smo.initial_alpha(self.nu, n))))
             elif what == "ones":
-                cache[key] = (torch.ones(n, dtype=torch.float64, device=dev), n)
+                cache[key] = (torch.ones(n, **f64), n)
             elif what == "zero":
                 cache[key] = (torch.zeros((), dtype=torch.long, device=dev), 0)
             elif what == "gamma":
-                cache[key] = (torch.tensor([self.gamma], dtype=torch.float64).to(dev), 1)
+                cache[key] = (torch.full((1,), self.gamma, **f64), 1)
             else:
-                eps = torch.tensor([self.tol, smo._TAU], dtype=torch.float64)
-                cache[key] = (eps.to(dev), 2)
+                tol, tau = torch.full((1,), self.tol, **f64), torch.full((1,), smo._TAU, **f64)
+                cache[key] = (torch.cat([tol, tau]), 2)
         return cache[key]
+
+    def prepare(self, device: torch.device | str, n: int) -> None:
+        """Build the Triton fit's constants for ``n`` points on ``device`` now, outside any
+        training step (:meth:`_constant`)."""
+        dev = torch.device(device)
+        for what, size in (("alpha0", n), ("ones", n), ("zero", 0), ("gamma", 0), ("params", 0)):
+            self._constant(dev, what, size)
 
     def _materialize(self) -> None:
         """The scikit-learn attributes of a Triton fit, read from the device in one copy."""

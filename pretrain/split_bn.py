@@ -28,6 +28,7 @@ in the config; tests and op counting). Eval mode is plain BN on every path.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from typing import Any
 
@@ -121,7 +122,28 @@ class SplitBatchNorm(nn.BatchNorm2d):
         if path is not None and path not in PATHS:
             raise ValueError(f"split BN path {path!r}: expected one of {PATHS}")
         self.num_splits, self.path = num_splits, path
-        self._params: tuple[tuple, torch.Tensor] | None = None  # triton: (key, [eps, momentum])
+        # The Triton kernels read (eps, momentum) from a float64 tensor on the layer's device (a
+        # Python float argument would be rounded to float32): built here and moved by .to(), never
+        # in the step, where its host-to-device copy would wait for the GPU. Not in state_dict.
+        self.register_buffer("triton_params", self._triton_params(None), persistent=False)
+
+    def _triton_params(self, device: torch.device | None) -> torch.Tensor:
+        """[eps, momentum] in float64 (NaN for a cumulative average) on ``device``."""
+        momentum = math.nan if self.momentum is None else self.momentum
+        return torch.tensor([self.eps, momentum], dtype=torch.float64, device=device)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in ("eps", "momentum") and "triton_params" in self.__dict__.get("_buffers", {}):
+            self._buffers["triton_params"] = self._triton_params(self.triton_params.device)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> SplitBatchNorm:
+        """``nn.Module._apply`` (``.to()``, ``.cuda()``, ``.half()``, ``.to_empty()``, ...), then
+        :attr:`triton_params` rebuilt on its new device from the floats: a dtype cast would round
+        eps and momentum, ``to_empty`` would leave them unset."""
+        super()._apply(fn, recurse)
+        self._buffers["triton_params"] = self._triton_params(self.triton_params.device)
+        return self
 
     def chosen_path(self, x: torch.Tensor) -> str:
         """``path`` if set; else triton on CUDA (fused without triton), per split elsewhere
@@ -182,13 +204,14 @@ class SplitBatchNorm(nn.BatchNorm2d):
             raise ValueError("split BN path 'triton' needs CUDA tensors (or TRITON_INTERPRET=1)")
         if self.momentum is None:
             raise ValueError("split BN path 'triton' needs a momentum (not a cumulative average)")
-        key = (x.device, self.eps, self.momentum)
-        if self._params is None or self._params[0] != key:  # one host copy, then cached
-            self._params = key, torch.tensor([self.eps, self.momentum], dtype=torch.float64,
-                                             device=x.device)  # fmt: skip
+        if self.triton_params.device != x.device:
+            raise ValueError(
+                f"split BN path 'triton': the layer is on {self.triton_params.device}, its input "
+                f"on {x.device}; move the module with .to()"
+            )
         return TritonSplitBatchNorm.apply(
             x, self.weight, self.bias, self.running_mean, self.running_var, self.num_splits,
-            self._params[1],
+            self.triton_params,
         )  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """Count the would-be CUDA host syncs of steady-state training steps, for every valid pair of
-registered loss x registered negative strategy (and a kappa-head variant).
+registered loss x registered negative strategy (and a kappa-head and a split-BN variant).
 
     python tests/count_steps.py OUT                           # one process: OUT.rank0
     torchrun --nproc_per_node 2 tests/count_steps.py OUT      # two gloo ranks: OUT.rank{0,1}
@@ -7,13 +7,16 @@ registered loss x registered negative strategy (and a kappa-head variant).
 Each pair is built by the trainer's own ``engine.setup`` from ``digits_moco.yaml`` at tiny sizes
 (invalid pairs are the ones the config refuses: ``ConfigError``), runs ``WARM`` steps of
 ``engine.train_step`` past every warm-up (``epoch`` > every ``warmup_epochs``), then counts
-``COUNTED`` more steps with :class:`sync_counter.SyncCounter`. No step here is a logging step:
-``train_step`` never logs (``engine.log_step`` is the loop's separate, counted-as-intended sync).
-Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the OC-SVM's own n_syncs_ per
-counted step, 0 without one], "where": [stack tops of the first counted step]}}`` and
-``{"invalid": [pairs refused by the config]}``. The OC-SVM runs its CUDA path (the whole fit in
-one Triton program, ``loop="triton"``) on any device: on a CPU in Triton's interpreter, chosen
-here before triton is imported. Not a test file.
+``COUNTED`` more steps with :class:`sync_counter.SyncCounter`; the first step is counted too
+(per-device constants are built at setup or ``.to()``, never lazily in a step). No step here is a
+logging step: ``train_step`` never logs (``engine.log_step`` is the loop's separate,
+counted-as-intended sync). Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the
+OC-SVM's own n_syncs_ per counted step, 0 without one], "where": [stack tops of the first counted
+step], "first": {"count", "where"} of step 0}}`` and ``{"invalid": [pairs refused by the
+config]}``. The OC-SVM runs its CUDA path (the whole fit in one Triton program,
+``loop="triton"``) on any device, and so does split BN in the ``+split_bn`` variant
+(``model.split_bn=triton``, 2 splits; with plain MoCo and MiOC): on a CPU in Triton's
+interpreter, chosen here before triton is imported. Not a test file.
 """
 
 from __future__ import annotations
@@ -57,8 +60,14 @@ STRATEGY_KWARGS = {  # tiny sizes that fit a 64-key queue and a batch of 16; war
 }
 STRATEGY_OVERRIDES = {"adco": ["loss.contrast_queue=false"]}  # the bank replaces the queue
 LOSS_OVERRIDES = {"fnc": ["data.support_views=2"]}  # its support set
-VARIANTS = {"": [], "+kappa": ["model.kappa_hidden=16"]}
+VARIANTS = {  # split BN on its CUDA path (Triton kernels; Triton's interpreter on a CPU)
+    "": [],
+    "+kappa": ["model.kappa_hidden=16"],
+    "+split_bn": ["model.bn_splits=2", "model.split_bn=triton"],
+}
 KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss
+SPLIT_BN_WITH = ("infonce",)  # so is split BN (the recipes' loss), counted with plain MoCo and
+SPLIT_BN_STRATEGIES = ("none", "mioc")  # MiOC (both Triton paths in one step): interpreted, slow
 
 
 def pairs() -> list[tuple[str, str, str]]:
@@ -68,6 +77,8 @@ def pairs() -> list[tuple[str, str, str]]:
             out.append((loss, name, ""))
             if loss in KAPPA_WITH:
                 out.append((loss, name, "+kappa"))
+            if loss in SPLIT_BN_WITH and name in SPLIT_BN_STRATEGIES:
+                out.append((loss, name, "+split_bn"))
     return out
 
 
@@ -99,7 +110,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
         return None
     ready(run)
     svm = getattr(run.strategy, "svm", None)
-    counts, solver, where = [], [], []
+    counts, solver, where, first = [], [], [], {}
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         if i == WARM + COUNTED:
             break
@@ -108,12 +119,14 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
             # the loop's transfer (pretrain/engine.py train_one_epoch): pinned, non-blocking
             x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
             engine.train_step(run, x1, x2, y, EPOCH, *rows)
+        if i == 0:  # the first step: what it builds lazily (per-device constants) shows here
+            first = {"count": syncs.count, "where": [f"{s.kind}: {s.where()}" for s in syncs.syncs]}
         if i >= WARM:
             counts.append(syncs.count)
             solver.append(svm.n_syncs_ if svm is not None else 0)
             where = where or [f"{s.kind}: {s.where()}" for s in syncs.syncs]
     run.log.close()
-    return {"counts": counts, "solver_syncs": solver, "where": where}
+    return {"counts": counts, "solver_syncs": solver, "where": where, "first": first}
 
 
 def main(out: Path) -> None:

@@ -1,7 +1,7 @@
 """The documented number of would-be CUDA host syncs per steady-state training step, as measured
 by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; the sync table of
 docs/step_counts.md copies it). A pair's count is its loss's plus its strategy's (the kappa head
-adds 0).
+and split BN's Triton path add 0). Every step counts it, the first one included.
 
 A new loss or strategy has no entry, so the test fails until its count is written here
 with its reason.
@@ -28,6 +28,11 @@ LOSS_SYNCS: dict[str, tuple[int, str]] = {
     ),
 }
 KAPPA_SYNCS = (0, "-")
+SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with infonce
+    0,
+    "the four Triton kernels per layer read (eps, momentum) from a float64 buffer built at "
+    "construction and moved by .to() (pretrain/split_bn.py triton_params)",
+)
 
 # MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
 # Triton program (negatives/ocsvm_triton.py) and the scoring, the inlier mask and the S_o draw are
@@ -50,8 +55,11 @@ MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
 ]
 
 
-def documented(loss: str, strategy: str, solver_syncs: int, kappa: bool = False) -> int:
+def documented(
+    loss: str, strategy: str, solver_syncs: int, kappa: bool = False, split_bn: bool = False
+) -> int:
     """The documented CPU-measured count of ``loss`` x ``strategy`` (KeyError if missing)."""
     expr = STRATEGY_SYNCS[strategy][0]
     base = LOSS_SYNCS[loss][0] + (KAPPA_SYNCS[0] if kappa else 0)
+    base += SPLIT_BN_SYNCS[0] if split_bn else 0
     return base + int(eval(expr, {}, {"n": solver_syncs}))  # noqa: S307 (our own table)

@@ -306,3 +306,26 @@ def test_nu_one_has_no_finite_rho():
     """Every alpha at its bound leaves rho undefined; scikit-learn raises too."""
     with pytest.raises(ValueError, match="rho is infinite"):
         OneClassSVM(nu=1.0).fit(torch.randn(10, 4))
+
+
+@pytest.mark.parametrize("nu", [0.01, 0.1, 1 / 3, 0.5, 0.77, 0.999])
+@pytest.mark.parametrize("n", [2, 7, 32, 1001])
+def test_triton_constants_are_built_on_the_device_without_host_data(nu, n):
+    """The Triton fit's per-device constants come from tensor ops on the device (no host data
+    copied: a sync on CUDA), equal to libsvm's start bit for bit (smo.initial_alpha); prepare()
+    builds them before any fit (MiOC at setup and .to())."""
+    from sync_counter import SyncCounter
+
+    svm = OneClassSVM(nu=nu, gamma=0.3, tol=1e-4)
+    with SyncCounter() as syncs:
+        svm.prepare("cpu", n)
+    assert syncs.count == 0, syncs.report()
+    dev = torch.device("cpu")
+    alpha0, n_init = svm._constant(dev, "alpha0", n)
+    want = smo.initial_alpha(nu, n)
+    assert alpha0.dtype == torch.float64 and alpha0.numpy().tobytes() == want.tobytes()
+    assert n_init == int((want > 0).sum())
+    assert svm._constant(dev, "params", 0)[0].tolist() == [1e-4, smo._TAU]
+    assert svm._constant(dev, "gamma", 0)[0].tolist() == [0.3]
+    assert torch.equal(svm._constant(dev, "ones", n)[0], torch.ones(n, dtype=torch.float64))
+    assert len(svm.__dict__["_constants"]) == 5  # all built by prepare: none left for a step

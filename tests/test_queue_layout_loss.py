@@ -253,3 +253,40 @@ def test_symmetric_layout_without_queue_is_the_multiview_equation(kind):
     got.backward()
     ref.backward()
     assert torch.allclose(za.grad, zb.grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["nt_xent", "supcon", "sincere", "firm"])
+def test_own_key_and_excluded_columns_are_written_without_a_host_scalar(kind):
+    """The own key (always positive) and the excluded anchor columns are written with no would-be
+    CUDA host sync (``x[rows, cols] = True`` copies its host scalar to the device first: CUDA's
+    sync-debug mode raised there on an H200), in the loss, its backward and contrast_top1; the
+    mask and the accuracy equal a numpy re-derivation."""
+    from sync_counter import SyncCounter
+
+    from pretrain.losses import contrast_top1, queue_positives
+
+    g = torch.Generator().manual_seed(4)
+    n = 6
+    z = F.normalize(torch.randn(2 * n, 5, generator=g, dtype=torch.float64), dim=1)
+    y = torch.tensor([0, 1, 1, 2, 0, 2]).repeat(2)
+    idx = torch.arange(2 * n)
+    own = (idx + n) % (2 * n)
+    za = z.clone().requires_grad_()
+    with SyncCounter() as syncs:
+        loss = queue_contrastive(za, za, y, y, own, 0.3, kind, exclude=idx, detach_candidates=False)
+        loss.backward()
+        top1 = contrast_top1(z, z, y, y, own, kind, exclude=idx)
+        positive = queue_positives(kind, y, y, own)
+    assert syncs.count == 0, syncs.report()
+    yn, ownn = y.numpy(), own.numpy()
+    want = np.zeros((2 * n, 2 * n), dtype=bool)
+    want[np.arange(2 * n), ownn] = True
+    if kind in ("supcon", "sincere"):
+        want |= yn[:, None] == yn[None, :]
+    elif kind == "firm":
+        want |= (yn[:, None] >= 0) & (yn[None, :] >= 0)
+    np.testing.assert_array_equal(positive.numpy(), want)
+    sim = z.numpy() @ z.numpy().T
+    np.fill_diagonal(sim, -np.inf)  # each anchor left out of its own row
+    hits = want[np.arange(2 * n), sim.argmax(1)]
+    assert top1.item() == pytest.approx(100.0 * hits.mean())

@@ -121,6 +121,30 @@ def test_path_by_device_and_clear_refusals():
             SplitBatchNorm(C, 2, path="triton").train()(torch.randn(4, C, 2, 2))
 
 
+def test_triton_params_are_built_with_the_layer_and_follow_to_out_of_state_dict():
+    """The Triton path's float64 (eps, momentum) is a non-persistent buffer: built at
+    construction, moved by .to(), float64 through dtype casts, rebuilt when eps or momentum is
+    set, and not in state_dict (checkpoints unchanged)."""
+    bn = SplitBatchNorm(C, 2)
+    want = torch.tensor([bn.eps, bn.momentum], dtype=torch.float64)
+    assert torch.equal(bn.triton_params, want)
+    assert "triton_params" not in bn.state_dict()
+    assert set(bn.state_dict()) == set(nn.BatchNorm2d(C).state_dict())
+    for cast in (torch.float16, torch.bfloat16, torch.float32):
+        assert torch.equal(bn.to(cast).triton_params, want), cast  # not rounded by the cast
+    bn.to("meta")
+    assert bn.triton_params.device.type == "meta" and bn.triton_params.dtype == torch.float64
+    bn.to_empty(device="cpu")  # uninitialised memory: rebuilt from the floats
+    assert torch.equal(bn.triton_params, want)
+    bn.eps, bn.momentum = 1e-3, 0.25
+    assert bn.triton_params.tolist() == [1e-3, 0.25]
+    bn.momentum = None  # a cumulative average: the Triton path refuses it
+    assert bn.triton_params[0] == 1e-3 and bn.triton_params[1].isnan()
+    fresh = SplitBatchNorm(C, 2)
+    fresh.load_state_dict(SplitBatchNorm(C, 2).state_dict())  # strict: no missing key
+    assert torch.equal(fresh.triton_params, want)
+
+
 def test_eval_mode_is_plain_batchnorm_on_both_paths():
     x = batch(8, 3, seed=2, channels_last=False)
     plain = randomised(nn.BatchNorm2d(C)).eval()

@@ -112,6 +112,13 @@ def test_two_launches_forward_and_two_backward_whatever_the_splits():
     assert counts == {(2, 2)}, counts
 
 
+def test_no_host_sync_from_the_first_call():
+    """A fresh layer's first training call (forward and backward) makes no would-be CUDA host
+    sync: its float64 (eps, momentum) is built with the layer and moved by .to(), not copied to
+    the device in the call (CUDA's sync-debug mode raised there on an H200 when it was)."""
+    assert {n: r["syncs"] for n, r in results().items()} == dict.fromkeys(results(), 0)
+
+
 COMPILE_PTX = """
 import sys
 import triton

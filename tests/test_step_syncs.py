@@ -1,5 +1,6 @@
-"""Every valid loss x strategy pair (+ the kappa head) syncs the documented number of times
-per steady-state training step, in one process and at 2 gloo ranks (tests/count_steps.py)."""
+"""Every valid loss x strategy pair (+ the kappa head, + split BN's Triton path) syncs the
+documented number of times per training step, the first one and steady-state ones, in one process
+and at 2 gloo ranks (tests/count_steps.py; the Triton kernels in Triton's interpreter on a CPU)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ WORKER = ROOT / "tests" / "count_steps.py"
 def counted(request, tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp(f"syncs{request.param}") / "counts"
     if request.param == 1:
-        run_worker(sys.executable, str(WORKER), str(out), timeout=300)
+        run_worker(sys.executable, str(WORKER), str(out), timeout=450)
     else:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
         torchrun += ["--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
         torchrun += ["--master_port", str(free_port())]
-        run_worker(*torchrun, str(WORKER), str(out), timeout=600)
+        run_worker(*torchrun, str(WORKER), str(out), timeout=900)
     return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(request.param)]
 
 
@@ -43,15 +44,21 @@ def test_each_valid_pair_syncs_the_documented_number_of_times(counted):
         assert len(pairs) >= 20, pairs  # every loss x strategy the config accepts
         assert "cider/mochi" in result["invalid"]  # refused pairs are left out, not counted
         assert {"fnc/none", "nt_xent/adco", "ring/mochi", "imix/mioc"} <= set(pairs)
+        # split BN's Triton path (interpreted on a CPU), alone and with MiOC's Triton fit
+        assert {"infonce+split_bn/none", "infonce+split_bn/mioc"} <= set(pairs)
         for pair in pairs:
             loss, strategy = pair.split("/")
-            kappa = loss.endswith("+kappa")
-            loss = loss.removesuffix("+kappa")
+            kappa, split_bn = loss.endswith("+kappa"), loss.endswith("+split_bn")
+            loss = loss.removesuffix("+kappa").removesuffix("+split_bn")
             got = result[pair]
             assert len(got["counts"]) == 2
             for count, n in zip(got["counts"], got["solver_syncs"], strict=True):
-                want = sync_table.documented(loss, strategy, n, kappa)
+                want = sync_table.documented(loss, strategy, n, kappa, split_bn)
                 assert count == want, f"{pair}: {count} syncs, documented {want}: {got['where']}"
+            # the first step too: nothing is built lazily in a step (a per-device constant's
+            # host-to-device copy would sync there once; CUDA's sync-debug mode raises on it)
+            first = got["first"]
+            assert first["count"] == want, f"{pair} step 0: {first['count']}: {first['where']}"
             if strategy == "mioc":
                 assert got["solver_syncs"] == [0, 0]  # the Triton fit (its CUDA path) ran
 
@@ -65,3 +72,4 @@ def test_docs_sync_table_matches_the_documented_counts():
     for name, (expr, _) in sync_table.STRATEGY_SYNCS.items():
         assert rows.get(name) == expr, (name, rows.get(name))
     assert rows.get("kappa") == str(sync_table.KAPPA_SYNCS[0])
+    assert rows.get("split_bn") == str(sync_table.SPLIT_BN_SYNCS[0])

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 import torch
 from sync_counter import SyncCounter, classify
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 x = torch.randn(6)
 mask = x > 0
 repeats, bins = torch.tensor([1, 2]), torch.tensor([0, 2, 2])  # host data, built outside counters
 targets = torch.tensor([0, 1, 2, 0])
+idx2 = torch.arange(2)
 
 CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
     "item": [
@@ -18,10 +20,14 @@ CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
         lambda: bool(x.sum() > 0),
         lambda: int(x[0]),
         lambda: float(x[0]),
+        lambda: x.masked_fill(mask, x.max()),  # masked_fill__cuda reads a device value: item()
     ],
     "equal": [lambda: torch.equal(x, x)],
     "nonzero": [lambda: mask.nonzero(), lambda: torch.where(mask), lambda: torch.argwhere(mask)],
-    "mask_index": [lambda: x[mask], lambda: x.clone().__setitem__(mask, 0.0)],
+    "mask_index": [
+        lambda: x[mask],
+        lambda: x.clone().__setitem__(mask, x.sum()),  # a device value: index_put_'s nonzero
+    ],
     "masked_select": [lambda: torch.masked_select(x, mask)],
     "unique": [
         lambda: torch.unique(x),
@@ -40,6 +46,13 @@ CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
         lambda: torch.as_tensor(np.arange(3), device=x.device),
         lambda: x[[0, 2]],  # a Python-list index is built on the host
     ],
+    "host_scalar_index_put": [  # the 0-dim host value is copied to the device first (blocking)
+        lambda: x.clone().__setitem__(idx2, 0.5),
+        lambda: torch.zeros(2, 6, dtype=torch.bool).__setitem__((idx2, idx2), True),
+        lambda: x.clone().index_put_((idx2,), torch.tensor(0.5)),
+        lambda: x.clone().index_put_((mask,), torch.tensor(1.0), accumulate=True),
+    ],
+    "host_scalar_copy": [lambda: x.clone().__setitem__(0, 0.5)],  # a 0-dim element: copy_
 }
 
 
@@ -66,6 +79,15 @@ def test_sync_free_ops_count_zero_and_methods_are_restored():
         x.nonzero_static(size=6)
         torch.isfinite(x).all()  # a tensor, not a Python bool
         torch.nn.functional.cross_entropy(torch.randn(4, 3), targets)
+        y = x.clone()
+        y[1:3] = 0.5  # a host scalar filled (fill_ reads it on the host)
+        y.view(2, 3)[0] = 0.5  # a row: fill_ too
+        y[mask] = 0.5  # one bool mask and a host scalar: ATen's masked_fill_, no nonzero
+        y.masked_fill_(mask, 0.5)
+        y.masked_fill(mask, torch.tensor(0.5))  # a host 0-dim value: read on the host
+        y[idx] = x[:3]  # a device value
+        y.index_put_((idx,), x.sum())  # a device 0-dim value: no copy
+        torch.where(mask, x, x.max())
     assert syncs.count == 0, syncs.report()
     assert torch.Tensor.cpu is original
 
@@ -109,3 +131,42 @@ def test_uploads_count_unless_pinned_and_non_blocking_or_a_scalar():
     assert classify(aten._to_copy.default, (x.sum(),), upload) is None  # a 0-dim kernel argument
     assert classify(aten._to_copy.default, (x,), {"dtype": torch.float64}) is None  # on the host
     assert classify(aten._to_copy.default, (x,), {"device": torch.device("cpu")}) is None
+
+
+def test_host_scalars_on_a_gpu_are_classified_from_the_devices():
+    """On a GPU the host scalar is the CPU 0-dim operand of an op on the device (fake CUDA
+    tensors: no GPU needed): copied first by index_put_ and copy_ unless ATen reads it on the
+    host (one same-device bool mask: masked_fill_; fill_), or the copy is non-blocking."""
+    aten = torch.ops.aten
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        y = torch.empty(6, device="cuda")
+        on_gpu = torch.empty(6, dtype=torch.bool, device="cuda")
+        gpu_idx, gpu_scalar = torch.arange(2, device="cuda"), torch.ones((), device="cuda")
+    scalar = torch.tensor(0.5)  # on the host
+    assert classify(aten.index_put_.default, (y, [gpu_idx], scalar), {}) == "host_scalar_index_put"
+    assert classify(aten.index_put_.default, (y, [on_gpu], scalar), {}) is None  # masked fill
+    accumulate = (y, [on_gpu], scalar, True)
+    assert classify(aten.index_put_.default, accumulate, {}) == "host_scalar_index_put"
+    assert classify(aten.index_put_.default, (y, [mask], scalar), {}) == "host_scalar_index_put"
+    assert classify(aten.index_put_.default, (y, [on_gpu], gpu_scalar), {}) == "mask_index"
+    assert classify(aten.index_put_.default, (y, [gpu_idx], gpu_scalar), {}) is None
+    assert classify(aten.copy_.default, (y[0], scalar), {}) == "host_scalar_copy"
+    assert classify(aten.copy_.default, (y[0], scalar, True), {}) is None  # non-blocking
+    assert classify(aten.fill_.Tensor, (y, scalar), {}) is None
+    assert classify(aten.masked_fill_.Tensor, (y, on_gpu, scalar), {}) is None
+    assert classify(aten.masked_fill_.Tensor, (y, on_gpu, gpu_scalar), {}) == "item"
+    assert classify(aten.lift_fresh.default, (gpu_scalar,), {}) == "host_data"  # tensor(v, dev)
+    cuda = {"device": torch.device("cuda")}
+    assert classify(aten._to_copy.default, (scalar,), cuda) == "host_scalar_copy"
+
+
+def test_a_host_scalar_is_one_built_in_the_block():
+    """On a CPU a 0-dim tensor counts as a host scalar only if a lift_fresh of the counted block
+    built it: a device-computed 0-dim value, or a constant from before, is not one."""
+    before = torch.tensor(0.5)
+    with SyncCounter() as syncs:
+        x.clone().index_put_((idx2,), before)
+        x.clone().index_put_((idx2,), x.sum())
+        x.clone().index_put_((idx2,), torch.tensor(0.5))
+    assert syncs.kinds() == {"host_scalar_index_put": 1}, syncs.report()
+    assert "test_sync_counter.py" in syncs.syncs[0].where()

@@ -82,9 +82,10 @@ def queue_positives(
     """(N, M) bool positive mask P(i) of each anchor over the candidates, for ``kind``."""
     if kind not in QUEUE_KINDS:
         raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
-    n, m = anchor_labels.shape[0], candidate_labels.shape[0]
-    positive = torch.zeros(n, m, dtype=torch.bool, device=own.device)
-    positive[torch.arange(n, device=own.device), own] = True  # the own key: always positive
+    m = candidate_labels.shape[0]
+    # the own key: always positive. By comparison, not ``positive[rows, own] = True``: on CUDA
+    # that index_put_ copies its host scalar True to the device first, a blocking copy.
+    positive = own.unsqueeze(1) == torch.arange(m, device=own.device)  # (N, M)
     a, c = anchor_labels.unsqueeze(1), candidate_labels.unsqueeze(0)  # (N, 1), (1, M)
     if kind in ("supcon", "sincere"):
         positive |= (a == c) & (a != NO_LABEL)
@@ -137,11 +138,9 @@ def queue_contrastive(
     _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
     positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
     contrast = None  # every column unless some are excluded
-    if exclude is not None:
-        rows = torch.arange(positive.shape[0], device=positive.device)
-        contrast = torch.ones_like(positive)
-        positive[rows, exclude] = False
-        contrast[rows, exclude] = False
+    if exclude is not None:  # scatter_ of a Python scalar: no host scalar copied (see above)
+        positive.scatter_(1, exclude.unsqueeze(1), False)
+        contrast = torch.ones_like(positive).scatter_(1, exclude.unsqueeze(1), False)
     dtype = compute_dtype(q.dtype)
     q = q.to(dtype)
     candidates = candidates.detach() if detach_candidates else candidates
@@ -179,8 +178,7 @@ def contrast_top1(
     positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
     sim = q.detach().float() @ candidates.detach().float().T  # (N, M)
     if exclude is not None:
-        rows = torch.arange(sim.shape[0], device=sim.device)
-        sim[rows, exclude] = -torch.inf
+        sim.scatter_(1, exclude.unsqueeze(1), -torch.inf)
     best, idx = sim.max(dim=1)
     hit = positive.gather(1, idx[:, None])[:, 0]
     if per_query is not None:  # a private negative above every candidate is a miss
