@@ -380,7 +380,8 @@ def write_checkpoint(run: Run, also_epoch: bool = False) -> None:
 RESUME_KEYS = ("queue", "scaler", "epoch_stats")
 
 
-def restore(run: Run, state: dict[str, Any], path: Path) -> None:
+def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
+    path = path or run.run_dir / "checkpoints" / "last.pt"
     missing = [k for k in RESUME_KEYS if k not in state]
     missing += ["online_probe"] if run.probe is not None and "online_probe" not in state else []
     if missing:
@@ -732,12 +733,18 @@ def finish_epoch(run: Run, record: dict[str, Any]) -> None:
     except Exception as e:
         st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
         if dist.is_main():
-            if st.saved_step != st.global_step:
-                write_checkpoint(run)
-            e.add_note(
-                f"The checkpoint of epoch {record['epoch']} is saved ({last}): fix the cause and "
-                "run the same command; it evaluates that epoch and goes on."
-            )
+            saved = st.saved_step == st.global_step
+            if not saved:  # train.ckpt_every skipped this epoch: write it now
+                try:
+                    write_checkpoint(run)
+                    saved = True
+                except checkpoint.CheckpointError as w:
+                    e.add_note(f"The epoch's checkpoint could not be written either: {w}")
+            if saved:
+                e.add_note(
+                    f"The checkpoint of epoch {record['epoch']} is saved ({last}): fix the cause "
+                    "and run the same command; it evaluates that epoch and goes on."
+                )
         raise
     checkpoint.set_rng_state(rng)
     if dist.is_main():

@@ -20,14 +20,24 @@ class RunInUseError(RuntimeError):
     """The run folder is locked by a live run."""
 
 
+# locks this process holds, by resolved path: [fd, holders]. A second run set up in the same
+# process (tests, a notebook) shares the lock instead of refusing itself.
+_HELD: dict[Path, list[int]] = {}
+
+
 class RunLock:
     """``RUN/.lock``: :meth:`acquire` or :class:`RunInUseError` naming the holder."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / ".lock"
-        self.fd: int | None = None
+        self.key = self.path.resolve()
+        self.held = False
 
     def acquire(self) -> None:
+        if self.key in _HELD:
+            _HELD[self.key][1] += 1
+            self.held = True
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -47,10 +57,16 @@ class RunLock:
         text = f"pid {os.getpid()} on host {socket.gethostname()}, started {started}\n"
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)
-        self.fd = fd
+        _HELD[self.key] = [fd, 1]
+        self.held = True
 
     def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
+        if not self.held:
+            return
+        self.held = False
+        entry = _HELD[self.key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _HELD[self.key]
+            fcntl.flock(entry[0], fcntl.LOCK_UN)
+            os.close(entry[0])

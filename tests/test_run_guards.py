@@ -127,6 +127,17 @@ def test_failed_evaluation_keeps_the_epoch_ends_the_run_and_the_rerun_evaluates_
         assert (ra["loss"], ra["knn_top1"]) == (rb["loss"], rb["knn_top1"])
 
 
+def test_failed_evaluation_of_an_epoch_without_a_scheduled_checkpoint_writes_one(tmp_path):
+    data = image_folder(tmp_path / "data", bad_test=True)
+    run = tmp_path / "run"
+    failed = pretrain(run, data, "train.epochs=3", "train.ckpt_every=2", timeout=120)
+    assert failed.returncode == 1, failed.stderr
+    assert "checkpoint of epoch 1 is saved" in failed.stderr
+    state = last_state(run)
+    assert (state["epoch"], state["step_in_epoch"]) == (1, 0)
+    assert state["epoch_record"]["epoch"] == 1  # the record the rerun logs with its evaluation
+
+
 def test_bad_training_image_with_workers_ends_the_run(tmp_path):
     data = image_folder(tmp_path / "data", bad_train=True)
     bad = pretrain(tmp_path / "run", data, "train.epochs=1", "data.num_workers=1", timeout=120)
@@ -200,7 +211,17 @@ def test_lock_is_held_by_one_process_at_a_time(tmp_path):
         held.release()
     again = runlock.RunLock(tmp_path)
     again.acquire()
+    same_process = runlock.RunLock(tmp_path)  # a second run set up in this process shares it
+    same_process.acquire()
     again.release()
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         f"from pretrain import runlock; runlock.RunLock({str(tmp_path)!r}).acquire()"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert probe.returncode != 0  # still held by same_process
+    same_process.release()
 
 
 # item 6 --------------------------------------------------------------------------------------
