@@ -124,3 +124,29 @@ def test_unreadable_training_folder_exits_2_naming_it(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert status == 2, err
     assert str(train) in err and "Permission denied" in err
+
+
+def troubleshooting_quotes() -> str:
+    return (ROOT / "docs" / "troubleshooting.md").read_text()
+
+
+def test_troubleshooting_quotes_the_new_config_messages_word_for_word(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    page = troubleshooting_quotes()
+    found = []
+    for overrides in (["train.base_lr=inf"], ["data.std=[0.5, 0.0, 0.5]"], ["data.subset=-1"],
+                      ["data.image_size=0"]):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            config.load("digits_moco.yaml", overrides)
+        found.append(str(e.value))
+    Path("run.yaml").write_text("train:\n  epochs: 5\n  base_lr: 0.1\n  epochs: 50\n")
+    Path("latin.yaml").write_bytes("train:\n  epochs: 5  # caf\u00e9\n".encode("latin-1"))
+    for name in ("run.yaml", "latin.yaml", "."):
+        with pytest.raises(ConfigError) as e:
+            config.load(name)
+        found.append(str(e.value).replace("latin.yaml", "run.yaml"))
+    with pytest.raises(ConfigError) as e:
+        config.load("digits_moco.yaml", ["out_dir=/tmp/caf\udce9"])
+    found.append(str(e.value))
+    for message in found:
+        assert f"`{message}`" in page, message

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -359,3 +360,26 @@ def test_skipped_images_are_reported_at_the_end_of_a_short_epoch(tmp_path):
     (epoch,) = records(run, "epoch")
     assert epoch["skipped_images"] == 1
     assert "skipped_images=1" in done.stdout
+
+
+def test_troubleshooting_quotes_the_new_checkpoint_messages_word_for_word(tmp_path, monkeypatch):
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    path = tmp_path / "last.pt"
+    path.mkdir()
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.load(path)
+    found = [str(e.value).replace(str(path), "PATH")]
+    path.rmdir()
+    checkpoint.save({"epoch": 1}, path)
+
+    def full_disk(obj, f, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.save({"epoch": 2}, path)
+    monkeypatch.undo()
+    message = str(e.value).replace(str(path), "PATH").replace(str(tmp_path), "DIR")
+    found.append(re.sub(r"\d+\.\d GiB free", "0.0 GiB free", message))
+    for message in found:
+        assert f"`{message}`" in page, message
