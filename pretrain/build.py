@@ -134,6 +134,11 @@ class Data:
     decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
     resident: str = "off"  # data.resident resolved for this run's device: off or device
 
+    def close(self) -> None:
+        """End the worker processes of every loader now (see :func:`pretrain.data.shutdown`)."""
+        for loader in (self.train_loader, self.bank_loader, self.test_loader):
+            data.shutdown(loader)
+
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
     return data.loader(ds, batch_size, None, num_workers)

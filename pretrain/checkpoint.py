@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -45,9 +46,16 @@ class NotNegmineError(CheckpointError):
 
 
 def save(state: dict[str, Any], path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically: temporary file in the same folder, fsync, rename."""
+    """Write ``state`` to ``path`` atomically: temporary file in the same folder, fsync, rename.
+
+    A write that fails (a full disk: ``OSError``, or torch's ``RuntimeError: ... unexpected pos``)
+    removes its temporary file and raises :class:`CheckpointError` naming the path, the free space
+    and whether the previous ``path`` is intact (it always is: only the rename replaces it).
+    Temporary files of ``path`` left by a process killed mid-write are removed first.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -55,6 +63,9 @@ def save(state: dict[str, Any], path: str | Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(write_failure(path, e)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -65,19 +76,85 @@ def save(state: dict[str, Any], path: str | Path) -> None:
         os.close(dir_fd)
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and check a negmine checkpoint; any failure is a :class:`CheckpointError`."""
+def remove_stale_tmp(folder: str | Path, name: str = "*") -> list[Path]:
+    """Remove the temporary files a killed :func:`save` left in ``folder`` (those of ``name``, or
+    all); only the one process that writes there may call it (the run's lock holder)."""
+    removed = []
+    for stale in Path(folder).glob(f".{name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
+
+
+def write_failure(path: Path, e: Exception) -> str:
+    """Why writing ``path`` failed, the free space there, and what survived."""
+    why = (e.strerror or str(e)) if isinstance(e, OSError) else first_line(e)
+    if isinstance(e, RuntimeError):  # torch's zip writer: "[enforce fail ...] unexpected pos"
+        why += ", torch's report of a failed write (most often a full disk)"
+    try:
+        free = f"{shutil.disk_usage(path.parent).free / 2**30:.1f} GiB free"
+    except OSError:
+        free = "free space unknown"
+    survived = (
+        f"the previous checkpoint {path} is intact"
+        if path.is_file()
+        else f"there is no previous checkpoint {path}"
+    )
+    return (
+        f"cannot write checkpoint {path} ({type(e).__name__}: {why}); {free} on its file system "
+        f"({path.parent}); {survived}. Free space (or choose another out_dir) and run the same "
+        "command again"
+    )
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def read(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)``; a file that is missing, a folder, unreadable or not
+    a torch file of plain tensors is a :class:`CheckpointError`. Torch's advice to retry with
+    ``weights_only=False`` is not passed on: that runs the file's code, unsafe for a file of
+    unknown origin."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} is a directory, not a checkpoint file; move it away"
+        )
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError as e:  # other OSErrors (EINVAL of a cut zip) mean a damaged file
+        raise CheckpointError(f"checkpoint {path} cannot be read ({e.strerror or e})") from None
     except Exception as e:  # zipfile, pickle, EOF and torch errors all mean "unreadable"
+        if "weights_only" in str(e) or "Weights only" in str(e):
+            why = "a weights-only load refused it" + unpickler_reason(str(e))
+        else:
+            why = f"{type(e).__name__}: {first_line(e)}"
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or not a torch checkpoint ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}). Older copies may sit beside it "
-            f"(checkpoints/epoch_N.pt); move the bad file away to resume from one of them."
+            f"checkpoint {path} is corrupt or not a torch checkpoint ({why}). Older copies may "
+            "sit beside it (checkpoints/epoch_N.pt); move the bad file away to resume from one "
+            "of them."
         ) from None
+
+
+def unpickler_reason(text: str) -> str:
+    """The one line of torch's weights-only refusal that says what was found, without the advice
+    around it (retry with ``weights_only=False``, allow-list globals)."""
+    for line in text.splitlines():
+        if "WeightsUnpickler error:" in line:
+            reason = line.split("WeightsUnpickler error:", 1)[1].split(". Please")[0].strip()
+            if reason and "weights_only" not in reason:
+                return f": {reason.rstrip('.')}"
+    return ""
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check a negmine checkpoint; any failure is a :class:`CheckpointError`."""
+    path = Path(path)
+    state = read(path, map_location)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         keys = sorted(state)[:8] if isinstance(state, dict) else type(state).__name__
         raise NotNegmineError(

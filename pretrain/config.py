@@ -207,6 +207,11 @@ def registered_choices() -> dict[str, list[str]]:
 def resolve_path(name: str) -> Path:
     """A bare name is looked up among the shipped configs; anything else is a path."""
     path = Path(name)
+    if path.is_dir():
+        raise ConfigError(
+            f"config file {name!r} is a directory; give a YAML file (a path, or the name of a "
+            "shipped config)"
+        )
     if path.exists():
         return path
     shipped = CONFIG_DIR / path.name
@@ -224,10 +229,7 @@ def resolve_path(name: str) -> Path:
 def load(name: str, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file's overrides, then ``dotted.key=value`` overrides."""
     path = resolve_path(name)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    raw = parse_yaml(read_text(path), str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}"
@@ -236,18 +238,72 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override {item!r} is not of the form dotted.key=value")
+            raise ConfigError(f"override {ascii(item)} is not of the form dotted.key=value")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode (surrogate escapes)
+            raise ConfigError(
+                f"config key {ascii(key.strip())} on the command line: the value {ascii(value)} "
+                "is not UTF-8 text; give paths and values in UTF-8"
+            ) from None
         nested: dict[str, Any] = {}
         node = nested
         *parents, leaf = key.strip().split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = yaml.safe_load(value) if value.strip() else ""
+        node[leaf] = parse_yaml(value, "command line", f"{key.strip()}.") if value.strip() else ""
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
     validate(cfg)
     return cfg
+
+
+def read_text(path: Path) -> str:
+    """A config file's text; unreadable or not UTF-8: a :class:`ConfigError`."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save the file "
+            "as UTF-8"
+        ) from None
+
+
+def parse_yaml(text: str, source: str, prefix: str = "") -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps
+    the last), naming the dotted key and both lines."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _refuse_duplicates(node, source, prefix)
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+
+
+def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicates(item, source, prefix)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in seen and key != "<<":
+            raise ConfigError(
+                f"config key {prefix + key!r} is given more than once in {source} (lines "
+                f"{seen[key]} and {line}); YAML would silently keep the last: keep one"
+            )
+        seen[key] = line
+        _refuse_duplicates(value_node, source, f"{prefix}{key}.")
 
 
 def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
@@ -313,6 +369,10 @@ def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
                 raise fail() from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail()
+        if not math.isfinite(value):  # YAML reads .inf/.nan (and inf/nan from strings above)
+            raise ConfigError(
+                f"config key {key!r} in {source} must be a finite number, got {value!r}"
+            )
         return float(value)
     if hint is str:
         if isinstance(value, bool):
@@ -409,6 +469,16 @@ def validate(cfg: Config) -> None:
             "must be (low, high) with 0 < low <= high <= 1",
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        ("eval.batch_size", cfg.eval.batch_size > 0, "must be positive"),
+        ("data.image_size", cfg.data.image_size > 0, "must be positive"),
+        ("data.eval_resize", cfg.data.eval_resize > 0, "must be positive"),
+        (
+            "data.std",
+            all(s > 0 for s in cfg.data.std),
+            "must be positive (images are divided by it)",
+        ),
+        ("model.width", cfg.model.width > 0, "must be positive"),
+        ("model.dim", cfg.model.dim > 0, "must be positive"),
         (
             "data.support_views",
             cfg.data.support_views == 0
@@ -453,7 +523,7 @@ def validate(cfg: Config) -> None:
             "data.subset",
             cfg.data.subset == 0
             or 0 < cfg.data.subset < 1
-            or cfg.data.subset == int(cfg.data.subset),
+            or (cfg.data.subset >= 1 and cfg.data.subset == int(cfg.data.subset)),
             "must be 0 (all), a fraction in (0, 1) or a whole number of images per class",
         ),
         ("model.kappa_hidden", cfg.model.kappa_hidden >= 0, "must be 0 (no head) or positive"),

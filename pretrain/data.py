@@ -176,3 +176,19 @@ def loader(
         worker_init_fn=_quiet_worker,
         generator=torch.Generator().manual_seed(0),
     )
+
+
+def shutdown(loader: Any) -> None:
+    """End ``loader``'s worker processes now, persistent ones and those of an iterator an error
+    left mid-epoch included. The workers ignore SIGTERM (:func:`_quiet_worker`), so leaving them to
+    the interpreter's exit would hang it: multiprocessing's exit handler terminates its children
+    with SIGTERM and then joins them. Uses the DataLoader iterator's own shutdown (torch has no
+    public call for it); a loader without workers has nothing to end."""
+    inner = getattr(loader, "loader", loader)  # device_decode.DecodedLoader wraps a DataLoader
+    iterator = getattr(inner, "_iterator", None)
+    if iterator is None:
+        return
+    inner._iterator = None
+    end = getattr(iterator, "_shutdown_workers", None)
+    if end is not None:
+        end()

@@ -29,6 +29,7 @@ from pretrain import (
     imagefiles,
     knn,
     precision,
+    runlock,
     threads,
     world,
 )
@@ -77,6 +78,8 @@ class State:
     loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))  # this epoch, on device
     bad_loss: torch.Tensor = field(default_factory=lambda: torch.zeros((), dtype=torch.bool))
     saved_step: int = -1  # global step of the checkpoint on disk (-1: none yet); not saved
+    pending: dict[str, Any] | None = None  # the finished epoch's record until its evaluation is
+    # logged: saved with the epoch's checkpoint, so a failed evaluation is redone on resume
 
 
 @dataclass(kw_only=True)
@@ -98,6 +101,15 @@ class Run:
     state: State
     probe: OnlineProbe | None = None  # eval.online_probe
     graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
+    lock: runlock.RunLock | None = None  # out_dir's lock, held by rank 0
+
+    def close(self) -> None:
+        """End the loader workers, close the log and release the run folder: on every exit, so
+        an error can never leave the process waiting for workers that ignore SIGTERM."""
+        self.data.close()
+        self.log.close()
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def run_dir(self) -> Path:
@@ -342,6 +354,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "world_size": dist.world_size(),  # checked on resume (pretrain/world.py)
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
+        **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
     }
 
 
@@ -349,16 +362,34 @@ def save(run: Run, also_epoch: bool = False) -> None:
     """Rank 0 writes ``last.pt`` (and ``epoch_N.pt``); never a state that has seen a bad loss."""
     check_finite(run)
     if dist.is_main():
-        ckpt_dir = run.run_dir / "checkpoints"
-        state = state_dict(run)
-        checkpoint.save(state, ckpt_dir / "last.pt")
-        if also_epoch:
-            checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt")
+        write_checkpoint(run, also_epoch)
     dist.barrier()
     run.state.saved_step = run.state.global_step
 
 
-def restore(run: Run, state: dict[str, Any]) -> None:
+def write_checkpoint(run: Run, also_epoch: bool = False) -> None:
+    """The files of :func:`save` (rank 0), without its collectives."""
+    ckpt_dir = run.run_dir / "checkpoints"
+    state = state_dict(run)
+    checkpoint.save(state, ckpt_dir / "last.pt")
+    if also_epoch:
+        checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt")
+
+
+# what restore reads besides checkpoint.REQUIRED (linear_eval needs none of these)
+RESUME_KEYS = ("queue", "scaler", "epoch_stats")
+
+
+def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
+    path = path or run.run_dir / "checkpoints" / "last.pt"
+    missing = [k for k in RESUME_KEYS if k not in state]
+    missing += ["online_probe"] if run.probe is not None and "online_probe" not in state else []
+    if missing:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path} lacks {', '.join(missing)}: it cannot resume training (python -m "
+            "linear_eval can still evaluate it); move it away to start afresh, or resume from an "
+            "older copy (checkpoints/epoch_N.pt)"
+        )
     raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
     saved = config.from_dict(raw, source="the checkpoint's config")  # older runs: per-sample path
     changed = diff(config.to_dict(saved), config.to_dict(run.cfg))
@@ -394,6 +425,7 @@ def restore(run: Run, state: dict[str, Any]) -> None:
     )
     st.loss_sum = state["epoch_stats"]["loss_sum"].to(run.device)  # the rest stays on the CPU
     st.saved_step = st.global_step
+    st.pending = state.get("epoch_record")
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
@@ -418,6 +450,16 @@ def setup(cfg: Config) -> Run:
         raise ConfigError(f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
                           f"is on {device.type}); set model.split_bn=auto")  # fmt: skip
     check_run_dir(cfg)  # every rank, before any data is read
+    lock = lock_run_dir(cfg)
+    try:
+        return build_run(cfg, device, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -> Run:
     precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
     threads.configure(cfg.train.threads, device)  # this rank's share of the cores
     if cfg.train.deterministic:
@@ -427,7 +469,14 @@ def setup(cfg: Config) -> Run:
     else:
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(cfg.seed + dist.rank())
-    data = build.datasets_for(cfg, device)
+    try:
+        data = build.datasets_for(cfg, device)
+    except OSError as e:  # e.g. an unreadable split folder (data errors of a layout: DatasetError)
+        where = e.filename or cfg.data.root
+        raise ConfigError(
+            f"data.root {cfg.data.root}: cannot read {where} ({e.strerror or e}); make it "
+            "readable for this user, or point data.root elsewhere"
+        ) from None
     if data.augment is not None:
         data.augment.to(device)
     info = config.derived(cfg, len(data.train), dist.world_size())
@@ -472,7 +521,28 @@ def setup(cfg: Config) -> Run:
         state=state,
         probe=online_probe(cfg, moco, data.num_classes, device),
         graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
+        lock=lock,
     )
+
+
+def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
+    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.runlock`) and removes the
+    temporary checkpoint files a killed run left; every rank exits 2 if another run holds it.
+    Per run, not per rank: torchrun's ranks share rank 0's lock, and a requeued SLURM job finds
+    the lock of its killed predecessor released by the kernel."""
+    lock, refused = None, ""
+    if dist.is_main():
+        lock = runlock.RunLock(cfg.out_dir)
+        try:
+            lock.acquire()
+        except runlock.RunInUseError as e:
+            lock, refused = None, str(e)
+        else:
+            checkpoint.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
+    if dist.any_rank(bool(refused)):
+        raise ConfigError(refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 "
+                          "names it)")  # fmt: skip
+    return lock
 
 
 def online_probe(
@@ -561,15 +631,28 @@ def run_training(cfg: Config) -> int:
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
+    try:
+        return train(run)
+    finally:
+        run.close()
+
+
+def train(run: Run) -> int:
+    """The run after :func:`setup`: resume or start, then epochs until done or stopped."""
+    cfg = run.cfg
     last = run.run_dir / "checkpoints" / "last.pt"
-    resumed = last.exists()
-    if resumed:
-        restore(run, checkpoint.load(last, map_location="cpu"))  # RNG states must stay on the CPU
+    resumed = last.exists() or last.is_symlink()
+    if resumed:  # RNG states must stay on the CPU
+        restore(run, checkpoint.load(last, map_location="cpu"), last)
+        check_epochs_left(run)
         run.log.truncate(run.state.global_step)
     else:
         init_loss(run)
     announce(run, resumed)
     st, steps = run.state, run.info["steps_per_epoch"]
+    if st.pending is not None and dist.any_rank(not run.log.has(st.pending)):
+        finish_epoch(run, st.pending)  # the evaluation a failure cut short, before going on
+    st.pending = None
     with checkpoint.StopSignals() as stop:
         while st.epoch < cfg.train.epochs:
             if reached_max_steps(run):  # at an epoch boundary (or a rerun with the same limit)
@@ -593,40 +676,92 @@ def run_training(cfg: Config) -> int:
                 stop.forward()  # e.g. submitit: checkpoint() + requeue; returns for a plain run
                 return 130 if stop.name == "SIGINT" else 0
             check_finite(run)
-            record = end_of_epoch(run, time.perf_counter() - tic)
+            st.pending = epoch_record(run, time.perf_counter() - tic)
             st.epoch, st.step_in_epoch = st.epoch + 1, 0
             st.loss_sum.zero_()
             is_last = st.epoch == cfg.train.epochs
-            if is_last or st.epoch % cfg.train.ckpt_every == 0:
-                save(
+            if is_last or st.epoch % cfg.train.ckpt_every == 0:  # before the evaluation: a
+                save(  # failed one loses no training (the rerun evaluates this epoch again)
                     run,
                     also_epoch=cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0,
                 )
-            if dist.is_main():
-                print(
-                    " ".join(
-                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in record.items()
-                        if k != "kind"
-                    ),
-                    flush=True,
-                )
-    run.log.close()
+            finish_epoch(run, st.pending)
+            st.pending = None
     return 0
 
 
-def end_of_epoch(run: Run, seconds: float) -> dict[str, Any]:
-    cfg, st = run.cfg, run.state
-    epoch = st.epoch + 1
+def check_epochs_left(run: Run) -> None:
+    """A resume with fewer ``train.epochs`` than the run has done is refused (exit 2) before
+    anything is written: ``config.yaml`` would claim a length the checkpoint has passed."""
+    st, epochs = run.state, run.cfg.train.epochs
+    if st.epoch > epochs or (st.epoch == epochs and st.step_in_epoch > 0):
+        done = f"{st.epoch} epochs" + (f" and {st.step_in_epoch} steps" if st.step_in_epoch else "")
+        raise ConfigError(
+            f"train.epochs={epochs} is below what {run.run_dir} has done already ({done}); the "
+            f"run is not shortened and its config.yaml is kept. Give train.epochs={st.epoch + 1} "
+            f"or more to go on, or evaluate it as it is (python -m linear_eval --ckpt "
+            f"{run.run_dir / 'checkpoints' / 'last.pt'})"
+        )
+
+
+def epoch_record(run: Run, seconds: float) -> dict[str, Any]:
+    """The finished epoch's line of ``metrics.jsonl`` before its evaluation: taken before the
+    epoch's checkpoint, which holds it until :func:`finish_epoch` has logged it."""
+    st = run.state
     record: dict[str, Any] = {
         "kind": "epoch",
-        "epoch": epoch,
+        "epoch": st.epoch + 1,
         "global_step": st.global_step,
         "loss": st.loss_sum.item() / run.info["steps_per_epoch"],
         "epoch_time_s": seconds,
     }
+    if run.data.skipped is not None:  # data.skip_bad_images: also when no step line printed it
+        record["skipped_images"] = int(run.data.skipped.sum())
     if run.probe is not None:  # "online": not the offline linear probe of linear_eval
         record["online_train_top1"] = run.probe.take_train_top1()  # rank 0's shard
+    return record
+
+
+def finish_epoch(run: Run, record: dict[str, Any]) -> None:
+    """Evaluate the epoch of ``record`` (after its checkpoint), then log and print it. The global
+    RNG is restored afterwards, so a rerun that redoes the evaluation trains on bit-identically.
+    If the evaluation fails, a checkpoint of the finished epoch is written first (when
+    ``train.ckpt_every`` skipped it) and the error says so."""
+    rng = checkpoint.rng_state()
+    try:
+        record = end_of_epoch(run, dict(record))
+    except Exception as e:
+        st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
+        if dist.is_main():
+            saved = st.saved_step == st.global_step
+            if not saved:  # train.ckpt_every skipped this epoch: write it now
+                try:
+                    write_checkpoint(run)
+                    saved = True
+                except checkpoint.CheckpointError as w:
+                    e.add_note(f"The epoch's checkpoint could not be written either: {w}")
+            if saved:
+                e.add_note(
+                    f"The checkpoint of epoch {record['epoch']} is saved ({last}): fix the cause "
+                    "and run the same command; it evaluates that epoch and goes on."
+                )
+        raise
+    checkpoint.set_rng_state(rng)
+    if dist.is_main():
+        print(
+            " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in record.items()
+                if k != "kind"
+            ),
+            flush=True,
+        )
+
+
+def end_of_epoch(run: Run, record: dict[str, Any]) -> dict[str, Any]:
+    cfg = run.cfg
+    epoch = record["epoch"]
+    if run.probe is not None:
         if dist.is_main():
             feats, labels = knn.extract(run.moco.encoder_q.backbone, run.data.test_loader,
                                         run.device)  # fmt: skip
@@ -649,12 +784,17 @@ def main(cfg: Config) -> int:
     try:
         return run_training(cfg)
     except (checkpoint.CheckpointError, NonFiniteLossError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker
         print(f"error: {bad_image(e)}\nSet data.skip_bad_images=true to skip unreadable images "
-              "(each skip is counted in the log).", file=sys.stderr)  # fmt: skip
+              f"(each skip is counted in the log).{notes(e)}", file=sys.stderr)  # fmt: skip
         return 1
+
+
+def notes(e: BaseException) -> str:
+    """What the run added to an error on its way out (e.g. which checkpoint is saved)."""
+    return "".join(f"\n{note}" for note in getattr(e, "__notes__", ()))
 
 
 def bad_image(e: Exception) -> str:

@@ -20,11 +20,33 @@ class MetricsLog:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
-        self.writer = None
-        if dist.is_main():
+        self.tb_dir = Path(run_dir) / "tensorboard"
+        self._writer: Any = None
+        self._closed = False
+
+    @property
+    def writer(self) -> Any:
+        """The TensorBoard writer, made at the first record: a run refused before it (another
+        run's folder, a changed config) leaves no event file."""
+        if self._writer is None and dist.is_main() and not self._closed:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            self._writer = SummaryWriter(str(self.tb_dir))
+        return self._writer
+
+    def has(self, record: dict[str, Any]) -> bool:
+        """Whether ``metrics.jsonl`` holds a line of ``record``'s kind and global step; True on
+        ranks other than 0 (which never read the file)."""
+        if not dist.is_main() or not self.path.exists():
+            return not dist.is_main()
+        for line in self.path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if (r.get("kind"), r.get("global_step")) == (record["kind"], record["global_step"]):
+                return True
+        return False
 
     def truncate(self, global_step: int) -> None:
         if not dist.is_main() or not self.path.exists():
@@ -55,5 +77,7 @@ class MetricsLog:
             self.writer.add_histogram(tag, values.detach().float().cpu(), global_step)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """Close the writer (idempotent); the log accepts no TensorBoard record after it."""
+        if self._writer is not None:
+            self._writer.close()
+        self._writer, self._closed = None, True

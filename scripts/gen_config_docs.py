@@ -39,7 +39,8 @@ and the code disagree). The defaults live there only; a YAML file (`pretrain/con
 holds overrides, and the command line overrides the file with dotted keys, e.g.
 `train.epochs=100 negatives.kwargs.nu=0.1`. An unknown key, a wrong type or a value outside
 "accepts" exits with status 2 and names the key (see [Troubleshooting](troubleshooting.md)).
-Types: `float` keys take integers too, tuples are written as YAML lists; quote
+Types: `float` keys take integers too but not `inf` or `nan`, tuples are written as YAML lists;
+a key given twice in one YAML mapping is refused (YAML would keep the last silently); quote
 `on`/`off`/`yes`/`no` where a string is meant (`train.amp: "off"`; an unquoted `off` is accepted
 where it is one of the key's choices). Checks that involve several keys (a loss that needs labels,
 a strategy that replaces the queue, ...) are in `validate()` in `pretrain/config.py`; their

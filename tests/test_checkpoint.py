@@ -165,7 +165,7 @@ def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", broken_save)
     new = sample_state()
     new["epoch"] = 4
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match="disk full.*the previous checkpoint .* is intact"):
         checkpoint.save(new, path)
     monkeypatch.undo()
     assert path.read_bytes() == before

@@ -31,6 +31,11 @@ MOCO = "module.encoder_q."
 
 def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], str, str | None]:
     """(backbone state dict under torchvision names, layout name, arch named by the file)."""
+    if isinstance(raw, dict) and raw.get("format") == checkpoint.FORMAT:
+        raise CheckpointError(
+            f"{path} is a negmine checkpoint, which carries its own config: drop --config (and "
+            "--set); --data-root PATH points it at data moved since training"
+        )
     if isinstance(raw, dict) and isinstance(raw.get("state_dict"), dict):
         sd = raw["state_dict"]
         if any(k.startswith(MOCO) for k in sd):
@@ -65,10 +70,7 @@ def infer_arch(sd: dict[str, torch.Tensor]) -> str | None:
 def load(path: str | Path, cfg_name: str, overrides: list[str] | None = None) -> tuple:
     """(encoder, cfg, tag) for weights made elsewhere; CheckpointError names unmatched keys."""
     path = Path(path)
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"{path} cannot be read with weights_only=True: {e}") from None
+    raw = checkpoint.read(path)  # CheckpointError without torch's advice to load unsafely
     sd, layout, arch = backbone_weights(raw, path)
     arch = arch or infer_arch(sd)
     conv1 = sd.get("conv1.weight")

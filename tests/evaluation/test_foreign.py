@@ -68,3 +68,22 @@ def test_weights_made_elsewhere_without_config_name_the_flag(files, capsys, comm
         err = capsys.readouterr().err
         assert "is not a negmine-1 negmine checkpoint" in err, err
         assert "Weights made elsewhere" in err and "--config CFG" in err, err
+
+
+def test_negmine_checkpoint_given_config_is_named_as_such(files, capsys):
+    """Our own checkpoint with --config: say it carries its own config (it was called "neither a
+    negmine checkpoint nor a known layout")."""
+    _, ckpt = files
+    assert main(["knn", "--ckpt", str(ckpt), "--no-cache", *SET]) == 1
+    err = capsys.readouterr().err
+    assert "is a negmine checkpoint, which carries its own config: drop --config" in err, err
+    assert "neither" not in err
+
+
+def test_foreign_file_needing_pickle_is_refused_without_unsafe_advice(files, capsys):
+    base, _ = files
+    torch.save({"conv1.weight": torch.nn.Linear(2, 2)}, base / "pickled.pth")
+    assert main(["knn", "--ckpt", str(base / "pickled.pth"), "--no-cache", *SET]) == 1
+    err = capsys.readouterr().err
+    assert "is corrupt or not a torch checkpoint" in err, err
+    assert "weights_only" not in err and "trust" not in err
