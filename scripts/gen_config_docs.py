@@ -252,7 +252,7 @@ def rules(source: str, registries: dict[str, tuple[str, object]]) -> list[tuple[
         if single_key(key, ok, why):
             continue
         spelt = ast.unparse(_Spell(registries).visit(ast.parse(ast.unparse(ok), mode="eval")))
-        out.append((key, cell(spelt), message(why, values)))
+        out.append((key, spelt.replace("|", "\\|"), message(why, values)))  # in a code span
     return out
 
 
@@ -471,8 +471,7 @@ def render() -> str:
     allowed = {k: list(v) for k, v in config.CHOICES.items()}
     allowed.update(config.registered_choices())
     cfg = config.Config()
-    # the wrapper scopes docs/stylesheets/extra.css's rule: keys are never broken mid-word
-    parts = [HEADER, '\n<div class="config-reference" markdown>\n']
+    parts = [HEADER]
     for prefix, cls, fields in sections(cfg):
         name = prefix.rstrip(".") or "top level"
         parts.append(f"\n## {'`' + name + '`' if prefix else name}\n")
@@ -510,7 +509,6 @@ def render() -> str:
     parts += settings("strategy", "negatives", strategies)
     parts.append(LOSS_INTRO)
     parts += settings("loss", "loss", losses.registry)
-    parts.append("\n</div>\n")
     return "".join(parts)
 
 
