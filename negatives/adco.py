@@ -68,7 +68,17 @@ def bank_gradient(
 
 @strategies.register("adco")
 class AdCo(NegativeStrategy):
-    """A learnable bank of negatives, updated by gradient ascent on the contrastive loss."""
+    """A learnable bank of negatives, updated by gradient ascent on the contrastive loss.
+
+    Args:
+        bank_size: number of negatives in the bank, positive (official: 65536).
+        mem_t: temperature tau_m of the bank's softmax, positive (official: 0.02).
+        memory_lr: the bank's learning rate eta, positive (official: 3.0).
+        mem_wd: the bank's weight decay lambda, >= 0 (official: 1e-4).
+        momentum: the bank's SGD momentum m, in [0, 1) (official: 0.9).
+        ad_init: overwrite the bank's columns with the gathered keys of the first ceil(K/B)
+            steps (the official bank starts from keys too); False = the random initial bank.
+    """
 
     needs_global_batch = True  # the bank's gradient is the global batch's (every rank equal)
     replaces_queue = True

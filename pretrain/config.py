@@ -144,7 +144,8 @@ class EvalConfig:
 class LossConfig:
     """The loss (``pretrain.losses.modules``); MoCo's ``moco.temperature`` is its T."""
 
-    name: str = "infonce"  # infonce | nt_xent | supcon | sincere | firm | cider
+    name: str = "infonce"  # a registered loss (pretrain.losses.list_losses()); the
+    # configuration reference lists each one's settings
     supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
     symmetric: bool = False  # both views through the query encoder, anchors [q1; q2] against
     # each other: the papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms)
@@ -153,8 +154,8 @@ class LossConfig:
     cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
     cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
     cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
-    kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (debiased,
-    # hard, decoupled: tau_plus, beta, sigma, weight_grad), checked against its signature
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (its
+    # constructor's keyword arguments), checked against its signature
     cider_dis_scale: bool = False  # x T/0.1 on L_dis as the official DisLoss does (T != 0.1 only)
     kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
     kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
@@ -163,7 +164,8 @@ class LossConfig:
 @dataclass
 class NegativesConfig:
     name: str = "none"  # a key of negatives.list_strategies()
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to negatives.create(name, ...)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the strategy's own settings, passed
+    # to negatives.create(name, ...) and checked against its signature
 
 
 @dataclass

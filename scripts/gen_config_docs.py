@@ -7,9 +7,16 @@ Run the first command after adding or changing a config key; tests/test_config_d
 until the page matches the code. Every key of the ``Config`` dataclass tree gets one row: its
 dotted name, its type as written in the source, its default, the values it accepts (the
 ``CHOICES`` table, the loss and strategy registries, booleans, and the plain-text conditions of
-``validate()``), and the comment beside it in the source, continuation lines included. Comments
-are read with ``tokenize`` and matched to fields with ``ast``, so the page says exactly what the
-source says.
+``validate()`` that read the key alone), and the comment beside it in the source, continuation
+lines included. Comments are read with ``tokenize`` and matched to fields with ``ast``, so the page
+says exactly what the source says. The checks of ``validate()`` that involve several keys are
+listed as rules across keys (the condition as written, the registries' class attributes spelt out
+as the names that have them). Then every registered negative strategy and loss gets a table of its
+own settings (``negatives.kwargs``, ``loss.kwargs``): each constructor argument from
+``inspect.signature``, its meaning from the ``Args:`` section of the class docstring (or of a base
+class's), the values its ``__init__`` checks with ``not in`` and the ``must`` clauses of its
+``ValueError`` messages, and for a loss the config key the trainer fills it from
+(``config_kwargs``). A constructor argument without an ``Args:`` entry is an error.
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ import argparse
 import ast
 import dataclasses
 import difflib
+import inspect
 import io
+import re
 import sys
+import textwrap
 import tokenize
 import typing
 from pathlib import Path
@@ -43,8 +53,39 @@ Types: `float` keys take integers too but not `inf` or `nan`, tuples are written
 a key given twice in one YAML mapping is refused (YAML would keep the last silently); quote
 `on`/`off`/`yes`/`no` where a string is meant (`train.amp: "off"`; an unquoted `off` is accepted
 where it is one of the key's choices). Checks that involve several keys (a loss that needs labels,
-a strategy that replaces the queue, ...) are in `validate()` in `pretrain/config.py`; their
-messages name both keys.
+a strategy that replaces the queue, ...) are listed under [Rules across keys](#rules-across-keys);
+each strategy's and loss's own settings under [Strategy settings](#strategy-settings) and
+[Loss settings](#loss-settings).
+"""
+
+
+RULES_INTRO = """
+## Rules across keys
+
+The checks of `validate()` that read more than one key, in the order it runs them: a config
+where a condition is false exits with status 2 and the message `config key 'KEY' = VALUE` and the
+text on the right (`{key}`: that key's value). Besides these, `loss.kwargs` and
+`negatives.kwargs` are checked against the constructor of the chosen loss and strategy (an
+unknown argument names the valid ones), and some pairs of a loss and a strategy are refused when
+the run is built (e.g. `cider` with any strategy but `none`).
+
+"""
+
+STRATEGY_INTRO = f"""
+## Strategy settings
+
+`negatives.kwargs` of each strategy (`negatives.name`): the keyword arguments of its constructor,
+generated from its signature and the `Args:` section of its docstring by `{COMMAND}`. Set them in
+the YAML file (`negatives: {{name: mioc, kwargs: {{nu: 0.1}}}}`) or on the command line
+(`negatives.kwargs.nu=0.1`); an argument left out takes the default shown.
+"""
+
+LOSS_INTRO = """
+## Loss settings
+
+`loss.kwargs` of each loss (`loss.name`), generated the same way. "from `KEY`" in the default
+column: the trainer passes that config key's value (or the data's class count); a `loss.kwargs`
+entry of the same name overrides it. Set them as `loss.kwargs.tau_plus=0.05` or in the YAML file.
 """
 
 
@@ -97,11 +138,9 @@ def annotations(source: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def conditions(source: str) -> dict[str, list[str]]:
-    """{dotted key: [plain-text condition]} from the ``checks`` list of ``validate()``: the
-    (key, ok, why) tuples whose ``why`` is a literal string (the f-strings depend on other keys and
-    are read in the source)."""
-    out: dict[str, list[str]] = {}
+def checks(source: str) -> list[tuple[str, ast.expr, ast.expr]]:
+    """[(dotted key, condition, message)] of the ``checks`` list of ``validate()``, in order."""
+    out = []
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.FunctionDef) and node.name == "validate"):
             continue
@@ -111,16 +150,117 @@ def conditions(source: str) -> dict[str, list[str]]:
             if not any(isinstance(t, ast.Name) and t.id == "checks" for t in sub.targets):
                 continue
             for elt in sub.value.elts:
-                if not (isinstance(elt, ast.Tuple) and len(elt.elts) == 3):
-                    continue
-                key, _, why = elt.elts
-                if isinstance(key, ast.Constant) and isinstance(why, ast.Constant):
-                    out.setdefault(key.value, []).append(why.value)
+                if isinstance(elt, ast.Tuple) and len(elt.elts) == 3:
+                    key, ok, why = elt.elts
+                    if isinstance(key, ast.Constant):
+                        out.append((key.value, ok, why))
+    return out
+
+
+def config_refs(node: ast.AST) -> set[str]:
+    """The dotted config keys ``cfg.section.name`` that ``node`` reads."""
+    out = set()
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Attribute)
+            and isinstance(sub.value, ast.Attribute)
+            and isinstance(sub.value.value, ast.Name)
+            and sub.value.value.id == "cfg"
+        ):
+            out.add(f"{sub.value.attr}.{sub.attr}")
+    return out
+
+
+def single_key(key: str, ok: ast.expr, why: ast.expr) -> bool:
+    """A check that reads ``key`` alone (its message then says what the key accepts)."""
+    names = {n.id for n in ast.walk(ok) if isinstance(n, ast.Name)}
+    return (
+        isinstance(why, ast.Constant)
+        and config_refs(ok) == {key}
+        and not names & {"loss_cls", "strategy_cls", "LossConfig", "NegativesConfig"}
+    )
+
+
+def conditions(source: str) -> dict[str, list[str]]:
+    """{dotted key: [plain-text condition]}: the checks of ``validate()`` that read one key."""
+    out: dict[str, list[str]] = {}
+    for key, ok, why in checks(source):
+        if single_key(key, ok, why):
+            out.setdefault(key, []).append(why.value)
+    return out
+
+
+class _Spell(ast.NodeTransformer):
+    """``cfg.a.b`` -> ``a.b``; ``loss_cls.attr`` -> ``loss.name in (the losses with attr)``,
+    ``strategy_cls.attr`` likewise with ``negatives.name``."""
+
+    def __init__(self, registries: dict[str, tuple[str, object]]) -> None:
+        self.registries = registries
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        """``not x in y`` (a class attribute spelt out) reads ``x not in y``."""
+        node = self.generic_visit(node)
+        if isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Compare):
+            cmp = node.operand
+            if len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.In):
+                return ast.Compare(left=cmp.left, ops=[ast.NotIn()], comparators=cmp.comparators)
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        keys = config_refs(node)
+        if isinstance(node.value, ast.Attribute) and keys:
+            return ast.Name(id=keys.pop())
+        if isinstance(node.value, ast.Name) and node.value.id in self.registries:
+            key, registry = self.registries[node.value.id]
+            names = [n for n in registry.names() if getattr(registry.get(n), node.attr)]
+            return ast.Compare(
+                left=ast.Name(id=key),
+                ops=[ast.In()],
+                comparators=[ast.Tuple(elts=[ast.Constant(n) for n in names], ctx=ast.Load())],
+            )
+        return self.generic_visit(node)
+
+
+def message(why: ast.expr, values: dict[str, object]) -> str:
+    """A check's message as markdown: literal text escaped for a cell, a config value read as
+    ``{key}``, other placeholders evaluated with ``values`` (the registries' name lists)."""
+    if isinstance(why, ast.Constant):
+        return cell(why.value)
+    parts = []
+    for part in why.values:  # an f-string
+        if isinstance(part, ast.Constant):
+            parts.append(cell(part.value))
+            continue
+        keys = config_refs(part.value)
+        if keys and isinstance(part.value, ast.Attribute):
+            parts.append(f"`{{{keys.pop()}}}`")
+        else:
+            expr = ast.Expression(part.value)
+            parts.append(cell(str(eval(compile(expr, "<validate>", "eval"), {}, dict(values)))))
+    return "".join(parts)
+
+
+def rules(source: str, registries: dict[str, tuple[str, object]]) -> list[tuple[str, str, str]]:
+    """[(key, condition, message)] of the checks of ``validate()`` that read several keys (or the
+    registries' class attributes), the condition spelt out with config keys and names."""
+    loss_reg = registries["loss_cls"][1]
+    values = {
+        "batch_losses": [n for n in loss_reg.names() if loss_reg.get(n).batch_layout],
+        "queue_optional": [n for n in loss_reg.names() if loss_reg.get(n).can_drop_queue],
+    }
+    out = []
+    for key, ok, why in checks(source):
+        if single_key(key, ok, why):
+            continue
+        spelt = ast.unparse(_Spell(registries).visit(ast.parse(ast.unparse(ok), mode="eval")))
+        out.append((key, spelt.replace("|", "\\|"), message(why, values)))  # in a code span
     return out
 
 
 def yaml_value(value: object) -> str:
     """A default as it is written in YAML."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -150,13 +290,185 @@ def sections(cfg: object) -> list[tuple[str, type, list[dataclasses.Field]]]:
     return out
 
 
-def render() -> str:
-    """The page, from the source text and the live dataclasses."""
-    sys.path.insert(0, str(ROOT))
-    from pretrain import config
+def doc_args(cls: type) -> dict[str, str]:
+    """{argument: meaning} from the ``Args:`` sections (Google style) of the docstrings of ``cls``
+    and its bases, the nearest class first: an argument a base class documents (``Loss``'s
+    ``temperature``) holds for its subclasses. An ``Args:`` line with text after the colon
+    ("Args: as :class:`MoCHi`.") holds no entries and defers to the bases."""
+    out: dict[str, str] = {}
+    for klass in cls.__mro__:
+        lines = inspect.cleandoc(vars(klass).get("__doc__") or "").splitlines()
+        own: dict[str, str] = {}
+        for i, line in enumerate(lines):
+            if line.strip() != "Args:":
+                continue
+            indent, name = len(line) - len(line.lstrip()), None
+            for entry in lines[i + 1 :]:
+                depth = len(entry) - len(entry.lstrip())
+                if entry.strip() and depth <= indent:
+                    break  # the next section ("Shapes:", "Returns:") or the text after it
+                head, sep, text = entry.strip().partition(":")
+                if depth == indent + 4 and sep and head.split(" ")[0].isidentifier():
+                    name = head.split(" ")[0]
+                    own[name] = text.strip()
+                elif name is not None and entry.strip():
+                    own[name] += " " + entry.strip()  # a continuation line
+        for name, text in own.items():
+            out.setdefault(name, text)
+    return out
 
+
+def init_checks(init: object, params: list[str]) -> dict[str, list[str]]:
+    """{argument: [accepted values]}: what ``init`` states about its arguments, read from its
+    source: ``if arg not in (choices)`` (a literal or a module constant) gives the choices; a
+    ``ValueError`` message that starts with the argument's name and ``must`` gives that clause
+    (up to ", got")."""
+    out: dict[str, list[str]] = {}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
+    glob = getattr(init, "__globals__", {})
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Name)
+            and node.left.id in params
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.NotIn)
+        ):
+            right = node.comparators[0]
+            if isinstance(right, ast.Name) and isinstance(glob.get(right.id), (tuple, list)):
+                values = list(glob[right.id])
+            elif isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(
+                isinstance(e, ast.Constant) for e in right.elts
+            ):
+                values = [e.value for e in right.elts]
+            else:
+                continue
+            out.setdefault(node.left.id, []).append(
+                " \\| ".join(f"`{yaml_value(v)}`" for v in values)
+            )
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            msg = node.exc.args[0]
+            if isinstance(msg, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in msg.values)
+            elif isinstance(msg, ast.Constant) and isinstance(msg.value, str):
+                text = msg.value
+            else:
+                continue
+            name, _, rest = text.partition(" must ")
+            clause = "must " + rest.split(", got")[0].rstrip(" :,(")
+            # a clause with a value in it ("must be one of {...}") is left to the docstring, and
+            # a boolean's "true or false" to the type
+            if name in params and rest and "\0" not in clause and "true or false" not in clause:
+                out.setdefault(name, []).append(cell(clause))
+    return out
+
+
+def prose(text: str) -> str:
+    """Docstring text for a cell or a paragraph: Sphinx roles (``:class:`x```) become plain code
+    spans (double backticks are a markdown code span already), escaped as a cell."""
+    return cell(re.sub(r":(?:class|mod|func|meth|attr):`", "`", text))
+
+
+def config_sources(cls: type) -> dict[str, str]:
+    """{argument: where the trainer takes it from}: the dict ``cls.config_kwargs`` returns, each
+    value's config keys (``cfg.a.b``, or ``x.b`` after ``x = cfg.a``), else its names."""
+    func = getattr(cls, "config_kwargs", None)
+    if func is None:
+        return {}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    alias = {
+        t.id: n.value.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Attribute)
+        and isinstance(n.value.value, ast.Name)
+        and n.value.value.id == "cfg"
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    out = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Return) and isinstance(node.value, ast.Dict)):
+            continue
+        for k, v in zip(node.value.keys, node.value.values):
+            keys = sorted(config_refs(v))
+            keys += sorted(
+                f"{alias[a.value.id]}.{a.attr}"
+                for a in ast.walk(v)
+                if isinstance(a, ast.Attribute)
+                and isinstance(a.value, ast.Name)
+                and a.value.id in alias
+            )
+            if not keys:
+                keys = [n.id for n in ast.walk(v) if isinstance(n, ast.Name) and n.id != "cls"]
+                out[k.value] = "the data's " + " ".join(keys).replace("_", " ")
+            else:
+                out[k.value] = ", ".join(f"`{key}`" for key in keys)
+    return out
+
+
+def settings(kind: str, key: str, registry: object) -> list[str]:
+    """One section per registered name: its class, summary and a row per constructor argument."""
+    parts = []
+    missing = []
+    for name in registry.names():
+        cls = registry.get(name)
+        init = registry._init(name)
+        params = registry.parameters(name)
+        summary = prose(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0])
+        path = Path(inspect.getsourcefile(cls)).resolve().relative_to(ROOT)
+        parts.append(f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`.")
+        if not params:
+            parts.append(f" No settings: `{key}.kwargs` must be empty.\n")
+            continue
+        parts.append("\n\n| argument | type | default | accepts | description |\n")
+        parts.append("|---|---|---|---|---|\n")
+        docs = doc_args(cls)
+        sig = inspect.signature(init).parameters
+        states = init_checks(init, params)
+        sources = config_sources(cls) if kind == "loss" else {}
+        for arg in params:
+            p = sig[arg]
+            if arg not in docs or not docs[arg]:
+                missing.append(f"{path} {cls.__name__}: {arg}")
+            if arg in sources:
+                default = f"from {sources[arg]}"
+            elif p.default is inspect.Parameter.empty:
+                default = "(required)"
+            else:
+                default = f"`{yaml_value(p.default)}`"
+            accepts = list(states.get(arg, []))
+            if p.annotation in ("bool", bool):
+                accepts.insert(0, "`true` \\| `false`")
+            hint = p.annotation if isinstance(p.annotation, str) else p.annotation.__name__
+            kind_ = " or ".join(f"`{h}`" for h in hint.split(" | "))  # no "|" in a cell
+            parts.append(
+                f"| `{arg}` | {kind_} | {default} | {'; '.join(accepts)} "
+                f"| {prose(docs.get(arg) or '-')} |\n"
+            )
+    if missing:
+        raise ValueError(
+            "constructor arguments without an entry in the class docstring's Args: section "
+            "(the configuration reference needs one): " + "; ".join(missing)
+        )
+    return parts
+
+
+def render() -> str:
+    """The page, from the source text and the live dataclasses and registries."""
+    sys.path.insert(0, str(ROOT))
+    from negatives.registry import strategies
+    from pretrain import config, losses
+
+    registries = {
+        "loss_cls": ("loss.name", losses.registry),
+        "strategy_cls": ("negatives.name", strategies),
+    }
+    anchors = {"loss.name": "loss", "negatives.name": "strategy"}
+    settings_of = {"loss.kwargs": "loss settings", "negatives.kwargs": "strategy settings"}
     source = SOURCE.read_text()
     notes, types_, conds = field_comments(source), annotations(source), conditions(source)
+    cross = rules(source, registries)
     allowed = {k: list(v) for k, v in config.CHOICES.items()}
     allowed.update(config.registered_choices())
     cfg = config.Config()
@@ -175,16 +487,29 @@ def render() -> str:
         for f in fields:
             key = f"{prefix}{f.name}"
             accepts = []
-            if key in allowed:
+            if key in anchors:  # each name links to its settings
+                accepts.append(" \\| ".join(f"[`{v}`](#{anchors[key]}-{v})" for v in allowed[key]))
+            elif key in allowed:
                 accepts.append(" \\| ".join(f"`{v}`" for v in allowed[key]))
             elif hints[f.name] is bool:
                 accepts.append("`true` \\| `false`")
+            elif key in settings_of:
+                accepts.append(f"see [{settings_of[key]}](#{settings_of[key].replace(' ', '-')})")
             accepts += [cell(c) for c in conds.get(key, [])]
+            if any(k == key for k, _, _ in cross):
+                accepts.append("[rules across keys](#rules-across-keys)")
             parts.append(
                 f"| `{key}` | `{types_[cls.__name__][f.name]}` "
                 f"| `{yaml_value(getattr(obj, f.name))}` | {'; '.join(accepts)} "
                 f"| {cell(notes[cls.__name__][f.name]) or '-'} |\n"
             )
+    parts.append(RULES_INTRO)
+    parts.append("| key | holds when | else the error says |\n|---|---|---|\n")
+    parts += [f"| `{key}` | `{cond}` | {why} |\n" for key, cond, why in cross]
+    parts.append(STRATEGY_INTRO)
+    parts += settings("strategy", "negatives", strategies)
+    parts.append(LOSS_INTRO)
+    parts += settings("loss", "loss", losses.registry)
     return "".join(parts)
 
 

@@ -68,7 +68,14 @@ def fnc_loss(logits: torch.Tensor, false_neg: torch.Tensor, mode: str) -> torch.
 @register("fnc")
 class FNC(Loss):
     """FNC (Huynh et al. 2022; google-research/fnc): false negatives in the queue found
-    through the support views, eliminated or attracted."""
+    through the support views, eliminated or attracted.
+
+    Args:
+        mode: ``attraction`` (eq. 3, the official code's) or ``elimination`` (eq. 2).
+        fn_topk: a false negative is among the row's top ``fn_topk`` scores, positive
+            (official: 10) ...
+        fn_threshold: ... and scores above this cosine, in [-1, 1] (official: 0.7).
+    """
 
     batch_layout = False  # MoCo's layout
     needs_support = True

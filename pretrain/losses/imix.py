@@ -66,7 +66,13 @@ def imix_loss(
 @register("imix")
 class IMix(Loss):
     """i-Mix with mixup (Lee et al. 2021; kibok90/imix, MoCo form ``mocon``): mixed queries with
-    virtual labels (own key, partner's key) against the gathered batch keys + queue + extras."""
+    virtual labels (own key, partner's key) against the gathered batch keys + queue + extras.
+
+    Args:
+        alpha: mixup's Beta(alpha, alpha) parameter, positive (official: 1.0).
+        bn_splits: partners are drawn within each BatchNorm group of the batch, at least 1
+            (``model.bn_splits``).
+    """
 
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 

@@ -111,6 +111,11 @@ class Loss(nn.Module):
 
     A new loss is one file: a registered subclass whose :meth:`config_kwargs` reads its settings
     from the config; ``config.validate`` and the builder read these attributes, never its name.
+    Its class docstring's ``Args:`` section documents every constructor argument (the
+    configuration reference is generated from it: ``scripts/gen_config_docs.py``).
+
+    Args:
+        temperature: T of the logits, above 1e-3; the trainer passes ``moco.temperature``.
     """
 
     needs_class_means: bool = False
@@ -219,7 +224,13 @@ def contrast_set(
 class QueueContrastive(Loss):
     """NT-Xent / SupCon / SINCERE / FIRM in MoCo's layout (see the module docstring), or with
     ``StepTensors.q2`` the papers' symmetric 2N x 2N layout (+ the queue unless
-    ``contrast_queue`` is False)."""
+    ``contrast_queue`` is False).
+
+    Args:
+        reference_scale: multiply the loss by T/0.07, as HobbitLong/SupContrast's code does
+            (supcon only; the trainer passes ``loss.supcon_reference_scale``).
+        contrast_queue: False: the batch alone is the contrast set (no queue).
+    """
 
     kind = ""
     can_drop_queue = True
@@ -330,6 +341,16 @@ class Cider(Loss):
     identical on every rank), initialised from the class means of the normalised head outputs of
     the training set. CIDER has no instance negatives: the queue is not used, and strategies that
     add negatives or outliers are refused.
+
+    Args:
+        num_classes: classes of the training labels (the trainer passes the dataset's count).
+        dim: dimension of the prototypes, the projection head's output (``model.dim``).
+        lambda_c: weight of L_comp (seed 003, CIFAR-10 script: ``--w 2``).
+        alpha: prototype EMA, the weight of the old prototype, in [0, 1) (CIFAR-100: 0.5).
+        comp_scale: multiply L_comp by T/0.07 as the official code does.
+        dis_scale: multiply L_dis by T/0.1 as the official ``DisLoss`` does (T != 0.1 only).
+        classes: the trained (in-distribution) classes, at least 2; None or [] = all
+            ``num_classes``.
     """
 
     needs_class_means = True

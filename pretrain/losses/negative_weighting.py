@@ -61,7 +61,11 @@ class _Reweighted(Loss, abc.ABC):
 
 @register("debiased")
 class Debiased(_Reweighted):
-    """Debiased contrastive loss (Chuang et al. 2020, eq. 5; chingyaoc/DCL)."""
+    """Debiased contrastive loss (Chuang et al. 2020, eq. 5; chingyaoc/DCL).
+
+    Args:
+        tau_plus: the class prior tau+, in [0, 1) (both official repos: 0.1).
+    """
 
     def __init__(self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS) -> None:
         super().__init__(temperature)
@@ -79,6 +83,12 @@ class Hard(_Reweighted):
     ``anneal: down`` is the official ``--anneal down``: beta steps through linspace(beta, 0, 9),
     the next value taken after every ⌊epochs / 9⌋-th epoch (the official loop would run out of
     values past the 9th step and stop with StopIteration; we hold 0 there).
+
+    Args:
+        tau_plus: the class prior tau+, in [0, 1) (official: 0.1).
+        beta: concentration of the hard-negative weights, >= 0 (HCL: 1.0; 0 = debiased).
+        anneal: None (a constant beta) or ``down`` (the official ``--anneal down``).
+        epochs: the training length the annealing is spread over (``train.epochs``).
     """
 
     @classmethod
@@ -120,7 +130,12 @@ class Decoupled(_Reweighted):
 
     ``weight_grad=False`` (default): the weights are constants, as lightly's ``DCLWLoss``;
     ``weight_grad=True``: the gradient flows through them (the positives gathered with their
-    gradient). Both have the same value."""
+    gradient). Both have the same value.
+
+    Args:
+        sigma: the vMF weighting's sigma, positive (lightly's DCLW: 0.5); None = plain DCL.
+        weight_grad: differentiate through the weights (needs ``sigma``).
+    """
 
     def __init__(
         self, temperature: float, *, sigma: float | None = None, weight_grad: bool = False

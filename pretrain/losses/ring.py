@@ -88,7 +88,20 @@ def outer_threshold(
 class Ring(Loss):
     """The Ring estimator (Wu et al. 2021; mhw32/contrastive-ring-public ``MoCoRing``): each query
     contrasts its own key with the negatives in its similarity ring only. Logs the ring size as
-    ``effective_negatives`` and the ring's share of same-label negatives."""
+    ``effective_negatives`` and the ring's share of same-label negatives.
+
+    Args:
+        thres_outer: outer percentile t_out of the ring, in (0, 1] (official: 0.1).
+        thres_inner: inner percentile t_in, in [0, 1) (official: 0.1); below ``thres_outer``
+            without ``dynamic_inner``.
+        dynamic_inner: t_in is a fraction of the outer band (official default), else of all
+            negatives.
+        self_negative: the positive stays in the denominator (official default).
+        anneal: schedule of the outer threshold from 1.0 down to ``thres_outer`` (see the
+            module docstring).
+        max_anneal_epoch: epochs the annealing takes, positive (official: 100).
+        anneal_decay: ``exponential``'s decay per iteration, positive (official: 0.1).
+    """
 
     batch_layout = False  # MoCo's own layout
 
