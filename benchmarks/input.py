@@ -18,7 +18,7 @@ generated into a temporary folder, with the MoCo v2 ImageNet augmentation (stl10
 the defaults at 224). At 224 px it also splits the time into decode, crop and photometric ops.
 
 Part 2, the trainer end to end (loader with the config's workers + train step) against a
-model-only step (the same ``engine.train_step`` on one pre-made batch), on digits_moco.yaml and on
+model-only step (the same ``loop.train_step`` on one pre-made batch), on digits_moco.yaml and on
 cifar10_moco.yaml read from the JPEG folder (without one: synthetic 32 px JPEGs in its layout),
 each with the two augment_on paths through the loader and with ``data.resident: device`` (no
 loader: the split on the device, batches and augmentation there). On a CPU the CIFAR-10 model
@@ -56,7 +56,9 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain import build, config, data, device_decode, engine, imagefiles, views  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.data import device_decode, imagefiles, loaders, views  # noqa: E402
+from pretrain.engine import build, loop  # noqa: E402
 
 # imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
 CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",
@@ -151,7 +153,7 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
 
 
 def old_path(files: list[Path], d: config.DataConfig) -> dict[str, float]:
-    ds = data.TwoViews(Files(files, pil_loader), build.train_transform(d), seed=0)
+    ds = loaders.TwoViews(Files(files, pil_loader), build.train_transform(d), seed=0)
     t0 = cpu_clock()
     for f in files:
         pil_loader(f)
@@ -289,7 +291,7 @@ def decode_rows(name: str, t: dict[str, float], device: torch.device) -> list[st
 
 def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
     """(trainer ms per step, model-only ms per step), medians of two interleaved blocks."""
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     run.moco.train()
     sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
     run.data.sampler.set_epoch(0, 0)
@@ -310,21 +312,21 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
         x = run.data.augment(torch.cat([x1, x2]), torch.cat([rows[0][:, 0], rows[0][:, 1]]))
         x1, x2 = x.chunk(2)
     fixed = (x1, x2, y)
-    engine.train_step(run, *fixed, 1.0)  # warm-up of both
+    loop.train_step(run, *fixed, 1.0)  # warm-up of both
     b = batch_to_device()
-    engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+    loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
     trainer, model = [], []
     for _ in range(2):
         sync()
         tic = time.perf_counter()
         for _ in range(steps):
             b = batch_to_device()
-            engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+            loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
         sync()
         trainer.append((time.perf_counter() - tic) / steps)
         tic = time.perf_counter()
         for _ in range(steps):
-            engine.train_step(run, *fixed, 1.0)
+            loop.train_step(run, *fixed, 1.0)
         sync()
         model.append((time.perf_counter() - tic) / steps)
     return 1e3 * min(trainer), 1e3 * min(model)
@@ -354,7 +356,7 @@ def paired(cfg_name: str, extra: list[str], tmp: Path, steps: int, quick: bool) 
         over = [*extra, *more, f"out_dir={tmp / 'run'}", "train.progress_bar=false"]
         if quick and cfg_name.startswith("digits"):
             over += ["model.width=8"]
-        run = engine.setup(config.load(cfg_name, over))
+        run = loop.setup(config.load(cfg_name, over))
         run.moco.train()
         run.data.sampler.set_epoch(0, 0)
         runs.append({"run": run, "epoch": 0, "it": iter(run.data.train_loader)})
@@ -369,7 +371,7 @@ def paired(cfg_name: str, extra: list[str], tmp: Path, steps: int, quick: bool) 
             r["it"] = iter(run.data.train_loader)
             x1, x2, y, _, *rows = next(r["it"])
         b = [t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows)]
-        engine.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+        loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
 
     for r in runs:
         step(r)  # warm-up

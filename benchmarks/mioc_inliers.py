@@ -26,14 +26,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
-from negatives.ocsvm import OneClassSVM  # noqa: E402
-from pretrain import checkpoint, config, engine  # noqa: E402
+from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import checkpoint, loop  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
 @torch.no_grad()
-def embed(run: engine.Run, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
+def embed(run: loop.Run, limit: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, k) of up to ``limit`` training images: two augmented views through encoder_q and
     encoder_k, L2-normalised, float64 on CPU."""
     run.moco.eval()
@@ -101,7 +102,7 @@ def main() -> None:
     if a.root:
         overrides += ["data.name=imagefolder", f"data.root={a.root}"]
     cfg = config.load(a.cfg, overrides)
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     what = "random init"
     if a.ckpt:
         state = checkpoint.load(a.ckpt)

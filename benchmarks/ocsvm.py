@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives.ocsvm import OneClassSVM
+from negatives.ocsvm.svm import OneClassSVM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fakedata import embeddings  # noqa: E402  (the tests' generator: one data recipe)

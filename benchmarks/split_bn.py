@@ -8,7 +8,7 @@ forward + backward of one layer.
 The CIFAR-10 recipe's first layer shape by default (512 x 64 x 32 x 32, 8 splits), in fp32 NCHW
 and in bf16 channels_last (the trainer's layout under bf16 autocast); the paths alternate
 round by round, so drift of a shared machine hits both alike. The times decide which path
-``SplitBatchNorm`` takes on the device (pretrain/split_bn.py: per split on the CPU, triton on
+``SplitBatchNorm`` takes on the device (pretrain/model/split_bn.py: per split on the CPU, triton on
 CUDA, unmeasured there so far).
 """
 
@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain.split_bn import HAS_TRITON, SplitBatchNorm  # noqa: E402
+from pretrain.model.split_bn import HAS_TRITON, SplitBatchNorm  # noqa: E402
 
 SETTINGS = {"fp32 NCHW": (torch.float32, False), "bf16 channels_last": (torch.bfloat16, True)}
 

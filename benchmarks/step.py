@@ -44,7 +44,9 @@ from sync_table import STRATEGY_SYNCS  # noqa: E402  (the documented host-sync c
 
 import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain import config, dist, engine  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.runtime import dist  # noqa: E402
 
 DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
     "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
@@ -100,7 +102,7 @@ class PeakMemory:
 
 def build(cfg_name: str, overrides: list[str], device: str, channels_last: bool = False):
     cfg = config.load(cfg_name, overrides)
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     if run.device.type != device:
         sys.exit(f"--device {device} but the run is on {run.device}")
     run.moco.train()
@@ -138,7 +140,7 @@ def time_settings(
                 if debug:  # "error" where the documented count is 0, "warn" for MiOC's checks
                     torch.cuda.set_sync_debug_mode("error" if strict else "warn")
                 tic = time.perf_counter()
-                engine.train_step(run, *batch[:3], 1e6, *batch[3:])  # past every warm-up
+                loop.train_step(run, *batch[:3], 1e6, *batch[3:])  # past every warm-up
                 if debug:
                     torch.cuda.set_sync_debug_mode(0)
                 sync()

@@ -1,5 +1,5 @@
 """Benchmark: throughput quiet vs beside a competing CPU-bound process, at the thread rule's count
-(pretrain/threads.py) and at torch's default (one thread per core).
+(pretrain/runtime/threads.py) and at torch's default (one thread per core).
 
     python benchmarks/threads.py [--quick] [--results PATH] [--no-record] [--device cpu]
 
@@ -25,7 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain import config, cores, engine, threads  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.runtime import cores, threads  # noqa: E402
 
 
 def busy(stop: mp.synchronize.Event) -> None:  # type: ignore[name-defined]
@@ -62,7 +64,7 @@ def ocsvm_work(quick: bool):
     from fakedata import embeddings
     from sklearn.svm import OneClassSVM as Sk
 
-    from negatives.ocsvm import OneClassSVM
+    from negatives.ocsvm.svm import OneClassSVM
 
     X, Q = embeddings(256, 8192 if quick else 65536, seed=256)
 
@@ -80,13 +82,13 @@ def step_work(quick: bool, device: str):
     if quick:
         over += ["model.width=8", "train.batch_size=32", "moco.queue_size=64"]
     cfg = config.load("digits_moco.yaml", over)
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))  # rows: stage-2 parameters
     x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
     run.moco.train()
 
     def step() -> None:
-        engine.train_step(run, x1, x2, y, 1.0, *rows)
+        loop.train_step(run, x1, x2, y, 1.0, *rows)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
 

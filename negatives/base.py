@@ -28,7 +28,7 @@ def rotation_label(quarter_turns: int) -> int:
 def rank_and_world() -> tuple[int, int]:
     """This process's rank and the world size, (0, 1) without torch.distributed: the one helper
     the strategies (as :meth:`NegativeStrategy.rank_and_world`) and the trainer
-    (``pretrain.dist.rank`` / ``world_size``) read them from."""
+    (``pretrain.runtime.dist.rank`` / ``world_size``) read them from."""
     if td.is_available() and td.is_initialized():
         return td.get_rank(), td.get_world_size()
     return 0, 1

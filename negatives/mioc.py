@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from negatives.base import ExtraNegatives, NegativeStrategy
-from negatives.ocsvm import OneClassSVM
+from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
 
 
@@ -79,7 +79,7 @@ class MiOC(NegativeStrategy):
         tol: solver stopping tolerance (libsvm/scikit-learn default 1e-3).
         solver: ``libsvm`` (scikit-learn's path, as the paper) or ``exact``.
         backend: ``torch`` (on the embeddings' device), ``sklearn`` or ``thundersvm``.
-        loop: the torch backend's solver loop (:class:`negatives.ocsvm.OneClassSVM`): ``auto``
+        loop: the torch backend's solver loop (:class:`negatives.ocsvm.svm.OneClassSVM`): ``auto``
             (``triton`` on CUDA, falling back to ``device`` with a warning where Triton cannot
             run; ``host`` on a CPU), ``triton``, ``device`` or ``host``. The metrics record the
             loop that ran (``neg_ocsvm_path``).

@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pretrain import config, dist, engine
-from pretrain.datasets import DatasetNotFoundError
-from pretrain.imagefiles import DatasetError
+from pretrain import config
+from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.data.imagefiles import DatasetError
+from pretrain.engine import loop
+from pretrain.runtime import dist
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["export"]:
-        from pretrain import export
+        from pretrain.engine import export
 
         return export.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__.split("\n")[0])
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = config.load(args.cfg, args.overrides)
-        status = engine.main(cfg)
+        status = loop.main(cfg)
     except (config.ConfigError, DatasetNotFoundError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -45,9 +45,10 @@ class DataConfig:
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)  # ImageNet statistics
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     num_workers: int = -1  # DataLoader processes per rank; -1 = this rank's share of the cores
-    # minus one (the training process's; pretrain/cores.py); explicit counts are capped at that
+    # minus one (the training process's; pretrain/runtime/cores.py); explicit counts are capped at
+    # that
     augment_on: str = "device"  # device: crops in workers, photometric ops batched on the
-    # training device (pretrain/augment.py); workers: all per sample in workers (the reference)
+    # training device (pretrain/data/augment.py); workers: all per sample in workers (the reference)
     decode_on: str = "auto"  # where training JPEGs are decoded and cropped: cpu (loader
     # workers), device (whole batch in the training process, nvjpeg on CUDA; docs/gpu_decode.md),
     # auto = device on CUDA for imagefolder/imagenet100 with augment_on device and no affine
@@ -106,15 +107,16 @@ class TrainConfig:
     sgd_momentum: float = 0.9
     wd_exclude_bias_and_norm: bool = False  # MoCo decays every parameter
     amp: str = "auto"  # encoders' autocast: auto (bf16 on CUDA and on bf16-capable CPUs) | bf16
-    # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32 (pretrain/precision.py)
+    # (CPU or CUDA) | fp16 (CUDA) | off; negatives and loss stay float32
+    # (pretrain/runtime/precision.py)
     channels_last: bool = True  # NHWC encoders and batches on CUDA, and on a CPU under bf16
-    # autocast (faster there); fp32 CPU runs stay contiguous (pretrain/precision.py)
-    threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/threads.py: 1 on a
-    # share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
+    # autocast (faster there); fp32 CPU runs stay contiguous (pretrain/runtime/precision.py)
+    threads: int = 0  # torch intra-op threads per rank; 0 = auto (pretrain/runtime/threads.py: 1 on
+    # a share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
     compile: bool = False  # torch.compile the encoders' forward (modules and state dicts unchanged)
     cuda_graphs: bool = False  # EXPERIMENTAL, CUDA: capture the whole step as one CUDA graph and
-    # replay it (pretrain/cuda_graphs.py; refused where it cannot work). Unverified on a GPU: its
-    # one GPU run (H200, 2026-11-26) crashed with a CUDA kernel error; eager default
+    # replay it (pretrain/engine/cuda_graphs.py; refused where it cannot work). Unverified on a GPU:
+    # its one GPU run (H200, 2026-11-26) crashed with a CUDA kernel error; eager default
     deterministic: bool = False  # deterministic kernels; exact replay after resume on CPU
     log_every: int = 50  # steps between metrics.jsonl/TensorBoard step lines (one host sync each)
     ckpt_every: int = 1  # epochs between writes of checkpoints/last.pt

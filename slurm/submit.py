@@ -94,9 +94,11 @@ class PretrainTask:
         import submitit
 
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        from pretrain import config, dist, engine
+        from pretrain import config
+        from pretrain.engine import loop
+        from pretrain.runtime import dist
 
-        status = engine.main(config.load(self.cfg, self.overrides))
+        status = loop.main(config.load(self.cfg, self.overrides))
         if status not in (0, 130):
             raise RuntimeError(f"pretraining failed with exit status {status}")
         dist.finish(status, leave=False)  # destroy the group; submitit still writes the result

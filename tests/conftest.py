@@ -2,11 +2,11 @@
 (``@pytest.mark.cuda(gpus=2)``: that many); a hang in interpreter teardown cannot eat the session's
 verdict (``teardown_guard.py``).
 
-The suite trains on the CPU on any host: ``NEGMINE_DEVICE=cpu`` (``pretrain.dist.device_type``)
-is set here, before any test runs, and every process a test starts inherits it, so the DDP tests'
-ranks form gloo groups on CPU tensors even where CUDA is visible (several ranks cannot share one
-GPU under NCCL). A ``cuda`` test that trains on the GPU asks for it with the ``on_cuda`` fixture
-(or ``NEGMINE_DEVICE=cuda`` in its subprocess's environment).
+The suite trains on the CPU on any host: ``NEGMINE_DEVICE=cpu``
+(``pretrain.runtime.dist.device_type``) is set here, before any test runs, and every process a test
+starts inherits it, so the DDP tests' ranks form gloo groups on CPU tensors even where CUDA is
+visible (several ranks cannot share one GPU under NCCL). A ``cuda`` test that trains on the GPU asks
+for it with the ``on_cuda`` fixture (or ``NEGMINE_DEVICE=cuda`` in its subprocess's environment).
 
 ``python -m pytest -m quick`` is a first check of a few minutes at most (the whole suite takes ~14
 on 2 cores): the tests of ``QUICK_FILES``, in-process unit tests of every package (pretrain,
@@ -26,7 +26,8 @@ from pathlib import Path
 # known source of hangs (pytorch#162199, #189290) and which a test's subprocesses inherit this way
 # too. Set before torch is imported, since inductor reads it when its config is first imported.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-os.environ["NEGMINE_DEVICE"] = "cpu"  # pretrain.dist.DEVICE_ENV: gloo and CPU tensors everywhere
+os.environ["NEGMINE_DEVICE"] = "cpu"  # pretrain.runtime.dist.DEVICE_ENV: gloo and CPU tensors
+# everywhere
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

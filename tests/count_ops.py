@@ -4,11 +4,11 @@ recipe x negative strategy, on the device path of split BatchNorm and on the CPU
     TRITON_INTERPRET=1 python tests/count_ops.py   # the markdown tables of docs/step_counts.md
     TRITON_INTERPRET=1 python tests/count_ops.py --one cifar10_moco triton none mioc  # counts
 
-Each setting is built by the trainer's own ``engine.setup`` from the recipe (``cifar10_moco.yaml``
+Each setting is built by the trainer's own ``loop.setup`` from the recipe (``cifar10_moco.yaml``
 on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny sizes that do not
 change what is dispatched (batch 16, queue 64; the model, its BN splits, the augmentation and the
 precision are the recipe's, amp as on CUDA: bf16 for CIFAR-10, off for digits), runs ``WARM`` steps
-of ``engine.train_step`` (the optimizer's momentum buffers exist after the first), then counts one
+of ``loop.train_step`` (the optimizer's momentum buffers exist after the first), then counts one
 step with :class:`op_counter.OpCounter`: augmentation (stage 2), both encoders, strategy, loss,
 backward, optimizer, momentum update, enqueue. ``path`` forces the split-BN path (triton: CUDA's,
 run by Triton's interpreter here; fused: the aten ops of the compiled path; per_split: the CPU's).
@@ -37,8 +37,9 @@ from fakedata import write_cifar10  # noqa: E402
 from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
-from pretrain import config, engine  # noqa: E402
-from pretrain.split_bn import use_path  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.model.split_bn import use_path  # noqa: E402
 
 WARM = 2
 EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in STRATEGY_KWARGS)
@@ -70,18 +71,18 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
     (triton: needs TRITON_INTERPRET=1 on a CPU, see :func:`count_in_subprocess`)."""
     out_dir = tempfile.mkdtemp(prefix="negmine_ops_run_")
     cfg = config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides(recipe, strategy)])
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     use_path(run.moco, "fused" if path == "triton" else path)  # warm steps: the same ops,
     ready(run)  # faster than Triton's interpreter
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
-        engine.set_lr(run, EPOCH)
+        loop.set_lr(run, EPOCH)
         if i < WARM:
-            engine.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, x1, x2, y, EPOCH, *rows)
             continue
         use_path(run.moco, path)
         with OpCounter() as ops:
-            engine.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, x1, x2, y, EPOCH, *rows)
         break
     run.log.close()
     return ops

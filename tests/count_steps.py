@@ -4,12 +4,12 @@ registered loss x registered negative strategy (and a kappa-head and a split-BN 
     python tests/count_steps.py OUT                           # one process: OUT.rank0
     torchrun --nproc_per_node 2 tests/count_steps.py OUT      # two gloo ranks: OUT.rank{0,1}
 
-Each pair is built by the trainer's own ``engine.setup`` from ``digits_moco.yaml`` at tiny sizes
+Each pair is built by the trainer's own ``loop.setup`` from ``digits_moco.yaml`` at tiny sizes
 (invalid pairs are the ones the config refuses: ``ConfigError``), runs ``WARM`` steps of
-``engine.train_step`` past every warm-up (``epoch`` > every ``warmup_epochs``), then counts
+``loop.train_step`` past every warm-up (``epoch`` > every ``warmup_epochs``), then counts
 ``COUNTED`` more steps with :class:`sync_counter.SyncCounter`; the first step is counted too
 (per-device constants are built at setup or ``.to()``, never lazily in a step). No step here is a
-logging step: ``train_step`` never logs (``engine.log_step`` is the loop's separate,
+logging step: ``train_step`` never logs (``loop.log_step`` is the loop's separate,
 counted-as-intended sync). Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the
 OC-SVM's own n_syncs_ per counted step, 0 without one], "where": [stack tops of the first counted
 step], "first": {"count", "where"} of step 0}}`` and ``{"invalid": [pairs refused by the
@@ -37,8 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sync_counter import SyncCounter  # noqa: E402
 
 import negatives  # noqa: E402
-from pretrain import config, dist, engine, losses  # noqa: E402
+from pretrain import config, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.runtime import dist  # noqa: E402
 
 WARM, COUNTED = 2, 2
 EPOCH = 1.5  # past every warm-up below (warmup_epochs=0 where a strategy has one)
@@ -87,13 +89,13 @@ def key(loss: str, strategy: str, variant: str = "") -> str:
 
 
 def ready(run: Any) -> None:
-    """Put a run built by ``engine.setup`` where the counters start: the OC-SVM on its CUDA path
+    """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
     (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
     svm = getattr(run.strategy, "svm", None)
     if svm is not None:
         svm.loop = "triton"
     torch.manual_seed(0)
-    engine.init_loss(run)
+    loop.init_loss(run)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
 
@@ -105,7 +107,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     overrides += STRATEGY_OVERRIDES.get(strategy, []) + LOSS_OVERRIDES.get(loss, [])
     try:
         cfg = config.load("digits_moco.yaml", overrides)
-        run = engine.setup(cfg)
+        run = loop.setup(cfg)
     except ConfigError:
         return None
     ready(run)
@@ -114,11 +116,11 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
         if i == WARM + COUNTED:
             break
-        engine.set_lr(run, EPOCH)
+        loop.set_lr(run, EPOCH)
         with SyncCounter() as syncs:  # the transfer and the batched photometric stage 2 too
-            # the loop's transfer (pretrain/engine.py train_one_epoch): pinned, non-blocking
+            # the loop's transfer (pretrain/engine/loop.py train_one_epoch): pinned, non-blocking
             x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-            engine.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, x1, x2, y, EPOCH, *rows)
         if i == 0:  # the first step: what it builds lazily (per-device constants) shows here
             first = {"count": syncs.count, "where": [f"{s.kind}: {s.where()}" for s in syncs.syncs]}
         if i >= WARM:

@@ -4,8 +4,8 @@
     torchrun --nproc_per_node 2 tests/ddp_worker.py OUT_DIR [key=value ...]  # two ranks, gloo
     python tests/ddp_worker.py --control OUT_DIR   # one task of an srun-style launch (SLURM_*)
 
-Builds the run with ``pretrain.engine.setup`` (so the process group, seeding, DDP wrapper and key
-shuffle are the trainer's), runs ``train.steps`` (default 3) steps of ``engine.train_step`` on the
+Builds the run with ``pretrain.engine.loop.setup`` (so the process group, seeding, DDP wrapper and
+key shuffle are the trainer's), runs ``train.steps`` (default 3) steps of ``loop.train_step`` on the
 first batches of the sharded loader, and writes ``OUT_DIR/rank{R}.pt`` with, per step, this rank's
 loss, the gradients the optimizer sees (after DDP's all-reduce: ``optimizer.step`` is wrapped to
 snapshot ``.grad`` first), the queue keys, labels and pointer; at the end the parameters of both
@@ -27,12 +27,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pretrain import config, dist, engine  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.runtime import dist  # noqa: E402
 
 STEPS = 3
 
 
-def snapshot_grads(run: engine.Run, into: list[dict[str, torch.Tensor]]) -> None:
+def snapshot_grads(run: loop.Run, into: list[dict[str, torch.Tensor]]) -> None:
     """Wrap ``run.optimizer.step`` so that each call first records the query encoder's grads."""
     named = list(run.moco.encoder_q.named_parameters())
     step = run.optimizer.step
@@ -85,8 +87,8 @@ def smooth_activations() -> None:
 def main(out: Path, overrides: list[str]) -> None:
     smooth_activations()
     cfg = config.load("digits_moco.yaml", [f"out_dir={out / 'run'}", *overrides])
-    run = engine.setup(cfg)
-    engine.init_loss(run)  # CIDER: class means of the training set (same on every rank)
+    run = loop.setup(cfg)
+    loop.init_loss(run)  # CIDER: class means of the training set (same on every rank)
     grads: list[dict[str, torch.Tensor]] = []
     snapshot_grads(run, grads)
     steps, record = run.info["steps_per_epoch"], []
@@ -96,8 +98,8 @@ def main(out: Path, overrides: list[str]) -> None:
         if i == STEPS:
             break
         epoch = i / steps
-        engine.set_lr(run, epoch)
-        loss = engine.train_step(run, x1, x2, y, epoch, *rows)
+        loop.set_lr(run, epoch)
+        loss = loop.train_step(run, x1, x2, y, epoch, *rows)
         record.append(
             {
                 "index": index.clone(),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from pretrain import build, checkpoint, config
+from pretrain import config
+from pretrain.engine import build, checkpoint
 
 TINY = [
     "model.width=8",

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pretrain.datasets import imagenet100_classes
+from pretrain.data.datasets import imagenet100_classes
 
 
 def random_images(n: int, size: int, seed: int) -> np.ndarray:

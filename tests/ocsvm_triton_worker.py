@@ -30,7 +30,7 @@ from fakedata import embeddings  # noqa: E402
 from sync_counter import SyncCounter  # noqa: E402
 
 from negatives.mioc import MiOC  # noqa: E402
-from negatives.ocsvm import OneClassSVM  # noqa: E402
+from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 
 
 def data(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +89,7 @@ def kernels_case(case: dict, dev: str) -> dict:
     """``ocsvm_kernels_triton``'s two ops on :func:`kernel_inputs`, under the op counter."""
     from op_counter import OpCounter
 
-    from negatives import ocsvm_kernels_triton as kt
+    from negatives.ocsvm import kernels_triton as kt
 
     kt.INTERPRET_SCALE = 1  # the GPU's tiles, several per input (the cases are small)
     t = {k: v.to(dev) for k, v in kernel_inputs(case).items()}

@@ -23,7 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain import config, engine  # noqa: E402
+from pretrain import config  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
 
 PINNED = Path(__file__).with_name("pinned_losses.json")
 SHRINK = [
@@ -51,21 +52,21 @@ def shipped() -> list[str]:
 
 
 def first_losses(name: str, steps: int = 3) -> list[float]:
-    """The losses ``engine.train_step`` returns on the first ``steps`` batches of ``name``."""
+    """The losses ``loop.train_step`` returns on the first ``steps`` batches of ``name``."""
     with tempfile.TemporaryDirectory() as out:
         cfg = config.load(name, SHRINK + [f"out_dir={out}"])
         if cfg.model.bn_splits > 1:
             cfg.model.bn_splits = 2  # split BN kept, at the tiny batch
         if "num_hard" in cfg.negatives.kwargs:  # MoCHi's hard set must fit the tiny queue
             cfg.negatives.kwargs["num_hard"] = min(cfg.negatives.kwargs["num_hard"], 32)
-        run = engine.setup(cfg)
+        run = loop.setup(cfg)
         run.moco.train()
         losses = []
         for i, batch in enumerate(run.data.train_loader):
             if i == steps:
                 break
             x1, x2, y, _, *rows = batch
-            loss = engine.train_step(run, x1, x2, y, EPOCH, *rows)
+            loss = loop.train_step(run, x1, x2, y, EPOCH, *rows)
             losses.append(float(loss.detach()))
         return losses
 

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from op_counter import OpCounter  # noqa: E402
 from sync_counter import SyncCounter  # noqa: E402
 
-from pretrain import split_bn_triton  # noqa: E402
-from pretrain.split_bn import SplitBatchNorm  # noqa: E402
+from pretrain.model import split_bn_triton  # noqa: E402
+from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
 
 C = 5
 # name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =

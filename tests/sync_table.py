@@ -31,13 +31,13 @@ KAPPA_SYNCS = (0, "-")
 SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with infonce
     0,
     "the four Triton kernels per layer read (eps, momentum) from a float64 buffer built at "
-    "construction and moved by .to() (pretrain/split_bn.py triton_params)",
+    "construction and moved by .to() (pretrain/model/split_bn.py triton_params)",
 )
 
 # MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
-# Triton program (negatives/ocsvm_triton.py) and the scoring, the inlier mask and the S_o draw are
-# fixed-shape tensor ops, so nothing is read on the host. A count may still use n, the solver's own
-# sync count (svm.n_syncs_, 0 on this path). MIOC_CPU_PATH: the CPU default (the host SMO loop,
+# Triton program (negatives/ocsvm/smo_triton.py) and the scoring, the inlier mask and the S_o draw
+# are fixed-shape tensor ops, so nothing is read on the host. A count may still use n, the solver's
+# own sync count (svm.n_syncs_, 0 on this path). MIOC_CPU_PATH: the CPU default (the host SMO loop,
 # loop="host"), which reads the batch on the host by design and never runs on CUDA.
 STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
     "none": ("0", "-"),
@@ -48,7 +48,7 @@ STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
     "mioc": ("0", "the OC-SVM fit is one Triton program; its result stays on the device"),
 }
 MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
-    ("fit: finite check of the batch", 1, "negatives/ocsvm.py fit"),
+    ("fit: finite check of the batch", 1, "negatives/ocsvm/svm.py fit"),
     ("fit: the batch to numpy for the host SMO loop", 1, "ocsvm.py _fit_torch"),
     ("fit: the solution (G, alpha, perm)", 3, "ocsvm.py solution_to_host"),
     ("scoring: exp factoring bound", 2, "ocsvm.py decision_function"),

@@ -13,8 +13,8 @@ from scipy import stats
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from pretrain import augment, views
-from pretrain import augment_params as ap
+from pretrain.data import augment, views
+from pretrain.data import augment_params as ap
 
 N = 100_000
 ALPHA = 1e-3  # fixed seeds: each test is deterministic; this only sets how far off is "off"
@@ -459,7 +459,8 @@ def test_deferred_affine_and_crop_equal_torchvision_affine_then_resized_crop():
 
 
 def test_the_digits_stage2_is_built_with_the_affine():
-    from pretrain import build, config
+    from pretrain import config
+    from pretrain.engine import build
 
     assert build.photometric(config.load("digits_moco.yaml").data).affine
     assert not build.photometric(config.load("cifar10_moco.yaml").data).affine
@@ -484,7 +485,8 @@ def test_compiled_stage2_equals_eager_and_the_config_refuses_it_for_workers():
     """``data.augment_compile``: every op on (deferred affine and crop, jitter in all orders,
     grayscale, blur, flip, solarize) through torch.compile equals the eager pass up to float
     rounding; the config builds it only for ``augment_on: device``."""
-    from pretrain import build, config
+    from pretrain import config
+    from pretrain.engine import build
 
     n, size = 64, 32
     spec = views.ViewSpec(image_size=size, crop_scale=(0.08, 1.0), affine_degrees=10.0,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from pretrain import checkpoint
-from pretrain.checkpoint import CheckpointError
+from pretrain.engine import checkpoint
+from pretrain.engine.checkpoint import CheckpointError
 
 
 def draws() -> tuple[torch.Tensor, np.ndarray, list[float]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pretrain import config, engine
+from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.engine import loop
 
 TINY = [
     "model.width=8",
@@ -20,19 +21,19 @@ TINY = [
 ]
 
 
-def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], engine.Run]:
+def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], loop.Run]:
     cfg = config.load(
         "digits_moco.yaml",
         [f"out_dir={tmp_path / str(compiled)}", *TINY, f"train.compile={str(compiled).lower()}"],
     )
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     losses = []
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == n:
             break
-        losses.append(engine.train_step(run, x1, x2, y, 0.0, *rows).item())
+        losses.append(loop.train_step(run, x1, x2, y, 0.0, *rows).item())
     return losses, run
 
 
@@ -55,9 +56,9 @@ def test_compiled_steps_match_eager(tmp_path):
 def test_compile_under_ddp_is_refused():
     moco = torch.nn.Module()
     with pytest.raises(ConfigError, match="train.compile"):
-        engine.compile_encoders(moco, world_size=2)
+        loop.compile_encoders(moco, world_size=2)
 
 
 def test_compile_is_not_a_resumable_change():
     """A checkpoint moves between compiled and eager runs: the key may change on resume."""
-    assert "train.compile" in engine.RESUMABLE_CHANGES
+    assert "train.compile" in loop.RESUMABLE_CHANGES

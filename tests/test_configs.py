@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from fakedata import write_cifar10, write_imagenet100
 
-from pretrain import build, config
+from pretrain import config
+from pretrain.engine import build
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))

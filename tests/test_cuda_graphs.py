@@ -13,10 +13,11 @@ from sync_counter import SyncCounter
 
 import negatives
 from pretrain import __main__ as cli
-from pretrain import config, cuda_graphs, engine, losses
+from pretrain import config, losses
 from pretrain.config import ConfigError
-from pretrain.cuda_graphs import CapturedStep, refusal
-from pretrain.split_bn import use_path
+from pretrain.engine import cuda_graphs, loop
+from pretrain.engine.cuda_graphs import CapturedStep, refusal
+from pretrain.model.split_bn import use_path
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
 
@@ -95,18 +96,18 @@ def test_every_pair_documented_to_sync_is_refused():
 
 @pytest.mark.parametrize("recipe", ["digits_moco", "cifar10_moco"])
 def test_the_captured_step_is_sync_free_on_the_device_path(recipe, tmp_path):
-    """What the graph would capture (engine.train_step, split BN on the fused aten path, the
+    """What the graph would capture (loop.train_step, split BN on the fused aten path, the
     device augmentation) makes no host sync: a capture would otherwise fail."""
     cfg = config.load(f"{recipe}.yaml", [f"out_dir={tmp_path}",
                                          *count_ops.overrides(recipe, "none")])  # fmt: skip
     assert refusal(cfg, "cuda", 1) is None
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     use_path(run.moco, "fused")  # triton's: tests/test_split_bn_triton.py (no sync either)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         with SyncCounter() as syncs:
-            engine.train_step(run, x1, x2, y, 1.5, *rows)
+            loop.train_step(run, x1, x2, y, 1.5, *rows)
         assert syncs.count == 0, syncs.report()
         if i == 1:
             break

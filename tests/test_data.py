@@ -8,7 +8,13 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
-from pretrain.data import ResumableSampler, Transformed, TwoViews, eval_transform, train_transform
+from pretrain.data.loaders import (
+    ResumableSampler,
+    Transformed,
+    TwoViews,
+    eval_transform,
+    train_transform,
+)
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 

@@ -15,8 +15,8 @@ from fakedata import cifar_rows, dump, random_images, write_png
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from pretrain import datasets
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data import datasets
+from pretrain.data.datasets import DatasetNotFoundError
 
 
 @pytest.fixture
@@ -170,7 +170,9 @@ def test_imagenet100_classes_list():
     assert len(set(wnids)) == 100
     assert wnids[:3] == ["n02869837", "n01749939", "n02488291"]
     assert all(re.fullmatch(r"n\d{8}", w) for w in wnids)
-    text = (Path(datasets.__file__).parent / "resources" / "imagenet100_classes.txt").read_bytes()
+    text = (
+        Path(datasets.__file__).parents[1] / "resources" / "imagenet100_classes.txt"
+    ).read_bytes()
     assert hashlib.sha256(text).hexdigest() == datasets.IMAGENET100_SHA256
 
 

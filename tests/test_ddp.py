@@ -21,7 +21,8 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
-from pretrain import data, dist
+from pretrain.data import loaders
+from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "ddp_worker.py"
@@ -387,15 +388,17 @@ class TinyImages(Dataset):
 
 
 def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: int = 8) -> list:
-    transform = data.train_transform(
+    transform = loaders.train_transform(
         image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
         grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
         affine_translate=0.1, mean=(0.5,) * 3, std=(0.25,) * 3,
     )  # fmt: skip
-    views = data.TwoViews(TinyImages(), transform, seed=3)
-    sampler = data.ResumableSampler(len(views), global_batch, seed=3, rank=rank, world_size=world)
+    views = loaders.TwoViews(TinyImages(), transform, seed=3)
+    sampler = loaders.ResumableSampler(
+        len(views), global_batch, seed=3, rank=rank, world_size=world
+    )
     sampler.set_epoch(epoch, start_step)
-    return list(data.loader(views, global_batch // world, sampler, num_workers=0))
+    return list(loaders.loader(views, global_batch // world, sampler, num_workers=0))
 
 
 def test_two_rank_loaders_resume_mid_epoch_on_the_same_global_batches():

@@ -1,6 +1,6 @@
-"""Which device and process-group backend a process picks (``pretrain.dist.device_type``): CUDA and
-NCCL on a GPU node by default, the CPU and gloo wherever ``NEGMINE_DEVICE=cpu``, which the test
-suite sets for itself and every process it starts, so the suite passes on a CUDA host. CUDA is
+"""Which device and process-group backend a process picks (``pretrain.runtime.dist.device_type``):
+CUDA and NCCL on a GPU node by default, the CPU and gloo wherever ``NEGMINE_DEVICE=cpu``, which the
+test suite sets for itself and every process it starts, so the suite passes on a CUDA host. CUDA is
 faked here (``torch.cuda.is_available``): no GPU is needed."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from test_ddp import clean_env, free_port
 
-from pretrain import dist
 from pretrain.config import ConfigError
+from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "ddp_worker.py"
@@ -168,7 +168,8 @@ def test_pinned_batches_and_cuda_rng_follow_the_run_s_device(monkeypatch, tmp_pa
     """On a CUDA host (faked) a CPU-pinned run neither pins its batches nor touches the CUDA RNG
     (a real CUDA call would fail here); a GPU run pins them for the loop's non-blocking upload
     and saves the CUDA RNG state."""
-    from pretrain import build, checkpoint, config
+    from pretrain import config
+    from pretrain.engine import build, checkpoint
 
     fake_cuda(monkeypatch, True)
     monkeypatch.setenv(dist.DEVICE_ENV, env)

@@ -1,4 +1,4 @@
-"""``data.decode_on: device`` (pretrain.device_decode) run with device = cpu: the batched crop
+"""``data.decode_on: device`` (pretrain.data.device_decode) run with device = cpu: the batched crop
 against torchvision's resized_crop, the whole path against the CPU path (CropViews) on JPEG
 folders written by PIL, bad files inside a batch, the config key and its auto rule; the crops of
 the same decoded pixels on both paths (on the CPU and, cuda-marked, on the GPU); cuda-marked,
@@ -20,11 +20,13 @@ from torch.utils.data import default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from pretrain import augment_params as ap
-from pretrain import build, config, datasets, engine, imagefiles, views
-from pretrain import device_decode as dd
+from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.data import ResumableSampler, loader
+from pretrain.data import augment_params as ap
+from pretrain.data import datasets, imagefiles, views
+from pretrain.data import device_decode as dd
+from pretrain.data.loaders import ResumableSampler, loader
+from pretrain.engine import build, loop
 from tests.fakedata import write_imagenet100
 
 SPEC = views.ViewSpec(image_size=16, crop_scale=(0.2, 1.0), affine_degrees=0.0,
@@ -369,7 +371,7 @@ def test_decode_on_device_is_refused_where_it_cannot_apply(over):
 
 def test_num_workers_default_takes_the_ranks_cores_but_one(monkeypatch):
     """-1 (the default): a 16-core node with one GPU gets 15 workers, with 8 GPUs 1 each."""
-    from pretrain import cores
+    from pretrain.runtime import cores
 
     assert config.DataConfig().num_workers == -1
     monkeypatch.setattr(cores, "available", lambda: 16)
@@ -403,7 +405,7 @@ def test_the_trainer_with_decode_on_device_matches_decode_on_cpu(tmp_path, capsy
     for where in ("cpu", "device"):
         cfg = cfg_with(*TRAIN, f"data.root={tmp_path / 'data'}", f"out_dir={tmp_path / where}",
                        f"data.decode_on={where}")  # fmt: skip
-        assert engine.main(cfg) == 0
+        assert loop.main(cfg) == 0
         rows = (tmp_path / where / "metrics.jsonl").read_text().splitlines()
         losses[where] = [r for r in rows if '"kind": "step"' in r]
     assert len(losses["cpu"]) == 2
@@ -426,7 +428,7 @@ def test_a_resumed_device_decode_run_equals_an_uninterrupted_one(tmp_path):
     def run(out: str, *extra: str) -> int:
         cfg = cfg_with(*TRAIN, f"data.root={tmp_path / 'data'}", f"out_dir={tmp_path / out}",
                        "data.decode_on=device", "train.epochs=2", *extra)  # fmt: skip
-        return engine.main(cfg)
+        return loop.main(cfg)
 
     assert run("full", "train.max_steps=0") == 0
     assert run("cut", "train.max_steps=3") == 0 and run("cut", "train.max_steps=0") == 0
@@ -444,7 +446,7 @@ def test_the_trainer_names_or_skips_a_corrupt_jpeg_on_the_device_path(tmp_path, 
     def run(out: str, *extra: str) -> int:
         cfg = cfg_with(*TRAIN, f"data.root={tmp_path / 'data'}", f"out_dir={tmp_path / out}",
                        "data.decode_on=device", "train.max_steps=0", *extra)  # fmt: skip
-        return engine.main(cfg)
+        return loop.main(cfg)
 
     assert run("named") == 1
     err = capsys.readouterr().err

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain import build, config, engine, losses
+from pretrain import config, losses
+from pretrain.engine import build, loop
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -232,7 +233,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypa
         "digits_moco.yaml",
         [f"out_dir={tmp_path}", *TINY, "train.epochs=3", "train.log_every=5", "eval.knn_every=0"],
     )
-    assert engine.main(cfg) == 1
+    assert loop.main(cfg) == 1
     err = capsys.readouterr().err
     assert "non-finite loss" in err and "last good state" in err
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=True)

@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import sys
 import tests.fixtures.example_strategy  # the one import line
-from pretrain import config, engine
+from pretrain import config
+from pretrain.engine import loop
 cfg = config.load("digits_moco.yaml", sys.argv[1:])
-sys.exit(engine.main(cfg))
+sys.exit(loop.main(cfg))
 """
 
 

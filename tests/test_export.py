@@ -13,8 +13,9 @@ import torchvision
 from fakeckpt import make_checkpoint
 from torch import nn
 
-from pretrain import checkpoint, config
+from pretrain import config
 from pretrain.__main__ import main
+from pretrain.engine import checkpoint
 
 IMAGENET_STEM = ["model.arch=resnet18", "model.cifar_stem=false", "model.width=64"]
 
@@ -28,7 +29,7 @@ def _our_backbone(ckpt):
     state = checkpoint.load(ckpt)
     cfg = config.from_dict(state["config"])
     torch.manual_seed(0)
-    from pretrain import build as pbuild
+    from pretrain.engine import build as pbuild
 
     moco = pbuild.model(cfg)
     moco.load_state_dict(state["model"])

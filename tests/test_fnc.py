@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from fd_grad import assert_grad_matches_fd, autograd
 
-from pretrain import config, losses, views
+from pretrain import config, losses
+from pretrain.data import views
 from pretrain.losses import fnc
 from pretrain.losses.modules import StepTensors
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pretrain import build, config, datasets, imagefiles
+from pretrain import config
+from pretrain.data import datasets, imagefiles
+from pretrain.engine import build
 from tests.fakedata import random_images, write_png
 
 TRAIN = {"ant": 2, "cat": 3, "owl": 2}  # class -> images

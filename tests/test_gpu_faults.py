@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pretrain import checkpoint, config, dist, engine, world
+from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.engine import checkpoint, loop, world
+from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -79,14 +81,14 @@ def test_process_group_timeout_comes_from_the_config(monkeypatch):
     with pytest.raises(ConfigError, match="train.dist_timeout_min"):
         config.load("digits_moco.yaml", ["train.dist_timeout_min=0"])
 
-    def fake_init(timeout_min=None):  # engine.setup passes the config's value
+    def fake_init(timeout_min=None):  # loop.setup passes the config's value
         seen["setup"] = timeout_min
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(dist, "init_from_env", fake_init)
     cfg = config.load("digits_moco.yaml", ["train.dist_timeout_min=33"])
     with pytest.raises(RuntimeError, match="stop here"):
-        engine.setup(cfg)
+        loop.setup(cfg)
     assert seen["setup"] == 33.0
 
 
@@ -99,7 +101,7 @@ def test_finished_multi_rank_process_exits_with_its_status_despite_a_teardown_ab
         "td.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=0, "
         "world_size=1)\n"
         "atexit.register(os.abort)  # what a joinable C++ thread at exit amounts to\n"
-        "from pretrain import dist\n"
+        "from pretrain.runtime import dist\n"
         "print('done', flush=True)\n"
         "dist.finish(0)\n"
     )
@@ -147,7 +149,7 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
     cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY])
     last = tmp_path / "checkpoints" / "last.pt"
     steps = 1437 // 32
-    step, monitor = engine.train_step, engine.evaluate
+    step, monitor = loop.train_step, loop.evaluate
     seen: list[object] = []
 
     def train_step(run, *args):
@@ -160,32 +162,32 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
         seen.append(state and (state["epoch"], state["step_in_epoch"]))
         return monitor(run)
 
-    monkeypatch.setattr(engine, "train_step", train_step)
-    monkeypatch.setattr(engine, "evaluate", evaluate)
-    assert engine.run_training(cfg) == 0
+    monkeypatch.setattr(loop, "train_step", train_step)
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    assert loop.run_training(cfg) == 0
     assert seen == []  # the monitor did not run before the save
     state = torch.load(last, weights_only=True)
     assert (state["epoch"], state["step_in_epoch"]) == (0, steps)
     assert state["world_size"] == 1
 
-    monkeypatch.setattr(engine, "train_step", step)
-    assert engine.run_training(cfg) == 0  # resume: straight to the epoch's end
+    monkeypatch.setattr(loop, "train_step", step)
+    assert loop.run_training(cfg) == 0  # resume: straight to the epoch's end
     assert seen == [(1, 0)]  # the epoch's checkpoint is written before its monitor (issue 34)
     state = torch.load(last, weights_only=True)
     assert (state["epoch"], state["step_in_epoch"]) == (1, 0)
 
-    setup = engine.setup
+    setup = loop.setup
 
     def on_device(cfg):
         run = setup(cfg)
         run.device = torch.device("meta")  # what map_location=run.device would load onto
         return run
 
-    monkeypatch.setattr(engine, "setup", on_device)
+    monkeypatch.setattr(loop, "setup", on_device)
     monkeypatch.setattr(
         checkpoint, "set_rng_state", lambda s: seen.append({t.device.type for t in rng(s)})
     )
-    assert engine.run_training(cfg) == 0  # finished run: restore, nothing left to train
+    assert loop.run_training(cfg) == 0  # finished run: restore, nothing left to train
     assert seen[-1] == {"cpu"}
 
 
@@ -197,18 +199,18 @@ def test_restore_applies_the_world_size_rule(tmp_path):
     """A checkpoint of 2 ranks x bn_splits=1 resumes in one process with bn_splits=2 (the same
     BatchNorm groups) and is refused with bn_splits=1 (exit 2 via ConfigError)."""
     small = [f"out_dir={tmp_path}", *TINY]
-    saved_run = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
-    state = engine.state_dict(saved_run)
+    saved_run = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
+    state = loop.state_dict(saved_run)
     state["world_size"] = 2  # as if written by 2 ranks
-    two_splits = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=2"]))
-    engine.restore(two_splits, state)
-    one_split = engine.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
+    two_splits = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=2"]))
+    loop.restore(two_splits, state)
+    one_split = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
     with pytest.raises(ConfigError, match=r"2 rank\(s\) x model.bn_splits=1 \(2 BatchNorm"):
-        engine.restore(one_split, state)
+        loop.restore(one_split, state)
     del state["world_size"]  # an older checkpoint: bn_splits must stay
-    engine.restore(one_split, state)
+    loop.restore(one_split, state)
     with pytest.raises(ConfigError, match="model.bn_splits"):
-        engine.restore(two_splits, state)
+        loop.restore(two_splits, state)
 
 
 def test_finish_without_leaving_destroys_the_group_and_returns(monkeypatch):

@@ -1,5 +1,5 @@
-"""Image folders and image lists (pretrain.imagefiles), data.subset and the loader-worker cap, on
-small files written in their true formats (PNG decoded exactly, JPEG against PIL's decoder)."""
+"""Image folders and image lists (pretrain.data.imagefiles), data.subset and the loader-worker cap,
+on small files written in their true formats (PNG decoded exactly, JPEG against PIL's decoder)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from pretrain import cores, datasets, imagefiles
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data import datasets, imagefiles
+from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.runtime import cores
 from tests.fakedata import random_images, write_png
 
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from pretrain import config, engine
-from pretrain.knn import Taps, knn_top1
-from pretrain.model import Encoder
+from pretrain import config
+from pretrain.engine import loop
+from pretrain.engine.knn import Taps, knn_top1
+from pretrain.model.encoders import Encoder
 from tests.test_knn import np_knn
 
 
@@ -76,9 +77,9 @@ def test_per_epoch_lr_follows_the_colab_with_epochs_counted_from_one(first):
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     run = SimpleNamespace(cfg=cfg, info={"lr": 0.06}, optimizer=opt)
     for epoch in range(12):  # 0-based epoch index as the trainer counts, at a mid-epoch step
-        lr = engine.set_lr(run, epoch + 0.37)
+        lr = loop.set_lr(run, epoch + 0.37)
         want = 0.06 * 0.5 * (1 + math.cos(math.pi * (epoch + first) / 200))
         assert lr == pytest.approx(want, rel=1e-12) and opt.param_groups[0]["lr"] == lr
     if first == 1:
-        assert round(engine.set_lr(run, 0.0), 6) == 0.059996
-        assert round(engine.set_lr(run, 9.5), 6) == 0.059631
+        assert round(loop.set_lr(run, 0.0), 6) == 0.059996
+        assert round(loop.set_lr(run, 9.5), 6) == 0.059631

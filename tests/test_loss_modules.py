@@ -15,8 +15,9 @@ from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
 from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
-from pretrain import build, checkpoint, config, engine, knn, losses
+from pretrain import config, losses
 from pretrain.config import ConfigError
+from pretrain.engine import build, checkpoint, knn, loop
 
 TINY = [
     "model.arch=resnet_small",
@@ -221,12 +222,12 @@ def test_cider_run_initialises_prototypes_from_class_means_and_saves_them(tmp_pa
             "eval.knn_every=0",
         ],  # fmt: skip
     )
-    run = engine.setup(cfg)
-    engine.init_loss(run)
+    run = loop.setup(cfg)
+    loop.init_loss(run)
     z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
     means = F.normalize(torch.stack([z[y == 2].mean(0), z[y == 5].mean(0)]), dim=1)
     assert torch.allclose(run.loss_fn.prototypes, means, atol=1e-5)
-    assert engine.main(cfg) == 0
+    assert loop.main(cfg) == 0
     state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
     saved = state["loss"]["prototypes"]
     assert saved.shape == (2, cfg.model.dim) and not torch.allclose(saved, means, atol=1e-3)
@@ -266,7 +267,7 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
     cfg = config.load(
         name, [f"out_dir={tmp_path}", f"data.root={data_roots[dataset]}", *TINY, *CONFIG_RUNS[name]]
     )
-    assert engine.main(cfg) == 0
+    assert loop.main(cfg) == 0
     epoch, steps = read_epoch(tmp_path)
     assert steps and all(np.isfinite(r["loss"]) for r in steps)
     assert ("oc_auroc" if cfg.data.in_classes else "knn_top1") in epoch
@@ -295,10 +296,10 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
     or FIRM with the outlier strategy's random slots and rotations, replay bit for bit."""
     base = [*TINY, *extra, "eval.knn_every=0"]
     whole = config.load(name, [f"out_dir={tmp_path / 'a'}", *base, "train.epochs=2"])
-    assert engine.main(whole) == 0
+    assert loop.main(whole) == 0
     for epochs in (1, 2):
         part = config.load(name, [f"out_dir={tmp_path / 'b'}", *base, f"train.epochs={epochs}"])
-        assert engine.main(part) == 0
+        assert loop.main(part) == 0
     a = checkpoint.load(tmp_path / "a" / "checkpoints" / "last.pt")
     b = checkpoint.load(tmp_path / "b" / "checkpoints" / "last.pt")
     for part in ("model", "queue", "loss"):
@@ -348,7 +349,7 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
 
 
 def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
-    from pretrain.engine import pair_views, split_views
+    from pretrain.engine.loop import pair_views, split_views
 
     x1, x2 = torch.arange(8.0).view(8, 1), torch.arange(100.0, 108.0).view(8, 1)
     paired = pair_views(x1, x2, 2)
@@ -366,7 +367,7 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
             "model.kappa_hidden=8",
         ],  # fmt: skip
     )
-    assert engine.main(cfg) == 0
+    assert loop.main(cfg) == 0
     epoch, steps = read_epoch(tmp_path)
     assert all(np.isfinite(r["loss"]) for r in steps) and "oc_auroc" in epoch
 

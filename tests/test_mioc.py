@@ -250,11 +250,11 @@ def test_device_path_inliers_match_sklearn_with_no_host_sync(batch, tmp_path):
 
 
 def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
-    """engine.check_finite (at log steps) puts the strategy's bad_input before its message;
+    """loop.check_finite (at log steps) puts the strategy's bad_input before its message;
     on the CPU host loop the fit raises at once, as before."""
     from types import SimpleNamespace
 
-    from pretrain import engine
+    from pretrain.engine import loop
 
     q, k, queue = batch
     mioc = MiOC(num_synthetic=4, num_inlier_synthetic=4, nu=0.1, gamma=0.1, warmup_epochs=0)
@@ -265,8 +265,8 @@ def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
     mioc.nonfinite_steps += 2  # what the device path counts
     state = SimpleNamespace(bad_loss=torch.tensor(True), global_step=40, epoch=0, saved_step=-1)
     run = SimpleNamespace(state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None)
-    with pytest.raises(engine.NonFiniteLossError) as err:
-        engine.check_finite(run)
+    with pytest.raises(loop.NonFiniteLossError) as err:
+        loop.check_finite(run)
     msg = str(err.value)
     assert msg.startswith("MiOC: the OC-SVM's input embeddings cat(q, k) were non-finite")
     assert "at 2 step(s)" in msg and "non-finite loss at or before global step 40" in msg

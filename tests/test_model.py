@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from moco_loss import InfoNCE
 from torch import nn
 
-from pretrain.model import SplitBatchNorm, backbone, build, projection_head
+from pretrain.model.encoders import SplitBatchNorm, backbone, build, projection_head
 
 N, DIM = 8, 16
 

@@ -178,7 +178,8 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
-    from pretrain import config, engine
+    from pretrain import config
+    from pretrain.engine import loop
 
     kwargs = ", ".join(f"{k}: {v}" for k, v in SMALL[name].items())
     replaces = negatives.strategies.get(name).replaces_queue
@@ -187,12 +188,12 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
         f"negatives.name={name}", f"negatives.kwargs={{{kwargs}}}",
         *(["loss.name=nt_xent", "loss.contrast_queue=false"] if replaces else []),
     ])  # fmt: skip
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
     before = run.queue.keys.clone()
     state_before = {k: v.clone() for k, v in run.strategy.state_dict().items()
                     if isinstance(v, torch.Tensor)}  # fmt: skip
-    loss = engine.train_step(run, x1, x2, y, 1.0, *rows)
+    loss = loop.train_step(run, x1, x2, y, 1.0, *rows)
     assert torch.isfinite(loss)
     assert torch.equal(run.queue.keys[16:], before[16:])  # only the batch's keys were enqueued
     assert not torch.equal(run.queue.keys[:16], before[:16])

@@ -1,4 +1,4 @@
-"""negatives.ocsvm.OneClassSVM against scikit-learn's OneClassSVM (the libsvm it reproduces).
+"""negatives.ocsvm.svm.OneClassSVM against scikit-learn's OneClassSVM (the libsvm it reproduces).
 
 The data imitate MoCo embeddings: unit vectors in d = 128 around a few clusters, the fit set is
 cat(q, k) of a batch (two noisy views of each point) and the queue mixes points near the same
@@ -15,8 +15,8 @@ import torch
 from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives import ocsvm_smo as smo
-from negatives.ocsvm import OneClassSVM
+from negatives.ocsvm import smo
+from negatives.ocsvm.svm import OneClassSVM
 
 GRID = [(0.01, 0.01), (0.1, 0.1)]
 

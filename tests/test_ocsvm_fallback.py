@@ -21,8 +21,8 @@ import pytest
 import torch
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives import ocsvm
-from negatives.ocsvm import OneClassSVM
+from negatives.ocsvm import svm as ocsvm
+from negatives.ocsvm.svm import OneClassSVM
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(

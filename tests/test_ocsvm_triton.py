@@ -231,13 +231,13 @@ COMPILE_PTX = """
 import sys
 import triton
 from triton.backends.compiler import GPUTarget
-from negatives import ocsvm_triton
+from negatives.ocsvm import smo_triton
 names = ("QD0", "alpha0", "alpha_out", "scratch", "consts", "bad", "out_rho")
 sig = {name: "*fp64" for name in names}
 sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
 sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
 src = triton.compiler.ASTSource(
-    fn=ocsvm_triton._smo_kernel, signature=sig, constexprs={"SHRINK": True, "BLOCK": 256}
+    fn=smo_triton._smo_kernel, signature=sig, constexprs={"SHRINK": True, "BLOCK": 256}
 )
 options = {"enable_fp_fusion": False, "num_warps": 4}
 sys.stdout.write(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"])
@@ -255,7 +255,7 @@ COMPILE_KERNELS = """
 import sys
 import triton
 from triton.backends.compiler import GPUTarget
-from negatives import ocsvm_kernels_triton as kt
+from negatives.ocsvm import kernels_triton as kt
 ints = {"n": "i32", "d": "i32", "stride": "i32"}
 gram = {name: "*fp64" for name in ("X", "GAMMA", "SQ", "BAD")} | {"Q": "*fp32"} | ints
 gram |= {"LINEAR": "constexpr", "BLOCK": "constexpr", "BLOCK_D": "constexpr"}

@@ -1,7 +1,7 @@
-"""libsvm's details in the one-program Triton solver (``negatives/ocsvm_triton.py``) that the cases
-of ``tests/test_ocsvm_triton.py`` cannot tell apart: each case here is picked so that a change to
-one detail changes the iterates, and the fit is compared with scikit-learn's (libsvm's) iterations,
-support set, dual coefficients and rho, as there.
+"""libsvm's details in the one-program Triton solver (``negatives/ocsvm/smo_triton.py``) that the
+cases of ``tests/test_ocsvm_triton.py`` cannot tell apart: each case here is picked so that a change
+to one detail changes the iterates, and the fit is compared with scikit-learn's (libsvm's)
+iterations, support set, dual coefficients and rho, as there.
 
 - ``unshrink``: ``do_shrinking``'s unshrink step (``Gmax1 + Gmax2 <= eps * 10``: reconstruct the
   gradient, reactivate every variable) fires at the 2nd shrink with variables shrunk and the gap
@@ -18,7 +18,7 @@ support set, dual coefficients and rho, as there.
 
 Each case fails when its detail is changed in the kernel (issue 32, item 8: the table is in
 ``docs/ocsvm_gpu.md``); :func:`test_cases_exercise_what_they_claim` checks the claims above with
-the host SMO (``negatives/ocsvm_smo.py``, changed from outside where it can be) and numpy.
+the host SMO (``negatives/ocsvm/smo.py``, changed from outside where it can be) and numpy.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import torch
 from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives import ocsvm_smo as smo
-from negatives.ocsvm import OneClassSVM
+from negatives.ocsvm import smo
+from negatives.ocsvm.svm import OneClassSVM
 
 
 def blocks_tie(side: str) -> tuple[torch.Tensor, torch.Tensor]:

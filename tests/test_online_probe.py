@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from pretrain import config, engine
+from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.online_probe import OnlineProbe
+from pretrain.engine import loop
+from pretrain.engine.online_probe import OnlineProbe
 
 TINY = [
     "model.width=8",
@@ -61,11 +62,11 @@ def test_no_gradient_reaches_the_encoder(tmp_path):
         cfg = config.load(
             "digits_moco.yaml", [f"out_dir={tmp_path / flag}", *TINY, f"eval.online_probe={flag}"]
         )
-        run = engine.setup(cfg)
+        run = loop.setup(cfg)
         batches = iter(run.data.train_loader)
         for _ in range(3):
             x1, x2, y, _, *rows = next(batches)
-            engine.train_step(run, x1, x2, y, 0.5, *rows)
+            loop.train_step(run, x1, x2, y, 0.5, *rows)
         runs[flag] = run
     assert runs["false"].probe is None and runs["true"].probe is not None
     a, b = runs["false"].moco.state_dict(), runs["true"].moco.state_dict()
@@ -81,14 +82,14 @@ def epochs(out):
 def test_stopped_and_resumed_run_replays_the_probe_exactly(tmp_path, capsys):
     full, cut = tmp_path / "full", tmp_path / "cut"
     args = [*TINY, "eval.online_probe=true"]
-    assert engine.main(config.load("digits_moco.yaml", [f"out_dir={full}", *args])) == 0
+    assert loop.main(config.load("digits_moco.yaml", [f"out_dir={full}", *args])) == 0
     stop = [f"out_dir={cut}", *args, "train.max_steps=60"]  # mid epoch 2 (44 steps per epoch)
-    assert engine.main(config.load("digits_moco.yaml", stop)) == 0
+    assert loop.main(config.load("digits_moco.yaml", stop)) == 0
     mid = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
     assert mid["step_in_epoch"] == 16 and mid["online_probe"]["module"]["seen"].item() == 16 * 32
     with pytest.raises(ConfigError, match="eval.online_probe"):  # the probe cannot be dropped
-        engine.main(config.load("digits_moco.yaml", [f"out_dir={cut}", *TINY]))
-    assert engine.main(config.load("digits_moco.yaml", [f"out_dir={cut}", *args])) == 0
+        loop.main(config.load("digits_moco.yaml", [f"out_dir={cut}", *TINY]))
+    assert loop.main(config.load("digits_moco.yaml", [f"out_dir={cut}", *args])) == 0
     a = torch.load(full / "checkpoints" / "last.pt", weights_only=True)["online_probe"]
     b = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)["online_probe"]
     for k in a["module"]:

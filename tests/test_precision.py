@@ -1,4 +1,4 @@
-"""train.amp on CPU: the policy (pretrain/precision.py), the encoders alone under autocast
+"""train.amp on CPU: the policy (pretrain/runtime/precision.py), the encoders alone under autocast
 (issue 17: negatives and loss ran in bf16 under autocast), and the bf16 loss against fp32 over a
 few steps."""
 
@@ -9,9 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-from pretrain import config, engine, precision
+from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.engine import loop
 from pretrain.losses import infonce
+from pretrain.runtime import precision
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 TINY = [
@@ -44,10 +46,10 @@ def test_amp_policy(monkeypatch):
 def test_fp16_on_cpu_is_a_config_error(tmp_path):
     cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY, "train.amp=fp16"])
     with pytest.raises(ConfigError, match="fp16"):
-        engine.setup(cfg)
+        loop.setup(cfg)
 
 
-def spy_step(run: engine.Run, monkeypatch) -> dict:
+def spy_step(run: loop.Run, monkeypatch) -> dict:
     """Record what the encoder's head, the strategy and the loss see in one step."""
     seen: dict = {}
     head = run.moco.encoder_q.head
@@ -66,7 +68,7 @@ def spy_step(run: engine.Run, monkeypatch) -> dict:
     monkeypatch.setattr(run.strategy, "negatives", spy_negatives)
     monkeypatch.setattr(run.loss_fn, "forward", spy_loss)
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    seen["loss"] = engine.train_step(run, x1, x2, y, 1.0, *rows)
+    seen["loss"] = loop.train_step(run, x1, x2, y, 1.0, *rows)
     return seen
 
 
@@ -78,10 +80,10 @@ def test_autocast_covers_the_encoders_only(tmp_path, monkeypatch, force):
         f"out_dir={tmp_path}", *TINY, "train.amp=bf16", "negatives.name=mochi",
         "negatives.kwargs={num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
     ])  # fmt: skip
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     if force:
         monkeypatch.setattr(
-            engine.Run, "autocast", lambda self: torch.autocast("cpu", dtype=torch.bfloat16)
+            loop.Run, "autocast", lambda self: torch.autocast("cpu", dtype=torch.bfloat16)
         )
     seen = spy_step(run, monkeypatch)
     assert seen["head"] == torch.bfloat16  # the encoder ran in bf16
@@ -106,14 +108,14 @@ def run_steps(tmp_path, amp: str, steps: int = 4) -> list[float]:
     cfg = config.load(
         "digits_moco.yaml", [f"out_dir={tmp_path / amp}", *TINY, f"train.amp='{amp}'", "seed=3"]
     )
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     losses = []
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == steps:
             break
-        losses.append(engine.train_step(run, x1, x2, y, 0.0, *rows).item())
+        losses.append(loop.train_step(run, x1, x2, y, 0.0, *rows).item())
     return losses
 
 
@@ -145,7 +147,7 @@ def test_cpu_layout_follows_the_policy(tmp_path, monkeypatch, amp):
     """Under bf16 on a CPU the encoders' weights and the batch they see are channels_last, and a
     step trains; in fp32 both stay contiguous (NCHW)."""
     cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY, f"train.amp='{amp}'"])
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     convs = [m for m in run.moco.modules() if isinstance(m, torch.nn.Conv2d)]
     layout = torch.channels_last if amp == "bf16" else torch.contiguous_format
     assert convs and all(m.weight.is_contiguous(memory_format=layout) for m in convs)
@@ -155,5 +157,5 @@ def test_cpu_layout_follows_the_policy(tmp_path, monkeypatch, amp):
         lambda m, i: seen.append(i[0].is_contiguous(memory_format=layout))
     )
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    loss = engine.train_step(run, x1, x2, y, 1.0, *rows)
+    loss = loop.train_step(run, x1, x2, y, 1.0, *rows)
     assert torch.isfinite(loss) and seen and all(seen)

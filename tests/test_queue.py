@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from moco_loss import InfoNCE
 
-from pretrain.queue import NO_LABEL, LabeledQueue
+from pretrain.engine.queue import NO_LABEL, LabeledQueue
 
 K, D = 32, 16
 
@@ -111,7 +111,7 @@ def test_non_positive_sizes_are_refused(size, dim):
 
 
 def test_engine_order_backward_then_enqueue_uses_the_pre_enqueue_queue():
-    """pretrain/engine.py enqueues after ``loss.backward()`` and ``optimizer.step()``.
+    """pretrain/engine/loop.py enqueues after ``loss.backward()`` and ``optimizer.step()``.
 
     The loss reads ``queue.keys`` without a clone, so the enqueue must come after backward (MoCo's
     reference enqueues before backward and needs ``queue.clone()`` for that). This mirrors the

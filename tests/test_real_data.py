@@ -17,7 +17,8 @@ import torch
 from PIL import Image
 from state_dicts import flat
 
-from pretrain import build, config, engine, losses
+from pretrain import config, losses
+from pretrain.engine import build, loop
 from tests.fakedata import random_images
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def folder(tmp_path_factory) -> Path:
 
 def run(out: Path, root: Path, *extra: str) -> int:
     cfg = config.load("digits_moco.yaml", [f"out_dir={out}", f"data.root={root}", *TINY, *extra])
-    return engine.main(cfg)
+    return loop.main(cfg)
 
 
 def records(out: Path, kind: str) -> list[dict]:

@@ -1,7 +1,7 @@
 """``data.resident: device``: the training split on the device, batches and both views'
 augmentation made there. Checked against the loader path (``views.CropViews``, numpy draws per
-sample on the host; ``F.interpolate`` crops; ``data.eval_transform``): the same rows from the same
-uniforms, the same distributions (KS, binomial, chi-square), crops within one level; the cache,
+sample on the host; ``F.interpolate`` crops; ``loaders.eval_transform``): the same rows from the
+same uniforms, the same distributions (KS, binomial, chi-square), crops within one level; the cache,
 the sampler semantics at 1 and 2 ranks, exact resume, 0 syncs and no host copy per step."""
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from sync_counter import SyncCounter
 from test_engine import lines, pretrain, tensors
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pretrain import augment, build, config, data, datasets, engine, imagefiles, resident, views
-from pretrain import augment_params as ap
-from pretrain import device_params as dp
+from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.data import augment, datasets, imagefiles, loaders, resident, views
+from pretrain.data import augment_params as ap
+from pretrain.data import device_params as dp
+from pretrain.engine import build, loop
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
@@ -73,7 +75,7 @@ def _deferred_row(s: views.ViewSpec, rng, height: int, width: int) -> list[float
 
 def _views(n: int, size: int, seed: int = 3, **kw) -> resident.ResidentViews:
     images = torch.zeros(n, 3, size, size, dtype=torch.uint8)
-    sampler = data.ResumableSampler(n, 64, seed=seed)
+    sampler = loaders.ResumableSampler(n, 64, seed=seed)
     return resident.ResidentViews(images, torch.zeros(n, dtype=torch.int64), spec(size, **kw),
                                   seed, sampler)  # fmt: skip
 
@@ -141,7 +143,7 @@ def test_device_crop_equals_the_loader_crop(affine):
     images = torch.from_numpy(random_images(48, 40, seed=1)).permute(0, 3, 1, 2).contiguous()
     images = F.avg_pool2d(images.float(), 3, 1, 1).round().to(torch.uint8)  # smoother: realistic
     s = spec(24, affine, crop_scale=(0.1, 1.0))
-    rv = resident.ResidentViews(images, torch.arange(48), s, 0, data.ResumableSampler(48, 16,
+    rv = resident.ResidentViews(images, torch.arange(48), s, 0, loaders.ResumableSampler(48, 16,
                                 seed=0))  # fmt: skip
     u = torch.rand(48, dp.UNIFORMS, dtype=torch.float64)
     rows = dp.view_rows(u, s, height=40, width=40)
@@ -184,7 +186,7 @@ def test_eval_batches_equal_the_eval_transform():
     imgs = torch.cat([imgs[:, :, :, :36]])  # 40 x 36: a non-square resize
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     for size, rs in ((24, 28), (32, 36)):
-        tf = data.eval_transform(size, rs, mean, std)
+        tf = loaders.eval_transform(size, rs, mean, std)
         ev = resident.EvalBatches(imgs, torch.arange(10), batch=4, size=size, resize=rs,
                                   mean=mean, std=std)  # fmt: skip
         got = torch.cat([x for x, _ in ev])
@@ -261,7 +263,7 @@ def test_config_refuses_device_without_the_two_stage_pipeline():
 def _batches(world: int, rank: int, epoch: int, start: int, n: int = 100, gb: int = 16):
     images = torch.arange(n, dtype=torch.uint8).view(n, 1, 1, 1).expand(n, 3, 32, 32)
     labels = torch.arange(n) % 7
-    sampler = data.ResumableSampler(n, gb, seed=5, rank=rank, world_size=world)
+    sampler = loaders.ResumableSampler(n, gb, seed=5, rank=rank, world_size=world)
     sampler.set_epoch(epoch, start)
     rv = resident.ResidentViews(images.contiguous(), labels, spec(32), 5, sampler)
     return list(rv)
@@ -280,7 +282,7 @@ def test_ranks_split_each_global_batch_and_see_every_sample_once_per_epoch():
         assert torch.equal(full[2], full[3] % 7)
         seen += full[3].tolist()
     assert len(seen) == len(set(seen)) == 96  # drop_last of the global batch, no repeats
-    sampler = data.ResumableSampler(100, 16, seed=5)
+    sampler = loaders.ResumableSampler(100, 16, seed=5)
     sampler.set_epoch(2)
     assert seen == [i for _, i in sampler]  # the loader path's order
 
@@ -289,7 +291,7 @@ def test_support_views_come_with_their_rows_and_leave_the_two_views_unchanged():
     """FNC's support crops (data.support_views): a sixth item (n, V, 3, S, S) and 2 + V rows;
     the two views' rows are the first two whatever V (drawn from their own uniform columns)."""
     images = torch.from_numpy(random_images(20, 40, seed=4)).permute(0, 3, 1, 2).contiguous()
-    sampler = data.ResumableSampler(20, 8, seed=1)
+    sampler = loaders.ResumableSampler(20, 8, seed=1)
     plain = next(iter(resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler)))
     rv = resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler, support_views=3)
     x1, x2, y, idx, rows, support = next(iter(rv))
@@ -350,7 +352,7 @@ class _Ops(TorchDispatchMode):
 
 
 def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
-    """engine.setup builds the resident run; after a warm step, drawing a batch and the whole
+    """loop.setup builds the resident run; after a warm step, drawing a batch and the whole
     train_step dispatch 0 would-be syncs (items, data-dependent shapes, device<->host copies,
     tensors built from host data); the batch itself is gathers and arithmetic: no random draw
     (the epoch's table is drawn once), no permutation, no copy to another device."""
@@ -358,18 +360,18 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
                  "train.progress_bar=false", "train.amp='off'", f"out_dir={tmp_path}",
                  *RESIDENT]  # fmt: skip
     cfg = config.load("digits_moco.yaml", overrides)
-    run = engine.setup(cfg)
+    run = loop.setup(cfg)
     assert run.data.resident == "device" and isinstance(run.data.train_loader,
                                                         resident.ResidentViews)  # fmt: skip
     assert isinstance(run.data.test_loader, resident.EvalBatches)
     run.data.sampler.set_epoch(0)
     it = iter(run.data.train_loader)
     x1, x2, y, _, params = next(it)
-    engine.train_step(run, x1, x2, y, 0.5, params)
+    loop.train_step(run, x1, x2, y, 0.5, params)
     with SyncCounter() as syncs:
         for _ in range(2):
             x1, x2, y, _, params = next(it)
-            engine.train_step(run, x1, x2, y, 0.5, params)
+            loop.train_step(run, x1, x2, y, 0.5, params)
     assert syncs.count == 0, syncs.report()
     with _Ops() as ops:
         next(it)

@@ -19,8 +19,9 @@ import pytest
 import torch
 from fakedata import random_images, write_png
 
-from pretrain import checkpoint, config, engine, runlock
-from pretrain.checkpoint import CheckpointError
+from pretrain import config
+from pretrain.engine import checkpoint, loop, runlock
+from pretrain.engine.checkpoint import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [  # 64 training images of 16 px in 2 classes: 2 steps an epoch, seconds a run
@@ -201,7 +202,7 @@ def test_lock_is_held_by_one_process_at_a_time(tmp_path):
     try:
         probe = subprocess.run(
             [sys.executable, "-c",
-             "from pretrain import runlock; "
+             "from pretrain.engine import runlock; "
              f"runlock.RunLock({str(tmp_path)!r}).acquire()"],
             capture_output=True, text=True, timeout=60, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -217,7 +218,7 @@ def test_lock_is_held_by_one_process_at_a_time(tmp_path):
     again.release()
     probe = subprocess.run(
         [sys.executable, "-c",
-         f"from pretrain import runlock; runlock.RunLock({str(tmp_path)!r}).acquire()"],
+         f"from pretrain.engine import runlock; runlock.RunLock({str(tmp_path)!r}).acquire()"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -285,7 +286,7 @@ def test_failed_save_in_a_run_exits_1_with_the_message(tmp_path, monkeypatch, ca
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    assert engine.main(cfg) == 1
+    assert loop.main(cfg) == 1
     err = capsys.readouterr().err
     assert "cannot write checkpoint" in err and "no previous checkpoint" in err
 

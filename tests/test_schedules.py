@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pretrain.schedules import learning_rate
+from pretrain.engine.schedules import learning_rate
 
 
 @pytest.mark.parametrize(

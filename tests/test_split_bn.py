@@ -10,7 +10,7 @@ import torch
 from op_counter import OpCounter
 from torch import nn
 
-from pretrain.split_bn import SplitBatchNorm, triton_interpreted, use_path
+from pretrain.model.split_bn import SplitBatchNorm, triton_interpreted, use_path
 
 C = 5
 

@@ -20,7 +20,7 @@ import split_bn_triton_worker as worker
 import torch
 from triton_ptx import compiled_ptx
 
-from pretrain.split_bn import SplitBatchNorm
+from pretrain.model.split_bn import SplitBatchNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
@@ -123,7 +123,7 @@ COMPILE_PTX = """
 import sys
 import triton
 from triton.backends.compiler import GPUTarget
-from pretrain import split_bn_triton as t
+from pretrain.model import split_bn_triton as t
 ptr = {"x": "*bf16", "f": "*fp32"}
 common = {"M": "i32", "P": "i32", "C": "i32", "CHUNK": "i32", "sS": "i32", "sN": "i32",
           "sC": "i32", "sP": "i32", "ACC": "constexpr", "BLOCK_M": "constexpr",

@@ -1,4 +1,5 @@
-"""The intra-op thread rule (pretrain/threads.py) from the affinity mask and the local ranks."""
+"""The intra-op thread rule (pretrain/runtime/threads.py) from the affinity mask and the local
+ranks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 import pytest
 import torch
 
-from pretrain import config, engine, threads
+from pretrain import config
+from pretrain.engine import loop
+from pretrain.runtime import threads
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def test_trainer_and_evaluator_use_the_rule(node, keep_threads, tmp_path):
     cfg = config.load(
         "digits_moco.yaml", [f"out_dir={tmp_path}", "model.width=8", "train.threads=3"]
     )
-    engine.setup(cfg)
+    loop.setup(cfg)
     assert torch.get_num_threads() == 3
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from linear_eval.inputs import features
-from pretrain import checkpoint, imagefiles
+from pretrain.data import imagefiles
+from pretrain.engine import checkpoint
 from tests.fakedata import random_images, write_png
 from tests.test_folder_splits import TRAIN, deny, write_split
 

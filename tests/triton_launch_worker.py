@@ -30,18 +30,18 @@ if os.environ.get("TRITON_INTERPRET", "0") == "1":
 
 launches = triton_standin.activate()
 
-from negatives import ocsvm_kernels_triton, ocsvm_triton  # noqa: E402
-from negatives.ocsvm import OneClassSVM  # noqa: E402
-from pretrain import split_bn  # noqa: E402
-from pretrain import split_bn_triton as sbt  # noqa: E402
+from negatives.ocsvm import kernels_triton, smo_triton  # noqa: E402
+from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
+from pretrain.model import split_bn  # noqa: E402
+from pretrain.model import split_bn_triton as sbt  # noqa: E402
 
 
 def accept_host_tensors(dev: torch.device, what: str) -> None:
     """The device check, relaxed: host tensors stand in for device tensors here."""
 
 
-ocsvm_triton.check_device = accept_host_tensors
-ocsvm_kernels_triton.check_device = accept_host_tensors
+smo_triton.check_device = accept_host_tensors
+kernels_triton.check_device = accept_host_tensors
 split_bn.triton_interpreted = lambda: True  # forward_triton's device check only: the kernels
 # module read its INTERPRET flag (GPU tiles, False) at its import above
 

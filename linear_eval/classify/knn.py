@@ -3,7 +3,7 @@ plain majority vote of SINCERE.
 
 Weighted vote (InstDisc, Wu et al. 2018, https://arxiv.org/abs/1805.01978, eqs. 7-8): the k most
 cosine-similar training features vote exp(cos / T) for their class. The implementation lives in
-:mod:`pretrain.knn` (the training monitor uses the same function), so a monitor number and an
+:mod:`pretrain.engine.knn` (the training monitor uses the same function), so a monitor number and an
 evaluation number of the same checkpoint are the same computation.
 
 Presets (k, T):
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from linear_eval.records import summary
-from pretrain.knn import knn_predict, knn_votes
+from pretrain.engine.knn import knn_predict, knn_votes
 
 PRESETS: dict[str, dict[str, Any]] = {
     "cifar": {"k": 200, "temperature": 0.1, "source": "InstDisc / MoCo CIFAR demo"},

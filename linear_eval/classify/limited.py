@@ -18,7 +18,7 @@ import torch
 
 from linear_eval.classify import logreg, probe
 from linear_eval.records import summary
-from pretrain.data import sample_seed
+from pretrain.data.loaders import sample_seed
 
 COUNTS = (10, 25, 50, 100, 250, 500, 1000)
 DRAWS = 5

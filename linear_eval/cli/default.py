@@ -25,9 +25,9 @@ from linear_eval.classify.knn import PRESETS, knn_votes
 from linear_eval.inputs import guards
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.records import summary
-from pretrain import checkpoint
-from pretrain.datasets import DatasetNotFoundError
-from pretrain.imagefiles import BadImageError, bad_image_line
+from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.data.imagefiles import BadImageError, bad_image_line
+from pretrain.engine import checkpoint
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -159,7 +159,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "global_step": sess.model.global_step,
         "dataset": cfg.data.name,
         "features": "backbone (pooled, penultimate)",
-        # the monitor's float32 reduction (pretrain.knn.knn_top1), so the two numbers are equal
+        # the monitor's float32 reduction (pretrain.engine.knn.knn_top1), so the two numbers are
+        # equal
         "knn_top1": 100.0 * summary.topk_correct(votes, test.labels, 1).float().mean().item(),
         "knn_top1_ci": knn_rec["knn_top1_ci"],
         "knn_top5": knn5["knn_top5"],

@@ -19,7 +19,7 @@ from linear_eval.inputs.features import CORRUPT_SOURCE
 from linear_eval.inputs.session import Session
 from linear_eval.records import summary
 from linear_eval.report import document, figures
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data.datasets import DatasetNotFoundError
 
 # CIDER / KNN+ CIFAR-10 benchmark (SEMANTICS §6-7)
 CIFAR10_OOD = ("svhn", "lsun", "isun", "textures", "places365", "cifar100")

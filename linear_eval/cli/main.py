@@ -38,10 +38,10 @@ from linear_eval.detect.detectors import Settings
 from linear_eval.inputs import openood as openood_data
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
-from pretrain.checkpoint import CheckpointError
 from pretrain.config import ConfigError
-from pretrain.datasets import DatasetNotFoundError
-from pretrain.imagefiles import BadImageError, bad_image_line
+from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.data.imagefiles import BadImageError, bad_image_line
+from pretrain.engine.checkpoint import CheckpointError
 
 COMMANDS = (
     "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare",

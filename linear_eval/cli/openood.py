@@ -26,7 +26,7 @@ from linear_eval.detect import fitted, metrics
 from linear_eval.inputs import openood
 from linear_eval.inputs.features import encode
 from linear_eval.inputs.session import Session
-from pretrain.knn import knn_predict
+from pretrain.engine.knn import knn_predict
 
 CSV_COLUMNS = ("dataset", "FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "FPR@95_ID+")
 

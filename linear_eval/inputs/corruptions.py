@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from pretrain.datasets import missing_dataset
+from pretrain.data.datasets import missing_dataset
 
 # [1]: gaussian_noise c, shot_noise c, gaussian_blur c, contrast c, for severities 1..5.
 PARAMS: dict[str, tuple[float, ...]] = {

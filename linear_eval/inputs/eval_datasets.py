@@ -1,9 +1,10 @@
 """Every dataset the evaluators read (transfer probes and OOD sets), offline only.
 
 ``build_eval_dataset(name, root, split)`` returns ``(image, label)`` items, the image a PIL RGB
-image (for CIFAR/STL, what the :mod:`pretrain.datasets` reader returns: also PIL). Nothing is ever
-downloaded (``download=False`` always): a missing dataset raises
-:class:`pretrain.datasets.DatasetNotFoundError` naming the exact path expected and how to get it.
+image (for CIFAR/STL, what the :mod:`pretrain.data.datasets` reader returns: also PIL). Nothing is
+ever downloaded (``download=False`` always): a missing dataset raises
+:class:`pretrain.data.datasets.DatasetNotFoundError` naming the exact path expected and how to get
+it.
 
 Splits: ``train`` and ``test`` are the official lists; ``val`` is the official validation list
 (DTD, FGVC-Aircraft, Flowers-102, CINIC-10 only); ``trainval`` is train ∪ val, the set the
@@ -24,7 +25,7 @@ What the torchvision constructors check on disk (torchvision 0.2x, read in site-
 
 - SVHN: ``check_integrity`` md5 of ``<split>_32x32.mat``. Flowers102: md5 of ``imagelabels.mat``
   and ``setid.mat`` plus the ``jpg/`` folder. Both are subclassed below with the md5 set to
-  ``None``, which ``check_integrity`` reads as "the file exists" (the rule pretrain/datasets.py
+  ``None``, which ``check_integrity`` reads as "the file exists" (the rule pretrain/data/datasets.py
   applies to CIFAR): hashing at every start buys nothing on files that do not change, and it is
   what lets the tests load small files written in the true format.
 - OxfordIIITPet (``images/``, ``annotations/``), DTD (``dtd/dtd/``), FGVCAircraft
@@ -52,10 +53,10 @@ from torchvision import datasets as tvd
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
-from pretrain import datasets as pretrain_datasets
-from pretrain import imagefiles
-from pretrain.data import eval_transform
-from pretrain.datasets import DatasetNotFoundError, missing_dataset
+from pretrain.data import datasets as pretrain_datasets
+from pretrain.data import imagefiles
+from pretrain.data.datasets import DatasetNotFoundError, missing_dataset
+from pretrain.data.loaders import eval_transform
 
 SPLITS = ("train", "val", "trainval", "test")
 _NO_VAL = ("train", "trainval", "test")
@@ -137,7 +138,7 @@ class ImageFiles(Dataset):
     """Every image file under ``folder`` at any depth, sorted by relative path, label -1.
 
     Symlinked folders are followed, never into a folder read already (a loop is reported once:
-    :class:`pretrain.imagefiles.FolderWalk`); hidden files are skipped.
+    :class:`pretrain.data.imagefiles.FolderWalk`); hidden files are skipped.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -200,8 +201,8 @@ def _require(title: str, folder: Path, need: list[Path], how: str) -> None:
 
 
 def _with_targets(ds: Dataset) -> Dataset:
-    """Expose ``targets`` (labels without decoding images, as pretrain.datasets.labels reads them)
-    where torchvision keeps the labels private (``_labels``, StanfordCars' ``_samples``)."""
+    """Expose ``targets`` (labels without decoding images, as pretrain.data.datasets.labels reads
+    them) where torchvision keeps the labels private (``_labels``, StanfordCars' ``_samples``)."""
     if getattr(ds, "targets", None) is None:
         if getattr(ds, "_labels", None) is not None:
             ds.targets = [int(y) for y in ds._labels]  # type: ignore[attr-defined]
@@ -434,6 +435,6 @@ def transfer_transform(name: str, mean: tuple[float, ...], std: tuple[float, ...
     if spec.image_size is None or spec.resize is None:
         raise ValueError(
             f"{name} is an OOD set, read at the in-distribution set's resolution: use that set's "
-            "transform (transfer_transform(<ID set>, ...) or pretrain.build.eval_transform)"
+            "transform (transfer_transform(<ID set>, ...) or pretrain.engine.build.eval_transform)"
         )
     return eval_transform(spec.image_size, spec.resize, mean, std)

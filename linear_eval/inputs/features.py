@@ -35,9 +35,11 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from linear_eval.inputs import corruptions, eval_datasets, foreign
-from pretrain import build, checkpoint, config, data, datasets, imagefiles
+from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.model import Encoder
+from pretrain.data import datasets, imagefiles, loaders
+from pretrain.engine import build, checkpoint
+from pretrain.model.encoders import Encoder
 
 CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.5, 1])
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
@@ -101,7 +103,7 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
     run's seed and no training: the baseline every number should be read against).
 
     Raises:
-        pretrain.checkpoint.CheckpointError: missing, corrupt or incompatible checkpoint.
+        pretrain.engine.checkpoint.CheckpointError: missing, corrupt or incompatible checkpoint.
     """
     path = Path(ckpt_path)
     try:
@@ -236,7 +238,7 @@ class Viewed(Dataset):
         if self.view.crop >= 0:
             # fork_rng: the caller's global RNG stays untouched (num_workers=0 runs in-process)
             with torch.random.fork_rng(devices=[]):
-                seed = data.sample_seed(self.view.seed, self.view.crop, index, stream=2)
+                seed = loaders.sample_seed(self.view.seed, self.view.crop, index, stream=2)
                 torch.manual_seed(seed)
                 x = self.crop(x)
         if self.view.rotation:
@@ -269,7 +271,7 @@ def encode(
             x = x.to(device, non_blocking=True)
             if corruption is not None:
                 g = torch.Generator(device=x.device)
-                g.manual_seed(data.sample_seed(seed, corruption[1], b, stream=3))
+                g.manual_seed(loaders.sample_seed(seed, corruption[1], b, stream=3))
                 x = normalize(corruptions.corrupt(x, corruption[0], corruption[1], generator=g))
             captured.clear()
             z, kappa = encoder(x, with_kappa=True)  # (B, D), (B,) or None
@@ -330,7 +332,7 @@ class FeatureStore:
         raise ValueError(f"transform must be 'run' or 'transfer', got {kind!r}")
 
     def dataset(self, name: str, split: str) -> Dataset:
-        """The run's own dataset through :mod:`pretrain.datasets`, anything else through
+        """The run's own dataset through :mod:`pretrain.data.datasets`, anything else through
         :mod:`linear_eval.inputs.eval_datasets`; raises DatasetNotFoundError naming the path.
         For a run on image folders, ``train``/``test`` are its ``data.train_split`` and
         ``data.test_split``, the test split labelled by the training split's class names."""
@@ -354,7 +356,7 @@ class FeatureStore:
         (RandomResizedCrop with the run's crop scale, horizontal flip with the run's
         probability), shuffled by a seeded generator: for the linear probe on images."""
         d = self.model.cfg.data
-        aug = data.train_transform(
+        aug = loaders.train_transform(
             image_size=d.image_size,
             crop_scale=d.crop_scale,
             jitter_strength=0.0,
@@ -368,7 +370,7 @@ class FeatureStore:
             std=d.std,
         )
         return DataLoader(
-            data.Transformed(self.dataset(d.name, "train"), aug),
+            loaders.Transformed(self.dataset(d.name, "train"), aug),
             batch_size,
             shuffle=True,
             num_workers=self.num_workers,

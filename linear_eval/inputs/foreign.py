@@ -23,8 +23,9 @@ from pathlib import Path
 
 import torch
 
-from pretrain import build, checkpoint, config
-from pretrain.checkpoint import CheckpointError
+from pretrain import config
+from pretrain.engine import build, checkpoint
+from pretrain.engine.checkpoint import CheckpointError
 
 MOCO = "module.encoder_q."
 

@@ -11,7 +11,7 @@ Layout (what OpenOOD's ``download`` script leaves under ``DIR``)::
 Groups are v1.5's (``evaluation_api/datasets.py``): CIFAR-10 near = CIFAR-100, TinyImageNet; far =
 MNIST, SVHN, Textures, Places365. Preprocessing is v1.5's test transform
 (``evaluation_api/preprocessor.py``): RGB, Resize(pre_size, bilinear), CenterCrop(img_size),
-ToTensor, Normalize with the benchmark's statistics. Independent of :mod:`pretrain.datasets`.
+ToTensor, Normalize with the benchmark's statistics. Independent of :mod:`pretrain.data.datasets`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import InterpolationMode, v2
 
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data.datasets import DatasetNotFoundError
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import torch
 from linear_eval.detect.detectors import ViewSet
 from linear_eval.inputs import features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
-from pretrain import dist
-from pretrain import threads as pretrain_threads
+from pretrain.runtime import dist
+from pretrain.runtime import threads as pretrain_threads
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ SMALL_CPU = pretrain_threads.SMALL_SHARE  # cores; at or below this: one torch t
 
 
 def configure_threads(threads: int | None, device: str | None) -> int:
-    """Set torch's intra-op threads (:func:`pretrain.threads.configure`: ``threads`` if given,
-    else this process's share of its cores, one thread on a share of <= 4 cores). Returns the
+    """Set torch's intra-op threads (:func:`pretrain.runtime.threads.configure`: ``threads`` if
+    given, else this process's share of its cores, one thread on a share of <= 4 cores). Returns the
     number in use.
 
     Why: on a small CPU shared with other jobs, intra-op threads cost far more than they give on

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pretrain import dist
 from pretrain.losses.modules import Loss, StepTensors, contrast_set, register
+from pretrain.runtime import dist
 
 
 def mix_draw(

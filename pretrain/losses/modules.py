@@ -32,8 +32,9 @@ from torch import nn
 
 from negatives.base import NO_LABEL, ExtraNegatives
 from negatives.registry import Registry
-from pretrain import dist, losses
+from pretrain import losses
 from pretrain.losses.reweighted import moco_diagnostics
+from pretrain.runtime import dist
 
 
 @dataclass(kw_only=True)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from pretrain import dist
 from pretrain.losses import reweighted
 from pretrain.losses.infonce import moco_logits
 from pretrain.losses.modules import Loss, StepTensors, register
+from pretrain.runtime import dist
 
 
 class _Reweighted(Loss, abc.ABC):

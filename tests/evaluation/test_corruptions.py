@@ -12,7 +12,7 @@ from PIL import Image
 from scipy import ndimage, stats
 
 from linear_eval.inputs.corruptions import PARAMS, Cifar10C, corrupt, gaussian_blur
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data.datasets import DatasetNotFoundError
 
 # hendrycks/robustness ImageNet-C/create_c/make_cifar_c.py, severities 1..5, typed from the source.
 PUBLISHED = {

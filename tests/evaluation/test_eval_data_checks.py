@@ -23,7 +23,8 @@ from linear_eval.cli.main import main
 from linear_eval.inputs import features
 from linear_eval.inputs.eval_datasets import build_eval_dataset
 from linear_eval.inputs.features import FeatureStore
-from pretrain import checkpoint, imagefiles
+from pretrain.data import imagefiles
+from pretrain.engine import checkpoint
 
 TRAIN_RELS = ["ant/1.png", "ant/2.png", "cat/1.png", "cat/2.png", "owl/1.png", "owl/2.png"]
 

@@ -25,7 +25,7 @@ from PIL import Image
 from torchvision import datasets as tvd
 
 from linear_eval.inputs.eval_datasets import EVAL_DATASETS, build_eval_dataset, transfer_transform
-from pretrain.datasets import DatasetNotFoundError
+from pretrain.data.datasets import DatasetNotFoundError
 
 JPEG_TOL = 4  # flat colours survive JPEG at quality 95 to within a few levels
 

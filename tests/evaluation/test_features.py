@@ -19,8 +19,8 @@ from torchvision.transforms import v2
 
 from linear_eval.inputs import corruptions, features
 from linear_eval.inputs.features import FeatureStore, View, Viewed
-from pretrain import build, checkpoint
-from pretrain.data import sample_seed
+from pretrain.data.loaders import sample_seed
+from pretrain.engine import build, checkpoint
 
 
 class PilImages(Dataset):
@@ -118,7 +118,7 @@ def test_store_caches_by_key_and_reads_back(tmp_path, monkeypatch):
     store = FeatureStore(model, tmp_path / "cache", torch.device("cpu"), batch_size=512)
     test = store.features(None, "test")
     assert test.backbone.shape == (360, model.encoder.backbone.feature_dim) and len(test) == 360
-    from pretrain.datasets import Digits
+    from pretrain.data.datasets import Digits
 
     assert test.labels.tolist() == Digits(train=False).targets
     files = list((tmp_path / "cache").glob("digits-test-plain-*.pt"))

@@ -11,7 +11,7 @@ import torch
 from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
-from pretrain import checkpoint
+from pretrain.engine import checkpoint
 
 R18 = ["model.arch=resnet18", "model.cifar_stem=false"]
 SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num_workers=0"]

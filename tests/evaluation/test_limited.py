@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from linear_eval.classify import limited, probe
-from pretrain.data import sample_seed
+from pretrain.data.loaders import sample_seed
 
 
 def data(seed: int = 0, per_class: tuple[int, ...] = (30, 25, 12)):

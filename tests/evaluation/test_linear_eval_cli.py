@@ -15,8 +15,8 @@ from fakedata_eval import write_svhn
 
 from linear_eval.__main__ import main
 from linear_eval.inputs.session import Options, Session
-from pretrain import knn as pretrain_knn
-from pretrain.knn import extract
+from pretrain.engine import knn as pretrain_knn
+from pretrain.engine.knn import extract
 
 
 def last_json(capsys) -> dict:
@@ -49,7 +49,7 @@ def test_default_command_prints_knn_and_linear_as_the_monitor_computes_them(ckpt
     assert {"knn_top1", "knn_top1_ci", "linear_top1", "linear_top1_ci", "linear_top5"} <= out.keys()
     sess = Session(ckpt, Options(cache=False))
     cfg = sess.model.cfg
-    from pretrain import build
+    from pretrain.engine import build
 
     bank, test = build.datasets_for(cfg).bank_loader, build.datasets_for(cfg).test_loader
     net = sess.model.encoder.backbone

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from linear_eval.classify import logreg, probe
 from linear_eval.cli import classification
 from linear_eval.inputs.session import Options, Session
-from pretrain.model import backbone as make_backbone
+from pretrain.model.encoders import backbone as make_backbone
 
 
 def bn_backbone() -> nn.Module:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from pretrain import checkpoint, config
+from pretrain import config
+from pretrain.engine import checkpoint
 
 TARGETS = ("torchvision", "timm", "detectron2")
 PREFIX = "encoder_q.backbone."

@@ -1,5 +1,5 @@
-"""Backbones, the MoCo v2 head, split BatchNorm (:mod:`pretrain.split_bn`) and the momentum-encoder
-MoCo module.
+"""Backbones, the MoCo v2 head, split BatchNorm (:mod:`pretrain.model.split_bn`) and the
+momentum-encoder MoCo module.
 
 The MoCo module follows facebookresearch/moco ``moco/builder.py`` (at b8ae0d9): query encoder with
 gradient; under ``no_grad`` the momentum update first, then the key forward; the key encoder is an
@@ -17,8 +17,8 @@ from torch import nn
 from torchvision import models
 from torchvision.models.resnet import BasicBlock
 
-from pretrain import dist
-from pretrain.split_bn import SplitBatchNorm
+from pretrain.model.split_bn import SplitBatchNorm
+from pretrain.runtime import dist
 
 
 def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:
@@ -142,8 +142,8 @@ class MoCo(nn.Module):
         https://arxiv.org/abs/1911.05722; v2: Chen et al., https://arxiv.org/abs/2003.04297.
     Implementation based on https://github.com/facebookresearch/moco/blob/b8ae0d9/moco/builder.py.
 
-    The queue and the loss live outside (``pretrain.queue``, ``pretrain.losses``), so that negative
-    strategies and losses can be swapped without touching this module.
+    The queue and the loss live outside (``pretrain.engine.queue``, ``pretrain.losses``), so that
+    negative strategies and losses can be swapped without touching this module.
 
     Args:
         encoder: the query encoder; the key encoder is a deep copy with ``requires_grad=False``.

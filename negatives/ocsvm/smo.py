@@ -38,7 +38,7 @@ def _torch_formula(
 def full_kernel(X: torch.Tensor, kernel: str, gamma: float, round32: bool) -> torch.Tensor:
     """Q = K(X, X) (n, n) from float64 X on X's device, float32 if ``round32`` (libsvm's Qfloat),
     in blocks of 1024 rows; no host sync (the chunked device loop's kernel; the Triton fit's is
-    :func:`negatives.ocsvm_kernels_triton.gram`)."""
+    :func:`negatives.ocsvm.kernels_triton.gram`)."""
     sq = torch.linalg.vecdot(X, X)
     dtype = torch.float32 if round32 else torch.float64
     blocks = [_torch_formula(kernel, gamma, X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq)

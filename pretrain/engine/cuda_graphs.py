@@ -1,4 +1,4 @@
-"""``train.cuda_graphs``: the whole training step (``engine.train_step``) captured as one CUDA graph
+"""``train.cuda_graphs``: the whole training step (``loop.train_step``) captured as one CUDA graph
 and replayed, so the host launches one graph instead of ~1,200 kernels per step.
 
 Follows PyTorch's whole-network capture recipe (docs: CUDA semantics, "CUDA Graphs", whole-network
@@ -74,7 +74,7 @@ def whole_epoch_warmup(cfg: Config) -> bool:
     return float(cfg.negatives.kwargs.get("warmup_epochs", default)).is_integer()
 
 
-Step = Callable[..., torch.Tensor]  # engine.train_step(run, x1, x2, y, epoch, *rows)
+Step = Callable[..., torch.Tensor]  # loop.train_step(run, x1, x2, y, epoch, *rows)
 
 
 class CapturedStep:

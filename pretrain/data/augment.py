@@ -1,10 +1,10 @@
 """Stage 2 of the input pipeline: MoCo v2's photometric ops, batched on the training device.
 
-Each image of the batch carries its own parameter row (``pretrain.augment_params``): colour jitter
-(brightness, contrast, saturation, hue, in that image's own order of the 24), grayscale, Gaussian
-blur with its own sigma, horizontal flip and solarize, then float conversion and normalisation,
-as ``torchvision.transforms.v2`` applies them one image at a time (He et al. 2020, MoCo v2
-``--aug-plus``; Chen et al. 2020, SimCLR appendix A). The formulas are torchvision's
+Each image of the batch carries its own parameter row (``pretrain.data.augment_params``): colour
+jitter (brightness, contrast, saturation, hue, in that image's own order of the 24), grayscale,
+Gaussian blur with its own sigma, horizontal flip and solarize, then float conversion and
+normalisation, as ``torchvision.transforms.v2`` applies them one image at a time (He et al. 2020,
+MoCo v2 ``--aug-plus``; Chen et al. 2020, SimCLR appendix A). The formulas are torchvision's
 (``transforms/v2/functional/_color.py`` and ``_misc.py``), written with per-image factors of shape
 (N, 1, 1, 1).
 
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pretrain.augment_params import (
+from pretrain.data.augment_params import (
     BLUR,
     BRIGHTNESS,
     CONTRAST,
@@ -284,7 +284,7 @@ def cpu_chunk(height: int, width: int) -> int:
 
 class Photometric(nn.Module):
     """uint8 views (N, 3, H, W) + parameter rows (N, NUM_PARAMS), or (N, NUM_COLUMNS) with the
-    crop boxes of stage 1 (``pretrain.views.CropViews``) -> normalised float views.
+    crop boxes of stage 1 (``pretrain.data.views.CropViews``) -> normalised float views.
 
     Ops whose probability is 0 in the config are skipped altogether (a static choice); the
     deferred affine runs when ``affine`` (the config has one) and the rows carry theta.

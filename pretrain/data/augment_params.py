@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-# Columns of the per-view photometric parameter row (float32), read by pretrain.augment.
+# Columns of the per-view photometric parameter row (float32), read by pretrain.data.augment.
 JITTER, BRIGHTNESS, CONTRAST, SATURATION, HUE, ORDER, GRAY, BLUR, SIGMA, FLIP, SOLARIZE = range(11)
 NUM_PARAMS = 11
 # Stage 1 appends the view's crop box (top, left, h, w) after the photometric columns. For an image
@@ -27,7 +27,7 @@ NUM_PARAMS = 11
 # (0, 0, S, S) means stage 1 cropped it already (affine configured, or another image size).
 TOP, LEFT, HEIGHT, WIDTH = range(NUM_PARAMS, NUM_PARAMS + 4)
 # Then the RandomAffine's inverse matrix (6 floats, torchvision's layout), identity unless the
-# affine is deferred with the crop (pretrain.augment.affine_nearest).
+# affine is deferred with the crop (pretrain.data.augment.affine_nearest).
 THETA = NUM_PARAMS + 4
 NUM_COLUMNS = NUM_PARAMS + 4 + 6
 IDENTITY_THETA = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pretrain import dist
+from pretrain.runtime import dist
 
 
 class MetricsLog:

@@ -9,22 +9,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import negatives
-from pretrain import (
-    augment,
-    cores,
-    data,
-    datasets,
-    device_decode,
-    dist,
-    imagefiles,
-    losses,
-    resident,
-    split_bn,
-    views,
-)
-from pretrain import model as model_lib
+from pretrain import losses
 from pretrain.config import Config, ConfigError, DataConfig
-from pretrain.queue import LabeledQueue
+from pretrain.data import augment, datasets, device_decode, imagefiles, loaders, resident, views
+from pretrain.engine.queue import LabeledQueue
+from pretrain.model import encoders as model_lib
+from pretrain.model import split_bn
+from pretrain.runtime import cores, dist
 
 
 def model(cfg: Config) -> model_lib.MoCo:
@@ -43,11 +34,11 @@ def model(cfg: Config) -> model_lib.MoCo:
 
 
 def eval_transform(d: DataConfig) -> Any:
-    return data.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
+    return loaders.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
 
 
 def train_transform(d: DataConfig) -> Any:
-    return data.train_transform(
+    return loaders.train_transform(
         image_size=d.image_size,
         crop_scale=d.crop_scale,
         jitter_strength=d.jitter_strength,
@@ -120,28 +111,29 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
 
 @dataclass
 class Data:
-    train: data.TwoViews | views.CropViews | device_decode.EncodedViews | resident.ResidentViews
-    sampler: data.ResumableSampler
+    train: loaders.TwoViews | views.CropViews | device_decode.EncodedViews | resident.ResidentViews
+    sampler: loaders.ResumableSampler
     # the latter two with decode_on device / resident device (both: batches on the device)
     train_loader: DataLoader | device_decode.DecodedLoader | resident.ResidentViews
     bank_loader: DataLoader | resident.EvalBatches  # training images, eval transform: kNN bank
     test_loader: DataLoader | resident.EvalBatches  # held-out images, eval transform
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
-    num_workers: int = 0  # loader processes per rank after the cap (pretrain.cores)
+    num_workers: int = 0  # loader processes per rank after the cap (pretrain.runtime.cores)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
     decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
     resident: str = "off"  # data.resident resolved for this run's device: off or device
 
     def close(self) -> None:
-        """End the worker processes of every loader now (see :func:`pretrain.data.shutdown`)."""
+        """End the worker processes of every loader now (see
+        :func:`pretrain.data.loaders.shutdown`)."""
         for loader in (self.train_loader, self.bank_loader, self.test_loader):
-            data.shutdown(loader)
+            loaders.shutdown(loader)
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
-    return data.loader(ds, batch_size, None, num_workers)
+    return loaders.loader(ds, batch_size, None, num_workers)
 
 
 IMAGE_FILES = ("imagefolder", "imagenet100")  # split names are folders or image lists
@@ -201,8 +193,8 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
         train: Any = views.CropViews(base_train, view_spec(d), cfg.seed, d.support_views)
     else:
-        train = data.TwoViews(base_train, train_transform(d), cfg.seed)
-    sampler = data.ResumableSampler(
+        train = loaders.TwoViews(base_train, train_transform(d), cfg.seed)
+    sampler = loaders.ResumableSampler(
         len(train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(), world_size=world
     )
     pin = dist.device_type() == "cuda"  # pinned batches: the loop's non-blocking upload
@@ -217,13 +209,13 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     if where == "device":
         train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
     else:
-        train_loader = data.loader(train, per_rank, sampler, workers, pin)
+        train_loader = loaders.loader(train, per_rank, sampler, workers, pin)
     return Data(
         train=train,
         sampler=sampler,
         train_loader=train_loader,
-        bank_loader=eval_loader(data.Transformed(base_bank, tf), cfg.eval.batch_size, workers),
-        test_loader=eval_loader(data.Transformed(base_test, tf), cfg.eval.batch_size, workers),
+        bank_loader=eval_loader(loaders.Transformed(base_bank, tf), cfg.eval.batch_size, workers),
+        test_loader=eval_loader(loaders.Transformed(base_test, tf), cfg.eval.batch_size, workers),
         num_classes=datasets.num_classes(base_bank),
         in_classes=list(d.in_classes),
         num_workers=workers,
@@ -235,10 +227,10 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
 
 def resident_data(
     cfg: Config, base_train: Dataset, base_bank: Dataset, base_test: Dataset,
-    sampler: data.ResumableSampler, device: torch.device | str, workers: int,
+    sampler: loaders.ResumableSampler, device: torch.device | str, workers: int,
 ) -> dict[str, Any] | None:  # fmt: skip
     """``data.resident``: the training, bank and held-out splits on ``device`` as uint8 and the
-    batches made there (pretrain/resident.py); None when it resolves to off (auto on a CPU, a
+    batches made there (pretrain/data/resident.py); None when it resolves to off (auto on a CPU, a
     split too large for the device, images of different sizes under auto)."""
     d = cfg.data
     if d.resident == "off" or d.augment_on != "device" or d.decode_on == "device":
@@ -281,14 +273,14 @@ def resident_data(
 
 def device_loader(
     crops: views.CropViews,
-    sampler: data.ResumableSampler,
+    sampler: loaders.ResumableSampler,
     per_rank: int,
     workers: int,
     pin: bool,
     device: torch.device | str,
 ) -> tuple[device_decode.EncodedViews, device_decode.DecodedLoader]:
     """``decode_on: device``: workers read bytes and draw the crops, the training process
-    decodes and crops each batch on ``device`` (pretrain/device_decode.py)."""
+    decodes and crops each batch on ``device`` (pretrain/data/device_decode.py)."""
     files = device_decode.file_samples(crops.base)
     if files is None:  # config.validate admits image files only
         raise ConfigError("data.decode_on=device needs a dataset of image files")
@@ -305,7 +297,7 @@ def device_loader(
             ),
             flush=True,
         )
-    loader = data.loader(encoded, per_rank, sampler, workers, pin,
+    loader = loaders.loader(encoded, per_rank, sampler, workers, pin,
                          collate_fn=device_decode.Collate(encoded))  # fmt: skip
     return encoded, device_decode.DecodedLoader(loader, device_decode.DeviceCrops(encoded, device))
 

@@ -3,8 +3,8 @@ the trainer's process) and the evaluators share.
 
 Rule: ``NEGMINE_THREADS`` (environment) if set, else the explicit request (``train.threads``,
 ``linear_eval --threads``) if > 0, else this rank's share of the cores it may use
-(:func:`pretrain.cores.per_rank`: the affinity mask divided by ``LOCAL_WORLD_SIZE``), except that a
-share of at most ``SMALL_SHARE`` cores runs on one thread.
+(:func:`pretrain.runtime.cores.per_rank`: the affinity mask divided by ``LOCAL_WORLD_SIZE``), except
+that a share of at most ``SMALL_SHARE`` cores runs on one thread.
 
 Why one thread on a small share: torch's intra-op threads wait for each other at the end of every
 op; when another process holds one of the cores, every op waits for the descheduled thread. On
@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from pretrain import cores
+from pretrain.runtime import cores
 
 ENV = "NEGMINE_THREADS"
 SMALL_SHARE = 4  # cores; at or below this a rank runs torch on one thread by default

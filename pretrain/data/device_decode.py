@@ -3,10 +3,10 @@ of a whole batch in the main process, from the parameters the loader workers dre
 
 The workers only read each file's bytes, parse its JPEG header for the size (the crop box depends
 on it) and draw the sample's crop boxes and parameter rows from ``sample_rng(seed, epoch,
-index)`` in the order :class:`pretrain.views.CropViews` draws them, so the rows are the CPU path's
-to the bit and a resume or any rank count replays them. The main process then decodes the batch
-with one ``torchvision.io.decode_jpeg(list, device=...)`` call (nvjpeg on CUDA) and resizes every
-crop with two batched matrix products (:func:`resize_crops`).
+index)`` in the order :class:`pretrain.data.views.CropViews` draws them, so the rows are the CPU
+path's to the bit and a resume or any rank count replays them. The main process then decodes the
+batch with one ``torchvision.io.decode_jpeg(list, device=...)`` call (nvjpeg on CUDA) and resizes
+every crop with two batched matrix products (:func:`resize_crops`).
 
 The resize is aten's antialiased bilinear uint8 kernel (``_upsample_bilinear2d_aa``, what
 ``TF.resized_crop`` runs on a uint8 CPU tensor): the same filter weights, quantised to integers
@@ -22,7 +22,7 @@ other formats (PNG, ...), JPEGs nvjpeg does not read (arithmetic-coded, lossless
 and JPEGs whose header or end marker is broken. A batch whose decode fails (a corrupt file with
 a valid header) is decoded again file by file to find the culprit, which then goes through the
 CPU path in the main process: ``data.skip_bad_images`` substitutes and counts it there as the CPU
-path does, else :class:`pretrain.imagefiles.BadImageError` names the file. Each such file is
+path does, else :class:`pretrain.data.imagefiles.BadImageError` names the file. Each such file is
 named once in the log.
 """
 
@@ -38,8 +38,8 @@ import torch
 import torchvision
 from torch.utils.data import Dataset, Subset
 
-from pretrain import augment_params as ap
-from pretrain import imagefiles, views
+from pretrain.data import augment_params as ap
+from pretrain.data import imagefiles, views
 
 SOF_DEVICE = (0xC0, 0xC1, 0xC2)  # Huffman baseline, extended sequential, progressive
 SOF_OTHER = (0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)  # nvjpeg reads none
@@ -95,7 +95,7 @@ def jpeg_size(data: bytes) -> tuple[int, int] | str:
 
 def file_samples(ds: Dataset) -> list[tuple[str, int]] | None:
     """``(path, label)`` of every index of ``ds`` when its images are files read by
-    :func:`pretrain.imagefiles.read_image` (through subsets and skip wrappers), else None."""
+    :func:`pretrain.data.imagefiles.read_image` (through subsets and skip wrappers), else None."""
     if isinstance(ds, Subset):
         inner = file_samples(ds.dataset)
         return None if inner is None else [inner[i] for i in ds.indices]
@@ -113,7 +113,7 @@ class EncodedViews(Dataset):
     """The worker side of ``decode_on: device``. Item for key ``(epoch, index)``: ``(payload,
     label, index, rows, boxes, epoch, note)``; ``payload`` the file's bytes (1-d uint8) and
     ``boxes`` (K, 4) the crop boxes (top, left, h, w) in its pixels, or, for a file decoded here
-    on the CPU, ``payload`` the K crops (K, 3, S, S) of :class:`pretrain.views.CropViews` and
+    on the CPU, ``payload`` the K crops (K, 3, S, S) of :class:`pretrain.data.views.CropViews` and
     ``boxes`` None. ``rows`` (K, NUM_COLUMNS) are CropViews' rows, K = 2 + support views;
     ``note`` names a file decoded on the CPU and why ("" otherwise)."""
 

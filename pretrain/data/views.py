@@ -2,9 +2,9 @@
 
 For each of the two views: the random affine (if configured) and the RandomResizedCrop to the
 output size, as uint8, plus the view's photometric parameter row for stage 2
-(``pretrain.augment.Photometric``, batched on the training device). Every draw of view v of sample
-i in epoch e comes from ``augment_params.sample_rng(seed, e, i)`` (view 0's draws first), so a
-resumed run, any number of workers and any number of ranks replay it exactly. Images already at
+(``pretrain.data.augment.Photometric``, batched on the training device). Every draw of view v of
+sample i in epoch e comes from ``augment_params.sample_rng(seed, e, i)`` (view 0's draws first), so
+a resumed run, any number of workers and any number of ranks replay it exactly. Images already at
 the output size leave their affine and crop to stage 2 too (:func:`defers_crop`).
 """
 
@@ -21,7 +21,7 @@ import torchvision
 from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
 
-from pretrain import augment_params as ap
+from pretrain.data import augment_params as ap
 
 
 def read_image(path: str | Path) -> torch.Tensor:
@@ -101,7 +101,7 @@ def defers_crop(image: torch.Tensor, spec: ViewSpec) -> bool:
     """True when stage 2 can do this image's affine and crop batched: the image is already at the
     output size (digits, CIFAR, STL-10 at 96 px), so the affine keeps that size and every
     RandomResizedCrop box upsamples (or is the identity), where the antialias filter reduces to
-    plain bilinear (pretrain.augment.affine_nearest, crop_resize)."""
+    plain bilinear (pretrain.data.augment.affine_nearest, crop_resize)."""
     return tuple(image.shape[-2:]) == (spec.image_size, spec.image_size)
 
 

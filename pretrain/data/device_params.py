@@ -1,9 +1,9 @@
 """Stage-1 parameter rows drawn on the training device, for ``data.resident: device``.
 
-The loader path (``pretrain.views.deferred_row``) draws each view's parameters on the host from a
-numpy generator, in this order: the RandomAffine's angle and shift (3 uniforms, only when an affine
-is configured), the RandomResizedCrop box (``augment_params.crop_boxes``: 22 uniforms) and the
-photometric row (``augment_params.photometric``: 11 uniforms). Here the same formulas run as
+The loader path (``pretrain.data.views.deferred_row``) draws each view's parameters on the host from
+a numpy generator, in this order: the RandomAffine's angle and shift (3 uniforms, only when an
+affine is configured), the RandomResizedCrop box (``augment_params.crop_boxes``: 22 uniforms) and
+the photometric row (``augment_params.photometric``: 11 uniforms). Here the same formulas run as
 batched torch ops on a (n, UNIFORMS) tensor of uniforms drawn on the device, so a batch's rows
 cost a few kernel launches and no host work. Given the same uniforms the rows are the loader's
 rows exactly (tested: numpy's ``rng.random(36)`` fed to both), so the two paths share one
@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from pretrain import augment_params as ap
-from pretrain.views import ViewSpec
+from pretrain.data import augment_params as ap
+from pretrain.data.views import ViewSpec
 
 AFFINE_U = 3  # angle, tx, ty
 CROP_U = 2 * ap.CROP_TRIES + 2  # areas, log-ratios, top, left (augment_params.crop_boxes)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pretrain import dist
+from pretrain.runtime import dist
 
 FORMAT = "negmine-1"
 REQUIRED = (

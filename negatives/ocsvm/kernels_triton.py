@@ -7,7 +7,7 @@ decision function with the inlier mask, ONE launch each (each a ``negmine::`` op
     bad_i = sum_k x_ik * 0 (0 for a finite row, NaN otherwise: the solver's input check),
 
 with K = exp(-g ((|x_i|^2 + |x_j|^2) - 2 x_i.x_j)) (libsvm's ``kernel_rbf``, the operations of
-:func:`negatives.ocsvm_smo._torch_formula`) or x_i.x_j ("linear"). It replaces the ~12 aten ops of
+:func:`negatives.ocsvm.smo._torch_formula`) or x_i.x_j ("linear"). It replaces the ~12 aten ops of
 the finiteness check, |x|^2, the matmul and the formula before each Triton fit.
 
 ``score``: for Y (m, d) and a fitted (dense) dual,
@@ -15,10 +15,10 @@ the finiteness check, |x|^2, the matmul and the formula before each Triton fit.
     f(y) = sum_i a_i exp(-g |sv_i|^2 + 2 g sv_i . y - g |y|^2) - rho,    inlier = f(y) > 0
 
 in float64 (libsvm's ``predict_values`` with double kernel values, as
-:meth:`negatives.ocsvm.OneClassSVM.decision_function`). MiOC scores the whole queue with it after
-each fit: one launch instead of the ~13 aten ops of the batched path (a copy to float64, |y|^2,
-the matmul, the exponent, the weighted sum, rho, the comparison), and no (n, m) kernel matrix in
-memory. Each program takes ``BLOCK_M`` rows of Y (read in its own dtype, computed in float64) and
+:meth:`negatives.ocsvm.svm.OneClassSVM.decision_function`). MiOC scores the whole queue with it
+after each fit: one launch instead of the ~13 aten ops of the batched path (a copy to float64,
+|y|^2, the matmul, the exponent, the weighted sum, rho, the comparison), and no (n, m) kernel matrix
+in memory. Each program takes ``BLOCK_M`` rows of Y (read in its own dtype, computed in float64) and
 walks the support vectors in blocks of ``BLOCK_N``; a block whose coefficients are all zero (the
 dense dual of a Triton fit is mostly zeros: about nu n of them are not) is skipped, which changes
 nothing (its terms are 0 * a finite exp).
@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from negatives.ocsvm_triton import INTERPRET, check_device
+from negatives.ocsvm.smo_triton import INTERPRET, check_device
 
 BLOCK_M, BLOCK_N = 64, 32  # score: rows of Y per program, support vectors per step
 BLOCK_Q = 64  # gram: a program's tile of Q is BLOCK_Q x BLOCK_Q

@@ -3,11 +3,11 @@
 The split is decoded once (embedded arrays are taken as they are; image files are decoded in
 parallel and cached on disk as one uint8 array, keyed on the files' paths, sizes and mtimes),
 moved to the device, and every batch is gathered there: the sampler's permutation of the epoch
-(``data.ResumableSampler``, a pure function of (seed, epoch): nothing to checkpoint) is copied to
+(``loaders.ResumableSampler``, a pure function of (seed, epoch): nothing to checkpoint) is copied to
 the device once per epoch, and each view's parameters come from a table of uniforms drawn on the
 device once per epoch from a generator seeded with (seed, epoch), turned into rows by
-``pretrain.device_params`` (the loader's formulas). A batch is then the loader's batch
-(``views.CropViews``: uint8 views + stage-2 rows), so ``engine.train_step`` runs stage 2 on it as
+``pretrain.data.device_params`` (the loader's formulas). A batch is then the loader's batch
+(``views.CropViews``: uint8 views + stage-2 rows), so ``loop.train_step`` runs stage 2 on it as
 on the loader path; no DataLoader, no worker, no host sync and no host-to-device copy per step.
 
 The held-out split and the kNN bank are resident too (:class:`EvalBatches`: the eval transform
@@ -27,11 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from pretrain import augment, datasets, device_decode, dist, imagefiles
-from pretrain import augment_params as ap
-from pretrain import device_params as dp
-from pretrain.data import ResumableSampler, sample_seed
-from pretrain.views import ViewSpec, as_uint8_tensor
+from pretrain.data import augment, datasets, device_decode, imagefiles
+from pretrain.data import augment_params as ap
+from pretrain.data import device_params as dp
+from pretrain.data.loaders import ResumableSampler, sample_seed
+from pretrain.data.views import ViewSpec, as_uint8_tensor
+from pretrain.runtime import dist
 
 FREE_FRACTION = 0.5  # auto: resident on CUDA when its bytes fit in this share of free memory
 CACHE_ENV = "NEGMINE_CACHE_DIR"  # where decoded splits are cached; default RUN/cache
@@ -185,7 +186,7 @@ def load(ds: Dataset, folder: Path, workers: int) -> tuple[torch.Tensor, torch.T
 
 class ResidentViews:
     """This rank's batches ``(x1, x2, y, index, params[, support])`` of the loader path
-    (:class:`pretrain.views.CropViews` collated), made on the device from resident uint8
+    (:class:`pretrain.data.views.CropViews` collated), made on the device from resident uint8
     ``images`` (N, 3, H, W) and ``labels`` (N,). Images at the output size leave the crop (and
     affine) to stage 2 as the loader does; others are cropped here (``augment.crop_resize_to``,
     after ``augment.affine_nearest`` when configured) and carry the whole-image box."""
@@ -252,7 +253,7 @@ class ResidentViews:
 
 
 class EvalBatches:
-    """The eval transform (``data.eval_transform``: resize the short side to ``resize``,
+    """The eval transform (``loaders.eval_transform``: resize the short side to ``resize``,
     centre-crop ``size``, normalise) of a resident split, batched on the device: yields
     ``(x, y)``, x normalised float on the device, y on the CPU. The resize is
     ``F.interpolate(antialias=True)`` on float rounded to whole levels: within one level of the

@@ -1,10 +1,10 @@
 """Split BatchNorm's training step as four Triton kernels: two launches forward, two backward.
 
-The CUDA path of :class:`pretrain.split_bn.SplitBatchNorm` (``path="triton"``). It computes what
-the fused aten path computes (the module docstring of :mod:`pretrain.split_bn`: per split r, the
-biased-variance normalisation of the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, running statistics
-averaged over the splits), with a fixed 4 kernel launches per layer and step whatever s, layout and
-dtype, where the aten path dispatches 11 ops forward and 14 (bf16: 15) backward
+The CUDA path of :class:`pretrain.model.split_bn.SplitBatchNorm` (``path="triton"``). It computes
+what the fused aten path computes (the module docstring of :mod:`pretrain.model.split_bn`: per split
+r, the biased-variance normalisation of the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, running
+statistics averaged over the splits), with a fixed 4 kernel launches per layer and step whatever s,
+layout and dtype, where the aten path dispatches 11 ops forward and 14 (bf16: 15) backward
 (docs/step_counts.md):
 
 1. ``split_bn_stats``: per (split, channel, chunk of the split's N/s·H·W values) the chunk's mean
@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from pretrain.split_bn import triton_interpreted
+from pretrain.model.split_bn import triton_interpreted
 
 INTERPRET = triton_interpreted()  # TRITON_INTERPRET as triton read it, imported above
 PROGRAMS = 1024  # programs per launch to aim at (an H100 has 132 SMs)

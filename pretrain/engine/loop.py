@@ -19,27 +19,17 @@ from typing import Any
 import torch
 import yaml
 
-from pretrain import (
-    build,
-    checkpoint,
-    config,
-    cores,
-    cuda_graphs,
-    dist,
-    imagefiles,
-    knn,
-    precision,
-    runlock,
-    threads,
-    world,
-)
+from pretrain import config
 from pretrain.config import Config, ConfigError
+from pretrain.data import imagefiles
+from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.engine.online_probe import OnlineProbe
+from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
-from pretrain.metrics_log import MetricsLog
-from pretrain.online_probe import OnlineProbe
-from pretrain.progress import Progress
-from pretrain.schedules import learning_rate
-from pretrain.split_bn import triton_interpreted
+from pretrain.model.split_bn import triton_interpreted
+from pretrain.runtime import cores, dist, precision, threads
+from pretrain.runtime.metrics_log import MetricsLog
+from pretrain.runtime.progress import Progress
 
 # Keys that may change between a run and its resume; any other difference is refused.
 RESUMABLE_CHANGES = (
@@ -116,7 +106,8 @@ class Run:
         return Path(self.cfg.out_dir)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """The encoders' autocast (``train.amp``, CPU or CUDA); see :mod:`pretrain.precision`."""
+        """The encoders' autocast (``train.amp``, CPU or CUDA); see
+        :mod:`pretrain.runtime.precision`."""
         return precision.autocast(self.device, precision.amp_dtype(self.cfg.train.amp, self.device))
 
 
@@ -167,8 +158,8 @@ def train_step(
 ) -> torch.Tensor:
     """One MoCo step (Algorithm 1 of He et al. 2020) with the strategy's extra negatives.
     ``params`` (N, 2 + V, P): with ``data.augment_on: device``, x1 and x2 are uint8 crops and the
-    photometric ops run here, batched (stage 2, pretrain/augment.py); ``support`` (N, V, 3, S, S):
-    ``data.support_views`` extra crops (FNC), their keys passed to the loss."""
+    photometric ops run here, batched (stage 2, pretrain/data/augment.py); ``support`` (N, V, 3, S,
+    S): ``data.support_views`` extra crops (FNC), their keys passed to the loss."""
     if params is not None:
         x = run.data.augment(torch.cat([x1, x2]), torch.cat([params[:, 0], params[:, 1]]))
         x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
@@ -351,7 +342,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "scaler": run.scaler.state_dict(),
         "scheduler": {"kind": run.cfg.train.lr_schedule, "global_step": st.global_step},
         "rng": checkpoint.rng_state(),
-        "world_size": dist.world_size(),  # checked on resume (pretrain/world.py)
+        "world_size": dist.world_size(),  # checked on resume (pretrain/engine/world.py)
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
@@ -526,7 +517,7 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
 
 
 def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
-    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.runlock`) and removes the
+    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.engine.runlock`) and removes the
     temporary checkpoint files a killed run left; every rank exits 2 if another run holds it.
     Per run, not per rank: torchrun's ranks share rank 0's lock, and a requeued SLURM job finds
     the lock of its killed predecessor released by the kernel."""

@@ -27,9 +27,9 @@ tensor ops (the CUDA loop: chunks of ``chunk_size`` iterations with a device-sid
 that freezes the state once the stopping rule fires, so the host syncs once per chunk).
 
 On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
-(:mod:`negatives.ocsvm_triton`) after ONE Triton launch for the kernel matrix, and scores with ONE
-more (:mod:`negatives.ocsvm_kernels_triton`): no host sync in ``fit`` or ``decision_function``, a
-launch count independent of the iteration count. Its result stays on the device: the dual is kept
+(:mod:`negatives.ocsvm.smo_triton`) after ONE Triton launch for the kernel matrix, and scores with
+ONE more (:mod:`negatives.ocsvm.kernels_triton`): no host sync in ``fit`` or ``decision_function``,
+a launch count independent of the iteration count. Its result stays on the device: the dual is kept
 dense (alpha for every fitted point, zeros included), ``intercept_``/``offset_`` are device
 tensors, and the scikit-learn attributes that need the host (``support_``, ``dual_coef_``,
 ``n_iter_``, ...) are read from the device on first access (one sync). Non-finite input is not
@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from negatives import ocsvm_smo as smo
+from negatives.ocsvm import smo
 
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
@@ -258,7 +258,7 @@ class OneClassSVM:
         return out
 
     def _launch_triton(self, X64: torch.Tensor) -> OneClassSVM:
-        from negatives import ocsvm_kernels_triton, ocsvm_triton
+        from negatives.ocsvm import kernels_triton, smo_triton
 
         n, dev = len(X64), X64.device
         alpha0, n_init = self._constant(dev, "alpha0", n)
@@ -269,11 +269,11 @@ class OneClassSVM:
         gamma = self._constant(dev, "gamma", 0)[0]
         # Q (float32), |x|^2 and the input check (x * 0 summed per point: 0, or NaN for a NaN or
         # infinite x) in one launch; on bad input the solver does nothing and rho is NaN
-        Q, sq, bad = ocsvm_kernels_triton.gram(X64, gamma, self.kernel == "linear")
+        Q, sq, bad = kernels_triton.gram(X64, gamma, self.kernel == "linear")
         QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
-        alpha, rho, it = ocsvm_triton.solve(
+        alpha, rho, it = smo_triton.solve(
             Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
         )  # fmt: skip
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
@@ -441,7 +441,7 @@ class OneClassSVM:
         """(f(Y), f(Y) > 0): the decision values (m,) float64 and the inlier mask (m,) bool.
 
         After a Triton fit with the RBF kernel both come from ONE Triton launch
-        (:mod:`negatives.ocsvm_kernels_triton`, no host sync); else from :meth:`decision_function`.
+        (:mod:`negatives.ocsvm.kernels_triton`, no host sync); else from :meth:`decision_function`.
         """
         Y = self._check(Y)
         if self._fused_scoring(Y):
@@ -464,16 +464,16 @@ class OneClassSVM:
         return ok and self._dense and self.kernel == "rbf" and Y.device == self._sv.device
 
     def _score_triton(self, Y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from negatives import ocsvm_kernels_triton
+        from negatives.ocsvm import kernels_triton
 
         dev = self._sv.device
         Y = Y if Y.stride(-1) == 1 else Y.contiguous()
         gamma = self._constant(dev, "gamma", 0)[0]
         args = (Y, self._sv, self._sv_sq, self._coef, self.offset_, gamma)
         if self.__dict__.get("_score_state") == "ok":
-            return ocsvm_kernels_triton.score(*args)
+            return kernels_triton.score(*args)
         try:  # the first scoring: a kernel that fails to compile or launch falls back
-            out = ocsvm_kernels_triton.score(*args)
+            out = kernels_triton.score(*args)
         except Exception as e:  # noqa: BLE001
             self._score_state = "failed"
             warnings.warn(

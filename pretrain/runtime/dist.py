@@ -236,7 +236,8 @@ def shuffle_batch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     permutation and broadcasts it, so all ranks agree. Every rank draws ``randperm(world * n)``
     from its global RNG (the others discard theirs), so the ranks' RNG streams stay in step, and
     one process with the same RNG state and global batch draws the same permutation: rank r's
-    part is the r-th contiguous chunk, which is split r of :class:`pretrain.model.SplitBatchNorm`.
+    part is the r-th contiguous chunk, which is split r of
+    :class:`pretrain.model.encoders.SplitBatchNorm`.
     """
     full = gather(x)
     perm = torch.randperm(full.shape[0], device=x.device)

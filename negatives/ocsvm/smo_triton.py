@@ -1,7 +1,7 @@
 """libsvm's SMO for the one-class dual as ONE Triton program: a whole fit in one kernel launch.
 
 The engine of ``OneClassSVM(loop="triton")`` (the CUDA default), see :mod:`negatives.ocsvm`. It runs
-the loop of :mod:`negatives.ocsvm_smo` (``Solver::Solve`` of libsvm as vendored in scikit-learn
+the loop of :mod:`negatives.ocsvm.smo` (``Solver::Solve`` of libsvm as vendored in scikit-learn
 1.9.1, ``sklearn/svm/src/libsvm/svm.cpp``) in a single program (grid = (1,)), so a fit costs one
 launch of this kernel whatever its iteration count, and nothing in it waits for the host:
 
@@ -10,7 +10,7 @@ launch of this kernel whatever its iteration count, and nothing in it waits for 
 - the kernel Q = K(X, X) is precomputed as float32 (libsvm's ``Qfloat``) and row i of position p is
   read as Q[perm[p], perm[:]];
 - ``select_working_set`` (WSS2) is two block-wise reductions over the active positions, with
-  libsvm's tie-breaking (the last index reaching the min / max, as ``ocsvm_smo``'s ``min_last`` /
+  libsvm's tie-breaking (the last index reaching the min / max, as ``smo``'s ``min_last`` /
   ``max_last``); ``Gmax + Gmax2 < eps`` stops;
 - the two-variable update and its clipping as scalars, then one pass that updates G on the active
   set and G_bar where an alpha reached or left C = 1;
@@ -148,7 +148,7 @@ def _smo_kernel(
     scratch,  # (4, n) float64: alpha, G, G_bar, QD in position order
     iscratch,  # (3, n) int32: perm, shrink lists
     consts,  # (2,) float64: eps, TAU (not `params`: a local of Triton's generated binder)
-    bad,  # (n,) float64: 0 for a finite point, NaN else (``ocsvm_kernels_triton.gram``)
+    bad,  # (n,) float64: 0 for a finite point, NaN else (``kernels_triton.gram``)
     out_rho,  # (1,) float64
     out_it,  # (3,) int64: iterations, 1 if max_iter stopped the solver, 1 if bad input
     n,

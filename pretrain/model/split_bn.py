@@ -16,8 +16,8 @@ per split (momentum m, unbiased variance), averaged over the splits:
   the output has the input's dtype and layout.
 
 - triton (CUDA's default): the same arithmetic as fused in four Triton kernels, two launches
-  forward and two backward (:mod:`pretrain.split_bn_triton`), where fused dispatches 11 aten ops
-  forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
+  forward and two backward (:mod:`pretrain.model.split_bn_triton`), where fused dispatches 11 aten
+  ops forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
   fused path is traced instead (inductor fuses it itself).
 
 ``SplitBatchNorm.path``: None chooses by the input's device (triton on CUDA when triton imports,
@@ -105,8 +105,8 @@ class SplitBatchNorm(nn.BatchNorm2d):
 
     Split r is the contiguous chunk ``x[r*N/s:(r+1)*N/s]``, which is what rank r holds under DDP
     (the sampler gives each rank consecutive indices of the global batch, and
-    :func:`pretrain.dist.shuffle_batch` gives rank r the r-th chunk of the shuffled batch): one
-    process with s splits computes what an s-rank run computes. The colab groups samples
+    :func:`pretrain.runtime.dist.shuffle_batch` gives rank r the r-th chunk of the shuffled batch):
+    one process with s splits computes what an s-rank run computes. The colab groups samples
     r, r+s, r+2s, ... instead; since the batch is shuffled (sampler, shuffle-BN), both groupings
     give splits with the same distribution of statistics. Running statistics are averaged over
     the splits; eval mode is plain BN.
@@ -198,7 +198,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
 
     def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
         """The Triton path: four kernel launches per layer and step (forward and backward)."""
-        from pretrain.split_bn_triton import TritonSplitBatchNorm  # imports triton
+        from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
 
         if not (x.is_cuda or triton_interpreted()):
             raise ValueError("split BN path 'triton' needs CUDA tensors (or TRITON_INTERPRET=1)")

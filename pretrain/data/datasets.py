@@ -19,9 +19,9 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 from torchvision import tv_tensors
 
-from pretrain import imagefiles
+from pretrain.data import imagefiles
 
-RESOURCES = Path(__file__).parent / "resources"
+RESOURCES = Path(__file__).parents[1] / "resources"
 # sha256 of the CMC ImageNet-100 list (HobbitLong/CMC imagenet100.txt, the order solo-learn ships).
 IMAGENET100_SHA256 = "79f3f1552ccc478ce24bd934b4573625db584ddc1f4643ae23c994a94cb11397"
 DIGITS_TEST_FRACTION = 0.2  # fixed stratified split: 1,437 train / 360 test images
