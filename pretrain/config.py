@@ -21,11 +21,9 @@ from typing import Any
 
 import yaml
 
+from pretrain.errors import ConfigError
+
 CONFIG_DIR = Path(__file__).parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used as written (unknown key, wrong type, bad value)."""
 
 
 @dataclass

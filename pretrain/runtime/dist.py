@@ -19,7 +19,7 @@ import torch
 import torch.distributed as td
 
 from negatives.base import rank_and_world
-from pretrain.config import ConfigError
+from pretrain.errors import ConfigError
 
 _control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)
 DEVICE_ENV = "NEGMINE_DEVICE"  # cpu | cuda | auto (or unset): the device this process trains on

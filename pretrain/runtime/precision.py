@@ -18,7 +18,7 @@ import contextlib
 
 import torch
 
-from pretrain.config import ConfigError
+from pretrain.errors import ConfigError
 
 CHOICES = ("auto", "bf16", "fp16", "off")
 
