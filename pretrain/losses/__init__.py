@@ -18,9 +18,7 @@ from pretrain.losses.cider import cider, cider_terms, sequential_ema
 from pretrain.losses.infonce import info_nce, moco_logits
 from pretrain.losses.kappa import kappa_alignment, kappa_terms
 from pretrain.losses.masked import check_temperature
-
-# last: the modules read the functions above through this package
-from pretrain.losses.modules import (  # noqa: E402
+from pretrain.losses.modules import (
     Cider,
     InfoNCE,
     Loss,

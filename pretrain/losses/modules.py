@@ -32,7 +32,11 @@ from torch import nn
 
 from negatives.base import NO_LABEL, ExtraNegatives
 from negatives.registry import Registry
-from pretrain import losses
+from pretrain.losses.cider import cider
+from pretrain.losses.infonce import info_nce, moco_logits
+from pretrain.losses.kappa import kappa_alignment
+from pretrain.losses.masked import check_temperature
+from pretrain.losses.queue_layout import contrast_top1, queue_contrastive
 from pretrain.losses.reweighted import moco_diagnostics
 from pretrain.runtime import dist
 
@@ -134,7 +138,7 @@ class Loss(nn.Module):
 
     def __init__(self, temperature: float) -> None:
         super().__init__()
-        losses.check_temperature(temperature)
+        check_temperature(temperature)
         self.temperature = temperature
 
     def check_strategy(self, name: str) -> None:
@@ -185,12 +189,10 @@ class InfoNCE(Loss):
     batch_layout = False  # MoCo's own asymmetric layout
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = losses.moco_logits(
-            s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
-        )
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         # for the diagnostics on log steps only; the queue labels copied (the enqueue rewrites them)
         self._seen = (logits.detach(), s.labels, s.queue_labels.clone())
-        return losses.info_nce(logits)
+        return info_nce(logits)
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """``contrast_top1``: MoCo's acc@1 (%), the own key ranked first among own + queue +
@@ -273,7 +275,7 @@ class QueueContrastive(Loss):
             s.extra.per_query,
             exclude,
         )  # fmt: skip  (for contrast_top1 on log steps; no copy)
-        return losses.queue_contrastive(
+        return queue_contrastive(
             anchors,
             candidates,
             anchor_labels,
@@ -293,7 +295,7 @@ class QueueContrastive(Loss):
         if seen is None:
             return {}
         a, c, al, cl, own, private, exclude = seen
-        top1 = losses.contrast_top1(a, c, al, cl, own, self.kind, private, exclude)
+        top1 = contrast_top1(a, c, al, cl, own, self.kind, private, exclude)
         return {"contrast_top1": top1}
 
 
@@ -422,7 +424,7 @@ class Cider(Loss):
         else:  # symmetric: both views live, as in the paper
             z = both_views(s)[1]
         labels = self.class_index[torch.cat([s.labels_all, s.labels_all])]
-        loss, updated = losses.cider(
+        loss, updated = cider(
             z,
             labels,
             self.prototypes,
@@ -462,9 +464,7 @@ class WithKappa(Loss):
             mu2, kappa2 = s.q2, s.kappa_q2
         else:
             mu2, kappa2 = s.k.to(s.q.dtype), s.kappa_k
-        kappa = losses.kappa_alignment(
-            s.q, s.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg
-        )
+        kappa = kappa_alignment(s.q, s.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg)
         self._kappa = s.kappa_q.detach()
         self._terms = {"base": base.detach(), "kappa_terms": kappa.detach()}
         return base + kappa
