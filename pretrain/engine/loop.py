@@ -26,10 +26,10 @@ from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
-from pretrain.model.split_bn import triton_interpreted
 from pretrain.runtime import cores, dist, precision, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.progress import Progress
+from pretrain.runtime.triton_env import triton_interpreted
 
 # Keys that may change between a run and its resume; any other difference is refused.
 RESUMABLE_CHANGES = (

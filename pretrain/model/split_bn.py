@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+
+from pretrain.runtime.triton_env import triton_interpreted
 
 PATHS = ("per_split", "fused", "triton")
 HAS_TRITON = importlib.util.find_spec("triton") is not None  # comes with torch's CUDA wheels
@@ -213,11 +214,6 @@ class SplitBatchNorm(nn.BatchNorm2d):
             x, self.weight, self.bias, self.running_mean, self.running_var, self.num_splits,
             self.triton_params,
         )  # fmt: skip
-
-
-def triton_interpreted() -> bool:
-    """Whether Triton runs its interpreter (CPU tensors): TRITON_INTERPRET=1 at its import."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def use_path(module: nn.Module, path: str | None) -> None:

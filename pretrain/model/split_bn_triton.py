@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from pretrain.model.split_bn import triton_interpreted
+from pretrain.runtime.triton_env import triton_interpreted
 
 INTERPRET = triton_interpreted()  # TRITON_INTERPRET as triton read it, imported above
 PROGRAMS = 1024  # programs per launch to aim at (an H100 has 132 SMs)
