@@ -10,8 +10,8 @@ the date, to benchmarks/RESULTS.md. ``--quick`` skips n = 4096 and 16384 on the 
 fits). On CUDA the torch path is timed too, with torch.cuda.synchronize() around each call: the
 default solver there (the Gram kernel and one Triton SMO program per fit, ``loop="triton"``) and
 the chunked tensor-op loop it replaced (``loop="device"``). ``--baseline REV`` also times
-``negatives/ocsvm*.py`` as of git revision REV, interleaved with the current code (a before/after
-in one run).
+the OC-SVM modules as of git revision REV (``negatives/ocsvm/``, or ``negatives/ocsvm*.py`` before
+the package), interleaved with the current code (a before/after in one run).
 ``--interpreter`` times the Triton solver on CPU tensors in Triton's interpreter at n = 256.
 
 Two data generators with different support-vector counts (the scoring cost of scikit-learn scales
@@ -102,24 +102,35 @@ class ThunderSVM:
 
 
 def baseline(rev):
-    """OneClassSVM from negatives/ocsvm*.py as of git revision ``rev`` (its Triton kernels too,
-    registered under the op namespace ``negmine_baseline``)."""
+    """OneClassSVM of the OC-SVM modules as of git revision ``rev`` (its Triton kernels too,
+    registered under the op namespace ``negmine_baseline``): the package negatives/ocsvm/ where
+    ``rev`` has it, else the flat negatives/ocsvm*.py of the revisions before issue 35's move."""
     root = Path(__file__).resolve().parents[1]
     pkg = Path(tempfile.mkdtemp()) / "ocsvm_baseline"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    ls = ["git", "ls-tree", "--name-only", rev, "negatives/"]
-    names = subprocess.run(ls, cwd=root, capture_output=True, text=True, check=True).stdout
-    for name in (Path(f).name for f in names.split() if Path(f).name.startswith("ocsvm")):
-        show = ["git", "show", f"{rev}:negatives/{name}"]
-        src = subprocess.run(show, cwd=root, capture_output=True, text=True, check=True).stdout
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+
+    paths = git("ls-tree", "--name-only", rev, "negatives/ocsvm/").stdout.split()
+    if paths:  # the package: its modules import each other as negatives.ocsvm(.x)
+        module = "ocsvm_baseline.svm"
+    else:  # the flat layout: ocsvm.py, ocsvm_smo.py, ... beside the strategies
+        paths = git("ls-tree", "--name-only", rev, "negatives/").stdout.split()
+        paths = [f for f in paths if Path(f).name.startswith("ocsvm") and f.endswith(".py")]
+        module = "ocsvm_baseline.ocsvm"
+    for path in (f for f in paths if f.endswith(".py")):
+        src = git("show", f"{rev}:{path}").stdout
+        src = src.replace("from negatives.ocsvm import ", "from . import ")
+        src = src.replace("from negatives.ocsvm.", "from .")
         src = src.replace("from negatives import ", "from . import ")
         src = src.replace('"negmine"', '"negmine_baseline"').replace(
             "ops.negmine.", "ops.negmine_baseline."
         )
-        (pkg / name).write_text(src)
+        (pkg / Path(path).name).write_text(src)
     sys.path.insert(0, str(pkg.parent))
-    return importlib.import_module("ocsvm_baseline.ocsvm").OneClassSVM
+    return importlib.import_module(module).OneClassSVM
 
 
 def machine():
@@ -142,7 +153,7 @@ def main():
     parser.add_argument("--no-record", action="store_true", help="print only")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--generators", default=",".join(GENERATORS))
-    parser.add_argument("--baseline", help="also time negatives/ocsvm*.py of this git revision")
+    parser.add_argument("--baseline", help="also time the OC-SVM of this git revision")
     parser.add_argument(
         "--interpreter",
         action="store_true",
