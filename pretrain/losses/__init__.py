@@ -1,4 +1,5 @@
-"""The losses: pure functions on tensors, and the registered modules the trainer calls.
+"""The losses: pure functions on tensors, and the registered modules the trainer calls; imports
+only pretrain.runtime and negatives below it (never data, model, engine or config).
 
     step = losses.StepTensors.single(q, k, queue=queue)
     loss = losses.create("supcon", temperature=0.1)(step)      # any ``loss.name``
