@@ -2,9 +2,10 @@
 
 At its first Triton fit, a triton older than ``TRITON_MIN`` or a kernel that fails to compile or
 launch makes ``OneClassSVM`` fit with the device loop (the same iterates as scikit-learn) with one
-warning naming the cause and the setting that chooses the loop; MiOC's metrics record the loop
-that ran. Here the failure is real: CPU tensors on the Triton path without Triton's interpreter
-(the launch refuses them), or a patched version number.
+warning naming the cause and the setting that chooses the loop; the scoring kernel falls back to
+batched tensor ops likewise; MiOC's metrics record the loop that ran. The failures: a kernel
+launch made to raise, a patched version number, and (in a training run in a fresh process) the
+real refusal of CPU tensors by the Triton path outside Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +27,6 @@ from negatives.ocsvm import svm as ocsvm
 from negatives.ocsvm.svm import OneClassSVM
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TRITON_INTERPRET") == "1",
-    reason="in Triton's interpreter the Triton path runs CPU tensors: nothing falls back",
-)
 
 
 def data(n: int = 120, d: int = 5, seed: int = 0) -> torch.Tensor:
@@ -43,25 +41,71 @@ def assert_matches_sklearn(svm: OneClassSVM, X: torch.Tensor) -> None:
     np.testing.assert_allclose(svm.offset_.numpy(), ref.offset_, atol=1e-10)
 
 
-def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warning():
+def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warning(monkeypatch):
     pytest.importorskip("triton")
+    from negatives.ocsvm import kernels_triton
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("PTX .version 9.9 does not support .target sm_90\n(ptxas output)")
+
+    monkeypatch.setattr(kernels_triton, "gram", fails)
     X = data()
     svm = OneClassSVM(loop="triton", nu=0.2, gamma=0.3)
     with pytest.warns(RuntimeWarning) as caught:
         svm.fit(X)
     (warning,) = [w for w in caught if "Triton OC-SVM" in str(w.message)]
     text = str(warning.message)
-    assert "RuntimeError: the Triton OC-SVM kernel matrix runs CPU tensors only" in text  # cause
+    assert "(RuntimeError: PTX .version 9.9 does not support .target sm_90)" in text  # the cause
     assert "negatives.kwargs.loop" in text and "OneClassSVM(loop=...)" in text  # the setting
     assert svm.path_ == "device"
     assert_matches_sklearn(svm, X)
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the warning came once: the next fits are quiet
         svm.fit(X)
     assert svm.path_ == "device"
     assert_matches_sklearn(svm, X)
+
+
+SCORE_FAILS = """
+import json, sys, warnings
+import numpy as np, torch
+from negatives.ocsvm import kernels_triton
+from negatives.ocsvm.svm import OneClassSVM
+X = torch.from_numpy(np.random.default_rng(0).normal(size=(64, 5)))
+Y = torch.from_numpy(np.random.default_rng(1).normal(size=(50, 5)))
+svm = OneClassSVM(loop="triton", nu=0.2, gamma=0.3).fit(X)  # Triton's interpreter
+def fails(*args, **kwargs):
+    raise RuntimeError("out of resource: shared memory")
+kernels_triton.score = fails
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    f, mask = svm.score(Y)
+    f2 = svm.decision_function(Y)
+json.dump({"path": svm.path_, "f": f.tolist(), "mask": mask.tolist(), "f2": f2.tolist(),
+           "warnings": [str(w.message) for w in caught]}, sys.stdout)
+"""
+
+
+def test_a_scoring_kernel_that_cannot_launch_falls_back_to_batched_ops():
+    """The fit ran (in Triton's interpreter, a fresh process); the first scoring launch fails:
+    one warning, and the decision values of the batched path (scikit-learn's)."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", SCORE_FAILS], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout)
+    assert got["path"] == "triton"
+    (warning,) = got["warnings"]
+    assert (
+        "scoring kernel cannot run here (RuntimeError: out of resource: shared memory)" in warning
+    )
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(64, 5)), np.random.default_rng(1).normal(size=(50, 5))
+    want = SkOneClassSVM(nu=0.2, gamma=0.3).fit(X).decision_function(Y)
+    np.testing.assert_allclose(got["f"], want, atol=1e-9)
+    np.testing.assert_allclose(got["f2"], want, atol=1e-9)
+    assert got["mask"] == (want > 0).tolist()
 
 
 @pytest.mark.parametrize(
