@@ -778,7 +778,8 @@ def main(cfg: Config) -> int:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker
-        print(f"error: {bad_image(e)}\nSet data.skip_bad_images=true to skip unreadable images "
+        line = imagefiles.bad_image_line(e)
+        print(f"error: {line}\nSet data.skip_bad_images=true to skip unreadable images "
               f"(each skip is counted in the log).{notes(e)}", file=sys.stderr)  # fmt: skip
         return 1
 
@@ -786,11 +787,3 @@ def main(cfg: Config) -> int:
 def notes(e: BaseException) -> str:
     """What the run added to an error on its way out (e.g. which checkpoint is saved)."""
     return "".join(f"\n{note}" for note in getattr(e, "__notes__", ()))
-
-
-def bad_image(e: Exception) -> str:
-    """The 'cannot read image PATH: why' line of an error, also from a worker's traceback."""
-    for line in reversed(str(e).splitlines()):
-        if "BadImageError: " in line:
-            return line.split("BadImageError: ", 1)[1]
-    return str(e)
