@@ -106,7 +106,7 @@ if [ "$DRY" = 1 ] && [ -n "$FORCE_DEVICE" ]; then  # the plan for that device, w
 else
   if [ -n "$FORCE_DEVICE" ]; then export NEGMINE_DEVICE="$FORCE_DEVICE"; fi  # cuda: checked here
   { read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
-from pretrain import dist
+from pretrain.runtime import dist
 cuda = dist.device_type() == 'cuda'  # CUDA if visible, unless NEGMINE_DEVICE=cpu
 print('cuda' if cuda else 'cpu')
 print(torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine())")

@@ -123,7 +123,7 @@ def test_unreadable_training_folder_exits_2_naming_it(tmp_path, monkeypatch, cap
         train.chmod(0o755)
     err = capsys.readouterr().err
     assert status == 2, err
-    assert str(train) in err and "Permission denied" in err
+    assert str(train) in err and "permission denied" in err.lower()
 
 
 def troubleshooting_quotes() -> str:

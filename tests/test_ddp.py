@@ -34,7 +34,11 @@ TINY = [
     "data.num_workers=0",
     "train.progress_bar=false",
 ]
-TOL = 1e-5  # the acceptance bound on every compared value
+TOL = 1e-5  # the acceptance bound on every compared value, but for a strategy's own state:
+# AdCo's bank takes gradient-ascent steps of mem_lr / mem_t = 3 / 0.02 = 150x its gradient, so
+# float32's reduction-order error (DDP's all-reduce sums in another order) reaches 1.2e-5 there at
+# step 2 on a 2-core Xeon without AVX-512 (2026-11-26; within 1e-5 on the AVX-512 Xeon)
+TOL_STRATEGY = 5e-5
 
 
 def free_port() -> int:
@@ -198,7 +202,7 @@ def assert_ranks_equal_one_process(
             assert torch.equal(step["ptr"], p["ptr"]), f"step {t} queue pointer"
             assert step["strategy"].keys() == p["strategy"].keys()
             for name, v in step["strategy"].items():  # e.g. AdCo's bank: the same on every rank
-                assert max_diff(v, p["strategy"][name]) <= TOL, f"step {t} strategy {name}"
+                assert max_diff(v, p["strategy"][name]) <= TOL_STRATEGY, f"step {t} strategy {name}"
     assert one["steps"][-1]["ptr"].item() == 3 * batch % queue
     for encoder in ("encoder_q", "encoder_k"):
         for r in ranks:
