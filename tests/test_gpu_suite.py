@@ -39,6 +39,8 @@ def summary_rows(report: Path) -> dict[str, str]:
     return {part: outcome for part, outcome in rows if part != "part"}
 
 
+@pytest.mark.slow  # ~50 s on 2 cores: every part end to end on a CPU; the plan, budget and
+# report tests below check the suite's logic in CI (the whole CI run was 19 of its 20 minutes)
 def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
     report = tmp_path / "gpu"
     default = (ROOT / "benchmarks" / "RESULTS.md").read_text()
