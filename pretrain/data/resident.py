@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision.transforms.v2 import functional as TVF
 
 from pretrain.data import augment, datasets, device_decode, imagefiles
 from pretrain.data import augment_params as ap
@@ -255,7 +256,9 @@ class ResidentViews:
 class EvalBatches:
     """The eval transform (``loaders.eval_transform``: resize the short side to ``resize``,
     centre-crop ``size``, normalise) of a resident split, batched on the device: yields
-    ``(x, y)``, x normalised float on the device, y on the CPU. The resize is
+    ``(x, y)``, x normalised float on the device, y on the CPU. The centre crop is torchvision's
+(``center_crop``: zero padding where ``size`` exceeds the resized image, as the loader's
+``CenterCrop`` does when ``data.eval_resize`` < ``data.image_size``). The resize is
     ``F.interpolate(antialias=True)`` on float rounded to whole levels: within one level of the
     loader's uint8 resize (skipped when the images already have that size)."""
 
@@ -286,6 +289,5 @@ class EvalBatches:
             if (rh, rw) != (h, w):
                 x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False,
                                   antialias=True).round_().clamp_(0, 255)  # fmt: skip
-            top, left = int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0))
-            x = x[..., top : top + self.size, left : left + self.size]
+            x = TVF.center_crop(x, [self.size, self.size])  # zero-padded when larger
             yield (x / 255.0 - self.mean) / self.std, self.labels[i : i + self.batch]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,13 +245,16 @@ def resident_data(
         return None
     folder = resident.cache_dir(cfg.out_dir)
     try:
-        arrays = {id(b): resident.load(b, folder, workers) for b in splits}
+        arrays = {id(base_train): resident.load(base_train, folder, workers)}
     except resident.NotResidentError as e:
         if d.resident == "device":
             raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
         if dist.is_main():
             print(f"data.resident=auto: off, {e}", flush=True)
         return None
+    for b in splits[1:]:  # held-out images of several sizes: the loader's eval transform
+        with contextlib.suppress(resident.NotResidentError):
+            arrays[id(b)] = resident.load(b, folder, workers)
     on = {k: (x.to(device), y.to(device)) for k, (x, y) in arrays.items()}
     train = resident.ResidentViews(*on[id(base_train)], view_spec(d), cfg.seed, sampler,
                                    d.support_views)  # fmt: skip
@@ -263,12 +267,23 @@ def resident_data(
     return {
         "train": train,
         "train_loader": train,
-        "bank_loader": resident.EvalBatches(*on[id(base_bank)], **kw),
-        "test_loader": resident.EvalBatches(*on[id(base_test)], **kw),
+        "bank_loader": eval_batches(base_bank, on, kw, d, cfg.eval.batch_size, workers),
+        "test_loader": eval_batches(base_test, on, kw, d, cfg.eval.batch_size, workers),
         "num_classes": datasets.num_classes(base_bank),
         "decode_on": "cpu",
         "resident": "device",
     }
+
+
+def eval_batches(
+    ds: Dataset, on: dict[int, tuple[torch.Tensor, torch.Tensor]], kw: dict[str, Any],
+    d: DataConfig, batch_size: int, workers: int,
+) -> resident.EvalBatches | DataLoader:  # fmt: skip
+    """The resident eval batches of ``ds``, or the loader's when its images differ in size
+    (held-out images need not match, and are evaluated as on the loader path)."""
+    if id(ds) in on:
+        return resident.EvalBatches(*on[id(ds)], **kw)
+    return eval_loader(loaders.Transformed(ds, eval_transform(d)), batch_size, workers)
 
 
 def device_loader(
