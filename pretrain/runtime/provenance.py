@@ -179,6 +179,7 @@ class Provenance:
             tmp.write_text(json.dumps(data, indent=1) + "\n")
             os.replace(tmp, self.path)
         except OSError as e:
+            tmp.unlink(missing_ok=True)
             print(f"warning: could not write {self.path} ({e.strerror or e}); the run goes on "
                   "without its provenance record", file=sys.stderr)  # fmt: skip
 
