@@ -17,6 +17,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from slurm.submit import EvalTask, PretrainTask, Resources, SlurmError, check_cluster, executor
 
@@ -43,6 +44,13 @@ def resources(a: argparse.Namespace) -> Resources:
                      a.constraint, a.mem, a.cpus_per_task)  # fmt: skip
 
 
+def absolute_paths(cfg: Any) -> list[str]:
+    """Overrides that make a relative ``out_dir`` and ``data.root`` absolute, resolved here (on the
+    login node, against this working directory): the job's working directory may differ."""
+    paths = (("out_dir", cfg.out_dir), ("data.root", cfg.data.root))
+    return [f"{k}={Path(v).resolve()}" for k, v in paths if not Path(v).is_absolute()]
+
+
 def submit_pretrain(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m slurm", parents=[slurm_flags()],
                                 description=__doc__.split("\n")[0])  # fmt: skip
@@ -57,8 +65,9 @@ def submit_pretrain(argv: list[str]) -> int:
     cfgs = []
     for i, extra in enumerate(sets):
         cfg = config.load(a.cfg, [*a.overrides, *extra])
-        if not Path(cfg.out_dir).is_absolute():  # the job's working directory may differ
-            extra = [*extra, f"out_dir={Path(cfg.out_dir).resolve()}"]
+        fixed = absolute_paths(cfg)
+        if fixed:
+            extra = [*extra, *fixed]
             cfg = config.load(a.cfg, [*a.overrides, *extra])
         if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
             extra = [*extra, f"out_dir={Path(cfg.out_dir) / f'sweep_{i}'}"]

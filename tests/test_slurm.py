@@ -183,3 +183,14 @@ def test_preempted_job_requeues_and_ends_like_an_uninterrupted_run(cluster, tmp_
     for part in ("model", "queue"):
         for key, value in a[part].items():
             assert (value.double() - b[part][key].double()).abs().max() <= 1e-6, (part, key)
+
+
+def test_relative_out_dir_and_data_root_are_made_absolute_on_the_login_node(tmp_path, monkeypatch):
+    from pretrain import config
+    from slurm.__main__ import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    cfg = config.load("imagenet100_mioc.yaml", ["data.root=imagenet100", "out_dir=/abs/run"])
+    assert absolute_paths(cfg) == [f"data.root={tmp_path.resolve() / 'imagenet100'}"]
+    cfg = config.load("imagenet100_mioc.yaml", ["data.root=/data/in100", "out_dir=runs/x"])
+    assert absolute_paths(cfg) == [f"out_dir={tmp_path.resolve() / 'runs' / 'x'}"]
