@@ -12,7 +12,7 @@ detection and a report.
     python -m linear_eval ood --ckpt 'RUN/checkpoints/epoch_*.pt'  # + AULC over checkpoints
     python -m linear_eval kappa --ckpt X --corruptions-root data/CIFAR-10-C
     python -m linear_eval report --ckpt X
-    python -m linear_eval compare --ckpt A --ckpt B
+    python -m linear_eval compare --ckpt A --ckpt B               # B - A, A the reference
     python -m linear_eval table runs/digits_* --baseline runs/digits_moco --out results/digits
 
 Results go to RUN/eval/<evaluator>.json, figures and report.md to RUN/reports/, features to
@@ -193,6 +193,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
     p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
     p.add_argument("--k", type=int, default=5, help="s_con neighbours (FIRM: 5; its Table 6: 1)")
+    p.add_argument(
+        "--protocol",
+        choices=sorted(probe.PROTOCOLS),
+        default="lbfgs",
+        help="the linear probe (named in the JSON and the summary line); the default command's "
+        "SGD probe, which table reports as linear_top1, is moco's recipe",
+    )
     # listed for --help only: main() hands "table" its runs before this parser sees them
     sub.add_parser("table", help="one table comparing runs (RUN_DIR... --baseline RUN)")
     return top
@@ -226,7 +233,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if len(paths) != 2:
             raise ValueError(f"compare needs exactly two checkpoints, got {len(paths)}")
         return classification.run_compare(
-            Session(paths[0], opts), Session(paths[1], opts), args.knn_preset, args.k
+            Session(paths[0], opts),
+            Session(paths[1], opts),
+            args.knn_preset,
+            args.k,
+            args.protocol,
         )
     if cmd == "ood" and len(paths) > 1:
         if args.ood_datasets:
@@ -338,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DatasetNotFoundError, ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary_line.line(args.command, clean(result)), file=sys.stderr)
+    if args.command == "compare":
+        print(summary_line.compare(clean(result)), file=sys.stderr)
+    else:
+        print(summary_line.line(args.command, clean(result)), file=sys.stderr)
     print(json.dumps(clean(result)))
     return 0
