@@ -36,6 +36,7 @@ from linear_eval.cli import classification, default, detection, openood, summary
 from linear_eval.detect import detectors, fitted
 from linear_eval.detect.detectors import Settings
 from linear_eval.inputs import openood as openood_data
+from linear_eval.inputs.guards import UsageError
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
 from pretrain.config import ConfigError
@@ -215,7 +216,19 @@ def _checkpoints(patterns: list[str]) -> list[str]:
     return out
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Counts that would run but mean nothing (``ood --k 0`` scored with 0 neighbours)."""
+    for name in ("k", "crops", "draws", "batch_size", "threads"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} {value}: give a whole number >= 1")
+    if args.num_workers < 0:
+        raise UsageError(f"--num-workers {args.num_workers}: give a whole number >= 0")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_numbers(args)
     opts = Options(
         args.data_root,
         args.batch_size,
