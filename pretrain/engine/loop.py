@@ -21,7 +21,7 @@ import yaml
 
 from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.data import imagefiles
+from pretrain.data import identity, imagefiles
 from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
@@ -46,6 +46,7 @@ RESUMABLE_CHANGES = (
     "train.dist_timeout_min",
     "data.test_split",
     "data.skip_bad_images",
+    "data.resume_on_changed_data",
     "train.threads",
     "train.compile",
     "train.cuda_graphs",
@@ -346,6 +347,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
+        **({"train_set": run.data.identity} if run.data.identity is not None else {}),
     }
 
 
@@ -395,6 +397,9 @@ def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
             "resume with the same settings or choose a new out_dir"
         )
+    changed_data = identity.resume_problem(state.get("train_set"), run.data.identity or {})
+    if changed_data and not run.cfg.data.resume_on_changed_data:
+        raise ConfigError(f"{run.run_dir}: {changed_data}")
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
