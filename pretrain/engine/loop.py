@@ -22,7 +22,7 @@ import yaml
 from pretrain import config
 from pretrain.config import Config, ConfigError
 from pretrain.data import identity, imagefiles
-from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.engine import build, checkpoint, closing, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
@@ -642,6 +642,10 @@ def train(run: Run) -> int:
         restore(run, checkpoint.load(last, map_location="cpu"), last)
         check_epochs_left(run)
         run.log.truncate(run.state.global_step)
+        if is_complete(run):  # the command of a finished run, again: say so, rewrite nothing
+            if dist.is_main():
+                print(closing.already_complete(run.run_dir, cfg.train.epochs), flush=True)
+            return 0
     else:
         init_loss(run)
     announce(run, resumed)
@@ -683,7 +687,16 @@ def train(run: Run) -> int:
                 )
             finish_epoch(run, st.pending)
             st.pending = None
+    if dist.is_main():
+        print(closing.finished(run.run_dir, cfg.train.epochs), flush=True)
     return 0
+
+
+def is_complete(run: Run) -> bool:
+    """A resumed run that has trained and evaluated every epoch (every rank agrees)."""
+    st = run.state
+    done = st.epoch >= run.cfg.train.epochs and st.step_in_epoch == 0
+    return done and not dist.any_rank(st.pending is not None and not run.log.has(st.pending))
 
 
 def check_epochs_left(run: Run) -> None:
