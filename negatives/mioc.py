@@ -89,6 +89,16 @@ class MiOC(NegativeStrategy):
         beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
     """
 
+    syncs_why = "the OC-SVM fit is one Triton program; its result stays on the device"
+    why_not_capturable = (
+        "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
+        "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
+        "refused until it is measured there"
+    )
+    contract_kwargs = {"num_synthetic": 16, "num_inlier_synthetic": 8, "nu": 0.1, "gamma": 0.1,
+                       "warmup_epochs": 0}  # fmt: skip
+    zero_kwargs = {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0}
+
     needs_global_batch = True
 
     def __init__(

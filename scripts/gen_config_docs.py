@@ -399,11 +399,17 @@ def kappa_settings() -> list[str]:
     return parts
 
 
+def in_tree(registry: object) -> list[str]:
+    """The registered names of this source tree: an installed plugin's (an entry point) are left
+    out, so the page is the same with or without plugins installed."""
+    return [n for n in registry.names() if not registry.origin(n)]
+
+
 def settings(kind: str, key: str, registry: object) -> list[str]:
     """One section per registered name: its class, summary and a row per constructor argument."""
     parts = []
     missing = []
-    for name in registry.names():
+    for name in in_tree(registry):
         cls = registry.get(name)
         init = registry._init(name)
         params = registry.parameters(name)
@@ -462,7 +468,8 @@ def render() -> str:
     notes, types_, conds = field_comments(source), annotations(source), conditions(source)
     cross = rules(source, registries)
     allowed = {k: list(v) for k, v in config.CHOICES.items()}
-    allowed.update(config.registered_choices())
+    allowed.update({"loss.name": in_tree(losses.registry),
+                    "negatives.name": in_tree(strategies)})  # fmt: skip
     cfg = config.Config()
     parts = [HEADER]
     for prefix, cls, fields in sections(cfg):

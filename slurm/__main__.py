@@ -14,6 +14,7 @@ Exit status: 0 submitted, 2 bad input (nothing submitted).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -63,6 +64,8 @@ def submit_pretrain(argv: list[str]) -> int:
         if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
             extra = [*extra, f"out_dir={Path(cfg.out_dir) / f'sweep_{i}'}"]
             cfg = config.load(a.cfg, [*a.overrides, *extra])
+        if cfg.plugins:  # plugin files as absolute paths: the job's working directory may differ
+            extra = [*extra, f"plugins={json.dumps(cfg.plugins)}"]
         cfgs.append((cfg, [*a.overrides, *extra]))
     res = resources(a)
     res.timeout_min()  # a bad --time is bad input

@@ -77,6 +77,8 @@ class FNC(Loss):
         fn_threshold: ... and scores above this cosine, in [-1, 1] (official: 0.7).
     """
 
+    capturable = True
+
     batch_layout = False  # MoCo's layout
     needs_support = True
 

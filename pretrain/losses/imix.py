@@ -74,6 +74,8 @@ class IMix(Loss):
             (``model.bn_splits``).
     """
 
+    capturable = True
+
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",

@@ -103,6 +103,9 @@ class Ring(Loss):
         anneal_decay: ``exponential``'s decay per iteration, positive (official: 0.1).
     """
 
+    capturable = True
+    step_state = "its band anneals with the fractional epoch / global step (Python floats)"
+
     batch_layout = False  # MoCo's own layout
 
     def __init__(

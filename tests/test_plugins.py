@@ -1,0 +1,167 @@
+"""Plugins (issue 39): a strategy or loss of one's own, from an installed package's entry points
+(``negmine.strategies`` / ``negmine.losses``) or a file named by the ``plugins:`` config key, is
+found by name, gets the built-ins' checks, and a broken one is named, not a traceback. The worked
+example, ``examples/plugin``, trains on digits by name, and a checkpoint trained with it evaluates
+and exports with the plugin installed and without it (the encoder does not need it).
+
+Plugins are installed for a subprocess only (a ``*.dist-info`` with the example's entry points on
+its PYTHONPATH: what ``pip install -e examples/plugin`` gives importlib.metadata), so this test
+session's registries stay the built-ins'; where CI installed the example, the "without" runs hide
+the entry points.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from negatives.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "plugin"
+HIDE = (  # the entry points of the negmine groups hidden (an installed example included)
+    "import importlib.metadata as m; e = m.entry_points; m.entry_points = lambda **k: "
+    "[] if str(k.get('group', '')).startswith('negmine.') else e(**k); "
+)
+TINY = ["model.width=8", "train.max_steps=3", "train.log_every=1", "eval.knn_every=0",
+        "train.progress_bar=false", "data.num_workers=0"]  # fmt: skip
+
+
+def fake_install(tmp: Path) -> Path:
+    """A site folder holding the example's dist-info (its entry points, read from its
+    pyproject.toml), as ``pip install -e examples/plugin`` leaves for importlib.metadata."""
+    meta = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    info = tmp / "site" / f"negmine_example_plugin-{meta['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n"
+    )
+    groups = meta["entry-points"]
+    (info / "entry_points.txt").write_text("".join(
+        f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for g, eps in groups.items()
+    ))  # fmt: skip
+    return tmp / "site"
+
+
+def python(code: str, *args: str, site: Path | None, hide: bool = False,
+           cwd: Path = ROOT) -> subprocess.CompletedProcess:  # fmt: skip
+    paths = [str(site), str(EXAMPLE)] if site else []
+    env = {**__import__("os").environ, "PYTHONPATH": ":".join([*paths, str(ROOT)])}
+    return subprocess.run([sys.executable, "-c", (HIDE if hide else "") + code, *args], env=env,
+                          cwd=cwd, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def module(name: str) -> str:
+    return (f"import runpy, sys; sys.argv[0] = {name!r}; "
+            f"runpy.run_module({name!r}, run_name='__main__')")  # fmt: skip
+
+
+def test_the_example_trains_by_name_then_evaluates_and_exports_with_and_without_it(tmp_path):
+    site = fake_install(tmp_path)
+    out = tmp_path / "run"
+    done = python(module("pretrain"), "--cfg", "digits_moco.yaml", "negatives.name=batch_mix",
+                  "loss.name=align_uniform", f"out_dir={out}", *TINY, "model.arch=resnet18",
+                  "model.cifar_stem=false", site=site)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+             if '"kind": "step"' in x]  # fmt: skip
+    assert len(steps) == 3 and all(s["loss"] == s["loss"] for s in steps)
+    ckpt = str(out / "checkpoints" / "last.pt")
+    note = "negative strategy 'batch_mix' (a plugin not installed here)"
+    for hide in (False, True):
+        ev = python(module("linear_eval"), "knn", "--ckpt", ckpt, "--presets", "seed001",
+                    site=None if hide else site, hide=hide)  # fmt: skip
+        assert ev.returncode == 0, ev.stderr[-3000:]
+        assert (note in ev.stderr) is hide, ev.stderr[-2000:]
+        dest = tmp_path / f"r{int(hide)}.pth"
+        ex = python(module("pretrain"), "export", "--ckpt", ckpt, "--to", "torchvision",
+                    "--out", str(dest), site=None if hide else site, hide=hide)  # fmt: skip
+        assert ex.returncode == 0 and dest.exists(), ex.stderr[-3000:]
+        assert (note in ex.stderr) is hide, ex.stderr[-2000:]
+    help_ = python(module("pretrain"), "--help", site=site)
+    assert "batch_mix [plugin: entry point 'batch_mix = negmine_example.strategy:BatchMix'" in (
+        help_.stdout
+    )
+
+
+def test_the_examples_own_tests_pass(tmp_path):
+    done = python("import pytest, sys; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', "
+                  f"{str(EXAMPLE / 'tests')!r}]))", site=fake_install(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def entry_points(monkeypatch: pytest.MonkeyPatch, *eps: tuple[str, str]) -> None:
+    fake = [importlib.metadata.EntryPoint(n, v, "test.plugins") for n, v in eps]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [e for e in fake if e.group == group])  # fmt: skip
+
+
+def test_a_broken_plugin_is_named_with_its_entry_point_and_breaks_nothing_else(monkeypatch):
+    entry_points(monkeypatch, ("good", "negmine_example_absent_xyz:Cls"),
+                 ("mine", "json:JSONDecoder"))  # fmt: skip
+    things = Registry("thing", group="test.plugins")
+    assert things.names() == ["mine"]  # listing never raises
+    assert things.origin("mine") == (
+        "entry point 'mine = json:JSONDecoder' in group test.plugins, unknown package"
+    )
+    with pytest.raises(ValueError, match=r"thing plugin 'good' \(entry point 'good = "
+                       r"negmine_example_absent_xyz:Cls' in group test\.plugins, unknown package\)"
+                       r" failed to import: ModuleNotFoundError"):  # fmt: skip
+        things.get("good")
+    with pytest.raises(ValueError, match=r"unknown thing 'mien' \(did you mean 'mine'\?\)"):
+        things.get("mien")
+
+
+def test_two_plugins_claiming_one_name_are_both_named(monkeypatch):
+    entry_points(monkeypatch, ("dec", "json:JSONDecoder"), ("dec", "json:JSONEncoder"))
+    things = Registry("thing", group="test.plugins")
+    both = (r"thing 'dec' is already registered: claimed by json\.decoder\.JSONDecoder .*entry "
+            r"point 'dec = json:JSONDecoder'.* and by json\.encoder\.JSONEncoder .*entry point "
+            r"'dec = json:JSONEncoder'")  # fmt: skip
+    with pytest.raises(ValueError, match=both):
+        things.get("dec")
+
+
+STRATEGY_FILE = '''
+import torch
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+
+@register("file_keys")
+class FileKeys(NegativeStrategy):
+    """The batch keys as shared negatives (a test plugin file).
+
+    Args:
+        weight: scales the keys before normalising.
+    """
+
+    def __init__(self, weight: float = 1.0) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        k = self.weight * s.k.detach()
+        return ExtraNegatives(shared=torch.nn.functional.normalize(k, dim=1))
+'''
+
+
+def test_a_plugin_file_named_by_the_config_trains_and_a_broken_one_exits_2(tmp_path):
+    (tmp_path / "mine.py").write_text(STRATEGY_FILE)
+    (tmp_path / "broken.py").write_text("raise ImportError('no such thing')\n")
+    args = ["--cfg", "digits_moco.yaml", "negatives.name=file_keys", "negatives.kwargs.weight=1e-1",
+            f"out_dir={tmp_path / 'run'}", *TINY]  # fmt: skip
+    done = python(module("pretrain"), *args, f"plugins=[{tmp_path / 'mine.py'}]", site=None,
+                  hide=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    bad = python(module("pretrain"), *args, "plugins=[broken.py]", site=None, hide=True,
+                 cwd=tmp_path)  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    assert (
+        "error: config key 'plugins' in the config: plugin 'broken.py' failed to import: "
+        "ImportError: no such thing"
+    ) in bad.stderr and "Traceback" not in bad.stderr
