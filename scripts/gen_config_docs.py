@@ -212,7 +212,7 @@ class _Spell(ast.NodeTransformer):
             return ast.Name(id=keys.pop())
         if isinstance(node.value, ast.Name) and node.value.id in self.registries:
             key, registry = self.registries[node.value.id]
-            names = [n for n in registry.names() if getattr(registry.get(n), node.attr)]
+            names = [n for n in in_tree(registry) if getattr(registry.get(n), node.attr)]
             return ast.Compare(
                 left=ast.Name(id=key),
                 ops=[ast.In()],

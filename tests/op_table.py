@@ -54,3 +54,16 @@ LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.supp
     "sincere": 325,
     "supcon": 291,
 }
+
+
+def check_bound(kind: str, name: str, cls: type, recipe: str, n: int, base: int) -> None:
+    """An unpinned strategy or loss (one's own) adds at most STRATEGY_TARGET over plain MoCo:
+    else an AssertionError naming the class and the hook that adds the ops."""
+    bound = (1 + STRATEGY_TARGET) * base
+    hook = "negatives() / transform_batch()" if kind == "strategy" else "forward()"
+    assert n <= bound, (
+        f"{kind} {name!r} ({cls.__module__}.{cls.__qualname__}.{hook.split(' ')[0]}): {n} aten "
+        f"ops per training step on {recipe}, more than +{STRATEGY_TARGET:.0%} over plain MoCo's "
+        f"{base} (at most {int(bound)}, tests/op_table.py STRATEGY_TARGET): vectorise its "
+        f"{hook} (tests/op_counter.py's OpCounter(sites=True) shows where the ops come from)"
+    )

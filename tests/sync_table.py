@@ -48,3 +48,21 @@ def who(loss: str, strategy: str) -> str:
     return (f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
             f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
             f"{sc.syncs_per_step} (strategy {strategy!r})")  # fmt: skip
+
+
+def check(pair: str, got: dict) -> None:
+    """AssertionError naming the classes and ``syncs_per_step`` when a pair's measured count
+    (``got``: a result of tests/count_steps.py) differs from what it declares."""
+    loss, strategy = pair.split("/")
+    kappa, split_bn = loss.endswith("+kappa"), loss.endswith("+split_bn")
+    loss = loss.removesuffix("+kappa").removesuffix("+split_bn")
+    want = declared(loss, strategy, kappa, split_bn)
+    for count in got["counts"]:
+        assert count == want, (
+            f"{pair}: {count} host syncs per step, declared {want}: {who(loss, strategy)}; "
+            f"measured at: {got['where']}"
+        )
+    # the first step too: nothing is built lazily in a step (a per-device constant's
+    # host-to-device copy would sync there once; CUDA's sync-debug mode raises on it)
+    first = got["first"]
+    assert first["count"] == want, f"{pair} step 0: {first['count']}: {first['where']}"

@@ -165,3 +165,56 @@ def test_a_plugin_file_named_by_the_config_trains_and_a_broken_one_exits_2(tmp_p
         "error: config key 'plugins' in the config: plugin 'broken.py' failed to import: "
         "ImportError: no such thing"
     ) in bad.stderr and "Traceback" not in bad.stderr
+
+
+LIAR_FILE = '''
+import torch
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+
+@register("liar")
+class Liar(NegativeStrategy):
+    """Declares no host sync (the default) but reads the device every step, and adds far more
+    ops than the bound (a test plugin file)."""
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        if float(s.k.sum()) > 1e9:  # a host sync
+            pass
+        x = s.k.detach()
+        for _ in range(60):  # ~120 ops: far above +15 %
+            x = torch.nn.functional.normalize(x + 0.0, dim=1)
+        return ExtraNegatives(shared=x)
+'''
+COUNT_LIAR = """
+import sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+from negatives.registry import import_plugin
+import_plugin(sys.argv[1])
+import count_ops, count_steps, negatives, op_table, sync_table
+for check in (
+    lambda: sync_table.check("infonce/liar", count_steps.count_pair(
+        Path(sys.argv[2]), "infonce", "liar", "")),
+    lambda: op_table.check_bound("strategy", "liar", negatives.strategies.get("liar"),
+        "digits_moco", count_ops.count("digits_moco", "liar").count, 271),
+):
+    try:
+        check()
+        print("PASSED")
+    except AssertionError as e:
+        print("FAILED:", str(e).splitlines()[0])
+"""
+
+
+def test_a_plugin_that_syncs_or_adds_far_too_many_ops_fails_naming_itself(tmp_path):
+    """What test_step_syncs.py and test_step_ops.py assert of every registered strategy, on a
+    plugin that declares 0 syncs but syncs and adds ~120 ops: both name the class and what to
+    fix (syncs_per_step; the hook adding the ops)."""
+    (tmp_path / "liar.py").write_text(LIAR_FILE)
+    done = python(COUNT_LIAR, str(tmp_path / "liar.py"), str(tmp_path / "run"), site=None,
+                  hide=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    syncs, ops = [x for x in done.stdout.splitlines() if x.startswith(("PASSED", "FAILED"))]
+    assert syncs.startswith("FAILED: infonce/liar: 1 host syncs per step, declared 0: "), syncs
+    assert "negmine_plugin_liar_" in syncs and ".Liar.syncs_per_step = 0 (strategy 'liar')" in syncs
+    assert ops.startswith("FAILED: strategy 'liar' (negmine_plugin_liar_"), ops
+    assert ".Liar.negatives()): " in ops and "more than +15% over plain MoCo's 271" in ops, ops

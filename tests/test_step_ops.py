@@ -17,17 +17,6 @@ from pretrain import losses
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def within_bound(kind: str, name: str, cls: type, recipe: str, n: int, base: int) -> None:
-    """An unpinned strategy or loss (one's own) adds at most STRATEGY_TARGET over plain MoCo."""
-    bound = (1 + op_table.STRATEGY_TARGET) * base
-    assert n <= bound, (
-        f"{kind} {name!r} ({cls.__module__}.{cls.__qualname__}): {n} aten ops per training step on "
-        f"{recipe}, more than +{op_table.STRATEGY_TARGET:.0%} over plain MoCo's {base} (at most "
-        f"{int(bound)}): vectorise its step (tests/op_counter.py's OpCounter(sites=True) shows "
-        "where the ops come from)"
-    )
-
-
 def test_the_pins_are_built_ins():
     """Every pin names a registered strategy or loss; each recipe is counted."""
     for recipe, counts in op_table.DEVICE_OPS.items():
@@ -48,7 +37,7 @@ def test_device_path_counts_equal_the_pins_or_meet_the_bound(recipe):
             assert n == want[strategy], f"{recipe}/{strategy}: {n} ops, pinned {want[strategy]}"
         else:
             cls = negatives.strategies.get(strategy)
-            within_bound("strategy", strategy, cls, recipe, n, want["none"])
+            op_table.check_bound("strategy", strategy, cls, recipe, n, want["none"])
 
 
 def test_each_loss_counts_as_pinned_or_meets_the_bound():
@@ -62,7 +51,7 @@ def test_each_loss_counts_as_pinned_or_meets_the_bound():
             assert n == op_table.LOSS_OPS[name], f"loss {name}: {n} ops, pinned"
         else:
             base = op_table.LOSS_OPS["infonce"]
-            within_bound("loss", name, losses.registry.get(name), recipe, n, base)
+            op_table.check_bound("loss", name, losses.registry.get(name), recipe, n, base)
 
 
 @pytest.mark.parametrize("path", ["fused", "per_split"])
