@@ -89,7 +89,11 @@ class MiOC(NegativeStrategy):
         beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
     """
 
-    syncs_why = "the OC-SVM fit is one Triton program; its result stays on the device"
+    syncs_why = (
+        "the OC-SVM's Gram matrix, fit and scoring (with the inlier mask) are three Triton "
+        "launches (`negatives/ocsvm/kernels_triton.py`, `negatives/ocsvm/smo_triton.py`); the S_o "
+        "draw is fixed-shape tensor ops; nothing is read on the host (CPU default: see below)"
+    )
     why_not_capturable = (
         "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
         "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "

@@ -399,6 +399,20 @@ def kappa_settings() -> list[str]:
     return parts
 
 
+def contract(cls: type) -> str:
+    """The class's contract (its declared attributes, measured by the tests) in one sentence."""
+    syncs = f"{cls.syncs_per_step} host sync(s) per step"
+    if cls.syncs_per_step:
+        syncs += f" ({prose(cls.syncs_why)})"
+    if cls.syncs_per_step or cls.step_state or not cls.capturable:
+        why = (prose(cls.step_state) if cls.step_state else
+               "it syncs" if cls.syncs_per_step else prose(cls.why_not_capturable))  # fmt: skip
+        graphs = f"refused with `train.cuda_graphs` ({why})"
+    else:
+        graphs = "capturable with `train.cuda_graphs`"
+    return f"Declares {syncs}; {graphs}."
+
+
 def in_tree(registry: object) -> list[str]:
     """The registered names of this source tree: an installed plugin's (an entry point) are left
     out, so the page is the same with or without plugins installed."""
@@ -415,7 +429,9 @@ def settings(kind: str, key: str, registry: object) -> list[str]:
         params = registry.parameters(name)
         summary = prose(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0])
         path = Path(inspect.getsourcefile(cls)).resolve().relative_to(ROOT)
-        parts.append(f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`.")
+        parts.append(
+            f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`. {contract(cls)}"
+        )
         if not params:
             parts.append(f" No settings: `{key}.kwargs` must be empty.\n")
             continue

@@ -205,8 +205,8 @@ class Cider(Loss):
 
     syncs_per_step = 1
     syncs_why = (
-        "the per-class prototype EMA loops over the largest class count in the batch: one copy "
-        "of (labels valid?, rounds) to the host (pretrain/losses/cider.py sequential_ema)"
+        "the per-class prototype EMA loops over the largest class count of the batch: one copy "
+        "of (labels valid?, rounds) to the host"
     )
 
     needs_class_means = True
