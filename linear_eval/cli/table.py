@@ -7,14 +7,17 @@ last epoch (``metrics.jsonl``: the effective number of negatives and the false-n
 every strategy logs), groups the runs by config (everything but ``seed`` and the keys that
 may change on a resume), and writes one row per group as markdown (``OUT.md``) and CSV
 (``OUT.csv``): the config keys that differ between groups, then for every metric the mean ± std
-over seeds, the number of seeds, and the bootstrap 95 % interval of the seed-averaged accuracy
-over the test set (the per-image results that ``python -m linear_eval --ckpt`` stores; "-" for
-evaluations made before it stored them). With ``--baseline RUN`` each row also gets the paired
-bootstrap difference to the baseline's group (the same resampled test images for both sides,
-Efron & Tibshirani 1993 §13.3; significant when its interval excludes 0). A RUN_DIR may be a
+over seeds (one seed: its value and "(1 seed)": no spread measured), the number of seeds, and the
+bootstrap 95 % interval of the seed-averaged accuracy over the test set (the per-image results
+that ``python -m linear_eval --ckpt`` stores; "-" for evaluations made before it stored them).
+With ``--baseline RUN`` each row also gets the paired bootstrap difference to the baseline's
+group (the same resampled test images for both sides, Efron & Tibshirani 1993 §13.3; significant
+when its interval excludes 0). A RUN_DIR may be a
 glob, or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold
 the runs. Runs that are unfinished or have no evaluation are listed under the table, with the
-reason, never dropped silently.
+reason, never dropped silently. The last two columns are the mean wall time of the group's runs
+and their hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-"
+for runs made before it was recorded).
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ import glob
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+
+from pretrain.runtime import provenance
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
@@ -50,6 +56,8 @@ class Run:
     config: dict[str, Any]
     metrics: dict[str, float] = field(default_factory=dict)
     per_sample: dict[str, np.ndarray] = field(default_factory=dict)
+    provenance: dict[str, Any] | None = None  # RUN/provenance.json (None: not recorded)
+    probes: dict[str, str] = field(default_factory=dict)  # metric prefix -> the linear probe
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -91,7 +99,7 @@ def total_steps(path: Path) -> int | None:
 def read_run(path: Path) -> tuple[Run | None, str]:
     """The run, or None and why it is left out of the table."""
     cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    run = Run(path, flatten(cfg))
+    run = Run(path, flatten(cfg), provenance=provenance.read(path))
     records = []
     log = path / "metrics.jsonl"
     if log.exists():
@@ -117,6 +125,9 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if key not in NOT_METRICS:
                     run.metrics[prefix + key] = float(value)
+        probe = probe_of(file.stem, data)
+        if probe:
+            run.probes[f"{prefix}linear_*" if not prefix else f"{prefix}*"] = probe
         for key, bits in (data.get("per_sample") or {}).items():
             run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
     if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
@@ -127,6 +138,36 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             if values:
                 run.metrics[f"train_{name}"] = float(np.mean(values))
     return run, ""
+
+
+def probe_of(stem: str, data: dict[str, Any]) -> str:
+    """The linear probe behind an eval JSON's linear numbers ("" when it has none)."""
+    lin = data.get("linear")
+    if stem.startswith("linear_eval") and isinstance(lin, dict) and "epochs" in lin:
+        return (
+            f"SGD probe of python -m linear_eval --ckpt ({lin.get('mode')}, {lin['epochs']} "
+            f"epochs, lr {lin.get('lr')}, milestones {lin.get('milestones')})"
+        )
+    protocol = data.get("protocol")
+    if stem.startswith("linear") and isinstance(protocol, dict) and "name" in protocol:
+        return f"{protocol['name']} probe of python -m linear_eval linear"
+    return ""
+
+
+def notes(runs: list[Run], baseline: bool) -> list[str]:
+    """What the columns mean where two commands could differ: the probe behind each linear
+    metric (every distinct one, so mixed probes show), and the sign of the difference."""
+    out = []
+    for key in sorted({k for r in runs for k in r.probes}):
+        probes = sorted({r.probes[key] for r in runs if key in r.probes})
+        mixed = " (the runs differ: not comparable)" if len(probes) > 1 else ""
+        out.append(f"{key}: {'; '.join(probes)}{mixed}")
+    if baseline:
+        out.append(
+            "vs baseline: run - baseline (as compare's B - A), paired bootstrap 95% interval "
+            "over the test images; * when it excludes 0"
+        )
+    return out
 
 
 def ignored(key: str) -> bool:
@@ -191,13 +232,7 @@ def build(
             str(len(members)),
         ]
         for m in metrics:
-            values = [r.metrics[m] for r in members if m in r.metrics]
-            if values:
-                std = np.std(values, ddof=1) if len(values) > 1 else 0.0
-                line.append(f"{np.mean(values):.2f} ± {std:.2f}" + (f" (n={len(values)})"
-                            if len(values) != len(members) else ""))  # fmt: skip
-            else:
-                line.append("-")
+            line.append(mean_std([r.metrics[m] for r in members if m in r.metrics], len(members)))
             if m not in resampled:  # a training diagnostic: no test images to resample
                 continue
             per = [r.per_sample[m] for r in members if m in r.per_sample]
@@ -218,13 +253,42 @@ def build(
                     mark = " *" if low > 0 or high < 0 else ""
                     diff = f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
                 line.append(diff)
-        table.append(line)
-    return header, table
+        table.append([*line, *run_cost(members)])
+    return [*header, "wall time", "hardware"], table
 
 
-def markdown(header: list[str], table: list[list[str]], left_out: list[tuple[Path, str]]) -> str:
+def mean_std(values: list[float], members: int) -> str:
+    """``mean ± std`` over seeds; one value says that no spread was measured ("-": none)."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f} " + ("(1 seed)" if members == 1 else f"(1 of {members} seeds)")
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}" + (
+        f" (n={len(values)})" if len(values) != members else ""
+    )
+
+
+def run_cost(members: list[Run]) -> list[str]:
+    """The group's wall time (mean over its runs' ``provenance.json``) and hardware ("-": runs
+    made before provenance was recorded)."""
+    walls = [r.provenance["wall_s"] for r in members if r.provenance and r.provenance.get("wall_s")]
+    wall = provenance.duration(float(np.mean(walls))) if walls else "-"
+    if walls and len(walls) != len(members):
+        wall += f" (n={len(walls)})"
+    hardware = sorted({provenance.hardware(r.provenance) for r in members})
+    return [wall, "; ".join(hardware)]
+
+
+def markdown(
+    header: list[str],
+    table: list[list[str]],
+    left_out: list[tuple[Path, str]],
+    legend: Sequence[str] = (),
+) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in table]
+    if legend:
+        out += [""] + [f"- {n}" for n in legend]
     if left_out:
         out += ["", "Not in the table:", ""]
         out += [f"- `{p}`: {why}" for p, why in left_out]
@@ -270,7 +334,7 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = markdown(header, table, left_out)
+    text = markdown(header, table, left_out, notes(runs, baseline is not None))
     print(text)
     if args.out:
         out = Path(args.out)

@@ -22,12 +22,12 @@ import yaml
 from negatives.base import StrategyInputs
 from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.data import imagefiles
-from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.data import identity, imagefiles
+from pretrain.engine import build, checkpoint, closing, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
-from pretrain.runtime import cores, dist, precision, threads
+from pretrain.runtime import cores, dist, precision, provenance, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.progress import Progress
 from pretrain.runtime.triton_env import triton_interpreted
@@ -47,6 +47,7 @@ RESUMABLE_CHANGES = (
     "train.dist_timeout_min",
     "data.test_split",
     "data.skip_bad_images",
+    "data.resume_on_changed_data",
     "train.threads",
     "train.compile",
     "train.cuda_graphs",
@@ -93,6 +94,7 @@ class Run:
     probe: OnlineProbe | None = None  # eval.online_probe
     graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
     lock: runlock.RunLock | None = None  # out_dir's lock, held by rank 0
+    provenance: provenance.Provenance | None = None  # RUN/provenance.json, also in checkpoints
 
     def close(self) -> None:
         """End the loader workers, close the log and release the run folder: on every exit, so
@@ -350,6 +352,8 @@ def state_dict(run: Run) -> dict[str, Any]:
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
+        **({"provenance": run.provenance.snapshot()} if run.provenance is not None else {}),
+        **({"train_set": run.data.identity} if run.data.identity is not None else {}),
     }
 
 
@@ -399,6 +403,9 @@ def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
             "resume with the same settings or choose a new out_dir"
         )
+    changed_data = identity.resume_problem(state.get("train_set"), run.data.identity or {})
+    if changed_data and not run.cfg.data.resume_on_changed_data:
+        raise ConfigError(f"{run.run_dir}: {changed_data}")
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
@@ -626,9 +633,11 @@ def run_training(cfg: Config) -> int:
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
+    run.provenance = provenance.start(run.run_dir, run.device)
     try:
         return train(run)
     finally:
+        provenance.finish(run.provenance, run.state.global_step)
         run.close()
 
 
@@ -641,6 +650,10 @@ def train(run: Run) -> int:
         restore(run, checkpoint.load(last, map_location="cpu"), last)
         check_epochs_left(run)
         run.log.truncate(run.state.global_step)
+        if is_complete(run):  # the command of a finished run, again: say so, rewrite nothing
+            if dist.is_main():
+                print(closing.already_complete(run.run_dir, cfg.train.epochs), flush=True)
+            return 0
     else:
         init_loss(run)
     announce(run, resumed)
@@ -682,7 +695,16 @@ def train(run: Run) -> int:
                 )
             finish_epoch(run, st.pending)
             st.pending = None
+    if dist.is_main():
+        print(closing.finished(run.run_dir, cfg.train.epochs), flush=True)
     return 0
+
+
+def is_complete(run: Run) -> bool:
+    """A resumed run that has trained and evaluated every epoch (every rank agrees)."""
+    st = run.state
+    done = st.epoch >= run.cfg.train.epochs and st.step_in_epoch == 0
+    return done and not dist.any_rank(st.pending is not None and not run.log.has(st.pending))
 
 
 def check_epochs_left(run: Run) -> None:

@@ -69,6 +69,9 @@ def test_all_writes_every_result_with_intervals_and_a_report(ckpt, capsys):
         record = json.loads((run / "eval" / f"{name}.json").read_text())
         assert intervals_everywhere(record) == [], name
     assert summary["linear_top1_ci"][0] <= summary["linear_top1"] <= summary["linear_top1_ci"][1]
+    linear = json.loads((run / "eval" / "linear.json").read_text())  # the stated L2 and share ran
+    assert summary["linear_l2"] == [s["l2"] for s in linear["solver"]]
+    assert f"held-out {linear['solver'][0]['val_fraction']:.0%} " in summary["linear_protocol"]
     oneclass = json.loads((run / "eval" / "oneclass.json").read_text())
     assert oneclass["normal_sets"] == [[c] for c in range(10)]
     assert {"s_con", "s_shift", "s_ens", "maha_tied", "ocsvm", "kde"} <= oneclass[
@@ -124,10 +127,10 @@ def test_compare_gives_paired_differences_of_the_two_checkpoints(ckpt, tmp_path,
         accs.append(
             pretrain_knn.knn_top1(tr.backbone, tr.labels, te.backbone, te.labels, 200, 0.1, 10)
         )
-    assert out["knn_top1"]["difference"] == pytest.approx(accs[0] - accs[1])
+    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A (issue 43)
     low, high = out["knn_top1"]["ci"]
-    assert low <= out["knn_top1"]["difference"] <= high
-    assert {"difference", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()
+    assert low <= out["knn_top1"]["b_minus_a"] <= high
+    assert {"b_minus_a", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()
     assert intervals_everywhere(out) == [] and "a_ci" in out["linear_top1"]
     assert main(["report", "--ckpt", str(ckpt)]) == 0
     assert "## Checkpoint comparison" in (ckpt.parent.parent / "reports" / "report.md").read_text()
