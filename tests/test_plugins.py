@@ -218,3 +218,32 @@ def test_a_plugin_that_syncs_or_adds_far_too_many_ops_fails_naming_itself(tmp_pa
     assert "negmine_plugin_liar_" in syncs and ".Liar.syncs_per_step = 0 (strategy 'liar')" in syncs
     assert ops.startswith("FAILED: strategy 'liar' (negmine_plugin_liar_"), ops
     assert ".Liar.negatives()): " in ops and "more than +15% over plain MoCo's 271" in ops, ops
+
+
+def test_the_plugin_messages_are_quoted_in_troubleshooting(tmp_path, monkeypatch):
+    """The plugin errors and warnings, word for word in docs/troubleshooting.md (the parts a
+    message shares with every case; the quoted examples' own names and files differ)."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    (tmp_path / "broken.py").write_text("raise ImportError('no such thing')\n")
+    monkeypatch.chdir(tmp_path)
+    from pretrain import config
+    from pretrain.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        config.load("digits_moco.yaml", ["plugins=[broken.py]"])
+    assert f"`{e.value}`" in page, e.value
+    entry_points(monkeypatch, ("mine", "negmine_absent_pkg_xyz.mod:Mine"))
+    things = Registry("negative strategy", group="test.plugins")
+    with pytest.raises(ValueError) as e:
+        things.get("mine")
+    head = str(e.value).split(" (entry point")[0]
+    assert f"`config key 'negatives.name': {head} (entry point 'mine = " in page, head
+    assert "failed to import: ModuleNotFoundError: ...`" in page
+    with pytest.raises(TypeError) as e:
+
+        class Mine(__import__("negatives").NegativeStrategy):
+            def negatives(self, q, k, queue, queue_labels, epoch, labels=None):
+                return None
+
+    tail = str(e.value).split(": ", 1)[1].split(" (s.q")[0]
+    assert tail in page, tail
