@@ -247,3 +247,17 @@ def test_the_plugin_messages_are_quoted_in_troubleshooting(tmp_path, monkeypatch
 
     tail = str(e.value).split(": ", 1)[1].split(" (s.q")[0]
     assert tail in page, tail
+
+
+def test_python_m_slurm_passes_a_plugin_file_on_as_an_absolute_path(tmp_path):
+    """The SLURM job may start elsewhere: task_configs gives it the plugin file's absolute path
+    (an installed plugin needs nothing: the job finds its entry points)."""
+    (tmp_path / "mine.py").write_text(STRATEGY_FILE)
+    code = ("import sys; from slurm.__main__ import task_configs; "
+            "[(cfg, ov)] = task_configs('digits_moco.yaml', sys.argv[1:], []); "
+            "print(cfg.plugins, [o for o in ov if o.startswith('plugins=')][-1])")  # fmt: skip
+    done = python(code, "plugins=[mine.py]", "negatives.name=file_keys", "out_dir=run",
+                  site=None, hide=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    path = str(tmp_path.resolve() / "mine.py")
+    assert done.stdout.strip() == f'[{path!r}] plugins=["{path}"]', done.stdout  # the last wins
