@@ -90,6 +90,20 @@ class MiOC(NegativeStrategy):
         beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
     """
 
+    syncs_why = (
+        "the OC-SVM's Gram matrix, fit and scoring (with the inlier mask) are three Triton "
+        "launches (`negatives/ocsvm/kernels_triton.py`, `negatives/ocsvm/smo_triton.py`); the S_o "
+        "draw is fixed-shape tensor ops; nothing is read on the host (CPU default: see below)"
+    )
+    why_not_capturable = (
+        "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
+        "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
+        "refused until it is measured there"
+    )
+    contract_kwargs = {"num_synthetic": 16, "num_inlier_synthetic": 8, "nu": 0.1, "gamma": 0.1,
+                       "warmup_epochs": 0}  # fmt: skip
+    zero_kwargs = {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0}
+
     needs_global_batch = True
 
     def __init__(

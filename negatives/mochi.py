@@ -147,6 +147,10 @@ class MoCHi(NegativeStrategy):
     (B, s + s', D) in q's dtype, or no extras.
     """
 
+    capturable = True
+    contract_kwargs = {"num_hard": 16, "num_mix": 8, "num_query_mix": 4, "warmup_epochs": 0}
+    zero_kwargs = {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0}
+
     symmetric_ok = False  # its per-query hard negatives belong to view 1's queries
 
     def __init__(

@@ -199,6 +199,10 @@ class Outliers(NegativeStrategy):
         seed: seed of the OE subset.
     """
 
+    capturable = True
+    contract_kwargs = {"ratio": 0.5}
+    zero_kwargs = {"ratio": 0.0}
+
     def __init__(
         self,
         *,

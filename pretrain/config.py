@@ -14,6 +14,7 @@ import collections.abc
 import dataclasses
 import difflib
 import math
+import sys
 import types
 import typing
 import warnings
@@ -177,6 +178,9 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
+    plugins: list[str] = field(default_factory=list)  # strategies and losses of one's own to load
+    # first: a Python file (path/to/mine.py) or module[:Class]; an installed package's are found
+    # through its entry points (negmine.strategies, negmine.losses) without this key
 
 
 CHOICES = {
@@ -297,6 +301,7 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
+    cfg = load_plugins(cfg, "the config")[0]
     cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
@@ -456,6 +461,14 @@ def _type_name(hint: Any) -> str:
 
 def validate(cfg: Config) -> None:
     """Value checks that the types alone cannot express."""
+    import negatives
+    from pretrain import losses
+
+    for key, registry in (("negatives.name", negatives.strategies), ("loss.name", losses.registry)):
+        section, name = key.split(".")
+        why = registry.problem(getattr(getattr(cfg, section), name))
+        if why:
+            raise ConfigError(f"config key {key!r}: {why}")
     for key, allowed in {**CHOICES, **registered_choices()}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -755,12 +768,74 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return plain(dataclasses.asdict(cfg))
 
 
-def from_dict(raw: dict[str, Any], source: str = "checkpoint") -> Config:
+def from_dict(
+    raw: dict[str, Any], source: str = "checkpoint", *, encoder_only: bool = False
+) -> Config:
     """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
-    are migrated (:func:`migrate`)."""
-    cfg = typed_kwargs(merge(Config(), migrate(raw, source), source=source))
+    are migrated (:func:`migrate`). ``encoder_only`` (evaluation, export): a loss or strategy
+    that is a plugin not installed here is not needed, so a warning names it and the config is
+    returned unchecked."""
+    cfg = merge(Config(), migrate(raw, source), source=source)
+    cfg, missing = load_plugins(cfg, source, missing_ok=encoder_only)
+    if encoder_only:
+        missing += missing_plugins(cfg)
+        if missing:
+            print(
+                f"warning: {source}: trained with {'; '.join(missing)}; the encoder does not "
+                "need it: evaluation and export go on without it",
+                file=sys.stderr,
+            )
+            return cfg
+    cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
+
+
+def load_plugins(cfg: Config, source: str, missing_ok: bool = False) -> tuple[Config, list[str]]:
+    """Import the config's ``plugins`` (files as absolute paths from here on); a plugin that
+    cannot be loaded is a :class:`ConfigError` naming it, or with ``missing_ok`` a note."""
+    from negatives.registry import PluginError, import_plugin
+
+    stored, notes = [], []
+    for spec in cfg.plugins:
+        try:
+            spec, objects = import_plugin(spec)
+            for obj in objects:
+                check_registered(spec, obj)
+        except PluginError as e:
+            if not missing_ok:
+                raise ConfigError(f"config key 'plugins' in {source}: {e}") from None
+            notes.append(str(e))
+        stored.append(spec)
+    return dataclasses.replace(cfg, plugins=stored), notes
+
+
+def check_registered(spec: str, obj: Any) -> None:
+    """A ``module:Class`` plugin must name a registered strategy or loss class."""
+    import negatives
+    from negatives.registry import PluginError
+    from pretrain import losses
+
+    for registry in (negatives.strategies, losses.registry):
+        if any(registry.get(n) is obj for n in registry.names()):
+            return
+    raise PluginError(
+        f"plugin {spec!r} is not a registered strategy or loss: decorate the class with "
+        "@negatives.register('name') or @pretrain.losses.register('name')"
+    )
+
+
+def missing_plugins(cfg: Config) -> list[str]:
+    """The loss and strategy names of ``cfg`` that are not registered here, with why."""
+    import negatives
+    from pretrain import losses
+
+    out = []
+    for kind, name, registry in (("negative strategy", cfg.negatives.name, negatives.strategies),
+                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+        if name not in registry:
+            out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
+    return out
 
 
 def dump(cfg: Config) -> str:

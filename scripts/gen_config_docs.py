@@ -212,7 +212,7 @@ class _Spell(ast.NodeTransformer):
             return ast.Name(id=keys.pop())
         if isinstance(node.value, ast.Name) and node.value.id in self.registries:
             key, registry = self.registries[node.value.id]
-            names = [n for n in registry.names() if getattr(registry.get(n), node.attr)]
+            names = [n for n in in_tree(registry) if getattr(registry.get(n), node.attr)]
             return ast.Compare(
                 left=ast.Name(id=key),
                 ops=[ast.In()],
@@ -399,17 +399,39 @@ def kappa_settings() -> list[str]:
     return parts
 
 
+def contract(cls: type) -> str:
+    """The class's contract (its declared attributes, measured by the tests) in one sentence."""
+    syncs = f"{cls.syncs_per_step} host sync(s) per step"
+    if cls.syncs_per_step:
+        syncs += f" ({prose(cls.syncs_why)})"
+    if cls.syncs_per_step or cls.step_state or not cls.capturable:
+        why = (prose(cls.step_state) if cls.step_state else
+               "it syncs" if cls.syncs_per_step else prose(cls.why_not_capturable))  # fmt: skip
+        graphs = f"refused with `train.cuda_graphs` ({why})"
+    else:
+        graphs = "capturable with `train.cuda_graphs`"
+    return f"Declares {syncs}; {graphs}."
+
+
+def in_tree(registry: object) -> list[str]:
+    """The registered names of this source tree: an installed plugin's (an entry point) are left
+    out, so the page is the same with or without plugins installed."""
+    return [n for n in registry.names() if not registry.origin(n)]
+
+
 def settings(kind: str, key: str, registry: object) -> list[str]:
     """One section per registered name: its class, summary and a row per constructor argument."""
     parts = []
     missing = []
-    for name in registry.names():
+    for name in in_tree(registry):
         cls = registry.get(name)
         init = registry._init(name)
         params = registry.parameters(name)
         summary = prose(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0])
         path = Path(inspect.getsourcefile(cls)).resolve().relative_to(ROOT)
-        parts.append(f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`.")
+        parts.append(
+            f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`. {contract(cls)}"
+        )
         if not params:
             parts.append(f" No settings: `{key}.kwargs` must be empty.\n")
             continue
@@ -462,7 +484,8 @@ def render() -> str:
     notes, types_, conds = field_comments(source), annotations(source), conditions(source)
     cross = rules(source, registries)
     allowed = {k: list(v) for k, v in config.CHOICES.items()}
-    allowed.update(config.registered_choices())
+    allowed.update({"loss.name": in_tree(losses.registry),
+                    "negatives.name": in_tree(strategies)})  # fmt: skip
     cfg = config.Config()
     parts = [HEADER]
     for prefix, cls, fields in sections(cfg):

@@ -4,11 +4,12 @@ the capture/replay bookkeeping of CapturedStep with the CUDA calls replaced (no 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import count_ops
 import pytest
-import sync_table
 import torch
-from count_steps import LOSS_OVERRIDES, STRATEGY_KWARGS, STRATEGY_OVERRIDES
+from count_steps import loss_overrides, strategy_overrides
 from sync_counter import SyncCounter
 
 import negatives
@@ -56,9 +57,9 @@ def test_the_digits_recipe_is_accepted_on_one_cuda_device():
         (["train.amp=fp16"], 1, "GradScaler"),
         (["train.lr_per_epoch=false"], 1, "train.lr_per_epoch=false"),
         (["eval.online_probe=true"], 1, "online probe"),
-        (["loss.name=cider"], 1, "loss 'cider': its prototype EMA"),
+        (["loss.name=cider"], 1, "loss 'cider' syncs 1 time(s) per step (syncs_per_step): the"),
         (["negatives.name=mioc"], 1, "never completed on a GPU, let alone under CUDA-graph"),
-        (["loss.name=ring"], 1, "loss 'ring': its band anneals"),
+        (["loss.name=ring"], 1, "(step_state): its band anneals"),
         (
             [
                 "negatives.name=adco",
@@ -77,21 +78,38 @@ def test_refusals_name_the_reason(overrides, world, reason):
     assert why is not None and reason in why, why
 
 
-def test_every_pair_documented_to_sync_is_refused():
-    """tests/sync_table.py: a loss or strategy with host syncs per step cannot be captured."""
-    for loss, (count, _) in sync_table.LOSS_SYNCS.items():
-        cfg = load(f"loss.name={loss}", *LOSS_OVERRIDES.get(loss, []))
-        if count > 0:
-            assert refusal(cfg, "cuda", 1) is not None, loss
-        elif loss not in cuda_graphs.PYTHON_STATE_LOSSES:
-            assert refusal(cfg, "cuda", 1) is None, loss
-    for name, (expr, _) in sync_table.STRATEGY_SYNCS.items():
-        extra = STRATEGY_OVERRIDES.get(name, []) + (["loss.name=nt_xent"] if name == "adco" else [])
-        cfg = load(f"negatives.name={name}", f"negatives.kwargs={STRATEGY_KWARGS[name]}", *extra)
-        if expr != "0":
-            assert refusal(cfg, "cuda", 1) is not None, name
-    assert set(sync_table.LOSS_SYNCS) == set(losses.list_losses())
-    assert set(sync_table.STRATEGY_SYNCS) == set(negatives.list_strategies())
+def test_the_refusal_reads_what_every_loss_and_strategy_declares():
+    """Every registered loss and strategy (plugins included): refused exactly when its class
+    declares host syncs per step, per-step Python state, or no capturable = True, with a reason
+    that names the attribute."""
+
+    def expect(cls):
+        if cls.syncs_per_step:
+            return "(syncs_per_step)"
+        if cls.step_state:
+            return "(step_state)"
+        return None if cls.capturable else "(capturable = False)"
+
+    for name in losses.list_losses():
+        cfg = load(*loss_overrides(name))
+        cls = losses.registry.get(name)
+        why = refusal(cfg, "cuda", 1)
+        assert (why is None) == (expect(cls) is None), (name, why)
+        assert why is None or (expect(cls) in why and f"loss {name!r}" in why), (name, why)
+    for name in negatives.list_strategies():
+        extra = ["loss.name=nt_xent"] if negatives.strategies.get(name).replaces_queue else []
+        cfg = load(*strategy_overrides(name), *extra)
+        cls = negatives.strategies.get(name)
+        why = refusal(cfg, "cuda", 1)
+        assert (why is None) == (expect(cls) is None), (name, why)
+        assert why is None or (expect(cls) in why and f"strategy {name!r}" in why), (name, why)
+
+
+def test_cuda_graphs_holds_no_names():
+    """The refusal reads the classes' attributes: no registered name appears in the module."""
+    source = (Path(cuda_graphs.__file__)).read_text()
+    for name in [*losses.list_losses(), *negatives.list_strategies()]:
+        assert f"'{name}'" not in source and f'"{name}"' not in source, name
 
 
 @pytest.mark.parametrize("recipe", ["digits_moco", "cifar10_moco"])

@@ -25,22 +25,22 @@ from typing import Any
 import torch
 
 import negatives
+from pretrain import losses
 from pretrain.config import Config
 
-# A step that reads a device value on the host cannot be captured (tests/sync_table.py counts).
-SYNCING_LOSSES = {"cider": "its prototype EMA copies (labels valid?, rounds) to the host each step"}
-SYNCING_STRATEGIES = {
-    "mioc": "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
-    "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; refused "
-    "until it is measured there",
-}
-# A Python value that changes between steps would be frozen in the graph.
-PYTHON_STATE_LOSSES = {
-    "ring": "its band anneals with the fractional epoch / global step (Python floats)",
-}
-PYTHON_STATE_STRATEGIES = {
-    "adco": "its bank's fill count is a Python integer that changes every step until full",
-}
+
+def declared(kind: str, name: str, cls: Any) -> list[tuple[bool, str]]:
+    """The refusals a loss or strategy declares (its class attributes, see
+    ``negatives.base.NegativeStrategy``): host syncs per step (a capture cannot read the device),
+    Python state that changes per step (frozen in a graph), not declared capturable."""
+    n = cls.syncs_per_step
+    return [
+        (n == 0, f"{kind} {name!r} syncs {n} time(s) per step (syncs_per_step): {cls.syncs_why}"),
+        (not cls.step_state, f"{kind} {name!r}: Python state that changes per step would be "
+                             f"frozen in the graph (step_state): {cls.step_state}"),
+        (cls.capturable, f"{kind} {name!r} is not declared capturable (capturable = False): "
+                         f"{cls.why_not_capturable}"),
+    ]  # fmt: skip
 
 
 def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
@@ -54,12 +54,8 @@ def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
         (t.amp != "fp16", "fp16's GradScaler checks for infs on the host every step"),
         (t.lr_per_epoch, "train.lr_per_epoch=false changes the lr (frozen at capture) every step"),
         (not cfg.eval.online_probe, "the online probe's accumulators are unchecked under capture"),
-        (loss not in SYNCING_LOSSES, f"loss {loss!r}: {SYNCING_LOSSES.get(loss)}"),
-        (strategy not in SYNCING_STRATEGIES,
-         f"strategy {strategy!r}: {SYNCING_STRATEGIES.get(strategy)}"),
-        (loss not in PYTHON_STATE_LOSSES, f"loss {loss!r}: {PYTHON_STATE_LOSSES.get(loss)}"),
-        (strategy not in PYTHON_STATE_STRATEGIES,
-         f"strategy {strategy!r}: {PYTHON_STATE_STRATEGIES.get(strategy)}"),
+        *declared("loss", loss, losses.registry.get(loss)),
+        *declared("strategy", strategy, negatives.strategies.get(strategy)),
         (whole_epoch_warmup(cfg), f"strategy {strategy!r}: its warmup_epochs is not a whole "
                                   "number (the graph is re-captured at whole epochs only)"),
     ]  # fmt: skip

@@ -203,6 +203,12 @@ class Cider(Loss):
             ``num_classes`` (the trainer passes ``data.in_classes``).
     """
 
+    syncs_per_step = 1
+    syncs_why = (
+        "the per-class prototype EMA loops over the largest class count of the batch: one copy "
+        "of (labels valid?, rounds) to the host"
+    )
+
     needs_class_means = True
     needs_labels = True
     accepts_strategies = ("none",)

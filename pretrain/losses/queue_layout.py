@@ -296,6 +296,8 @@ class QueueContrastive(Loss):
             passes ``loss.contrast_queue``.
     """
 
+    capturable = True
+
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
                                              "contrast_queue": "loss.contrast_queue"}  # fmt: skip
     can_drop_queue = True
