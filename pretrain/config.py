@@ -605,20 +605,39 @@ def validate(cfg: Config) -> None:
             )
 
 
-def derived(cfg: Config, train_size: int, world_size: int = 1) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class Derived:
+    """Values computed from the config and the data (MAE prints its ``lr`` from ``blr`` the same
+    way); printed and saved with the run as ``derived.yaml``, never written back to the config."""
+
+    lr: float  # train.base_lr * train.batch_size / train.lr_base_batch
+    global_batch: int  # train.batch_size
+    per_rank_batch: int  # train.batch_size // world_size
+    world_size: int
+    train_size: int  # training images after data.subset / data.in_classes
+    steps_per_epoch: int  # train_size // train.batch_size (drop_last, as MoCo)
+    total_steps: int  # steps_per_epoch * train.epochs
+    queue_fraction_of_train: float  # moco.queue_size / train_size, rounded to 4 places
+    initial_loss_ln_1_plus_K: float  # ln(K + 1): InfoNCE's loss at chance, rounded to 4 places
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def derived(cfg: Config, train_size: int, world_size: int = 1) -> Derived:
     """Values computed from the config and the data; printed and saved with the run."""
     steps = train_size // cfg.train.batch_size  # drop_last, as MoCo
-    return {
-        "lr": cfg.train.base_lr * cfg.train.batch_size / cfg.train.lr_base_batch,
-        "global_batch": cfg.train.batch_size,
-        "per_rank_batch": cfg.train.batch_size // world_size,
-        "world_size": world_size,
-        "train_size": train_size,
-        "steps_per_epoch": steps,
-        "total_steps": steps * cfg.train.epochs,
-        "queue_fraction_of_train": round(cfg.moco.queue_size / max(train_size, 1), 4),
-        "initial_loss_ln_1_plus_K": round(math.log(cfg.moco.queue_size + 1), 4),
-    }
+    return Derived(
+        lr=cfg.train.base_lr * cfg.train.batch_size / cfg.train.lr_base_batch,
+        global_batch=cfg.train.batch_size,
+        per_rank_batch=cfg.train.batch_size // world_size,
+        world_size=world_size,
+        train_size=train_size,
+        steps_per_epoch=steps,
+        total_steps=steps * cfg.train.epochs,
+        queue_fraction_of_train=round(cfg.moco.queue_size / max(train_size, 1), 4),
+        initial_loss_ln_1_plus_K=round(math.log(cfg.moco.queue_size + 1), 4),
+    )
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def main(out: Path, overrides: list[str]) -> None:
     loop.init_loss(run)  # CIDER: class means of the training set (same on every rank)
     grads: list[dict[str, torch.Tensor]] = []
     snapshot_grads(run, grads)
-    steps, record = run.info["steps_per_epoch"], []
+    steps, record = run.derived.steps_per_epoch, []
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     for i, (x1, x2, y, index, *rows) in enumerate(run.data.train_loader):

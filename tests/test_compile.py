@@ -8,7 +8,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import loop
+from pretrain.engine import loop, resume, setup
 
 TINY = [
     "model.width=8",
@@ -56,9 +56,9 @@ def test_compiled_steps_match_eager(tmp_path):
 def test_compile_under_ddp_is_refused():
     moco = torch.nn.Module()
     with pytest.raises(ConfigError, match="train.compile"):
-        loop.compile_encoders(moco, world_size=2)
+        setup.compile_encoders(moco, world_size=2)
 
 
 def test_compile_is_not_a_resumable_change():
     """A checkpoint moves between compiled and eager runs: the key may change on resume."""
-    assert "train.compile" in loop.RESUMABLE_CHANGES
+    assert "train.compile" in resume.RESUMABLE_CHANGES
