@@ -37,12 +37,18 @@ def per_sample(ref, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return torch.stack([ref(x[i], float(f[i])) for i in range(len(x))])
 
 
+def blend_op(op: int):
+    """Brightness (0), contrast (1) or saturation (2) on every image: the batched
+    ``augment.blend_stage`` that ColorJitter runs."""
+    return lambda x, f: augment.blend_stage(x, f, torch.full((len(x),), float(op)))
+
+
 @pytest.mark.parametrize(
     "ours, ref, lo, hi",
     [
-        (augment.adjust_brightness, TF.adjust_brightness, 0.0, 2.2),
-        (augment.adjust_contrast, TF.adjust_contrast, 0.0, 2.2),
-        (augment.adjust_saturation, TF.adjust_saturation, 0.0, 2.2),
+        (blend_op(0), TF.adjust_brightness, 0.0, 2.2),
+        (blend_op(1), TF.adjust_contrast, 0.0, 2.2),
+        (blend_op(2), TF.adjust_saturation, 0.0, 2.2),
         (augment.adjust_hue, TF.adjust_hue, -0.5, 0.5),
     ],
 )

@@ -147,7 +147,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             **common,
         )
         scores = probe.predict(fc, test.backbone.to(device)).cpu()
-    sess.model.assert_unchanged()
+        sess.model.assert_unchanged()  # the augmented images went through the backbone
     knn_rec = summary.accuracy(summary.topk_correct(votes, test.labels, 1), "knn_top1")
     knn5 = summary.accuracy(summary.topk_correct(votes, test.labels, 5), "knn_top5")
     lin = summary.accuracy(summary.topk_correct(scores, test.labels, 1), "linear_top1")

@@ -80,10 +80,6 @@ def _topk(
     return torch.cat(values), torch.cat(indices)
 
 
-def _cosine(q: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return q @ b.T  # (m, c), rows already unit-norm
-
-
 def _neg_sq_distance(q: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 2 * q @ b.T - (q * q).sum(1, keepdim=True) - (b * b).sum(1)  # (m, c) = −‖q − b‖²
 

@@ -64,19 +64,6 @@ def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Te
     return torch.lerp(other.expand_as(x), x, ratio.expand_as(x)).clamp_(0.0, 1.0)
 
 
-def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    return (x * per_image(factor)).clamp_(0.0, 1.0)
-
-
-def adjust_contrast(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    mean = grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
-    return blend(x, mean, per_image(factor))
-
-
-def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    return blend(x, grayscale(x), per_image(factor))
-
-
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``).
 
