@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 from linear_eval.inputs import corruptions, eval_datasets, foreign
 from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.data import datasets, imagefiles, loaders
+from pretrain.data import datasets, imagefiles, loaders, views
 from pretrain.engine import build, checkpoint
 from pretrain.model.encoders import Encoder
 
@@ -356,19 +356,9 @@ class FeatureStore:
         (RandomResizedCrop with the run's crop scale, horizontal flip with the run's
         probability), shuffled by a seeded generator: for the linear probe on images."""
         d = self.model.cfg.data
-        aug = loaders.train_transform(
-            image_size=d.image_size,
-            crop_scale=d.crop_scale,
-            jitter_strength=0.0,
-            jitter_prob=0.0,
-            grayscale_prob=0.0,
-            blur_prob=0.0,
-            hflip_prob=d.hflip_prob,
-            affine_degrees=0.0,
-            affine_translate=0.0,
-            mean=d.mean,
-            std=d.std,
-        )
+        spec = views.ViewSpec(image_size=d.image_size, crop_scale=d.crop_scale,
+                              hflip_prob=d.hflip_prob)  # fmt: skip
+        aug = loaders.train_transform(spec, d.mean, d.std)
         return DataLoader(
             loaders.Transformed(self.dataset(d.name, "train"), aug),
             batch_size,

@@ -36,15 +36,12 @@ from pretrain.data.augment_params import (
     SIGMA,
     SOLARIZE,
     THETA,
+    ViewSpec,
+    blur_kernel_size,
 )
 
 # color_jitter reads the three blend factors as one slice of columns
 assert (CONTRAST, SATURATION) == (BRIGHTNESS + 1, BRIGHTNESS + 2)
-
-
-def blur_kernel_size(image_size: int) -> int:
-    """About 10 % of the side, odd, at least 3 (SimCLR; the reference path's rule)."""
-    return max(3, int(0.1 * image_size) // 2 * 2 + 1)
 
 
 def per_image(v: torch.Tensor) -> torch.Tensor:
@@ -303,6 +300,25 @@ class Photometric(nn.Module):
         self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
         self.compiled = compiled
         self.one_pass = torch.compile(self.batch) if compiled else self.batch
+
+    @classmethod
+    def for_views(
+        cls, spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, ...], compiled: bool = False
+    ) -> Photometric:
+        """Stage 2 of the views ``spec`` describes: the ops after the crop, those whose
+        probability or strength is 0 left out."""
+        return cls(
+            jitter=spec.jitter_strength > 0 and spec.jitter_prob > 0,
+            grayscale=spec.grayscale_prob > 0,
+            blur=spec.blur_prob > 0,
+            hflip=spec.hflip_prob > 0,
+            solarize=spec.solarize_prob > 0,
+            affine=spec.affine,
+            blur_kernel=blur_kernel_size(spec.image_size),
+            mean=tuple(mean),
+            std=tuple(std),
+            compiled=compiled,
+        )
 
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         chunk = cpu_chunk(x.shape[-2], x.shape[-1])

@@ -1,4 +1,7 @@
-"""Thin adapters from the config to the objects of a run (the only place that reads the config)."""
+"""Thin adapters from the config to the objects of a run: the model, the data, the strategy, the
+loss and the optimizer are built here from plain values and never see the config. Besides this
+module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``train.*`` and
+``eval.*``), ``Loss.config_kwargs`` (a loss's keys) and ``cuda_graphs.refusal`` read it."""
 
 from __future__ import annotations
 
@@ -37,23 +40,8 @@ def eval_transform(d: DataConfig) -> Any:
     return loaders.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
 
 
-def train_transform(d: DataConfig) -> Any:
-    return loaders.train_transform(
-        image_size=d.image_size,
-        crop_scale=d.crop_scale,
-        jitter_strength=d.jitter_strength,
-        jitter_prob=d.jitter_prob,
-        grayscale_prob=d.grayscale_prob,
-        blur_prob=d.blur_prob,
-        hflip_prob=d.hflip_prob,
-        affine_degrees=d.affine_degrees,
-        affine_translate=d.affine_translate,
-        mean=d.mean,
-        std=d.std,
-    )
-
-
 def view_spec(d: DataConfig) -> views.ViewSpec:
+    """The augmentation keys of ``data.*`` as the one record every pipeline takes whole."""
     return views.ViewSpec(
         image_size=d.image_size,
         crop_scale=d.crop_scale,
@@ -67,19 +55,14 @@ def view_spec(d: DataConfig) -> views.ViewSpec:
     )
 
 
+def train_transform(d: DataConfig) -> Any:
+    """``augment_on: workers``: the whole augmentation per sample (torchvision, the reference)."""
+    return loaders.train_transform(view_spec(d), d.mean, d.std)
+
+
 def photometric(d: DataConfig) -> augment.Photometric:
     """Stage 2 of ``augment_on: device``: the ops of :func:`train_transform` after the crop."""
-    return augment.Photometric(
-        jitter=d.jitter_strength > 0 and d.jitter_prob > 0,
-        grayscale=d.grayscale_prob > 0,
-        blur=d.blur_prob > 0,
-        hflip=d.hflip_prob > 0,
-        affine=d.affine_degrees > 0 or d.affine_translate > 0,
-        blur_kernel=augment.blur_kernel_size(d.image_size),
-        mean=tuple(d.mean),
-        std=tuple(d.std),
-        compiled=d.augment_compile,
-    )
+    return augment.Photometric.for_views(view_spec(d), d.mean, d.std, d.augment_compile)
 
 
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
