@@ -361,7 +361,7 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
                  *RESIDENT]  # fmt: skip
     cfg = config.load("digits_moco.yaml", overrides)
     run = loop.setup(cfg)
-    assert run.data.resident == "device" and isinstance(run.data.train_loader,
+    assert run.data.pipeline == "resident" and isinstance(run.data.train_loader,
                                                         resident.ResidentViews)  # fmt: skip
     assert isinstance(run.data.test_loader, resident.EvalBatches)
     run.data.sampler.set_epoch(0)
@@ -390,7 +390,7 @@ def test_knn_monitor_batches_equal_the_loaders(tmp_path):
     cfg = config.load("digits_moco.yaml", ["data.resident=device", f"out_dir={tmp_path}"])
     held = build.datasets_for(cfg, "cpu")
     ref = build.datasets_for(config.load("digits_moco.yaml", [f"out_dir={tmp_path}"]), "cpu")
-    assert held.resident == "device" and ref.resident == "off"
+    assert held.pipeline == "resident" and ref.pipeline == "loader"
     for a, b in ((held.test_loader, ref.test_loader), (held.bank_loader, ref.bank_loader)):
         xa, ya = zip(*a)
         xb, yb = zip(*b)
