@@ -5,6 +5,7 @@ module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``tra
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from typing import Any
@@ -325,27 +326,41 @@ def resident_data(
     workers: int,
 ) -> Data:  # fmt: skip
     """``resident``: the training, bank and held-out splits on ``device`` as uint8 and the
-    batches made there (pretrain/data/resident.py); :class:`resident.NotResidentError` when a
-    split cannot be held (e.g. images of different sizes)."""
+    batches made there (pretrain/data/resident.py); :class:`resident.NotResidentError` when the
+    training split cannot be held (e.g. images of different sizes). A bank or held-out split that
+    cannot is read through the loader's eval transform."""
     d = cfg.data
-    held = [s.train] + [b for b in (s.bank, s.test) if b is not s.train]
-    arrays = {id(b): resident.load(b, resident.cache_dir(cfg.out_dir), workers) for b in held}
-    on = {k: (x.to(device), y.to(device)) for k, (x, y) in arrays.items()}
+    folder = resident.cache_dir(cfg.out_dir)
+    arrays = {id(s.train): resident.load(s.train, folder, workers)}
+    for b in (s.bank, s.test):  # held-out images of several sizes: the loader's eval transform
+        if id(b) not in arrays:
+            with contextlib.suppress(resident.NotResidentError):
+                arrays[id(b)] = resident.load(b, folder, workers)
+    on = {k: (x.to(device), y.to(device)) for k, (x, y, _) in arrays.items()}
+    count = {k: None if s.skipped is None else resident.Skipped(h.skips, s.skipped)
+             for k, h in arrays.items()}  # fmt: skip
     train = resident.ResidentViews(*on[id(s.train)], view_spec(d), cfg.seed, sampler,
-                                   d.support_views)  # fmt: skip
-    kw = dict(batch=cfg.eval.batch_size, size=d.image_size, resize=d.eval_resize,
-              mean=tuple(d.mean), std=tuple(d.std))  # fmt: skip
+                                   d.support_views, count[id(s.train)])  # fmt: skip
     if dist.is_main():
         mb = sum(x.numel() for x, _ in on.values()) / 2**20
         print(f"data.resident=device: {mb:.0f} MiB of uint8 images on {device}, batches and "
               "augmentation there (no loader workers)", flush=True)  # fmt: skip
+
+    def eval_batches(ds: Dataset) -> resident.EvalBatches | DataLoader:
+        if id(ds) in on:
+            return resident.EvalBatches(*on[id(ds)], batch=cfg.eval.batch_size,
+                                        size=d.image_size, resize=d.eval_resize,
+                                        mean=tuple(d.mean), std=tuple(d.std),
+                                        skipped=count[id(ds)])  # fmt: skip
+        return eval_loader(loaders.Transformed(ds, eval_transform(d)), cfg.eval.batch_size, workers)
+
     return Data(
         pipeline="resident",
         train=train,
         sampler=sampler,
         train_loader=train,
-        bank_loader=resident.EvalBatches(*on[id(s.bank)], **kw),
-        test_loader=resident.EvalBatches(*on[id(s.test)], **kw),
+        bank_loader=eval_batches(s.bank),
+        test_loader=eval_batches(s.test),
         num_classes=datasets.num_classes(s.bank),
         in_classes=list(d.in_classes),
         num_workers=workers,
