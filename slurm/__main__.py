@@ -48,9 +48,10 @@ def resources(a: argparse.Namespace) -> Resources:
 def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -> list[tuple]:
     """One (config, overrides) per task, each with its own absolute ``out_dir``.
 
-    The job's working directory may differ from ours, so every ``out_dir`` is made absolute. In a
-    sweep, a task whose own overrides do not name ``out_dir`` runs in ``<out_dir>/sweep_<i>``;
-    two tasks that would still share a directory (and so one lock, one checkpoint) are refused.
+    The job's working directory may differ from ours, so every ``out_dir`` and a relative
+    ``data.root`` are made absolute (resolved here, on the login node). In a sweep, a task whose
+    own overrides do not name ``out_dir`` runs in ``<out_dir>/sweep_<i>``; two tasks that would
+    still share a directory (and so one lock, one checkpoint) are refused.
     """
     from pretrain import config
 
@@ -62,6 +63,8 @@ def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -
         if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
             run_dir = run_dir / f"sweep_{i}"
         extra = [*extra, f"out_dir={run_dir}"]
+        if not Path(cfg.data.root).is_absolute():
+            extra.append(f"data.root={Path(cfg.data.root).resolve()}")
         out.append((config.load(cfg_path, [*overrides, *extra]), [*overrides, *extra]))
     dirs = [str(Path(c.out_dir)) for c, _ in out]
     for i, d in enumerate(dirs):

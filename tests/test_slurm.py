@@ -210,3 +210,17 @@ def test_preempted_job_requeues_and_ends_like_an_uninterrupted_run(cluster, tmp_
     for part in ("model", "queue"):
         for key, value in a[part].items():
             assert (value.double() - b[part][key].double()).abs().max() <= 1e-6, (part, key)
+
+
+def test_relative_out_dir_and_data_root_are_made_absolute_on_the_login_node(tmp_path, monkeypatch):
+    from slurm.__main__ import task_configs
+
+    monkeypatch.chdir(tmp_path)
+    cfg_name = "imagenet100_mioc.yaml"
+    [(cfg, overrides)] = task_configs(cfg_name, ["data.root=imagenet100", "out_dir=/abs/run"], [])
+    assert cfg.data.root == str(tmp_path.resolve() / "imagenet100")
+    assert f"data.root={tmp_path.resolve() / 'imagenet100'}" in overrides
+    assert cfg.out_dir == "/abs/run"
+    [(cfg, overrides)] = task_configs(cfg_name, ["data.root=/data/in100", "out_dir=runs/x"], [])
+    assert cfg.data.root == "/data/in100"
+    assert cfg.out_dir == str(tmp_path.resolve() / "runs" / "x")

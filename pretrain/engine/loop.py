@@ -33,7 +33,7 @@ from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
 from pretrain.engine.step import train_step
-from pretrain.runtime import dist
+from pretrain.runtime import dist, provenance
 from pretrain.runtime.progress import Progress
 
 
@@ -52,9 +52,11 @@ def run_training(cfg: Config) -> int:
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
+    run.provenance = provenance.start(run.run_dir, run.device)
     try:
         return train(run)
     finally:
+        provenance.finish(run.provenance, run.state.global_step)
         run.close()
 
 

@@ -64,6 +64,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
+        **({"provenance": run.provenance.snapshot()} if run.provenance is not None else {}),
     }
 
 

@@ -14,7 +14,7 @@ from pretrain.config import Config, Derived
 from pretrain.engine import build, cuda_graphs, runlock
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.losses import Loss
-from pretrain.runtime import precision
+from pretrain.runtime import precision, provenance
 from pretrain.runtime.metrics_log import MetricsLog
 
 
@@ -52,6 +52,7 @@ class Run:
     probe: OnlineProbe | None = None  # eval.online_probe
     graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
     lock: runlock.RunLock | None = None  # out_dir's lock, held by rank 0
+    provenance: provenance.Provenance | None = None  # RUN/provenance.json, also in checkpoints
 
     def close(self) -> None:
         """End the loader workers, close the log and release the run folder: on every exit, so
