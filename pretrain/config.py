@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from pretrain import config_files, config_rules
+from pretrain.config_types import coerce
 from pretrain.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -206,32 +207,10 @@ def registered_choices() -> dict[str, list[str]]:
     }
 
 
-def resolve_path(name: str) -> Path:
-    """A bare name is looked up among the shipped configs; anything else is a path."""
-    path = Path(name)
-    if path.is_dir():
-        raise ConfigError(
-            f"config file {name!r} is a directory; give a YAML file (a path, or the name of a "
-            "shipped config)"
-        )
-    if path.exists():
-        return path
-    shipped = CONFIG_DIR / path.name
-    if path.parent == Path(".") and shipped.exists():
-        return shipped
-    known = sorted(p.name for p in CONFIG_DIR.glob("*.yaml"))
-    hint = difflib.get_close_matches(path.name, known, n=1)
-    raise ConfigError(
-        f"config file {name!r} not found (neither a path nor a shipped config)"
-        + (f"; did you mean {hint[0]!r}?" if hint else "")
-        + f" Shipped configs: {', '.join(known)}"
-    )
-
-
 def load(name: str, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file's overrides, then ``dotted.key=value`` overrides."""
-    path = resolve_path(name)
-    raw = parse_yaml(read_text(path), str(path)) or {}
+    path = config_files.resolve_path(name, CONFIG_DIR)
+    raw = config_files.parse_yaml(config_files.read_text(path), str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}"
@@ -250,62 +229,17 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
             ) from None
         nested: dict[str, Any] = {}
         node = nested
-        *parents, leaf = key.strip().split(".")
+        dotted = key.strip()
+        *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = parse_yaml(value, "command line", f"{key.strip()}.") if value.strip() else ""
+        text = value.strip()
+        node[leaf] = config_files.parse_yaml(value, "command line", f"{dotted}.") if text else ""
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
     validate(cfg)
     return cfg
-
-
-def read_text(path: Path) -> str:
-    """A config file's text; unreadable or not UTF-8: a :class:`ConfigError`."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save the file "
-            "as UTF-8"
-        ) from None
-
-
-def parse_yaml(text: str, source: str, prefix: str = "") -> Any:
-    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps
-    the last), naming the dotted key and both lines."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None:
-            _refuse_duplicates(node, source, prefix)
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
-
-
-def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
-    if isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicates(item, source, prefix)
-    if not isinstance(node, yaml.MappingNode):
-        return
-    seen: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        key = str(key_node.value)
-        line = key_node.start_mark.line + 1
-        if key in seen and key != "<<":
-            raise ConfigError(
-                f"config key {prefix + key!r} is given more than once in {source} (lines "
-                f"{seen[key]} and {line}); YAML would silently keep the last: keep one"
-            )
-        seen[key] = line
-        _refuse_duplicates(value_node, source, f"{prefix}{key}.")
 
 
 def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
@@ -333,86 +267,15 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
         elif isinstance(current, dict) and isinstance(value, dict):
             # dict fields (negatives.kwargs) merge key by key: an override of one keyword keeps
             # the file's others
-            changes[key] = {**current, **coerce(value, hints[key], dotted, source)}
+            changes[key] = {**current, **coerce(value, hints[key], dotted, source, CHOICES)}
         else:
-            changes[key] = coerce(value, hints[key], dotted, source)
+            changes[key] = coerce(value, hints[key], dotted, source, CHOICES)
     return dataclasses.replace(base, **changes)
 
 
-def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
-    """Check ``value`` against a field's type; ints widen to floats, lists become tuples."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-
-    def fail() -> ConfigError:
-        return ConfigError(
-            f"config key {key!r} in {source} expects {_type_name(hint)}, "
-            f"got {value!r} ({type(value).__name__})"
-        )
-
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return coerce(value, inner[0], key, source)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise fail()
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise fail()
-        return value
-    if hint is float:
-        # YAML 1.1 reads "1e-4" (no dot) as a string; accept numeric strings for float keys.
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise fail() from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise fail()
-        if not math.isfinite(value):  # YAML reads .inf/.nan (and inf/nan from strings above)
-            raise ConfigError(
-                f"config key {key!r} in {source} must be a finite number, got {value!r}"
-            )
-        return float(value)
-    if hint is str:
-        if isinstance(value, bool):
-            # YAML 1.1 reads unquoted off/on/no/yes as booleans: `train.amp=off` or `amp: off`
-            # means the choice "off" where the key has one.
-            word = "on" if value else "off"
-            if word in CHOICES.get(key, ()):
-                return word
-            raise ConfigError(
-                f"{fail()}; YAML reads unquoted off/on/no/yes/true/false as booleans: quote the "
-                f"value (on the command line: {key}='\"...\"')"
-            )
-        if not isinstance(value, str):
-            raise fail()
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise fail()
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise fail()
-            return tuple(coerce(v, a, key, source) for v, a in zip(value, args))
-        return [coerce(v, args[0], key, source) for v in value]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise fail()
-        return dict(value)
-    if hint is Any:
-        return value
-    raise TypeError(f"unsupported field type {hint} for {key}")
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
-
 def validate(cfg: Config) -> None:
-    """Value checks that the types alone cannot express."""
+    """Value checks that the types alone cannot express: the choices, the registries' keyword
+    arguments, then the rules of :mod:`pretrain.config_rules`."""
     for key, allowed in {**CHOICES, **registered_choices()}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -425,10 +288,6 @@ def validate(cfg: Config) -> None:
     from negatives.registry import strategies
     from pretrain.losses import registry as losses_registry
 
-    loss_cls = losses_registry.get(cfg.loss.name)
-    strategy_cls = strategies.get(cfg.negatives.name)
-    batch_losses = [n for n in losses_registry.names() if losses_registry.get(n).batch_layout]
-    queue_optional = [n for n in losses_registry.names() if losses_registry.get(n).can_drop_queue]
     try:
         losses_registry.check_kwargs(cfg.loss.name, dict(cfg.loss.kwargs))
     except ValueError as e:
@@ -437,172 +296,11 @@ def validate(cfg: Config) -> None:
         strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
-    checks = [
-        ("moco.queue_size", cfg.moco.queue_size > 0, "must be positive"),
-        ("moco.momentum", 0.0 <= cfg.moco.momentum <= 1.0, "must lie in [0, 1]"),
-        ("moco.temperature", cfg.moco.temperature > 1e-3, "must be above 1e-3"),
-        ("train.epochs", cfg.train.epochs > 0, "must be positive"),
-        ("train.batch_size", cfg.train.batch_size > 1, "must be at least 2"),
-        ("train.base_lr", cfg.train.base_lr > 0, "must be positive"),
-        (
-            "train.warmup_epochs",
-            0 <= cfg.train.warmup_epochs < cfg.train.epochs,
-            "must lie in [0, train.epochs)",
-        ),
-        ("train.log_every", cfg.train.log_every > 0, "must be positive"),
-        (
-            "train.lr_first_epoch",
-            cfg.train.lr_first_epoch in (0, 1)
-            and (cfg.train.lr_first_epoch == 0 or cfg.train.warmup_epochs == 0),
-            "must be 0 or 1 (1 only without train.warmup_epochs)",
-        ),
-        ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
-        ("train.dist_timeout_min", cfg.train.dist_timeout_min > 0, "must be positive"),
-        ("train.threads", cfg.train.threads >= 0, "must be >= 0 (0 = automatic)"),
-        ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
-        (
-            "model.bn_splits",
-            cfg.train.batch_size % cfg.model.bn_splits == 0,
-            f"must divide train.batch_size ({cfg.train.batch_size})",
-        ),
-        (
-            "data.crop_scale",
-            0 < cfg.data.crop_scale[0] <= cfg.data.crop_scale[1] <= 1,
-            "must be (low, high) with 0 < low <= high <= 1",
-        ),
-        ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
-        ("eval.batch_size", cfg.eval.batch_size > 0, "must be positive"),
-        ("data.image_size", cfg.data.image_size > 0, "must be positive"),
-        ("data.eval_resize", cfg.data.eval_resize > 0, "must be positive"),
-        (
-            "data.std",
-            all(s > 0 for s in cfg.data.std),
-            "must be positive (images are divided by it)",
-        ),
-        ("model.width", cfg.model.width > 0, "must be positive"),
-        ("model.dim", cfg.model.dim > 0, "must be positive"),
-        (
-            "data.support_views",
-            cfg.data.support_views == 0
-            or (cfg.data.support_views > 0 and cfg.data.augment_on == "device"),
-            "must be 0, or positive with data.augment_on=device (the support crops are batched "
-            "in stage 2 like the two views)",
-        ),
-        (
-            "data.support_views",
-            cfg.data.support_views > 0 or not loss_cls.needs_support,
-            f"must be positive for loss.name={cfg.loss.name!r} (its false negatives are found "
-            "through the support views; the official count is 8)",
-        ),
-        (
-            "data.augment_compile",
-            not cfg.data.augment_compile or cfg.data.augment_on == "device",
-            "compiles stage 2, which only data.augment_on=device has; set it false for workers",
-        ),
-        ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
-        ("data.num_workers", cfg.data.num_workers >= -1, "must be -1 (automatic), 0 or positive"),
-        (
-            "data.decode_on",
-            cfg.data.decode_on != "device"
-            or (
-                cfg.data.augment_on == "device"
-                and cfg.data.name in ("imagefolder", "imagenet100")
-                and cfg.data.affine_degrees == 0
-                and cfg.data.affine_translate == 0
-            ),
-            "needs image files (data.name imagefolder or imagenet100), "
-            "data.augment_on=device and no RandomAffine (data.affine_degrees = "
-            "data.affine_translate = 0); use auto or cpu",
-        ),
-        (
-            "data.resident",
-            cfg.data.resident != "device"
-            or (cfg.data.augment_on == "device" and cfg.data.decode_on != "device"),
-            "needs data.augment_on=device (the two-stage augmentation) and data.decode_on auto "
-            "or cpu; use auto or off",
-        ),
-        (
-            "data.subset",
-            cfg.data.subset == 0
-            or 0 < cfg.data.subset < 1
-            or (cfg.data.subset >= 1 and cfg.data.subset == int(cfg.data.subset)),
-            "must be 0 (all), a fraction in (0, 1) or a whole number of images per class",
-        ),
-        ("model.kappa_hidden", cfg.model.kappa_hidden >= 0, "must be 0 (no head) or positive"),
-        (
-            "data.in_classes",
-            all(c >= 0 for c in cfg.data.in_classes)
-            and len(set(cfg.data.in_classes)) == len(cfg.data.in_classes),
-            "must be distinct non-negative class indices",
-        ),
-        ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
-        (
-            "loss.symmetric",
-            not cfg.loss.symmetric or loss_cls.batch_layout,
-            f"needs a batch loss ({', '.join(batch_losses)}); {cfg.loss.name} has its own layout",
-        ),
-        (
-            "loss.contrast_queue",
-            cfg.loss.contrast_queue or loss_cls.can_drop_queue,
-            f"can be turned off for {', '.join(queue_optional)} only",
-        ),
-        (
-            "loss.contrast_queue",
-            not (strategy_cls.replaces_queue and cfg.loss.contrast_queue),
-            f"must be false with negatives {cfg.negatives.name!r}: its negatives replace the "
-            f"queue (use loss.name nt_xent, or another of {', '.join(queue_optional)}, with "
-            "loss.contrast_queue=false)",
-        ),
-        (
-            "loss.symmetric",
-            not cfg.loss.symmetric or strategy_cls.symmetric_ok,
-            f"cannot be combined with negatives {cfg.negatives.name!r}: its per-query negatives "
-            "belong to the first view's queries only",
-        ),
-        (
-            "data.train_split",
-            not loss_cls.needs_labels
-            or (cfg.data.train_split == "train" and cfg.data.name != "stl10"),
-            f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images; loss "
-            f"{cfg.loss.name!r} needs a label for every training image",
-        ),
-        (
-            "loss.supcon_reference_scale",
-            not cfg.loss.supcon_reference_scale or cfg.loss.name == "supcon",
-            "applies to loss.name 'supcon' only",
-        ),
-        (
-            "loss.kappa_lambda_align",
-            cfg.model.kappa_hidden > 0
-            or (cfg.loss.kappa_lambda_align, cfg.loss.kappa_lambda_reg)
-            == (LossConfig.kappa_lambda_align, LossConfig.kappa_lambda_reg),  # the defaults
-            "is set but the model has no kappa head (set model.kappa_hidden, e.g. 512)",
-        ),
-        ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
-        ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
-        ("eval.online_probe_lr", cfg.eval.online_probe_lr > 0, "must be positive"),
-        (
-            "eval.online_probe",
-            not (cfg.eval.online_probe and cfg.train.compile),
-            "cannot be combined with train.compile (the probe reads the backbone through a hook)",
-        ),
-        (
-            "model.sync_bn",
-            not (cfg.model.sync_bn and cfg.model.bn_splits > 1),
-            "and model.bn_splits > 1 exclude each other (split BN emulates per-GPU BN)",
-        ),
-        (
-            "model.bn_splits",
-            cfg.train.batch_size // cfg.model.bn_splits >= 2,
-            "leaves fewer than 2 images per BatchNorm split",
-        ),
-    ]
-    for key, ok, why in checks:
-        if not ok:
-            section, name = key.split(".")
-            raise ConfigError(
-                f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}"
-            )
+    facts = config_rules.facts(cfg.loss.name, cfg.negatives.name, Config())
+    for rule in config_rules.RULES:  # in order: the first that fails is the error
+        error = rule.error(cfg, facts)
+        if error:
+            raise ConfigError(error)
 
 
 @dataclass(frozen=True, kw_only=True)

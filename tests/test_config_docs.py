@@ -264,7 +264,7 @@ def test_the_stated_rules_decide_as_validate_does(overrides):
     when all hold, else validate names the key of the first rule that fails."""
     cfg = config.merge(config.Config(), overrides, source="test")
     scope = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-    scope["LossConfig"] = config.LossConfig
+    scope["default"] = config.Config()
     failing = [key for key, cond in _rules(PAGE.read_text()) if not eval(cond, {}, scope)]
     if not failing:
         config.validate(cfg)
