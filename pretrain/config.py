@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from pretrain import config_files, config_rules
-from pretrain.config_types import coerce
+from pretrain.config_types import coerce, typed_kwargs
 from pretrain.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -143,23 +143,17 @@ class EvalConfig:
 
 @dataclass
 class LossConfig:
-    """The loss (``pretrain.losses.modules``); MoCo's ``moco.temperature`` is its T."""
+    """The loss (``pretrain.losses``); MoCo's ``moco.temperature`` is its T."""
 
     name: str = "infonce"  # a registered loss (pretrain.losses.list_losses()); the
     # configuration reference lists each one's settings
-    supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
     symmetric: bool = False  # both views through the query encoder, anchors [q1; q2] against
     # each other: the papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms)
     contrast_queue: bool = True  # False: the batch alone is the contrast set (no queue); with
     # symmetric it is the papers' equation exactly, without it FIRM's authors' N x N training loss
-    cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
-    cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
-    cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
     kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (its
-    # constructor's keyword arguments), checked against its signature
-    cider_dis_scale: bool = False  # x T/0.1 on L_dis as the official DisLoss does (T != 0.1 only)
-    kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
-    kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
+    # constructor's keyword arguments, checked against its signature and typed by its
+    # annotations), plus kappa_lambda_align / kappa_lambda_reg with a kappa head
 
 
 @dataclass
@@ -238,6 +232,7 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
+    cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
 
@@ -249,6 +244,8 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
+        if dotted in config_files.MOVED:
+            raise ConfigError(config_files.moved_message(dotted, value, source))
         if key not in names:
             valid = [f"{prefix}{n}" for n in names]
             close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
@@ -288,15 +285,12 @@ def validate(cfg: Config) -> None:
     from negatives.registry import strategies
     from pretrain.losses import registry as losses_registry
 
-    try:
-        losses_registry.check_kwargs(cfg.loss.name, dict(cfg.loss.kwargs))
-    except ValueError as e:
-        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
+    config_rules.check_loss_kwargs(cfg, losses_registry.get(cfg.loss.name))
     try:
         strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
-    facts = config_rules.facts(cfg.loss.name, cfg.negatives.name, Config())
+    facts = config_rules.facts(cfg.loss.name, cfg.negatives.name)
     for rule in config_rules.RULES:  # in order: the first that fails is the error
         error = rule.error(cfg, facts)
         if error:
@@ -352,8 +346,9 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def from_dict(raw: dict[str, Any], source: str = "checkpoint") -> Config:
-    """Inverse of :func:`to_dict`, with the same strict checks."""
-    cfg = merge(Config(), raw, source=source)
+    """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
+    are migrated (:func:`pretrain.config_files.migrate`)."""
+    cfg = typed_kwargs(merge(Config(), config_files.migrate(raw, source), source=source))
     validate(cfg)
     return cfg
 

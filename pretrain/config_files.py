@@ -1,9 +1,11 @@
-"""Reading a config file: the path of a name (a shipped config or a file), its text (UTF-8), and
-YAML that refuses a key given twice. Errors are :class:`~pretrain.errors.ConfigError` (exit 2)."""
+"""Reading a config file: the path of a name (a shipped config or a file), its text (UTF-8), YAML
+that refuses a key given twice, and an older config's moved keys (:data:`MOVED`). Errors are
+:class:`~pretrain.errors.ConfigError` (exit 2)."""
 
 from __future__ import annotations
 
 import difflib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +81,45 @@ def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
             )
         seen[key] = line
         _refuse_duplicates(value_node, source, f"{prefix}{key}.")
+
+
+# Keys that moved into loss.kwargs (issue 39): old spelling -> (new key, the old default, which an
+# old checkpoint's config carries for every loss and which is dropped there without a word).
+MOVED = {
+    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False),
+    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0),
+    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95),
+    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False),
+    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False),
+    "loss.kappa_lambda_align": ("loss.kwargs.kappa_lambda_align", 0.05),
+    "loss.kappa_lambda_reg": ("loss.kwargs.kappa_lambda_reg", 0.005),
+}
+
+
+def moved_message(key: str, value: Any, source: str) -> str:
+    new = MOVED[key][0]
+    return (
+        f"config key {key!r} in {source} has moved: write {new}={value!r} (in YAML: loss: "
+        f"{{kwargs: {{{new.rsplit('.', 1)[1]}: {value!r}}}}}); a loss's own settings are "
+        "under loss.kwargs, checked against its constructor"
+    )
+
+
+def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
+    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning."""
+    loss = raw.get("loss")
+    if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
+        return raw
+    loss, notes = dict(loss), []
+    kwargs = dict(loss.get("kwargs") or {})
+    for key in [k for k in loss if f"loss.{k}" in MOVED]:
+        value = loss.pop(key)
+        new, default = MOVED[f"loss.{key}"]
+        if value != default:
+            kwargs[new.rsplit(".", 1)[1]] = value
+            notes.append(f"loss.{key} -> {new}")
+    loss["kwargs"] = kwargs
+    if notes:
+        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
+    return {**raw, "loss": loss}

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pretrain.errors import ConfigError
+
 
 @dataclass(frozen=True, kw_only=True)
 class Facts:
@@ -27,13 +29,12 @@ class Facts:
     loss: Any  # the loss class of loss.name
     strategy: Any  # the strategy class of negatives.name
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)  # {"batch_losses": (...)}
-    default: Any = None  # the default Config (a rule may compare with a key's default)
 
 
-def facts(loss_name: str, strategy_name: str, default: Any = None) -> Facts:
+def facts(loss_name: str, strategy_name: str) -> Facts:
     """The :class:`Facts` of a config's loss and strategy (from the registries)."""
     return Facts(loss=_losses().get(loss_name), strategy=_strategies().get(strategy_name),
-                 names=registry_names(), default=default)  # fmt: skip
+                 names=registry_names())  # fmt: skip
 
 
 def registry_names() -> dict[str, tuple[str, ...]]:
@@ -63,6 +64,33 @@ def _strategies() -> Any:
     from negatives.registry import strategies
 
     return strategies
+
+
+def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
+    """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
+    other keys, ``Loss.from_config``), plus the kappa head's two weights with a kappa head."""
+    from pretrain.losses import KAPPA_KWARGS
+    from pretrain.losses import registry as losses_registry
+
+    own = dict(cfg.loss.kwargs)
+    for key in own:
+        if key in loss_cls.from_config:
+            raise ConfigError(
+                f"config key 'loss.kwargs.{key}': loss {cfg.loss.name!r} takes {key} from "
+                f"{loss_cls.from_config[key]}, not from loss.kwargs; set that instead"
+            )
+    for key in KAPPA_KWARGS:
+        if key in own:
+            if cfg.model.kappa_hidden <= 0:
+                raise ConfigError(
+                    f"config key 'loss.kwargs.{key}' is set but the model has no kappa head "
+                    "(set model.kappa_hidden, e.g. 512)"
+                )
+            own.pop(key)
+    try:
+        losses_registry.check_kwargs(cfg.loss.name, own)
+    except ValueError as e:
+        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
 
 
 Predicate = Callable[[Any, Facts], bool]
@@ -99,7 +127,7 @@ class Rule:
         if self.holds is not None:
             ok = self.holds(cfg, facts)
         else:
-            scope = {f: getattr(cfg, f) for f in SECTIONS} | {"default": facts.default}
+            scope = {f: getattr(cfg, f) for f in SECTIONS}
             ok = eval(self.condition(facts.names), {"__builtins__": {}}, scope)  # noqa: S307
         if ok:
             return None
@@ -223,7 +251,6 @@ RULES: tuple[Rule, ...] = (
          holds=lambda c, f: all(x >= 0 for x in c.data.in_classes)
          and len(set(c.data.in_classes)) == len(c.data.in_classes),
          why="must be distinct non-negative class indices"),
-    bound("loss.cider_alpha", 0, 1, high_open=True),
     Rule(key="loss.symmetric", when="not loss.symmetric or loss.name in {batch_losses}",
          why="needs a batch loss ({batch_losses}); {loss.name} has its own layout"),
     Rule(key="loss.contrast_queue", when="loss.contrast_queue or loss.name in {queue_optional}",
@@ -242,14 +269,6 @@ RULES: tuple[Rule, ...] = (
          "'stl10')",
          why="{data.train_split!r} of {data.name!r} holds unlabelled images; loss "
          "{loss.name!r} needs a label for every training image"),
-    Rule(key="loss.supcon_reference_scale",
-         when="not loss.supcon_reference_scale or loss.name == 'supcon'",
-         why="applies to loss.name 'supcon' only"),
-    Rule(key="loss.kappa_lambda_align",
-         when="model.kappa_hidden > 0 or (loss.kappa_lambda_align, loss.kappa_lambda_reg) == "
-         "(default.loss.kappa_lambda_align, default.loss.kappa_lambda_reg)",
-         why="is set but the model has no kappa head (set model.kappa_hidden, e.g. 512)"),
-    bound("loss.cider_lambda_c", 0),
     bound("eval.knn_every", 0, note="0 = never"),
     bound("eval.online_probe_lr", 0, low_open=True),
     Rule(key="eval.online_probe", when="not (eval.online_probe and train.compile)",

@@ -4,6 +4,8 @@ reads as a float, lists become tuples where the field is one; anything else is a
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
 import math
 import types
 import typing
@@ -85,3 +87,44 @@ def coerce(
 
 def _type_name(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def typed_kwargs(cfg: Any) -> Any:
+    """``negatives.kwargs`` and ``loss.kwargs`` coerced by their constructor's annotations, as the
+    typed keys are (YAML reads ``1e-3`` as a string: ``gamma: 1e-3`` becomes 0.001); a value that
+    does not fit is a :class:`ConfigError`. Unknown names and keys are left to :func:`validate`."""
+    import negatives  # the registries import torch; config stays importable on its own
+    from pretrain import losses
+
+    changes = {}
+    for section, registry in (("negatives", negatives.strategies), ("loss", losses.registry)):
+        sub = getattr(cfg, section)
+        if sub.name not in registry or not sub.kwargs:
+            continue
+        hints = registry.annotations(sub.name)
+        if section == "loss":  # the kappa head's weights sit beside the loss's own
+            kappa = typing.get_type_hints(losses.WithKappa.__init__)
+            hints.update({k: kappa[k] for k in losses.KAPPA_KWARGS})
+        typed = {}
+        for key, value in sub.kwargs.items():
+            hint = _plain_hint(hints.get(key, Any))
+            try:
+                typed[key] = (
+                    value
+                    if value is None
+                    else coerce(value, hint, f"{section}.kwargs.{key}", "the config")
+                )
+            except TypeError:  # a type the config schema does not know: passed as given
+                typed[key] = value
+        changes[section] = dataclasses.replace(sub, kwargs=typed)
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def _plain_hint(hint: Any) -> Any:
+    """``Sequence[x]`` (collections.abc) as ``list[x]``, inside unions too, for :func:`coerce`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_plain_hint(a) for a in args)]  # noqa: UP007
+    if origin is collections.abc.Sequence:
+        return list[args[0]] if args else list
+    return hint

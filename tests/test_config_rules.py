@@ -45,7 +45,7 @@ def test_every_rule_names_real_keys_and_the_defaults_pass():
         for f in dataclasses.fields(getattr(default, s.name))
     }
     names = config_rules.registry_names()
-    facts = config_rules.facts(default.loss.name, default.negatives.name, default)
+    facts = config_rules.facts(default.loss.name, default.negatives.name)
     for rule in config_rules.RULES:
         assert rule.key in keys, rule.key
         assert (rule.holds is None) != (not rule.when), rule.key  # one way to hold
