@@ -63,7 +63,7 @@ def _check_inputs(
         )
     if labels.dtype != torch.long:
         raise ValueError(f"labels must be a long tensor of class indices, got {labels.dtype}")
-    if not 0.0 <= alpha <= 1.0:
+    if not 0.0 <= alpha <= 1.0:  # the function's domain; CIDER (training) refuses 1
         raise ValueError(f"alpha (weight of the old prototype) must lie in [0, 1], got {alpha}")
 
 
@@ -228,7 +228,8 @@ class Cider(Loss):
         classes: list[int] | None = None,
     ) -> None:
         super().__init__(temperature)
-        if not 0.0 <= alpha < 1.0:
+        if not 0.0 <= alpha < 1.0:  # 1 is in the function's domain (constant prototypes, as
+            # the gradient check uses them) but a run whose prototypes never move is a mistake
             raise ValueError(f"alpha must lie in [0, 1) (the old prototype's weight), got {alpha}")
         if not lambda_c >= 0:
             raise ValueError(f"lambda_c must be non-negative, got {lambda_c}")
