@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from negatives.base import OUTLIER_LABEL, NegativeStrategy
+from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
 from negatives.oe_images import OE_HELP, load_oe_images
 from negatives.registry import strategies
 
@@ -247,7 +247,8 @@ class Outliers(NegativeStrategy):
         self.oe_flip_prob, self.seed = oe_flip_prob, seed
         # Not in checkpoints (constants, and data reloaded by bind_data), but follow .to(device).
         self.register_buffer("turns", torch.tensor(self.quarter_turns), persistent=False)
-        self.register_buffer("turn_labels", -1 - self.turns, persistent=False)  # "separate"
+        labels = [rotation_label(t) for t in self.quarter_turns]  # "separate": one per angle
+        self.register_buffer("turn_labels", torch.tensor(labels), persistent=False)
         self.register_buffer("kind_ids", torch.arange(len(kinds)), persistent=False)
         self.register_buffer("oe_images", None, persistent=False)  # uint8 (M, C, S, S)
         self.register_buffer("mean", None, persistent=False)  # (C, 1, 1)
@@ -333,7 +334,7 @@ class Outliers(NegativeStrategy):
             pick = torch.randint(len(self.turns), (m,), device=dev)  # (m,) a turn per slot
             index = self.turn_table(a1.shape[2], a1.shape[3], dev)[pick]  # (m, H * W)
             if self.rotation_labels == "separate":
-                y = self.turn_labels[pick].to(label_dtype)  # rotation_label(r) = -1 - r
+                y = self.turn_labels[pick].to(label_dtype)  # rotation_label(r)
             else:
                 y = torch.full((m,), OUTLIER_LABEL, dtype=label_dtype, device=dev)
             return turn(a1, index), turn(a2, index), y

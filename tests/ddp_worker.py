@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 STEPS = 3
@@ -99,7 +100,7 @@ def main(out: Path, overrides: list[str]) -> None:
             break
         epoch = i / steps
         loop.set_lr(run, epoch)
-        loss = loop.train_step(run, x1, x2, y, epoch, *rows)
+        loss = loop.train_step(run, Batch.make(x1, x2, y, rows), epoch)
         record.append(
             {
                 "index": index.clone(),

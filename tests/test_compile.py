@@ -9,6 +9,7 @@ import torch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop, resume, setup
+from pretrain.engine.step import Batch
 
 TINY = [
     "model.width=8",
@@ -33,7 +34,7 @@ def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], loop.Run]:
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == n:
             break
-        losses.append(loop.train_step(run, x1, x2, y, 0.0, *rows).item())
+        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
     return losses, run
 
 

@@ -25,6 +25,7 @@ from pretrain.data import augment, datasets, imagefiles, loaders, resident, view
 from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.engine import build, loop
+from pretrain.engine.step import Batch
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
@@ -367,11 +368,11 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
     run.data.sampler.set_epoch(0)
     it = iter(run.data.train_loader)
     x1, x2, y, _, params = next(it)
-    loop.train_step(run, x1, x2, y, 0.5, params)
+    loop.train_step(run, Batch.make(x1, x2, y, [params]), 0.5)
     with SyncCounter() as syncs:
         for _ in range(2):
             x1, x2, y, _, params = next(it)
-            loop.train_step(run, x1, x2, y, 0.5, params)
+            loop.train_step(run, Batch.make(x1, x2, y, [params]), 0.5)
     assert syncs.count == 0, syncs.report()
     with _Ops() as ops:
         next(it)

@@ -32,7 +32,7 @@ from pretrain.engine.resume import check_epochs_left, restore, save, write_check
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
-from pretrain.engine.step import train_step
+from pretrain.engine.step import Batch, train_step
 from pretrain.runtime import dist, provenance
 from pretrain.runtime.progress import Progress
 
@@ -104,16 +104,16 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> Stop:
     show = run.cfg.train.progress_bar and dist.is_main()
     bar = Progress(epoch=st.epoch + 1, steps=steps, start=st.step_in_epoch, show=show)
     tic, images, why = time.perf_counter(), 0, Stop.EPOCH_END
-    for x1, x2, y, _, *rows in bar.batches(run.data.train_loader):  # rows: stage-2 parameters
+    for item in bar.batches(run.data.train_loader):
         epoch_f = st.epoch + st.step_in_epoch / steps
         lr = set_lr(run, epoch_f)
-        x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-        loss = (run.graph or train_step)(run, x1, x2, y, epoch_f, *rows)
+        batch = Batch.from_loader(item).to(run.device)  # pinned: a non-blocking upload
+        loss = (run.graph or train_step)(run, batch, epoch_f)
         st.loss_sum += loss.detach()
         st.bad_loss |= ~torch.isfinite(loss.detach())  # checked at log steps: no per-step sync
         st.step_in_epoch += 1
         st.global_step += 1
-        images += x1.shape[0] * dist.world_size()
+        images += batch.y.shape[0] * dist.world_size()
         bar.update()
         if st.global_step % run.cfg.train.log_every == 0:
             log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic, bar)
