@@ -177,9 +177,9 @@ def bound(
     elif low == 0 and low_open:
         why = "must be positive"
     elif low is not None:
-        why = f"must be {'above' if low_open else 'at least'} {low:g}"
+        why = f"must be {'above' if low_open else '>='} {low:g}"
     else:
-        why = f"must be {'below' if high_open else 'at most'} {high:g}"
+        why = f"must be {'below' if high_open else '<='} {high:g}"
     return Rule(key=key, holds=holds, why=why + (f" ({note})" if note else ""))
 
 
@@ -194,6 +194,14 @@ RULES: tuple[Rule, ...] = (
     bound("train.epochs", 0, low_open=True),
     bound("train.batch_size", 2),
     bound("train.base_lr", 0, low_open=True),
+    bound("train.lr_base_batch", 0, low_open=True,
+          note="the lr is base_lr * batch_size / lr_base_batch"),
+    Rule(key="train.lr_milestones",
+         holds=lambda c, f: all(m >= 1 for m in c.train.lr_milestones)
+         and list(c.train.lr_milestones) == sorted(set(c.train.lr_milestones)),
+         why="must be increasing epochs >= 1 (the lr is multiplied by 0.1 from each)"),
+    bound("train.weight_decay", 0),
+    bound("train.sgd_momentum", 0, 1, high_open=True),
     Rule(key="train.warmup_epochs", when="0 <= train.warmup_epochs < train.epochs",
          why="must lie in [0, train.epochs)"),
     bound("train.log_every", 0, low_open=True),
@@ -211,8 +219,15 @@ RULES: tuple[Rule, ...] = (
          holds=lambda c, f: 0 < c.data.crop_scale[0] <= c.data.crop_scale[1] <= 1,
          why="must be (low, high) with 0 < low <= high <= 1"),
     bound("eval.knn_k", 0, low_open=True),
+    bound("eval.knn_temperature", 0, low_open=True,
+          note="the votes are weighted by exp(similarity / T)"),
     bound("eval.batch_size", 0, low_open=True),
     bound("data.image_size", 0, low_open=True),
+    bound("data.hflip_prob", 0, 1),
+    bound("data.grayscale_prob", 0, 1),
+    bound("data.jitter_prob", 0, 1),
+    bound("data.blur_prob", 0, 1),
+    bound("data.jitter_strength", 0, 2, note="ColorJitter's hue, strength / 4, is at most 0.5"),
     bound("data.eval_resize", 0, low_open=True),
     Rule(key="data.std", holds=lambda c, f: all(s > 0 for s in c.data.std),
          why="must be positive (images are divided by it)"),

@@ -23,8 +23,8 @@ def cfg_ns(**values: float) -> SimpleNamespace:
         (bound("x.y", 0, 1), "must lie in [0, 1]", [0, 0.5, 1], [-0.1, 1.1]),
         (bound("x.y", 0, 1, high_open=True), "must lie in [0, 1)", [0, 0.99], [1, -1]),
         (bound("x.y", 0, low_open=True), "must be positive", [1e-9, 3], [0, -1]),
-        (bound("x.y", 2), "must be at least 2", [2, 5], [1]),
-        (bound("x.y", -1, note="-1 = automatic"), "must be at least -1 (-1 = automatic)",
+        (bound("x.y", 2), "must be >= 2", [2, 5], [1]),
+        (bound("x.y", -1, note="-1 = automatic"), "must be >= -1 (-1 = automatic)",
          [-1, 0], [-2]),
     ],
 )  # fmt: skip

@@ -88,10 +88,7 @@ def fit_wrapped(
     if backend == "sklearn":
         from sklearn.svm import OneClassSVM as Wrapped
     else:
-        try:
-            from thundersvm import OneClassSVM as Wrapped
-        except ImportError as e:
-            raise ImportError("backend='thundersvm' needs `pip install thundersvm-cpu`") from e
+        Wrapped = thundersvm()
     m = Wrapped(**kw)
     m.fit(X)
     alpha = np.zeros(len(X))
@@ -99,3 +96,15 @@ def fit_wrapped(
     if backend == "sklearn":
         return m, alpha, -float(m.intercept_[0]), m.n_iter_, m.fit_status_
     return m, alpha, float(m.intercept_[0]), -1, 0  # thundersvm keeps rho, and no iteration count
+
+
+def thundersvm() -> Any:
+    """thundersvm's ``OneClassSVM`` class, or ImportError saying how to install it."""
+    try:
+        from thundersvm import OneClassSVM as Wrapped
+    except ImportError as e:
+        raise ImportError(
+            "backend='thundersvm' needs the thundersvm package: pip install thundersvm-cpu (or "
+            "thundersvm for CUDA); backend='torch' needs nothing more"
+        ) from e
+    return Wrapped

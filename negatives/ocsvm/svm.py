@@ -129,10 +129,10 @@ class OneClassSVM:
                 raise ValueError(f"unknown {name} {value!r}; expected one of {valid}")
         if not 0.0 < nu <= 1.0:
             raise ValueError(f"nu must be in (0, 1], got {nu}")
-        if not gamma > 0.0:
-            raise ValueError(f"gamma must be > 0, got {gamma}")
-        if not tol > 0.0:
-            raise ValueError(f"tol must be > 0, got {tol}")
+        if not 0.0 < gamma < math.inf:
+            raise ValueError(f"gamma must be > 0 and finite, got {gamma}")
+        if not 0.0 < tol < math.inf:
+            raise ValueError(f"tol must be > 0 and finite, got {tol}")
         if max_iter < -1 or chunk_size < 1:
             raise ValueError(
                 f"need max_iter >= -1 and chunk_size >= 1, got {max_iter}, {chunk_size}"
@@ -141,6 +141,8 @@ class OneClassSVM:
             raise ValueError("solver='exact' needs backend='torch'")
         if loop == "triton" and (solver != "libsvm" or backend != "torch"):
             raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
+        if backend == "thundersvm":  # at construction, not at the first fit (after warm-up)
+            support.thundersvm()
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
