@@ -1,6 +1,6 @@
 """``outliers``: replace part of each batch by synthetic outliers (rotations, CutPaste, OE).
 
-[0] FIRM, seed paper 000 (Sec. 3, eq. 2): synthetic outliers made from the in-distribution (ID)
+[0] FIRM, the FIRM paper (Sec. 3, eq. 2): synthetic outliers made from the in-distribution (ID)
     images by shifting transformations, each an anchor whose only positive is its other view.
 [1] Batches as in https://github.com/Willtl/firm/blob/cb7556e/data.py (``SyntheticOutlierDataset``:
     the 3 rotations of every ID image are items of their own with labels 1..3, both views are

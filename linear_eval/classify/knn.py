@@ -10,7 +10,7 @@ Presets (k, T):
 
 - ``cifar``: 200, 0.1 (InstDisc; MoCo CIFAR demo; lightly).
 - ``imagenet``: 20, 0.07 (DINO ``eval_knn.py``; mmselfsup).
-- ``seed001``: 10, 0.1. MiOC (seed 001) reports a 10-NN; the temperature is not given there,
+- ``mioc``: 10, 0.1. MiOC (Jain et al. 2025) reports a 10-NN; the temperature is not given there,
   T = 0.1 is our assumption (the InstDisc value).
 
 Majority vote (SINCERE, Feeney & Hughes 2024, https://arxiv.org/abs/2309.14277, 1-NN and 5-NN
@@ -31,10 +31,10 @@ from pretrain.engine.knn import knn_predict, knn_votes
 PRESETS: dict[str, dict[str, Any]] = {
     "cifar": {"k": 200, "temperature": 0.1, "source": "InstDisc / MoCo CIFAR demo"},
     "imagenet": {"k": 20, "temperature": 0.07, "source": "DINO eval_knn.py"},
-    "seed001": {
+    "mioc": {
         "k": 10,
         "temperature": 0.1,
-        "source": "MiOC (seed 001) 10-NN; T = 0.1 is our assumption (not given by the paper)",
+        "source": "MiOC (Jain et al. 2025) 10-NN; T = 0.1 is our assumption (not in the paper)",
     },
 }
 MAJORITY_K = (1, 5)  # SINCERE

@@ -119,7 +119,7 @@ def knn_top1(
 
 @torch.no_grad()
 def s_con(bank: torch.Tensor, test: torch.Tensor, k: int, chunk: int = 2048) -> torch.Tensor:
-    """s_con (seed 000 eq. 3): the mean of the k largest cosine similarities of each test feature
+    """s_con (FIRM eq. 3): the mean of the k largest cosine similarities of each test feature
     to the bank, both L2-normalised (M,), in the inputs' dtype; bank and test tiled in ``chunk``
     blocks (a running top-k), so a 1.3M-image bank never meets the whole test set at once. The
     one implementation: the one-class monitor below and ``linear_eval``'s ``knn_score`` call it."""

@@ -97,7 +97,7 @@ class Norm1d(nn.Module):
 
 
 def kappa_head(in_dim: int, hidden: int = 512, bn_splits: int = 1) -> nn.Module:
-    """Concentration head of seed 004 (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
+    """Concentration head of vMF-κ (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
 
     The encoder applies ``softplus`` (torch default beta 1, threshold 20) to its output, so
     kappa > 0.
@@ -113,7 +113,7 @@ def kappa_head(in_dim: int, hidden: int = 512, bn_splits: int = 1) -> nn.Module:
 class Encoder(nn.Module):
     """Backbone followed by the projection head; ``forward`` returns unit-norm embeddings.
 
-    With a ``kappa`` head (seed 004), ``forward(x, with_kappa=True)`` also returns the per-sample
+    With a ``kappa`` head (vMF-κ), ``forward(x, with_kappa=True)`` also returns the per-sample
     concentration kappa = softplus(kappa_head(h)) (N,), computed from the same backbone features h.
     Without one, ``with_kappa=True`` returns ``(z, None)``.
     """
@@ -275,7 +275,7 @@ def build(
     kappa_hidden: int = 0,
 ) -> MoCo:
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
-    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (seed 004: 512)."""
+    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (vMF-κ: 512)."""
     net = backbone(arch, width, cifar_stem, bn_splits)
     kappa = kappa_head(net.feature_dim, kappa_hidden, bn_splits) if kappa_hidden > 0 else None
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)
