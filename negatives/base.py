@@ -36,11 +36,6 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def is_outlier(labels: torch.Tensor) -> torch.Tensor:
-    """Boolean mask of synthetic outliers (labels <= -2)."""
-    return labels <= OUTLIER_LABEL
-
-
 @dataclass(kw_only=True)
 class StrategyInputs:
     """What a strategy's :meth:`NegativeStrategy.negatives` sees of one training step, by keyword

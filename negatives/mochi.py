@@ -125,7 +125,7 @@ class MoCHi(NegativeStrategy):
       https://arxiv.org/abs/2010.01028
     - [1] Implementation based on davidsvy/hard-negative-mixing (per-row ``torch.gather`` of the
       hard indices), https://github.com/davidsvy/hard-negative-mixing/blob/f9596358bbcb182ae9d3bf1c404cd0cd0501a082/src/moco.py
-    - [2] Seed 001 (MiOC), appendix A.1.
+    - [2] MiOC (MiOC), appendix A.1.
 
     NOTE: the paper does not say how i, j are drawn. Default: uniform with replacement as [1]
     (i = j gives h = n_i); ``distinct_pair=True`` draws i != j as MaugrimEP/MocoAndMochi. That

@@ -39,6 +39,7 @@ from op_counter import OpCounter  # noqa: E402
 import negatives  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.model.split_bn import use_path  # noqa: E402
 
 WARM = 2
@@ -87,11 +88,11 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         loop.set_lr(run, EPOCH)
         if i < WARM:
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
             continue
         use_path(run.moco, path)
         with OpCounter() as ops:
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         break
     run.log.close()
     return ops

@@ -40,6 +40,7 @@ import negatives  # noqa: E402
 from pretrain import config, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 WARM, COUNTED = 2, 2
@@ -138,7 +139,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
         with SyncCounter() as syncs:  # the transfer and the batched photometric stage 2 too
             # the loop's transfer (pretrain/engine/loop.py train_one_epoch): pinned, non-blocking
             x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         if i == 0:  # the first step: what it builds lazily (per-device constants) shows here
             first = {"count": syncs.count, "where": [f"{s.kind}: {s.where()}" for s in syncs.syncs]}
         if i >= WARM:

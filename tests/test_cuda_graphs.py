@@ -18,6 +18,7 @@ from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import cuda_graphs, loop
 from pretrain.engine.cuda_graphs import CapturedStep, refusal
+from pretrain.engine.step import Batch
 from pretrain.model.split_bn import use_path
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
@@ -125,7 +126,7 @@ def test_the_captured_step_is_sync_free_on_the_device_path(recipe, tmp_path):
     run.moco.train()
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         with SyncCounter() as syncs:
-            loop.train_step(run, x1, x2, y, 1.5, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), 1.5)
         assert syncs.count == 0, syncs.report()
         if i == 1:
             break
@@ -167,18 +168,18 @@ def test_captured_step_warms_up_captures_replays_and_recaptures(monkeypatch):
     run = Recorder(monkeypatch)
     step = CapturedStep(lambda *a: None, warmup=2)
     batch = [torch.full((4, 3), float(i)) for i in range(3)]
-    assert [step(run, *batch[:2], batch[2], 0.1) for _ in range(2)] == ["eager", "eager"]
+    assert [step(run, Batch.make(*batch), 0.1) for _ in range(2)] == ["eager", "eager"]
     for e in (0.2, 0.3, 0.9):  # one capture, then replays, within the epoch and lr
         new = [torch.rand(4, 3) for _ in range(3)]
-        step(run, *new[:2], new[2], e)
+        step(run, Batch.make(*new), e)
         assert all(torch.equal(a, b) for a, b in zip(step.inputs, new, strict=True))
     assert run.captured == [(0.1, 0.2)] and step.graph.replays == 3
-    step(run, *batch[:2], batch[2], 1.0)  # a new epoch: re-captured
+    step(run, Batch.make(*batch), 1.0)  # a new epoch: re-captured
     run.optimizer.param_groups[0]["lr"] = 0.05
-    step(run, *batch[:2], batch[2], 1.5)  # a new lr: re-captured
+    step(run, Batch.make(*batch), 1.5)  # a new lr: re-captured
     assert run.captured == [(0.1, 0.2), (0.1, 1.0), (0.05, 1.5)]
     with pytest.raises(RuntimeError, match="train.cuda_graphs: a batch of shapes"):
-        step(run, torch.zeros(2, 3), *batch[1:2], batch[2], 1.6)
+        step(run, Batch.make(torch.zeros(2, 3), *batch[1:]), 1.6)
 
 
 def test_captured_step_runs_eager_during_the_lr_warmup(monkeypatch):
@@ -186,6 +187,6 @@ def test_captured_step_runs_eager_during_the_lr_warmup(monkeypatch):
     run.cfg = load("train.warmup_epochs=2")
     step = CapturedStep(lambda *a: None, warmup=0)
     batch = [torch.zeros(4, 3) for _ in range(3)]
-    assert step(run, *batch[:2], batch[2], 1.9) == "eager" and not run.captured
-    step(run, *batch[:2], batch[2], 2.0)
+    assert step(run, Batch.make(*batch), 1.9) == "eager" and not run.captured
+    step(run, Batch.make(*batch), 2.0)
     assert run.captured == [(0.1, 2.0)]

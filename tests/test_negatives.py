@@ -220,6 +220,7 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
     from pretrain import config
     from pretrain.engine import loop
+    from pretrain.engine.step import Batch
 
     kwargs = ", ".join(f"{k}: {json.dumps(v)}" for k, v in
                        negatives.strategies.get(name).contract_kwargs.items())  # fmt: skip
@@ -234,7 +235,7 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
     before = run.queue.keys.clone()
     state_before = {k: v.clone() for k, v in run.strategy.state_dict().items()
                     if isinstance(v, torch.Tensor)}  # fmt: skip
-    loss = loop.train_step(run, x1, x2, y, 1.0, *rows)
+    loss = loop.train_step(run, Batch.make(x1, x2, y, rows), 1.0)
     assert torch.isfinite(loss)
     assert torch.equal(run.queue.keys[16:], before[16:])  # only the batch's keys were enqueued
     assert not torch.equal(run.queue.keys[:16], before[:16])

@@ -1,4 +1,4 @@
-"""``train.cuda_graphs``: the whole training step (``loop.train_step``) captured as one CUDA graph
+"""``train.cuda_graphs``: the whole training step (``step.train_step``) captured as one CUDA graph
 and replayed, so the host launches one graph instead of ~1,200 kernels per step.
 
 Follows PyTorch's whole-network capture recipe (docs: CUDA semantics, "CUDA Graphs", whole-network
@@ -70,14 +70,15 @@ def whole_epoch_warmup(cfg: Config) -> bool:
     return float(cfg.negatives.kwargs.get("warmup_epochs", default)).is_integer()
 
 
-Step = Callable[..., torch.Tensor]  # loop.train_step(run, x1, x2, y, epoch, *rows)
+Step = Callable[..., torch.Tensor]  # step.train_step(run, batch, epoch)
 
 
 class CapturedStep:
     """``step`` captured once per (lr, whole epoch, input shapes) and replayed.
 
     Args:
-        step: the eager step, ``step(run, x1, x2, y, epoch, *rows) -> loss``.
+        step: the eager step, ``step(run, batch, epoch) -> loss`` (``batch`` a
+            :class:`pretrain.engine.step.Batch`).
         warmup: eager steps on a side stream before the first capture (cuDNN autotuning, the
             optimizer's momentum buffers, lazy CUDA state: none of it may happen in a capture).
 
@@ -92,9 +93,8 @@ class CapturedStep:
         self.inputs: list[torch.Tensor] = []  # the captured input tensors
         self.loss: torch.Tensor | None = None
 
-    def __call__(self, run: Any, *batch: Any) -> torch.Tensor:
-        x1, x2, y, epoch, *rows = batch
-        tensors = [x1, x2, y, *rows]
+    def __call__(self, run: Any, batch: Any, epoch: float) -> torch.Tensor:
+        tensors, self.make = batch.tensors(), batch.make
         self.calls += 1
         if self.calls <= self.warmup or epoch < run.cfg.train.warmup_epochs:  # lr per step
             return self.eager_on_side_stream(run, tensors, epoch)
@@ -117,7 +117,7 @@ class CapturedStep:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            loss = self.step(run, *tensors[:3], epoch, *tensors[3:])
+            loss = self.step(run, self.make(*tensors[:3], tensors[3:]), epoch)
         torch.cuda.current_stream().wait_stream(side)
         return loss
 
@@ -128,5 +128,5 @@ class CapturedStep:
         run.optimizer.zero_grad(set_to_none=True)  # gradients allocated in the graph's pool
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.loss = self.step(run, *self.inputs[:3], epoch, *self.inputs[3:])
+            self.loss = self.step(run, self.make(*self.inputs[:3], self.inputs[3:]), epoch)
         self.graph = graph
