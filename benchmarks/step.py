@@ -47,6 +47,7 @@ from benchmarks.results_md import record_table  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
+from pretrain.runtime import precision as amp  # noqa: E402 (step.py has a precision mode)
 
 DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
     "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
@@ -112,6 +113,30 @@ def build(cfg_name: str, overrides: list[str], device: str, channels_last: bool 
         run.moco.to(memory_format=torch.channels_last)
         x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
     return run, (x1, x2, y, *rows)
+
+
+def model_views(run, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised float views of a batch from :func:`build`, as the step feeds the encoders (stage
+    2 of ``data.augment_on: device`` run here, once; the trainer's memory format)."""
+    x1, x2, _, *rows = batch
+    if rows:
+        x = run.data.augment(torch.cat([x1, x2]), torch.cat([rows[0][:, 0], rows[0][:, 1]]))
+        x1, x2 = x.chunk(2)
+    if amp.channels_last(run.cfg.train.channels_last, run.cfg.train.amp, run.device):
+        x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+    return x1, x2
+
+
+def bare_step(run, x1: torch.Tensor, x2: torch.Tensor) -> None:
+    """The bare model's step: the query encoder's forward and backward on ``x1`` and the key
+    encoder's forward on ``x2`` (both under the trainer's autocast; no strategy, loss, queue,
+    optimizer or input pipeline). ``x1``, ``x2`` from :func:`model_views`."""
+    with run.autocast():
+        q = run.query(x1)
+        with torch.no_grad():
+            run.moco.encoder_k(x2)
+    q.float().square().sum().backward()
+    run.moco.encoder_q.zero_grad(set_to_none=True)
 
 
 def time_settings(

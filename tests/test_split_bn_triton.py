@@ -4,8 +4,8 @@ channels_last, non-mergeable strides, a gradient in another layout; several chun
 channel blocks, uneven tails), and to float32 statistics in bf16 / fp32 (so does the fused
 aten path); two ``negmine`` ops
 forward and two backward whatever the splits. The kernels run in Triton's interpreter, in one
-fresh process (``tests/split_bn_triton_worker.py``); a second fresh process compiles them for
-sm_90 (what CUDA runs)."""
+fresh process (``tests/split_bn_triton_worker.py``); their sm_90 compile (what CUDA runs) is the
+launch test's (``triton_launches``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import split_bn_triton_worker as worker
 import torch
-from triton_ptx import compiled_ptx
+from triton_launches import installed_ptx
 
 from pretrain.model.split_bn import SplitBatchNorm
 
@@ -119,46 +119,17 @@ def test_no_host_sync_from_the_first_call():
     assert {n: r["syncs"] for n, r in results().items()} == dict.fromkeys(results(), 0)
 
 
-COMPILE_PTX = """
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from pretrain.model import split_bn_triton as t
-ptr = {"x": "*bf16", "f": "*fp32"}
-common = {"M": "i32", "P": "i32", "C": "i32", "CHUNK": "i32", "sS": "i32", "sN": "i32",
-          "sC": "i32", "sP": "i32", "ACC": "constexpr", "BLOCK_M": "constexpr",
-          "BLOCK_C": "constexpr", "BLOCK_G": "constexpr"}
-grad = {"gS": "i32", "gN": "i32", "gC": "i32", "gP": "i32"}
-kernels = {
-    t._stats_kernel: {"X": "*bf16", "PMEAN": "*fp32", "PM2": "*fp32"},
-    t._normalize_kernel: {"X": "*bf16", "Y": "*bf16", "PMEAN": "*fp32", "PM2": "*fp32",
-                          "W": "*fp32", "B": "*fp32", "RM": "*fp32", "RV": "*fp32",
-                          "MEAN": "*fp32", "INVSTD": "*fp32", "PARAMS": "*fp64", "S": "i32"},
-    t._grad_stats_kernel: {"GR": "*bf16", "X": "*bf16", "MEAN": "*fp32", "PSG": "*fp32",
-                           "PSGX": "*fp32", **grad},
-    t._grad_input_kernel: {"GR": "*bf16", "X": "*bf16", "DX": "*bf16", "MEAN": "*fp32",
-                           "INVSTD": "*fp32", "PSG": "*fp32", "PSGX": "*fp32", "W": "*fp32",
-                           "DW": "*fp32", "DB": "*fp32", "S": "i32", **grad},
-}
-const = {"ACC": triton.language.float32, "BLOCK_M": 64, "BLOCK_C": 64, "BLOCK_G": 64}
-for fn, sig in kernels.items():
-    names = fn.arg_names
-    full = {a: ({**sig, **common}[a]) for a in names}
-    consts = {k: v for k, v in const.items() if k in names}
-    src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=consts)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
-    print(fn.__name__, len(ptx))
-"""
-
-
 KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel")
 
 
-def test_kernels_compile_for_sm90():
+def test_kernels_compile_for_sm90(triton_launches):
     """The four kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
-    here without a GPU."""
-    out = compiled_ptx(COMPILE_PTX)
-    assert all(f"{name} " in out for name in KERNELS), out
+    here without a GPU: the installed triton's compiles of the launch test (one compile per
+    kernel in a session, tests/triton_launches.py)."""
+    ptx = installed_ptx(triton_launches, "split bn bf16 channels_last")
+    for name in KERNELS:
+        assert f".entry {name}" in ptx.get(name, ""), (name, sorted(ptx))
+        assert ".target sm_90" in ptx[name] and ".bf16" in ptx[name], name
 
 
 @pytest.mark.cuda
