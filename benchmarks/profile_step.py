@@ -167,7 +167,8 @@ def main() -> None:
     steps = a.steps or (2 if a.quick else 5)
     warmup = a.warmup_steps or (1 if a.quick else 10)
     timed = a.timed_steps or (2 if a.quick else 20)
-    over = ["out_dir=/tmp/negmine_bench_profile", "data.num_workers=0", "train.progress_bar=false"]
+    out = tempfile.mkdtemp(prefix="negmine_profile_run_")  # its own: benchmarks may run at once
+    over = [f"out_dir={out}", "data.num_workers=0", "train.progress_bar=false"]
     if a.data:
         over += ["data.name=imagefolder", f"data.root={a.data}"]
     else:

@@ -299,7 +299,8 @@ def main() -> None:
     args = p.parse_args()
     args.steps = args.steps or (2 if args.quick else 20)
     args.warmup_steps = 1 if args.quick else args.warmup_steps
-    common = ["out_dir=/tmp/negmine_bench", "data.num_workers=0", "train.progress_bar=false"]
+    out = tempfile.mkdtemp(prefix="negmine_bench_")  # its own: two benchmarks may run at once
+    common = [f"out_dir={out}", "data.num_workers=0", "train.progress_bar=false"]
     if args.quick and args.mode != "precision":
         args.overrides = ["model.width=8", "train.batch_size=32", *args.overrides]
     lines = []
