@@ -7,14 +7,17 @@ last epoch (``metrics.jsonl``: the effective number of negatives and the false-n
 every strategy logs), groups the runs by config (everything but ``seed`` and the keys that
 may change on a resume), and writes one row per group as markdown (``OUT.md``) and CSV
 (``OUT.csv``): the config keys that differ between groups, then for every metric the mean ± std
-over seeds, the number of seeds, and the bootstrap 95 % interval of the seed-averaged accuracy
-over the test set (the per-image results that ``python -m linear_eval --ckpt`` stores; "-" for
-evaluations made before it stored them). With ``--baseline RUN`` each row also gets the paired
-bootstrap difference to the baseline's group (the same resampled test images for both sides,
-Efron & Tibshirani 1993 §13.3; significant when its interval excludes 0). A RUN_DIR may be a
+over seeds (one seed: its value and "(1 seed)": no spread measured), the number of seeds, and the
+bootstrap 95 % interval of the seed-averaged accuracy over the test set (the per-image results
+that ``python -m linear_eval --ckpt`` stores; "-" for evaluations made before it stored them).
+With ``--baseline RUN`` each row also gets the paired bootstrap difference to the baseline's
+group (the same resampled test images for both sides, Efron & Tibshirani 1993 §13.3; significant
+when its interval excludes 0). A RUN_DIR may be a
 glob, or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold
 the runs. Runs that are unfinished or have no evaluation are listed under the table, with the
-reason, never dropped silently.
+reason, never dropped silently. The last two columns are the mean wall time of the group's runs
+and their hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-"
+for runs made before it was recorded).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from pretrain.runtime import provenance
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
@@ -50,6 +55,7 @@ class Run:
     config: dict[str, Any]
     metrics: dict[str, float] = field(default_factory=dict)
     per_sample: dict[str, np.ndarray] = field(default_factory=dict)
+    provenance: dict[str, Any] | None = None  # RUN/provenance.json (None: not recorded)
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -91,7 +97,7 @@ def total_steps(path: Path) -> int | None:
 def read_run(path: Path) -> tuple[Run | None, str]:
     """The run, or None and why it is left out of the table."""
     cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    run = Run(path, flatten(cfg))
+    run = Run(path, flatten(cfg), provenance=provenance.read(path))
     records = []
     log = path / "metrics.jsonl"
     if log.exists():
@@ -191,13 +197,7 @@ def build(
             str(len(members)),
         ]
         for m in metrics:
-            values = [r.metrics[m] for r in members if m in r.metrics]
-            if values:
-                std = np.std(values, ddof=1) if len(values) > 1 else 0.0
-                line.append(f"{np.mean(values):.2f} ± {std:.2f}" + (f" (n={len(values)})"
-                            if len(values) != len(members) else ""))  # fmt: skip
-            else:
-                line.append("-")
+            line.append(mean_std([r.metrics[m] for r in members if m in r.metrics], len(members)))
             if m not in resampled:  # a training diagnostic: no test images to resample
                 continue
             per = [r.per_sample[m] for r in members if m in r.per_sample]
@@ -218,8 +218,30 @@ def build(
                     mark = " *" if low > 0 or high < 0 else ""
                     diff = f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
                 line.append(diff)
-        table.append(line)
-    return header, table
+        table.append([*line, *run_cost(members)])
+    return [*header, "wall time", "hardware"], table
+
+
+def mean_std(values: list[float], members: int) -> str:
+    """``mean ± std`` over seeds; one value says that no spread was measured ("-": none)."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f} " + ("(1 seed)" if members == 1 else f"(1 of {members} seeds)")
+    return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}" + (
+        f" (n={len(values)})" if len(values) != members else ""
+    )
+
+
+def run_cost(members: list[Run]) -> list[str]:
+    """The group's wall time (mean over its runs' ``provenance.json``) and hardware ("-": runs
+    made before provenance was recorded)."""
+    walls = [r.provenance["wall_s"] for r in members if r.provenance and r.provenance.get("wall_s")]
+    wall = provenance.duration(float(np.mean(walls))) if walls else "-"
+    if walls and len(walls) != len(members):
+        wall += f" (n={len(walls)})"
+    hardware = sorted({provenance.hardware(r.provenance) for r in members})
+    return [wall, "; ".join(hardware)]
 
 
 def markdown(header: list[str], table: list[list[str]], left_out: list[tuple[Path, str]]) -> str:

@@ -26,7 +26,7 @@ from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
-from pretrain.runtime import cores, dist, precision, threads
+from pretrain.runtime import cores, dist, precision, provenance, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.progress import Progress
 from pretrain.runtime.triton_env import triton_interpreted
@@ -92,6 +92,7 @@ class Run:
     probe: OnlineProbe | None = None  # eval.online_probe
     graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
     lock: runlock.RunLock | None = None  # out_dir's lock, held by rank 0
+    provenance: provenance.Provenance | None = None  # RUN/provenance.json, also in checkpoints
 
     def close(self) -> None:
         """End the loader workers, close the log and release the run folder: on every exit, so
@@ -346,6 +347,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         "epoch_stats": {"loss_sum": st.loss_sum.cpu()},
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
+        **({"provenance": run.provenance.snapshot()} if run.provenance is not None else {}),
     }
 
 
@@ -622,9 +624,11 @@ def run_training(cfg: Config) -> int:
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
+    run.provenance = provenance.start(run.run_dir, run.device)
     try:
         return train(run)
     finally:
+        provenance.finish(run.provenance, run.state.global_step)
         run.close()
 
 

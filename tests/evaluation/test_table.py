@@ -91,7 +91,25 @@ def test_metrics_are_chosen_and_groups_named_without_the_seed(tmp_path, capsys):
         make_run(tmp_path, f"hard_s{s}", loss="hard", seed=s, correct=np.ones(N_TEST, bool))
     assert cli.main(["table", str(tmp_path), "--metrics", "linear_top1"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "| config | seeds | linear_top1 | linear_top1 95% CI |"
-    assert out[2].startswith("| hard | 2 | 100.00 ± 0.00 | [100.00, 100.00] |")
+    assert out[0] == "| config | seeds | linear_top1 | linear_top1 95% CI | wall time | hardware |"
+    assert out[2].startswith("| hard | 2 | 100.00 ± 0.00 | [100.00, 100.00] | - | - |")
     assert cli.main(["table", str(tmp_path), "--metrics", "nope"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_one_seed_shows_no_spread_and_provenance_gives_wall_time_and_hardware(tmp_path, capsys):
+    run = make_run(tmp_path, "hard_s0", loss="hard", seed=0, correct=np.ones(N_TEST, bool))
+    prov = {"wall_s": 193.4, "cpu_model": "AMD EPYC", "cpu_cores": 2, "gpu_model": None,
+            "gpu_count": 0, "world_size": 1}  # fmt: skip
+    (run / "provenance.json").write_text(json.dumps(prov))
+    gpu = make_run(tmp_path, "ring_s0", loss="ring", seed=0, correct=np.ones(N_TEST, bool))
+    prov_gpu = {**prov, "wall_s": 7322.0, "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8,
+                "world_size": 8}  # fmt: skip
+    (gpu / "provenance.json").write_text(json.dumps(prov_gpu))
+    assert cli.main(["table", str(tmp_path), "--metrics", "knn_top1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("| knn_top1 | knn_top1 95% CI | wall time | hardware |")
+    rows = {line.split(" | ")[0].strip("| "): line for line in out[2:4]}
+    assert "± 0.00" not in rows["hard"] and "| 100.00 (1 seed) |" in rows["hard"]
+    assert rows["hard"].endswith("| 3 min 13 s | AMD EPYC, 2 cores |")
+    assert rows["ring"].endswith("| 2 h 02 min | 8x NVIDIA H100 80GB HBM3 |")

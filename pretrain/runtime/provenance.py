@@ -1,0 +1,264 @@
+"""Where and on what a run ran: ``RUN/provenance.json``, also kept in every checkpoint.
+
+One call after setup (:func:`start`) and one at the end of the process (:func:`finish`). Each
+process that trains the run (the first start and every resume after a preemption) adds one
+*segment*: the code (git commit and whether the tree had uncommitted changes, or the installed
+package's version outside a git checkout), host, CPU model and cores, GPU model and count, world
+size, Python/torch/triton/CUDA versions, its start (the process's start, imports and data set-up
+included) and end in UTC, its wall time, and its peak memory (the resident set of rank 0's
+training process, and the peak CUDA memory allocated by torch on rank 0's GPU). The top level
+sums them: total wall time (the segments' sum: time spent waiting in a queue between segments is
+not counted), first start, last end, peak memory over segments, and whether every segment ran
+the same commit on the same hardware.
+
+A checkpoint holds the provenance as it was when it was written (its segment's ``end`` is empty
+and its wall time and peaks are those so far). Only rank 0 writes; nothing here raises: a field
+that cannot be read is ``null``, and a file that cannot be written prints one warning.
+
+``python -m linear_eval table`` and ``scripts/gen_results.py`` read the file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pretrain.runtime import dist
+
+FILE = "provenance.json"
+FORMAT = 1
+
+
+def utc(t: float) -> str:
+    """Seconds since the epoch as an ISO 8601 UTC time to the second (``...Z``)."""
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def process_start() -> float:
+    """This process's start in seconds since the epoch (Linux ``/proc``), else now."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of proc(5): starttime, in clock ticks after boot
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def cpu_cores() -> int | None:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def code_version() -> dict[str, Any]:
+    """The git commit of the source tree this package was imported from and whether it has
+    uncommitted changes to tracked files; the installed version where it is not a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    out: dict[str, Any] = {"commit": None, "dirty": None, "version": None}
+    try:
+        out["version"] = importlib.metadata.version("negmine")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        git = ["git", "-C", str(root)]
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()  # fmt: skip
+        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        out["commit"], out["dirty"] = commit, bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def gpus(device: torch.device) -> dict[str, Any]:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return {"gpu_model": None, "gpu_count": 0}
+    return {"gpu_model": torch.cuda.get_device_name(device), "gpu_count": torch.cuda.device_count()}
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set of this process in MiB (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
+class Provenance:
+    """The run's provenance: earlier segments (from ``RUN/provenance.json``) and this process's."""
+
+    def __init__(self, run_dir: str | Path, device: torch.device, started: float) -> None:
+        self.path = Path(run_dir) / FILE
+        self.device = device
+        self.started = started
+        self.earlier: list[dict[str, Any]] = []
+        if self.path.exists():
+            try:
+                self.earlier = list(json.loads(self.path.read_text()).get("segments", []))
+            except (OSError, ValueError, AttributeError):
+                self.earlier = []  # an unreadable file: start afresh rather than fail the run
+        self.segment: dict[str, Any] = {
+            **code_version(),
+            "host": socket.gethostname(),
+            "cpu_model": cpu_model(),
+            "cpu_cores": cpu_cores(),
+            **gpus(device),
+            "device": str(device),
+            "world_size": dist.world_size(),
+            "python": platform.python_version(),
+            "torch": str(torch.__version__),  # a str subclass that weights_only refuses
+            "triton": package_version("triton"),
+            "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
+            "command": " ".join(getattr(sys, "orig_argv", sys.argv)),
+            "start": utc(started),
+            "end": None,
+            "wall_s": None,
+            "peak_rss_mib": None,
+            "peak_gpu_mib": None,
+            "end_step": None,
+        }
+
+    def current(self, end: float | None = None, step: int | None = None) -> dict[str, Any]:
+        """This segment as of now (``end`` given: as finished)."""
+        seg = dict(self.segment)
+        now = time.time() if end is None else end
+        seg["wall_s"] = round(now - self.started, 1)
+        seg["peak_rss_mib"] = peak_rss_mib()
+        if self.device.type == "cuda" and torch.cuda.is_available():
+            seg["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        if end is not None:
+            seg["end"] = utc(end)
+        if step is not None:
+            seg["end_step"] = step
+        return seg
+
+    def snapshot(self, end: float | None = None, step: int | None = None) -> dict[str, Any]:
+        """Plain data (checkpoints load it with ``weights_only=True``)."""
+        return summarize([*self.earlier, self.current(end, step)])
+
+    def write(self, data: dict[str, Any]) -> None:
+        if not dist.is_main():
+            return
+        tmp = self.path.with_name(f".{FILE}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data, indent=1) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            print(f"warning: could not write {self.path} ({e.strerror or e}); the run goes on "
+                  "without its provenance record", file=sys.stderr)  # fmt: skip
+
+
+def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """The top level of ``provenance.json`` over its segments."""
+
+    def same(key: str) -> Any:
+        values = {json.dumps(s.get(key)) for s in segments}
+        return segments[-1].get(key) if len(values) == 1 else "mixed"
+
+    peaks = {
+        k: max((s[k] for s in segments if s.get(k) is not None), default=None)
+        for k in ("peak_rss_mib", "peak_gpu_mib")
+    }
+    walls = [s.get("wall_s") or 0.0 for s in segments]
+    return {
+        "format": FORMAT,
+        "commit": same("commit"),
+        "dirty": any(bool(s.get("dirty")) for s in segments),
+        "host": same("host"),
+        "cpu_model": same("cpu_model"),
+        "cpu_cores": same("cpu_cores"),
+        "gpu_model": same("gpu_model"),
+        "gpu_count": same("gpu_count"),
+        "world_size": same("world_size"),
+        "torch": same("torch"),
+        "start": segments[0].get("start"),
+        "end": segments[-1].get("end"),
+        "wall_s": round(sum(walls), 1),
+        **peaks,
+        "segments": segments,
+    }
+
+
+def start(run_dir: str | Path, device: torch.device) -> Provenance:
+    """Record this process's segment in ``RUN/provenance.json`` (rank 0): call once after setup."""
+    prov = Provenance(run_dir, device, process_start())
+    prov.write(prov.snapshot())
+    return prov
+
+
+def finish(prov: Provenance | None, step: int) -> None:
+    """Close this process's segment (end time, wall time, peaks, last global step)."""
+    if prov is not None:
+        prov.write(prov.snapshot(end=time.time(), step=step))
+
+
+def read(run_dir: str | Path) -> dict[str, Any] | None:
+    """``RUN/provenance.json``, or None when the run has none (made before it was recorded)."""
+    path = Path(run_dir) / FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def hardware(prov: dict[str, Any] | None) -> str:
+    """One short cell: ``1x NVIDIA H100 80GB HBM3`` or ``AMD EPYC, 2 cores`` ("-" when unknown)."""
+    if not prov:
+        return "-"
+    gpu = prov.get("gpu_model")
+    world = prov.get("world_size") or 1
+    if gpu and gpu != "mixed":
+        return f"{world}x {gpu}"
+    cpu, cores = prov.get("cpu_model"), prov.get("cpu_cores")
+    if cpu == "mixed" or gpu == "mixed":
+        return "mixed (see provenance.json)"
+    text = f"{cpu or 'CPU'}" + (f", {cores} cores" if cores else "")
+    return text + (f", {world} ranks" if world > 1 else "")
+
+
+def duration(seconds: float | None) -> str:
+    """``3 min 13 s``, ``2 h 05 min`` ("-" when unknown)."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
