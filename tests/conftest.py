@@ -154,8 +154,7 @@ def pytest_cmdline_main(config):
     """``python -m pytest`` runs on pytest-xdist workers (one per core, ``--dist loadgroup``)
     unless ``-n`` was given, xdist is absent or disabled (``-p no:xdist``), the run names files or
     tests (``path.py``, ``path::test``: run them with ``-n 2`` to spread them), or this pytest runs
-    inside a test (a nested run stays in one process).
-    Runs before xdist's own hook, which turns ``numprocesses`` into workers."""
+    inside a test (a nested run stays in one process)."""
     if not config.pluginmanager.has_plugin("xdist") or not hasattr(config.option, "numprocesses"):
         return
     if config.option.numprocesses is not None or config.option.collectonly:
@@ -167,8 +166,16 @@ def pytest_cmdline_main(config):
     workers = default_workers()
     if workers > 1:
         config.option.numprocesses = workers
+        config.option.tx = ["popen"] * workers  # what xdist makes of it, whichever hook is first
         if config.option.dist == "no":
             config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each worker the distribution mode: a worker parses the command line again, where a
+    ``--dist`` set by :func:`pytest_cmdline_main` is not."""
+    node.workerinput["negmine_dist"] = node.config.option.dist
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
@@ -182,17 +189,21 @@ def _shared_fixture_group(item: pytest.Item) -> str | None:
         fixturedef = info.name2fixturedefs[name][-1]
         if fixturedef.scope == "function" or not fixturedef.baseid:  # "": a plugin's fixture
             continue
-        param = f"[{params[name]}]" if name in params else ""
-        return f"{fixturedef.baseid}::{name}{param}"
+        param = f"/{params[name]}" if name in params else ""
+        group = f"{fixturedef.baseid}::{name}{param}"  # xdist reads the group after the last
+        return group.replace("[", "(").replace("]", ")")  # "]" of a test id: none after it
     return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    if getattr(config, "workerinput", {}).get("negmine_dist") == "loadgroup":
+        config.option.loadgroup = True  # xdist's worker hook groups by it
     for item in items:
         exclusive = item.get_closest_marker("exclusive")
         group = exclusive.args[0] if exclusive is not None else _shared_fixture_group(item)
         if group is not None:
+            group = group.replace("[", "(").replace("]", ")")
             item.add_marker(pytest.mark.xdist_group(group))
     skip_slow = pytest.mark.skip(reason="needs --runslow")
     run_slow = config.getoption("--runslow")
