@@ -207,11 +207,10 @@ skip_part() { note "skip: $2"; record "$1: skipped ($2)"; summarize "$1" "skippe
 bench_part() {  # bench_part NAME SCRIPT [flags...]: with the common flags, if script and flags exist
   local name="$1" script="$2"; shift 2
   if [ ! -f "$script" ]; then skip_part "$name" "$script is not in this checkout"; return; fi
-  local help f
-  help=$("$PY" "$script" --help 2>/dev/null)
-  for f in --device --results --quick "$@"; do
-    case "$f" in --*) ;; *) continue ;; esac
-    if ! grep -q -- "$f" <<< "$help"; then skip_part "$name" "$script has no $f flag"; return; fi
+  local f
+  for f in --device --results --quick "$@"; do  # argparse's flags, read from the source (a
+    case "$f" in --*) ;; *) continue ;; esac      # --help would import torch for each part)
+    if ! grep -q -- "\"$f\"" "$script"; then skip_part "$name" "$script has no $f flag"; return; fi
   done
   run_part "$name" "$PY" "$script" --device "$DEVICE" --results "$RESULTS" "${QUICK[@]}" "$@"
 }

@@ -27,6 +27,9 @@ its tests start). What tests share across workers is kept apart by two rules (``
   build, a compile, the local SLURM cluster that one worker brings up and down) is built once;
 - a test marked ``exclusive(name)`` runs on the same worker as every other test of that name.
 
+xdist hands out groups first (largest first), then single tests in collection order; a test of
+minutes is marked ``early`` so that it starts first instead of ending the run alone.
+
 Environment variables and ``NEGMINE_CACHE_DIR`` set by a test are per process, each worker's free
 ports come from its own range (``test_ddp.free_port``), and inductor's and Triton's caches are
 written atomically (shared on purpose: a kernel compiled by one worker is loaded by the other)."""
@@ -147,6 +150,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "exclusive(name): runs on one pytest-xdist worker with every test of that name"
     )
+    config.addinivalue_line(
+        "markers", "early: a test of minutes, started first so that it does not end the run alone"
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -199,6 +205,7 @@ def _shared_fixture_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(config, items):
     if getattr(config, "workerinput", {}).get("negmine_dist") == "loadgroup":
         config.option.loadgroup = True  # xdist's worker hook groups by it
+    items.sort(key=lambda item: item.get_closest_marker("early") is None)  # stable: early first
     for item in items:
         exclusive = item.get_closest_marker("exclusive")
         group = exclusive.args[0] if exclusive is not None else _shared_fixture_group(item)

@@ -98,6 +98,7 @@ def figures(report: Path) -> dict[str, str]:
     return dict(rows)
 
 
+@pytest.mark.early  # about a minute on 2 cores: starts first under xdist (tests/conftest.py)
 def test_train_and_profile_parts_run_on_cpu_in_quick_mode(tmp_path):
     """The train part: every run (MoCo and MiOC, data.resident on and off) trains a whole epoch
     through python -m pretrain and reports its epoch time, images/s, data-wait and kNN, MiOC its

@@ -1,7 +1,7 @@
 """The suite's pytest-xdist rules (tests/conftest.py): a plain ``python -m pytest`` runs on
 ``NEGMINE_TEST_WORKERS`` workers, a run of named files in one process; the tests of a module-scoped
 fixture (per parameter) and of an ``exclusive`` name each run on one worker; a worker's torch
-runs on its share of the cores."""
+runs on its share of the cores; a test marked ``early`` starts first."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def test_free(i):
     pass
 
 
+@pytest.mark.early
+def test_marked_early():
+    pass
+
+
 def test_threads_are_the_workers_share():
     share = max(1, len(os.sched_getaffinity(0)) // 2)
     assert os.environ["PYTEST_XDIST_WORKER_COUNT"] == "2"
@@ -77,11 +82,13 @@ def test_plain_run_is_parallel_and_groups_what_shares_a_fixture_or_a_name(tmp_pa
             where["free"].add(worker)
     assert {k: len(v) for k, v in where.items() if k != "free"} == {
         "built a": 1, "built b": 1, "exclusive": 1}, (where, run.stdout[-3000:])  # fmt: skip
-    assert "21 passed" in run.stdout
+    assert "22 passed" in run.stdout
 
 
 def test_a_run_of_named_files_stays_in_one_process(tmp_path):
     run = run_probe(tmp_path, "test_probe.py", "-k", "not threads")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "workers" not in run.stdout and "[gw" not in run.stdout, run.stdout[-2000:]
-    assert "20 passed, 1 deselected" in run.stdout
+    assert "21 passed, 1 deselected" in run.stdout
+    ran = re.findall(r"^(test_probe\.py::\S+) PASSED", run.stdout, flags=re.M)
+    assert ran[0] == "test_probe.py::test_marked_early", ran  # started first

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -26,16 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
 
-@cache
-def results() -> dict[str, dict]:
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"negmine_split_bn_triton_{os.getpid()}.pt"
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case through the interpreted kernels, in one fresh process (once per session: its
+    tests run on one pytest-xdist worker, tests/conftest.py)."""
+    out = tmp_path_factory.mktemp("split_bn_triton") / "results.pt"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cmd = [sys.executable, str(ROOT / "tests" / "split_bn_triton_worker.py"), str(out)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    got = torch.load(out, weights_only=True)
-    out.unlink()
-    return got
+    return torch.load(out, weights_only=True)
 
 
 def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
@@ -69,8 +68,8 @@ FLOAT64 = [name for name, case in worker.CASES.items() if case[4] == torch.float
 
 
 @pytest.mark.parametrize("name", FLOAT64)
-def test_triton_path_equals_batchnorm_per_chunk_in_float64(name):
-    got = results()[name]
+def test_triton_path_equals_batchnorm_per_chunk_in_float64(results, name):
+    got = results[name]
     keys = ("y", "dx", "dw", "db", "running_mean", "running_var")
     for key, want in zip(keys, per_chunk(name), strict=True):
         torch.testing.assert_close(got[key], want, rtol=1e-11, atol=1e-11, msg=key)
@@ -81,12 +80,12 @@ def test_triton_path_equals_batchnorm_per_chunk_in_float64(name):
 
 @pytest.mark.parametrize("path", ["triton", "fused"])
 @pytest.mark.parametrize("name", ["s4_bf16_cl", "s4_fp32_nchw"])
-def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(name, path):
+def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(results, name, path):
     """bf16 / fp32 input, both CUDA paths: output and input gradient in the input's dtype, equal
     to the float64 per-chunk reference on the same (rounded) values to that dtype's rounding;
     weight / bias gradients and running statistics to float32 accumulation (1e-5)."""
     if path == "triton":
-        got = results()[name]
+        got = results[name]
     else:
         x, grad, state = worker.case_input(name)
         bn = SplitBatchNorm(worker.C, worker.CASES[name][2], path="fused").float().train()
@@ -105,18 +104,18 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(name, 
         torch.testing.assert_close(got[key].double(), want, rtol=tol, atol=tol, msg=key)
 
 
-def test_two_launches_forward_and_two_backward_whatever_the_splits():
+def test_two_launches_forward_and_two_backward_whatever_the_splits(results):
     counts = {
-        (r["ops_forward"], r["ops_backward"]) for n, r in results().items() if "strided" not in n
+        (r["ops_forward"], r["ops_backward"]) for n, r in results.items() if "strided" not in n
     }
     assert counts == {(2, 2)}, counts
 
 
-def test_no_host_sync_from_the_first_call():
+def test_no_host_sync_from_the_first_call(results):
     """A fresh layer's first training call (forward and backward) makes no would-be CUDA host
     sync: its float64 (eps, momentum) is built with the layer and moved by .to(), not copied to
     the device in the call (CUDA's sync-debug mode raised there on an H200 when it was)."""
-    assert {n: r["syncs"] for n, r in results().items()} == dict.fromkeys(results(), 0)
+    assert {n: r["syncs"] for n, r in results.items()} == dict.fromkeys(results, 0)
 
 
 KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel")

@@ -22,6 +22,7 @@ def test_every_registered_strategy_has_a_documented_count():
     assert set(op_table.DEVICE_OPS) == set(count_ops.RECIPES)
 
 
+@pytest.mark.early  # ~2 min for cifar10_moco on 2 cores (tests/conftest.py)
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
 def test_device_path_counts_equal_the_documented_ones(recipe):
     """Every strategy on the device path (split BN's Triton kernels, MiOC's Triton fit: both in
