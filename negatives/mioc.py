@@ -28,13 +28,14 @@ NOTE (deviations and choices, each a config switch):
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
 
@@ -119,8 +120,13 @@ class MiOC(NegativeStrategy):
             raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
         if not 0.0 <= beta_max <= 1.0:
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
-        if warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        if not 0 <= warmup_epochs < math.inf:
+            raise ValueError(f"warmup_epochs must be a finite number >= 0, got {warmup_epochs}")
+        if nu == 1:  # OneClassSVM takes (0, 1], but every fit it is given would fail at once
+            raise ValueError(
+                "nu must lie in (0, 1) for MiOC, got 1: at nu = 1 every alpha sits at its bound "
+                "and the solver finds no finite rho (the paper uses 0.01)"
+            )
         self.svm = OneClassSVM(
             nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
         )  # fmt: skip  (validates nu, gamma, solver, loop)
@@ -152,16 +158,9 @@ class MiOC(NegativeStrategy):
         return mix(queue[a], queue[b], torch.rand(size, device=queue.device, dtype=queue.dtype))
 
     @torch.no_grad()
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
-        q, queue = q.detach().float(), queue.detach().float()
+    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
+        k, queue_labels, labels, epoch = step.k, step.queue_labels, step.labels, step.epoch
+        q, queue = step.q.detach().float(), step.queue.detach().float()
         K, B, dev = queue.shape[0], q.shape[0], q.device
         warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
         m_n = None

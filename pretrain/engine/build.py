@@ -13,6 +13,7 @@ import negatives
 from pretrain import losses
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.data import augment, datasets, device_decode, imagefiles, loaders, resident, views
+from pretrain.data.identity import train_set_identity
 from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
@@ -89,7 +90,7 @@ def strategy(cfg: Config) -> negatives.NegativeStrategy:
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
         made.bind_model(cfg.model.dim)
         made.bind_data(cfg.data.image_size, tuple(cfg.data.mean), tuple(cfg.data.std))
-    except ValueError as e:
+    except (ValueError, ImportError) as e:  # ImportError: an optional backend not installed
         raise ConfigError(f"negatives: {e}") from e
     return made
 
@@ -121,6 +122,7 @@ class Data:
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.runtime.cores)
+    identity: dict[str, Any] | None = None  # the training set's (pretrain/data/identity.py)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
     decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
@@ -185,6 +187,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         base_bank = (
             base_train if same else datasets.stratified_subset(base_bank, d.subset, cfg.seed)
         )
+    identity = train_set_identity(base_train, d.root)
     world = dist.world_size()
     if len(base_train) < cfg.train.batch_size:
         raise ConfigError(
@@ -205,7 +208,8 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers, skipped)
     if held is not None:
         return Data(**held, sampler=sampler, num_workers=workers, skipped=skipped,
-                    in_classes=list(d.in_classes), augment=photometric(d))  # fmt: skip
+                    in_classes=list(d.in_classes), augment=photometric(d),
+                    identity=identity)  # fmt: skip
     where = decode_on(d, device)
     if where == "device":
         train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
@@ -223,6 +227,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         skipped=skipped,
         augment=photometric(d) if d.augment_on == "device" else None,
         decode_on=where,
+        identity=identity,
     )
 
 
@@ -341,11 +346,13 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     checked against the negative strategy it is combined with."""
     loss = cfg.loss
     kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
-    kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
+    own = dict(loss.kwargs)  # the loss's own settings (checked by config.validate)
+    kappa = {k: own.pop(k) for k in losses.KAPPA_KWARGS if k in own}  # the kappa head's weights
+    kwargs.update(own)
     try:
         made = losses.create(loss.name, **kwargs)
         if cfg.model.kappa_hidden > 0:
-            made = losses.WithKappa(made, loss.kappa_lambda_align, loss.kappa_lambda_reg)
+            made = losses.WithKappa(made, **kappa)
         made.check_strategy(cfg.negatives.name)
     except ValueError as e:
         raise ConfigError(f"loss: {e}") from e
