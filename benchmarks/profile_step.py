@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
 from benchmarks.step import bare_step, build, model_views  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 CATEGORIES = (
@@ -185,7 +186,7 @@ def main() -> None:
     views = model_views(run, batch)
 
     def step() -> None:
-        loop.train_step(run, *batch[:3], 1e6, *batch[3:])  # past every warm-up
+        loop.train_step(run, Batch.make(*batch[:3], batch[3:]), 1e6)  # past every warm-up
 
     for _ in range(warmup):
         step()
