@@ -2,7 +2,7 @@
 # shellcheck disable=SC2317  # (file-wide) the part_* functions are called by name, "part_$part"
 # The GPU suite: run it first whenever a GPU is available (docs/gpu_suite.md).
 #
-#   benchmarks/gpu_suite.sh --report /tmp/gpu          # on a CUDA machine: every part, < 8 min
+#   benchmarks/gpu_suite.sh --report /tmp/gpu          # on a CUDA machine: every part, < 12 min
 #   benchmarks/gpu_suite.sh --quick --report DIR       # on a CPU (CI): what runs without CUDA
 #   benchmarks/gpu_suite.sh --parts sync,step --budget step=300   # some parts, another budget
 #   benchmarks/gpu_suite.sh --dry-run --device cuda    # print the plan (commands, budgets) only
@@ -25,7 +25,15 @@
 #                off; on a CPU the strategies table (--quick)
 #   input   (55) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
 #                batched decode + crop (--quick, every part, on a CPU)
-# 450 s of budgets in all, and the whole run is held under --total (465 s): a part gets at most
+#   profile (45) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
+#                warm-up: the 25 most expensive CUDA kernels, the step split into convolutions/
+#                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
+#                model's step (on a CPU, --quick: operators' CPU time, tiny model)
+#   train  (210) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
+#                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), data.resident on and
+#                off, as many whole epochs as fit: images/s, data-wait, epoch time, kNN at the end,
+#                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each)
+# 705 s of budgets in all, and the whole run is held under --total (720 s): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
 # failure). --quick (the CPU mode) triples the budgets and the total that were not given. Every part's whole output (stdout and stderr, unbuffered) goes to REPORT/PART.log;
 # a part that fails or overruns prints its log's last lines, and the next part starts. Each
@@ -33,7 +41,8 @@
 # benchmarks/RESULTS.md) when it ends, and this script appends a line per part as soon as the part
 # ends (passed / FAILED / timed out, with its seconds), so a run cut short keeps every table it
 # measured (with another results file, this run's part of it is copied to REPORT/results.md at
-# the end). At the end: REPORT/summary.md (one row per part: outcome, seconds, log),
+# the end). At the end: REPORT/summary.md (one row per part: outcome, seconds, log; then the
+# figures of train and profile in one table, also in REPORT/figures.md),
 # REPORT/env.txt (GPU, torch, triton, commit) and REPORT.tar.gz, the folder packed in one file.
 # Without --report the folder is runs/gpu_suite_<UTC time>. Without CUDA the CUDA-only parts are
 # skipped (printed) and the rest runs on the CPU. A benchmark script or flag that this checkout
@@ -50,11 +59,12 @@ RESULTS=""
 REPORT=""
 DRY=0
 FORCE_DEVICE=""
-TOTAL=465
-ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input"
+TOTAL=720
+ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train"
 PARTS="$ALL_PARTS"
 declare -A BUDGET=([tests]=90 [sync]=60 [mioc]=45 [graphs]=60 [splitbn]=25 [ocsvm]=45 [step]=70
-                   [input]=55)
+                   [input]=55 [profile]=45 [train]=210)
+CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0
 usage() {
@@ -158,11 +168,16 @@ import torchvision; print('torchvision:', torchvision.__version__)" 2>&1
   note "report folder ${REPORT} (results ${RESULTS})"
 fi
 
+part_budget() {  # the seconds part $1 gets now: its budget, or what is left of --total
+  local budget="${BUDGET[$1]}" left=$((TOTAL - (SECONDS - START) - 12))
+  if [ "$left" -lt "$budget" ]; then echo "$left"; else echo "$budget"; fi
+}
+
 run_part() {  # run_part NAME CMD...: CMD under the part's budget, its output in REPORT/NAME.log
   local name="$1"; shift
-  local budget="${BUDGET[$name]}" left=$((TOTAL - (SECONDS - START) - 12)) tic=$SECONDS rc outcome
+  local budget left=$((TOTAL - (SECONDS - START) - 12)) tic=$SECONDS rc outcome
   local log="$REPORT/$name.log"
-  if [ "$left" -lt "$budget" ]; then budget="$left"; fi
+  budget=$(part_budget "$name")
   if [ "$DRY" = 1 ]; then
     note "plan: part $name (budget ${BUDGET[$name]} s): $(show "$@")"
     return
@@ -192,11 +207,10 @@ skip_part() { note "skip: $2"; record "$1: skipped ($2)"; summarize "$1" "skippe
 bench_part() {  # bench_part NAME SCRIPT [flags...]: with the common flags, if script and flags exist
   local name="$1" script="$2"; shift 2
   if [ ! -f "$script" ]; then skip_part "$name" "$script is not in this checkout"; return; fi
-  local help f
-  help=$("$PY" "$script" --help 2>/dev/null)
-  for f in --device --results --quick "$@"; do
-    case "$f" in --*) ;; *) continue ;; esac
-    if ! grep -q -- "$f" <<< "$help"; then skip_part "$name" "$script has no $f flag"; return; fi
+  local f
+  for f in --device --results --quick "$@"; do  # argparse's flags, read from the source (a
+    case "$f" in --*) ;; *) continue ;; esac      # --help would import torch for each part)
+    if ! grep -q -- "\"$f\"" "$script"; then skip_part "$name" "$script has no $f flag"; return; fi
   done
   run_part "$name" "$PY" "$script" --device "$DEVICE" --results "$RESULTS" "${QUICK[@]}" "$@"
 }
@@ -248,6 +262,21 @@ part_input() {
   else bench_part input benchmarks/input.py; fi
 }
 
+part_profile() {
+  local data=()
+  if [ ${#QUICK[@]} -eq 0 ] && [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
+  bench_part profile benchmarks/profile_step.py "${data[@]}" --summary "$REPORT/figures.md"
+}
+
+part_train() {  # stops its runs 15 s before its budget, so that it prints its tables itself
+  local data=() budget
+  budget=$(part_budget train)
+  if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
+  if [ ${#QUICK[@]} -gt 0 ]; then data=(); fi  # --quick: its own tiny images
+  bench_part train benchmarks/train.py "${data[@]}" --budget "$((budget > 20 ? budget - 15 : 5))" \
+    --keep "$REPORT/train" --summary "$REPORT/figures.md"
+}
+
 for part in "${SELECTED[@]}"; do "part_$part"; done
 if [ "$DRY" = 1 ]; then
   sum=0; for part in "${SELECTED[@]}"; do sum=$((sum + BUDGET[$part])); done
@@ -264,6 +293,12 @@ record "suite: $((SECONDS - START)) s in all, exit status ${status}"
   printf '%s\n' "${SUMMARY[@]}"
   echo
   echo "$((SECONDS - START)) s in all, exit status ${status}; tables in $(basename "$RESULTS"), machine in env.txt"
+  if [ -s "$REPORT/figures.md" ]; then
+    echo
+    echo "| figure (train, profile) | value |"
+    echo "|---|---|"
+    cat "$REPORT/figures.md"
+  fi
 } > "$REPORT/summary.md"
 cat "$REPORT/summary.md"
 if [ "$RESULTS" != "$REPORT/results.md" ]; then  # this run's tables, beside the logs

@@ -40,7 +40,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sync_table import STRATEGY_SYNCS  # noqa: E402  (the documented host-sync counts)
 
 import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
@@ -48,6 +47,7 @@ from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
 from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
+from pretrain.runtime import precision as amp  # noqa: E402 (step.py has a precision mode)
 
 DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
     "mioc": "{num_synthetic: 64, num_inlier_synthetic: 32}",
@@ -115,6 +115,30 @@ def build(cfg_name: str, overrides: list[str], device: str, channels_last: bool 
     return run, (x1, x2, y, *rows)
 
 
+def model_views(run, batch: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised float views of a batch from :func:`build`, as the step feeds the encoders (stage
+    2 of ``data.augment_on: device`` run here, once; the trainer's memory format)."""
+    x1, x2, _, *rows = batch
+    if rows:
+        x = run.data.augment(torch.cat([x1, x2]), torch.cat([rows[0][:, 0], rows[0][:, 1]]))
+        x1, x2 = x.chunk(2)
+    if amp.channels_last(run.cfg.train.channels_last, run.cfg.train.amp, run.device):
+        x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+    return x1, x2
+
+
+def bare_step(run, x1: torch.Tensor, x2: torch.Tensor) -> None:
+    """The bare model's step: the query encoder's forward and backward on ``x1`` and the key
+    encoder's forward on ``x2`` (both under the trainer's autocast; no strategy, loss, queue,
+    optimizer or input pipeline). ``x1``, ``x2`` from :func:`model_views`."""
+    with run.autocast():
+        q = run.query(x1)
+        with torch.no_grad():
+            run.moco.encoder_k(x2)
+    q.float().square().sum().backward()
+    run.moco.encoder_q.zero_grad(set_to_none=True)
+
+
 def time_settings(
     settings: dict, args: argparse.Namespace, extra: dict | None = None
 ) -> dict[str, tuple[float, float, int]]:
@@ -137,7 +161,7 @@ def time_settings(
         for name, (run, batch) in settings.items():
             with PeakMemory(dev) as mem:
                 sync()
-                strict = debug and STRATEGY_SYNCS.get(run.cfg.negatives.name, ("?",))[0] == "0"
+                strict = debug and type(run.strategy).syncs_per_step == 0  # its declared count
                 if debug:  # "error" where the documented count is 0, "warn" for MiOC's checks
                     torch.cuda.set_sync_debug_mode("error" if strict else "warn")
                 tic = time.perf_counter()
@@ -275,7 +299,8 @@ def main() -> None:
     args = p.parse_args()
     args.steps = args.steps or (2 if args.quick else 20)
     args.warmup_steps = 1 if args.quick else args.warmup_steps
-    common = ["out_dir=/tmp/negmine_bench", "data.num_workers=0", "train.progress_bar=false"]
+    out = tempfile.mkdtemp(prefix="negmine_bench_")  # its own: two benchmarks may run at once
+    common = [f"out_dir={out}", "data.num_workers=0", "train.progress_bar=false"]
     if args.quick and args.mode != "precision":
         args.overrides = ["model.width=8", "train.batch_size=32", *args.overrides]
     lines = []

@@ -38,6 +38,7 @@ def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], loop.Run]:
     return losses, run
 
 
+@pytest.mark.early  # about a minute of inductor compiles on 2 cores (tests/conftest.py)
 def test_compiled_steps_match_eager(tmp_path):
     """Inductor fuses and reorders float32 arithmetic: losses agree to 1e-4 relative and the
     weights after 3 steps to 5e-3 absolute (the differences grow through SGD momentum; measured

@@ -10,6 +10,7 @@ and compares loss, all-reduced gradients, queue and pointer after each of 3 step
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -43,6 +44,19 @@ TOL_STRATEGY = 5e-5
 
 
 def free_port() -> int:
+    """A port free now for a rendezvous. Under pytest-xdist each worker draws from its own block
+    of 500 below Linux's ephemeral range (32768-), so two workers never hand out the same port
+    and no OS-assigned client port takes it in between; otherwise one the OS assigns."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        base = 20000 + 500 * (int(worker[2:]) % 25)
+        for port in random.sample(range(base, base + 500), 500):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -20,7 +20,7 @@ import pytest
 import torch
 from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
-from triton_ptx import compiled_ptx
+from triton_launches import installed_ptx
 
 NAN_X = [[0.0, 1.0], [float("nan"), 0.0], [1.0, 0.0], [0.6, 0.8]]
 CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
@@ -227,56 +227,21 @@ def test_long_runs_match_sklearn(tmp_path):
         assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
 
 
-COMPILE_PTX = """
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from negatives.ocsvm import smo_triton
-names = ("QD0", "alpha0", "alpha_out", "scratch", "consts", "bad", "out_rho")
-sig = {name: "*fp64" for name in names}
-sig |= {"Q": "*fp32", "iscratch": "*i32", "out_it": "*i64", "n": "i32", "n_init": "i32"}
-sig |= {"max_iter": "i32", "SHRINK": "constexpr", "BLOCK": "constexpr"}
-src = triton.compiler.ASTSource(
-    fn=smo_triton._smo_kernel, signature=sig, constexprs={"SHRINK": True, "BLOCK": 256}
-)
-options = {"enable_fp_fusion": False, "num_warps": 4}
-sys.stdout.write(triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"])
-"""
-
-
-def test_kernel_compiles_for_a_gpu_without_fma():
-    """The compiled program (what CUDA runs): every float64 operation rounds on its own (no fused
-    multiply-add), and the threads meet at barriers."""
-    ptx = compiled_ptx(COMPILE_PTX)
+def test_kernel_compiles_for_a_gpu_without_fma(triton_launches):
+    """The compiled program (what CUDA runs, sm_90: the launch test's compile of the fit,
+    tests/triton_launches.py): every float64 operation rounds on its own (no fused multiply-add),
+    and the threads meet at barriers."""
+    ptx = installed_ptx(triton_launches, "ocsvm rbf n=256 d=128")["_smo_kernel"]
+    assert ".target sm_90" in ptx
     assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
 
 
-COMPILE_KERNELS = """
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from negatives.ocsvm import kernels_triton as kt
-ints = {"n": "i32", "d": "i32", "stride": "i32"}
-gram = {name: "*fp64" for name in ("X", "GAMMA", "SQ", "BAD")} | {"Q": "*fp32"} | ints
-gram |= {"LINEAR": "constexpr", "BLOCK": "constexpr", "BLOCK_D": "constexpr"}
-score = {name: "*fp64" for name in ("SV", "SV_SQ", "COEF", "RHO", "GAMMA", "F")}
-score |= {"Y": "*fp32", "MASK": "*i1", "m": "i32", "n": "i32", "d": "i32"}
-score |= {"stride_y": "i32", "stride_sv": "i32"}
-score |= {"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}
-for fn, sig, const in (
-    (kt._gram_kernel, gram, {"LINEAR": False, "BLOCK": kt.BLOCK_Q, "BLOCK_D": 32}),
-    (kt._score_kernel, score, {"BLOCK_M": kt.BLOCK_M, "BLOCK_N": kt.BLOCK_N, "BLOCK_D": 32}),
-):
-    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=const)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    sys.stdout.write(ptx.asm["ptx"] + "\\n===\\n")
-"""
-
-
-def test_gram_and_score_kernels_compile_for_a_gpu():
-    """Both kernels build for sm_90 here without a GPU, their dot products on the float64 tensor
-    cores (DMMA) and exp in float64 (no float32 approximation)."""
-    gram, score = compiled_ptx(COMPILE_KERNELS).split("\n===\n")[:2]
-    for ptx in (gram, score):
+def test_gram_and_score_kernels_compile_for_a_gpu(triton_launches):
+    """Both kernels build for sm_90 here without a GPU (the launch test's compiles of the fit and
+    the scoring, tests/triton_launches.py), their dot products on the float64 tensor cores (DMMA)
+    and exp in float64 (no float32 approximation)."""
+    compiled = installed_ptx(triton_launches, "ocsvm rbf n=256 d=128")
+    for ptx in (compiled["_gram_kernel"], compiled["_score_kernel"]):
+        assert ".target sm_90" in ptx
         assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in ptx
         assert "ex2.approx" not in ptx

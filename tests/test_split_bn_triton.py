@@ -4,21 +4,20 @@ channels_last, non-mergeable strides, a gradient in another layout; several chun
 channel blocks, uneven tails), and to float32 statistics in bf16 / fp32 (so does the fused
 aten path); two ``negmine`` ops
 forward and two backward whatever the splits. The kernels run in Triton's interpreter, in one
-fresh process (``tests/split_bn_triton_worker.py``); a second fresh process compiles them for
-sm_90 (what CUDA runs)."""
+fresh process (``tests/split_bn_triton_worker.py``); their sm_90 compile (what CUDA runs) is the
+launch test's (``triton_launches``)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
 import split_bn_triton_worker as worker
 import torch
-from triton_ptx import compiled_ptx
+from triton_launches import installed_ptx
 
 from pretrain.model.split_bn import SplitBatchNorm
 
@@ -26,16 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
 
-@cache
-def results() -> dict[str, dict]:
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"negmine_split_bn_triton_{os.getpid()}.pt"
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case through the interpreted kernels, in one fresh process (once per session: its
+    tests run on one pytest-xdist worker, tests/conftest.py)."""
+    out = tmp_path_factory.mktemp("split_bn_triton") / "results.pt"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cmd = [sys.executable, str(ROOT / "tests" / "split_bn_triton_worker.py"), str(out)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    got = torch.load(out, weights_only=True)
-    out.unlink()
-    return got
+    return torch.load(out, weights_only=True)
 
 
 def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
@@ -69,8 +68,8 @@ FLOAT64 = [name for name, case in worker.CASES.items() if case[4] == torch.float
 
 
 @pytest.mark.parametrize("name", FLOAT64)
-def test_triton_path_equals_batchnorm_per_chunk_in_float64(name):
-    got = results()[name]
+def test_triton_path_equals_batchnorm_per_chunk_in_float64(results, name):
+    got = results[name]
     keys = ("y", "dx", "dw", "db", "running_mean", "running_var")
     for key, want in zip(keys, per_chunk(name), strict=True):
         torch.testing.assert_close(got[key], want, rtol=1e-11, atol=1e-11, msg=key)
@@ -81,12 +80,12 @@ def test_triton_path_equals_batchnorm_per_chunk_in_float64(name):
 
 @pytest.mark.parametrize("path", ["triton", "fused"])
 @pytest.mark.parametrize("name", ["s4_bf16_cl", "s4_fp32_nchw"])
-def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(name, path):
+def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(results, name, path):
     """bf16 / fp32 input, both CUDA paths: output and input gradient in the input's dtype, equal
     to the float64 per-chunk reference on the same (rounded) values to that dtype's rounding;
     weight / bias gradients and running statistics to float32 accumulation (1e-5)."""
     if path == "triton":
-        got = results()[name]
+        got = results[name]
     else:
         x, grad, state = worker.case_input(name)
         bn = SplitBatchNorm(worker.C, worker.CASES[name][2], path="fused").float().train()
@@ -105,60 +104,31 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(name, 
         torch.testing.assert_close(got[key].double(), want, rtol=tol, atol=tol, msg=key)
 
 
-def test_two_launches_forward_and_two_backward_whatever_the_splits():
+def test_two_launches_forward_and_two_backward_whatever_the_splits(results):
     counts = {
-        (r["ops_forward"], r["ops_backward"]) for n, r in results().items() if "strided" not in n
+        (r["ops_forward"], r["ops_backward"]) for n, r in results.items() if "strided" not in n
     }
     assert counts == {(2, 2)}, counts
 
 
-def test_no_host_sync_from_the_first_call():
+def test_no_host_sync_from_the_first_call(results):
     """A fresh layer's first training call (forward and backward) makes no would-be CUDA host
     sync: its float64 (eps, momentum) is built with the layer and moved by .to(), not copied to
     the device in the call (CUDA's sync-debug mode raised there on an H200 when it was)."""
-    assert {n: r["syncs"] for n, r in results().items()} == dict.fromkeys(results(), 0)
-
-
-COMPILE_PTX = """
-import sys
-import triton
-from triton.backends.compiler import GPUTarget
-from pretrain.model import split_bn_triton as t
-ptr = {"x": "*bf16", "f": "*fp32"}
-common = {"M": "i32", "P": "i32", "C": "i32", "CHUNK": "i32", "sS": "i32", "sN": "i32",
-          "sC": "i32", "sP": "i32", "ACC": "constexpr", "BLOCK_M": "constexpr",
-          "BLOCK_C": "constexpr", "BLOCK_G": "constexpr"}
-grad = {"gS": "i32", "gN": "i32", "gC": "i32", "gP": "i32"}
-kernels = {
-    t._stats_kernel: {"X": "*bf16", "PMEAN": "*fp32", "PM2": "*fp32"},
-    t._normalize_kernel: {"X": "*bf16", "Y": "*bf16", "PMEAN": "*fp32", "PM2": "*fp32",
-                          "W": "*fp32", "B": "*fp32", "RM": "*fp32", "RV": "*fp32",
-                          "MEAN": "*fp32", "INVSTD": "*fp32", "PARAMS": "*fp64", "S": "i32"},
-    t._grad_stats_kernel: {"GR": "*bf16", "X": "*bf16", "MEAN": "*fp32", "PSG": "*fp32",
-                           "PSGX": "*fp32", **grad},
-    t._grad_input_kernel: {"GR": "*bf16", "X": "*bf16", "DX": "*bf16", "MEAN": "*fp32",
-                           "INVSTD": "*fp32", "PSG": "*fp32", "PSGX": "*fp32", "W": "*fp32",
-                           "DW": "*fp32", "DB": "*fp32", "S": "i32", **grad},
-}
-const = {"ACC": triton.language.float32, "BLOCK_M": 64, "BLOCK_C": 64, "BLOCK_G": 64}
-for fn, sig in kernels.items():
-    names = fn.arg_names
-    full = {a: ({**sig, **common}[a]) for a in names}
-    consts = {k: v for k, v in const.items() if k in names}
-    src = triton.compiler.ASTSource(fn=fn, signature=full, constexprs=consts)
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
-    print(fn.__name__, len(ptx))
-"""
+    assert {n: r["syncs"] for n, r in results.items()} == dict.fromkeys(results, 0)
 
 
 KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel")
 
 
-def test_kernels_compile_for_sm90():
+def test_kernels_compile_for_sm90(triton_launches):
     """The four kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
-    here without a GPU."""
-    out = compiled_ptx(COMPILE_PTX)
-    assert all(f"{name} " in out for name in KERNELS), out
+    here without a GPU: the installed triton's compiles of the launch test (one compile per
+    kernel in a session, tests/triton_launches.py)."""
+    ptx = installed_ptx(triton_launches, "split bn bf16 channels_last")
+    for name in KERNELS:
+        assert f".entry {name}" in ptx.get(name, ""), (name, sorted(ptx))
+        assert ".target sm_90" in ptx[name] and ".bf16" in ptx[name], name
 
 
 @pytest.mark.cuda

@@ -25,6 +25,7 @@ def test_the_pins_are_built_ins():
     assert set(op_table.DEVICE_OPS) == set(count_ops.RECIPES)
 
 
+@pytest.mark.early  # ~2 min for cifar10_moco on 2 cores (tests/conftest.py)
 @pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
 def test_device_path_counts_equal_the_pins_or_meet_the_bound(recipe):
     """Every registered strategy on the device path (split BN's Triton kernels, MiOC's Triton fit:

@@ -10,57 +10,29 @@ the results). The three failures an H200 found on 2026-11-26 (a kernel argument 
 
 The installed triton runs always. Older ones run from folders named in ``NEGMINE_TRITON_OLDER``
 (``:``-separated ``pip install --target`` folders; ``.ci/run`` installs triton 3.5.1 and 3.6.0);
-under CI (``CI=true``) a missing folder is an error, not a skip.
+under CI (``CI=true``) a missing folder is an error, not a skip. The workers run once per session
+(``tests/triton_launches.py``, the ``triton_launches`` fixture of ``tests/conftest.py``): the
+sm_90 PTX tests of the OC-SVM and split BN read the installed triton's compiles from the same run.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from triton_launches import OLDER
 
 from negatives.ocsvm.device_support import TRITON_MIN
 
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
-ROOT = Path(__file__).resolve().parents[1]
-OLDER = [p for p in os.environ.get("NEGMINE_TRITON_OLDER", "").split(":") if p]
 SPLIT_BN = ["_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel"]
 
 
-def launch_all(sites: list[str | None], tmp: Path) -> dict[str | None, dict]:
-    """Run the worker once per triton (the installed one: None), all at once (compiles are
-    single-threaded)."""
-    procs = {}
-    for i, site in enumerate(sites):
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT)) if p)
-        env["TRITON_CACHE_DIR"] = str(tmp / f"cache{i}")  # compile here, from nothing
-        out = tmp / f"launches{i}.json"
-        cmd = [sys.executable, str(ROOT / "tests/triton_launch_worker.py"), str(out)]
-        procs[site] = (subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), out)
-    results = {}
-    for site, (proc, out) in procs.items():
-        _, err = proc.communicate(timeout=900)
-        results[site] = json.loads(out.read_text()) if proc.returncode == 0 else err[-4000:]
-    return results
-
-
-@pytest.fixture(scope="module")
-def all_launched(tmp_path_factory):
-    for site in OLDER:
-        if not Path(site, "triton").is_dir():
-            pytest.fail(f"NEGMINE_TRITON_OLDER names {site}, which holds no triton")
-    return launch_all([None, *OLDER], tmp_path_factory.mktemp("launch"))
-
-
 @pytest.fixture(params=["installed", *OLDER])
-def launched(request, all_launched):
-    got = all_launched[None if request.param == "installed" else request.param]
+def launched(request, triton_launches):
+    got = triton_launches[None if request.param == "installed" else request.param]
     assert isinstance(got, dict), got  # else the worker's error output
     return got
 
