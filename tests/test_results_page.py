@@ -38,7 +38,7 @@ def test_every_shipped_recipe_has_a_row_and_rows_equal_their_logs():
     assert sorted({r[0].strip("`") for r in table}) == shipped
     for row in table:
         recipe, knn, linear, log = row[0].strip("`"), row[4], row[5], row[11]
-        runs = re.findall(r"\]\(results/runs/([^/]+)/metrics\.jsonl\)", log)
+        runs = re.findall(r"\]\(results/logs/([^/]+)/metrics\.jsonl\)", log)
         if not runs:
             continue
         evals = [json.loads((gen_results.RUNS / r / "eval" / "linear_eval.json").read_text())
