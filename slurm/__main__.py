@@ -3,9 +3,11 @@
     python -m slurm --cfg imagenet100_mioc.yaml --nodes 2 --gpus-per-node 8 --partition P \\
         --time 72:00:00 [--account A --qos Q --constraint C --mem 200G --cpus-per-task 10] \\
         [dotted.key=value ...]
-    python -m slurm --cfg digits_mioc.yaml --sweep "negatives.kwargs.nu=0.1" --sweep "seed=1"
+    python -m slurm --cfg digits_mioc.yaml --sweep "seed=1" --sweep "seed=2 negatives.kwargs.nu=0.2"
     python -m slurm linear_eval [SLURM flags] -- --ckpt RUN/checkpoints/last.pt
 
+Each ``--sweep`` is one array task with its own run directory: ``<out_dir>/sweep_<i>`` (here
+``runs/digits_mioc/sweep_0`` and ``sweep_1``), or the ``out_dir=`` that the ``--sweep`` names.
 Everything is checked before anything is submitted (the config, sbatch on PATH, the partition).
 Prints ``job: ID`` for each job, the log folder and the command to follow the log.
 Exit status: 0 submitted, 2 bad input (nothing submitted).
@@ -17,7 +19,6 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from slurm.submit import EvalTask, PretrainTask, Resources, SlurmError, check_cluster, executor
 
@@ -44,11 +45,35 @@ def resources(a: argparse.Namespace) -> Resources:
                      a.constraint, a.mem, a.cpus_per_task)  # fmt: skip
 
 
-def absolute_paths(cfg: Any) -> list[str]:
-    """Overrides that make a relative ``out_dir`` and ``data.root`` absolute, resolved here (on the
-    login node, against this working directory): the job's working directory may differ."""
-    paths = (("out_dir", cfg.out_dir), ("data.root", cfg.data.root))
-    return [f"{k}={Path(v).resolve()}" for k, v in paths if not Path(v).is_absolute()]
+def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -> list[tuple]:
+    """One (config, overrides) per task, each with its own absolute ``out_dir``.
+
+    The job's working directory may differ from ours, so every ``out_dir`` and a relative
+    ``data.root`` are made absolute (resolved here, on the login node). In a sweep, a task whose
+    own overrides do not name ``out_dir`` runs in ``<out_dir>/sweep_<i>``; two tasks that would
+    still share a directory (and so one lock, one checkpoint) are refused.
+    """
+    from pretrain import config
+
+    sets = sweeps or [[]]
+    out = []
+    for i, extra in enumerate(sets):
+        cfg = config.load(cfg_path, [*overrides, *extra])
+        run_dir = Path(cfg.out_dir).resolve()
+        if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
+            run_dir = run_dir / f"sweep_{i}"
+        extra = [*extra, f"out_dir={run_dir}"]
+        if not Path(cfg.data.root).is_absolute():
+            extra.append(f"data.root={Path(cfg.data.root).resolve()}")
+        out.append((config.load(cfg_path, [*overrides, *extra]), [*overrides, *extra]))
+    dirs = [str(Path(c.out_dir)) for c, _ in out]
+    for i, d in enumerate(dirs):
+        if d in dirs[:i]:
+            raise SlurmError(
+                f"sweep tasks {dirs.index(d)} and {i} would share the run directory {d}: give "
+                "each --sweep its own out_dir=, or none (each task then gets out_dir/sweep_<i>)"
+            )
+    return out
 
 
 def submit_pretrain(argv: list[str]) -> int:
@@ -59,25 +84,12 @@ def submit_pretrain(argv: list[str]) -> int:
                    help="one array task per --sweep, each adding these overrides")  # fmt: skip
     p.add_argument("overrides", nargs="*", metavar="key=value")
     a = p.parse_args(argv)
-    from pretrain import config
-
-    sets = [shlex.split(s) for s in a.sweep] or [[]]
-    cfgs = []
-    for i, extra in enumerate(sets):
-        cfg = config.load(a.cfg, [*a.overrides, *extra])
-        fixed = absolute_paths(cfg)
-        if fixed:
-            extra = [*extra, *fixed]
-            cfg = config.load(a.cfg, [*a.overrides, *extra])
-        if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
-            extra = [*extra, f"out_dir={Path(cfg.out_dir) / f'sweep_{i}'}"]
-            cfg = config.load(a.cfg, [*a.overrides, *extra])
-        cfgs.append((cfg, [*a.overrides, *extra]))
+    cfgs = task_configs(a.cfg, a.overrides, [shlex.split(s) for s in a.sweep])
     res = resources(a)
     res.timeout_min()  # a bad --time is bad input
     check_cluster(a.partition)
     base = cfgs[0][0]
-    folder = Path(a.log_dir or Path(base.out_dir if len(sets) == 1 else Path(base.out_dir).parent)
+    folder = Path(a.log_dir or Path(base.out_dir if len(cfgs) == 1 else Path(base.out_dir).parent)
                   / "slurm").resolve()  # fmt: skip
     ex = executor(a.name or Path(a.cfg).stem, folder, res, base.train.max_requeues)
     tasks = [PretrainTask(a.cfg, ov, cfg.train.max_requeues) for cfg, ov in cfgs]

@@ -209,17 +209,17 @@ def test_image_files_are_decoded_once_cached_and_invalidated(tmp_path, monkeypat
     paths = _folder(tmp_path / "d")
     ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
     cache = tmp_path / "cache"
-    images, labels = resident.load(ds, cache, workers=0)
+    images, labels, _ = resident.load(ds, cache, workers=0)
     want = torch.stack([imagefiles.read_image(p) for p, _ in ds.samples])
     assert torch.equal(images, want)
     assert labels.tolist() == [y for _, y in ds.samples]
-    assert len(list(cache.glob("resident-*.npy"))) == 2  # images + labels
+    assert len(list(cache.glob("resident-*.npy"))) == 3  # images, labels, checksums
 
     def no_decode(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("decoded again")
 
     monkeypatch.setattr(resident, "decode", no_decode)
-    again, _ = resident.load(ds, cache, workers=0)  # from the cache
+    again, _, _ = resident.load(ds, cache, workers=0)  # from the cache
     assert torch.equal(again, want)
     write_png(paths[0], random_images(1, 20, seed=9)[0])  # a changed file: a new key
     st = paths[0].stat()

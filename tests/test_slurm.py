@@ -77,6 +77,33 @@ def test_eval_job_needs_an_existing_checkpoint(tmp_path):
     assert out.returncode == 2 and "does not exist" in out.stderr
 
 
+def test_every_sweep_task_gets_its_own_run_directory(tmp_path, monkeypatch):
+    """The default out_dir is relative (runs/<stem>): made absolute, it must still get sweep_<i>."""
+    from slurm.__main__ import task_configs
+
+    monkeypatch.chdir(tmp_path)
+    for overrides in ([], ["out_dir=rel"], [f"out_dir={tmp_path / 'abs'}"]):
+        tasks = task_configs(str(ROOT / "pretrain/configs/digits_moco.yaml"), overrides,
+                             [["seed=1"], ["seed=2"]])  # fmt: skip
+        dirs = [Path(c.out_dir) for c, _ in tasks]
+        assert all(d.is_absolute() for d in dirs) and dirs[0] != dirs[1], dirs
+        assert [d.name for d in dirs] == ["sweep_0", "sweep_1"]
+        assert [f"out_dir={d}" in ov for (_, ov), d in zip(tasks, dirs)] == [True, True]
+    own = task_configs(str(ROOT / "pretrain/configs/digits_moco.yaml"), [],
+                       [["out_dir=a"], ["out_dir=b"]])  # fmt: skip
+    assert [Path(c.out_dir) for c, _ in own] == [tmp_path / "a", tmp_path / "b"]
+
+
+def test_sweep_tasks_sharing_a_directory_are_refused(tmp_path):
+    from tests.test_troubleshooting_data import assert_documented
+
+    path = fake_tools(tmp_path, "debug*")
+    out = cli("--cfg", "digits_moco.yaml", "--sweep", f"seed=1 out_dir={tmp_path}",
+              "--sweep", f"seed=2 out_dir={tmp_path}", path=path)  # fmt: skip
+    assert out.returncode == 2 and not (tmp_path / "SUBMITTED").exists()
+    assert_documented(out.stderr.strip().removeprefix("error: "))
+
+
 # --- against a real one-node SLURM (slurm/local_cluster.sh); skipped with the reason otherwise ---
 
 TINY = ["model.width=8", "train.batch_size=32", "moco.queue_size=64", "data.num_workers=0",
@@ -186,11 +213,14 @@ def test_preempted_job_requeues_and_ends_like_an_uninterrupted_run(cluster, tmp_
 
 
 def test_relative_out_dir_and_data_root_are_made_absolute_on_the_login_node(tmp_path, monkeypatch):
-    from pretrain import config
-    from slurm.__main__ import absolute_paths
+    from slurm.__main__ import task_configs
 
     monkeypatch.chdir(tmp_path)
-    cfg = config.load("imagenet100_mioc.yaml", ["data.root=imagenet100", "out_dir=/abs/run"])
-    assert absolute_paths(cfg) == [f"data.root={tmp_path.resolve() / 'imagenet100'}"]
-    cfg = config.load("imagenet100_mioc.yaml", ["data.root=/data/in100", "out_dir=runs/x"])
-    assert absolute_paths(cfg) == [f"out_dir={tmp_path.resolve() / 'runs' / 'x'}"]
+    cfg_name = "imagenet100_mioc.yaml"
+    [(cfg, overrides)] = task_configs(cfg_name, ["data.root=imagenet100", "out_dir=/abs/run"], [])
+    assert cfg.data.root == str(tmp_path.resolve() / "imagenet100")
+    assert f"data.root={tmp_path.resolve() / 'imagenet100'}" in overrides
+    assert cfg.out_dir == "/abs/run"
+    [(cfg, overrides)] = task_configs(cfg_name, ["data.root=/data/in100", "out_dir=runs/x"], [])
+    assert cfg.data.root == "/data/in100"
+    assert cfg.out_dir == str(tmp_path.resolve() / "runs" / "x")

@@ -168,4 +168,5 @@ def train(
         "l2": best,
         "val_accuracy": val_acc,
         "val_size": int(held.sum()),
+        "val_fraction": val_fraction,
     }

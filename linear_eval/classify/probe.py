@@ -20,6 +20,7 @@ path); :func:`train_on_images` draws a fresh RandomResizedCrop + flip each epoch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from linear_eval.classify import logreg
+
+MOMENTUM = 0.9  # SGD momentum of every SGD protocol (main_lincls.py's default)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class Protocol:
             "milestones": list(self.milestones),
             "batch_size": self.batch_size,
             "weight_decay": self.weight_decay,
-            "momentum": 0.9,
+            "momentum": MOMENTUM,
             "source": self.source,
         }
 
@@ -109,9 +112,29 @@ def new_classifier(in_dim: int, num_classes: int) -> nn.Linear:
     return fc
 
 
-def _optimizer(fc: nn.Linear, lr: float, weight_decay: float, milestones: list[int]) -> tuple:
-    opt = torch.optim.SGD(fc.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
-    return opt, torch.optim.lr_scheduler.MultiStepLR(opt, milestones, gamma=0.1)
+def check_milestones(milestones: Sequence[int], flag: str = "--milestones") -> None:
+    """Refuse what ``MultiStepLR`` would run silently but differently from what was asked: no
+    epoch at all, an epoch <= 0 (never reached), or epochs out of order or repeated."""
+    if not milestones:
+        raise ValueError(
+            f"{flag} needs one or more epochs (the lr is multiplied by 0.1 at each); "
+            "for a constant lr give one at or past --epochs"
+        )
+    if min(milestones) < 1 or list(milestones) != sorted(set(milestones)):
+        raise ValueError(
+            f"{flag} {' '.join(map(str, milestones))}: give increasing epochs >= 1 "
+            "(the lr is multiplied by 0.1 at the start of each)"
+        )
+
+
+def _optimizer(fc: nn.Linear, lr: float, weight_decay: float, milestones: Sequence[int]) -> tuple:
+    opt = torch.optim.SGD(fc.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=weight_decay)
+    return opt, torch.optim.lr_scheduler.MultiStepLR(opt, list(milestones), gamma=0.1)
+
+
+def lr_changes(lr_log: Sequence[float]) -> dict[str, float]:
+    """``{"0": lr, "60": lr', ...}``: the epochs at which the lr the optimizer held changed."""
+    return {str(e): lr for e, lr in enumerate(lr_log) if e == 0 or lr != lr_log[e - 1]}
 
 
 def train_on_features(
@@ -120,19 +143,24 @@ def train_on_features(
     num_classes: int,
     epochs: int = 100,
     lr: float = 30.0,
-    milestones: list[int] | None = None,
+    milestones: Sequence[int] = (60, 80),
     batch_size: int = 256,
     weight_decay: float = 0.0,
     seed: int = 0,
+    lr_log: list[float] | None = None,
 ) -> nn.Linear:
-    """Fit the linear classifier by SGD on fixed features (N, F) with labels (N,)."""
+    """Fit the linear classifier by SGD on fixed features (N, F) with labels (N,); the lr is
+    multiplied by 0.1 at each epoch of ``milestones`` (stepped once per epoch). ``lr_log``, when
+    given, receives the lr the optimizer held in each epoch."""
     g = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fc = new_classifier(features.shape[1], num_classes).to(features.device)
-    opt, sched = _optimizer(fc, lr, weight_decay, list(milestones or [60, 80]))
+    opt, sched = _optimizer(fc, lr, weight_decay, milestones)
     labels = labels.to(features.device)
     for _ in range(epochs):
+        if lr_log is not None:
+            lr_log.append(opt.param_groups[0]["lr"])
         order = torch.randperm(features.shape[0], generator=g).to(features.device)
         for idx in order.split(batch_size):
             loss = F.cross_entropy(fc(features[idx]), labels[idx])
@@ -151,11 +179,13 @@ def train_on_images(
     device: torch.device,
     epochs: int = 100,
     lr: float = 30.0,
-    milestones: list[int] | None = None,
+    milestones: Sequence[int] = (60, 80),
     weight_decay: float = 0.0,
     seed: int = 0,
+    lr_log: list[float] | None = None,
 ) -> nn.Linear:
-    """Fit the classifier on augmented images through the frozen ``backbone`` (kept in eval mode).
+    """Fit the classifier on augmented images through the frozen ``backbone`` (kept in eval mode);
+    ``milestones`` and ``lr_log`` as in :func:`train_on_features`.
 
     Raises:
         RuntimeError: if any backbone parameter or buffer (BatchNorm running statistics
@@ -166,8 +196,10 @@ def train_on_images(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         fc = new_classifier(feature_dim, num_classes).to(device)
-    opt, sched = _optimizer(fc, lr, weight_decay, list(milestones or [60, 80]))
+    opt, sched = _optimizer(fc, lr, weight_decay, milestones)
     for _ in range(epochs):
+        if lr_log is not None:
+            lr_log.append(opt.param_groups[0]["lr"])
         for x, y in loader:
             with torch.no_grad():
                 f = backbone(x.to(device, non_blocking=True))
@@ -197,10 +229,11 @@ def fit_predict(
     seed: int = 0,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Train ``recipe`` on (N, F) features and score (M, F) test features: (M, C) scores on CPU
-    and what the solver chose (``l2`` for L-BFGS)."""
+    and what the solver chose (``l2`` for L-BFGS) or ran (``lr_by_epoch`` for SGD)."""
     if recipe.solver == "lbfgs":
         fc, info = logreg.train(train_features, train_labels, num_classes, seed=seed)
     elif recipe.solver == "sgd":
+        lr_log: list[float] = []
         fc = train_on_features(
             train_features,
             train_labels,
@@ -211,8 +244,9 @@ def fit_predict(
             batch_size=recipe.batch_size,
             weight_decay=recipe.weight_decay,
             seed=seed,
+            lr_log=lr_log,
         )
-        info = {}
+        info = {"lr_by_epoch": lr_changes(lr_log)}
     else:
         raise ValueError(f"unknown solver {recipe.solver!r}; use 'sgd' or 'lbfgs'")
     return predict(fc, test_features).cpu(), info

@@ -43,8 +43,9 @@ def run_linear(
     elif mode == "images":
         if recipe.solver != "sgd":
             raise ValueError("--probe images needs an SGD protocol (moco, mioc, transfer)")
-        correct = []
+        correct, lr_log = [], []
         for seed in seeds:
+            lr_log.clear()
             fc = probe.train_on_images(
                 sess.model.encoder.backbone,
                 sess.store.augmented_loader(recipe.batch_size, seed),
@@ -56,6 +57,7 @@ def run_linear(
                 milestones=list(recipe.milestones),
                 weight_decay=recipe.weight_decay,
                 seed=seed,
+                lr_log=lr_log,
             )
             scores = probe.predict(fc, test.backbone.to(sess.store.device)).cpu()
             correct.append((scores.argmax(1) == test.labels).cpu())
@@ -63,6 +65,7 @@ def run_linear(
             "protocol": recipe.as_dict(),
             "seeds": list(seeds),
             **summary.accuracy(torch.stack(correct), "top1"),
+            "lr_by_epoch": probe.lr_changes(lr_log),  # as the optimizer held it (every seed)
         }
     else:
         raise ValueError(f"probe mode must be 'features' or 'images', got {mode!r}")

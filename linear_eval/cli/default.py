@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--lr", type=float, default=30.0)
-    p.add_argument("--milestones", type=int, nargs="*", default=[60, 80])
+    p.add_argument(
+        "--milestones",
+        type=int,
+        nargs="*",
+        default=[60, 80],
+        help="epochs at which the lr is multiplied by 0.1 (one or more, increasing; for a "
+        "constant lr give one at or past --epochs)",
+    )
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
@@ -90,7 +98,29 @@ def _out_path(args: argparse.Namespace) -> Path:
     return Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse values that would run but mean nothing (or be replaced by a default unnoticed)."""
+    whole = [("--epochs", args.epochs), ("--batch-size", args.batch_size)]
+    if args.k is not None:
+        whole.append(("--k", args.k))
+    for flag, v in whole:
+        if v < 1:
+            raise guards.UsageError(f"{flag} {v}: give a whole number >= 1")
+    positive = [("--lr", args.lr)]
+    if args.temperature is not None:
+        positive.append(("--temperature", args.temperature))
+    for flag, v in positive:
+        if not (math.isfinite(v) and v > 0):
+            raise guards.UsageError(f"{flag} {v}: give a finite number > 0")
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        raise guards.UsageError(f"--weight-decay {args.weight_decay}: give a finite number >= 0")
+    if args.num_workers < 0:
+        raise guards.UsageError(f"--num-workers {args.num_workers}: give a whole number >= 0")
+    probe.check_milestones(args.milestones)
+
+
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    check_args(args)
     guards.require_checkpoint(args.ckpt)
     guards.require_writable(_out_path(args).parent, "--out's directory")
     opts = Options(
@@ -110,8 +140,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         if args.knn_preset
         else {"k": cfg.eval.knn_k, "temperature": cfg.eval.knn_temperature}
     )
-    k = args.k or preset["k"]
-    t = args.temperature or preset["temperature"]
+    k = preset["k"] if args.k is None else args.k
+    t = preset["temperature"] if args.temperature is None else args.temperature
     votes = knn_votes(train.backbone, train.labels, test.backbone, k, t, num_classes)
     recipe = probe.Protocol(
         "custom",
@@ -129,7 +159,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
     )
     if args.probe == "features":
-        scores, _ = probe.fit_predict(
+        scores, ran = probe.fit_predict(
             train.backbone.to(device),
             train.labels,
             test.backbone.to(device),
@@ -138,6 +168,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.seed,
         )
     else:
+        lr_log: list[float] = []
         fc = probe.train_on_images(
             sess.model.encoder.backbone,
             sess.store.augmented_loader(args.batch_size, args.seed),
@@ -145,8 +176,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             train.backbone.shape[1],
             device,
             **common,
+            lr_log=lr_log,
         )
         scores = probe.predict(fc, test.backbone.to(device)).cpu()
+        ran = {"lr_by_epoch": probe.lr_changes(lr_log)}
     sess.model.assert_unchanged()
     knn_rec = summary.accuracy(summary.topk_correct(votes, test.labels, 1), "knn_top1")
     knn5 = summary.accuracy(summary.topk_correct(votes, test.labels, 5), "knn_top5")
@@ -170,7 +203,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "linear_top1_ci": lin["linear_top1_ci"],
         "linear_top5": lin5["linear_top5"],
         "linear_top5_ci": lin5["linear_top5_ci"],
-        "linear": {"mode": args.probe, "batch_size": args.batch_size, "momentum": 0.9, **common},
+        "linear": {
+            "mode": args.probe,
+            "batch_size": args.batch_size,
+            "momentum": probe.MOMENTUM,
+            **common,
+            **ran,  # the lr the optimizer held, at epoch 0 and wherever it changed
+        },
         "frozen_check": "encoder parameters and BatchNorm statistics equal to the checkpoint's",
         "train_size": int(train.labels.numel()),
         "test_size": int(test.labels.numel()),

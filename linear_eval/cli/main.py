@@ -290,7 +290,9 @@ def run_all(sess: Session, args: argparse.Namespace) -> dict[str, Any]:
     oc = out["oneclass"]["detectors"]
     return {
         "linear_protocol": "lbfgs: L2 multinomial logistic regression by full-batch L-BFGS on "
-        "cached features, L2 chosen on a held-out 20 % (not the default command's SGD probe)",
+        f"cached features, L2 chosen on a held-out {lin['solver'][0]['val_fraction']:.0%} of "
+        "each class (not the default command's SGD probe)",
+        "linear_l2": [s["l2"] for s in lin["solver"]],  # chosen per seed
         "linear_top1": lin["top1"],
         "linear_top1_ci": lin["top1_ci"],
         "knn_top1": near["run"]["top1"],

@@ -361,6 +361,7 @@ class SkipBadImages(Dataset):
 
     def __init__(self, base: Dataset, counter: torch.Tensor) -> None:
         self.base, self.counter = base, counter
+        self.last_skips = 0  # unreadable images skipped for the last item read (this process)
         for attr in ("targets", "classes"):
             if hasattr(base, attr):
                 setattr(self, attr, getattr(base, attr))
@@ -372,7 +373,9 @@ class SkipBadImages(Dataset):
         n = len(self.base)
         for t in range(n):
             try:
-                return self.base[(i + t) % n]
+                item = self.base[(i + t) % n]
+                self.last_skips = t
+                return item
             except BadImageError:
                 worker = get_worker_info()
                 self.counter[0 if worker is None else 1 + worker.id % (MAX_WORKER_SLOTS - 1)] += 1

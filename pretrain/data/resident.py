@@ -16,22 +16,25 @@ batched on the device), so the monitor reads no file either.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision.transforms.v2 import functional as TVF
 
 from pretrain.data import augment, datasets, device_decode, imagefiles
 from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.data.loaders import ResumableSampler, sample_seed
 from pretrain.data.views import ViewSpec, as_uint8_tensor
+from pretrain.errors import ConfigError
 from pretrain.runtime import dist
 
 FREE_FRACTION = 0.5  # auto: resident on CUDA when its bytes fit in this share of free memory
@@ -69,7 +72,8 @@ def estimate_bytes(ds: Dataset) -> int:
     arrays = embedded(ds)
     if arrays is not None:
         return arrays[0].numel()
-    first = as_uint8_tensor(ds[0][0])
+    with uncounted(ds):
+        first = as_uint8_tensor(ds[0][0])
     return len(ds) * 3 * first.shape[-2] * first.shape[-1]
 
 
@@ -90,63 +94,102 @@ def table_bytes(size: int, views: int) -> int:
     return size * (views * dp.UNIFORMS * 8 + 8)
 
 
+def skip_wrapper(ds: Dataset) -> imagefiles.SkipBadImages | None:
+    """The :class:`imagefiles.SkipBadImages` under ``ds`` (through subsets), or None when
+    ``data.skip_bad_images`` is off."""
+    while isinstance(ds, Subset):
+        ds = ds.dataset
+    return ds if isinstance(ds, imagefiles.SkipBadImages) else None
+
+
+@contextlib.contextmanager
+def uncounted(ds: Dataset) -> Iterator[None]:
+    """Reads of ``ds`` inside leave its skip counter as it was: the one-time decode is not a read
+    of the loader path, whose counts the resident batches replay (:class:`ResidentViews`)."""
+    skip = skip_wrapper(ds)
+    before = None if skip is None else skip.counter.clone()
+    try:
+        yield
+    finally:
+        if skip is not None and before is not None:
+            skip.counter.copy_(before)
+
+
+class Held(NamedTuple):
+    """A split held as one array: images uint8 (N, 3, H, W), labels (N,), and per image the
+    number of unreadable images ``data.skip_bad_images`` skipped to find it (0: its own file)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    skips: torch.Tensor
+
+
 class _Decoded(Dataset):
-    """(uint8 image (3, H, W), label, index) of ``ds``; for the one-time parallel decode."""
+    """(uint8 image (3, H, W), label, index, skips) of ``ds``; for the one-time parallel
+    decode."""
 
     def __init__(self, ds: Dataset) -> None:
-        self.ds = ds
+        self.ds, self.skip = ds, skip_wrapper(ds)
 
     def __len__(self) -> int:
         return len(self.ds)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int, int]:
         image, label = self.ds[i]
-        return as_uint8_tensor(image).contiguous(), int(label), i
+        skips = 0 if self.skip is None else self.skip.last_skips
+        return as_uint8_tensor(image).contiguous(), int(label), i, skips
 
 
-def _collate(items: list[tuple[torch.Tensor, int, int]]) -> tuple[Any, ...]:
-    shapes = {tuple(x.shape) for x, _, _ in items}
+def _collate(items: list[tuple[torch.Tensor, int, int, int]]) -> tuple[Any, ...]:
+    shapes = {tuple(x.shape) for x, _, _, _ in items}
     if len(shapes) > 1:
         first = items[0][0].shape
-        odd = next(i for x, _, i in items if x.shape != first)
-        return None, None, (odd, sorted(shapes))
-    images = torch.stack([x for x, _, _ in items])
-    return images, torch.tensor([y for _, y, _ in items]), None
+        odd = next(i for x, _, i, _ in items if x.shape != first)
+        return None, None, None, (odd, sorted(shapes))
+    images = torch.stack([x for x, _, _, _ in items])
+    skips = torch.tensor([t for _, _, _, t in items], dtype=torch.int64)
+    return images, torch.tensor([y for _, y, _, _ in items]), skips, None
 
 
-def decode(ds: Dataset, workers: int, batch: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+def decode(ds: Dataset, workers: int, batch: int = 256) -> Held:
     """Decode every image of ``ds`` (``workers`` processes) into one uint8 array (N, 3, H, W)
     and its labels; :class:`NotResidentError` if the images differ in size."""
     loader = DataLoader(_Decoded(ds), batch_size=batch, num_workers=workers,
                         collate_fn=_collate)  # fmt: skip
-    images, labels, shape = None, None, None
+    images, labels, skips, shape = None, None, None, None
     start = 0
-    for x, y, odd in loader:
-        if odd is None and shape is not None and tuple(x.shape[1:]) != shape:
-            odd = (start, [shape, tuple(x.shape[1:])])
-        if odd is not None:
-            files = device_decode.file_samples(ds)
-            name = files[odd[0]][0] if files else f"image {odd[0]}"
-            raise NotResidentError(
-                f"the training images differ in size ({name}; sizes {odd[1]}), so they cannot be "
-                "held as one array"
-            )
-        if images is None:
-            shape = tuple(x.shape[1:])
-            images = torch.empty((len(ds), *shape), dtype=torch.uint8)
-            labels = torch.empty(len(ds), dtype=torch.int64)
-        images[start : start + len(x)], labels[start : start + len(x)] = x, y
-        start += len(x)
-    assert images is not None and labels is not None
-    return images, labels
+    with uncounted(ds):
+        for x, y, t, odd in loader:
+            if odd is None and shape is not None and tuple(x.shape[1:]) != shape:
+                odd = (start, [shape, tuple(x.shape[1:])])
+            if odd is not None:
+                files = device_decode.file_samples(ds)
+                name = files[odd[0]][0] if files else f"image {odd[0]}"
+                raise NotResidentError(
+                    f"the training images differ in size ({name}; sizes {odd[1]}), so they "
+                    "cannot be held as one array"
+                )
+            if images is None:
+                shape = tuple(x.shape[1:])
+                images = torch.empty((len(ds), *shape), dtype=torch.uint8)
+                labels = torch.empty(len(ds), dtype=torch.int64)
+                skips = torch.empty(len(ds), dtype=torch.int64)
+            part = slice(start, start + len(x))
+            images[part], labels[part], skips[part] = x, y, t
+            start += len(x)
+    assert images is not None and labels is not None and skips is not None
+    return Held(images, labels, skips)
 
 
 def cache_key(files: list[tuple[str, int]]) -> str:
-    """sha256 over every file's path, label, size and mtime (ns): any change re-decodes."""
+    """sha256 over every file's path, label, size, mtime, inode and ctime (ns): any change
+    re-decodes, a file replaced with the same size and its mtime set back included (the
+    replacement has a new inode or, rewritten in place, a new ctime, which no user can set)."""
     h = hashlib.sha256()
     for path, label in files:
         st = os.stat(path)
-        h.update(f"{path}\t{label}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+        h.update(f"{path}\t{label}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ino}\t"
+                 f"{st.st_ctime_ns}\n".encode())  # fmt: skip
     return h.hexdigest()
 
 
@@ -155,33 +198,130 @@ def cache_dir(out_dir: str | Path) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(out_dir) / "cache")
 
 
-def load(ds: Dataset, folder: Path, workers: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images uint8 (N, 3, H, W), labels (N,)) on the CPU: an embedded array as it is, image
-    files decoded once and cached in ``folder`` as ``resident-<key>.npy`` (rank 0 decodes and
-    writes atomically; the other ranks wait and read)."""
-    arrays = embedded(ds)
-    if arrays is not None:
-        return arrays[0].contiguous(), arrays[1]
-    files = device_decode.file_samples(ds)
-    if files is None:  # another reader: decode, no cache
-        return decode(ds, workers)
-    path = folder / f"resident-{cache_key(files)[:24]}.npy"
-    labels_path = path.with_suffix(".labels.npy")  # the labels of skip_bad_images' substitutes
-    decoded = None
-    if dist.is_main() and not path.exists():
-        decoded = decode(ds, workers)
-        folder.mkdir(parents=True, exist_ok=True)
-        for target, array in ((labels_path, decoded[1]), (path, decoded[0])):  # images last
+def checksums(images: torch.Tensor) -> torch.Tensor:
+    """Per image, the sum of its bytes (int64): the content check of the cache at each load, one
+    pass over the array (a zeroed or overwritten image, a shifted array, changes it)."""
+    return images.reshape(images.shape[0], -1).sum(1, dtype=torch.int64)
+
+
+def _companions(path: Path) -> tuple[Path, Path]:
+    """The labels and the check (checksum, skips per image) files beside the images' file."""
+    return path.with_suffix(".labels.npy"), path.with_suffix(".check.npy")
+
+
+def _write_cache(path: Path, held: Held) -> None:
+    """The three files, each atomically, the images last: their presence marks a whole cache."""
+    labels_path, check_path = _companions(path)
+    check = torch.stack([checksums(held.images), held.skips], dim=1)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for target, array in ((labels_path, held.labels), (check_path, check),
+                              (path, held.images)):  # fmt: skip
             tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
             with open(tmp, "wb") as f:
                 np.save(f, array.numpy())
             os.replace(tmp, target)
-    dist.barrier()  # the other ranks read what rank 0 wrote
-    if decoded is not None:
-        return decoded
-    if not path.exists():  # a node that does not see rank 0's cache folder
+    except OSError as e:
+        where = (f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV)
+                 else f"the run's cache folder {path.parent}")  # fmt: skip
+        raise ConfigError(
+            f"{where} cannot hold the decoded training images ({e.strerror or e}: "
+            f"{e.filename or path}); point {CACHE_ENV} at a writable folder, or unset it (the "
+            "cache then goes to RUN/cache)"
+        ) from None
+
+
+def _read_cache(path: Path, files: list[tuple[str, int]]) -> Held | None:
+    """The cache at ``path`` checked against ``files`` (its shape, its labels, each image's
+    checksum), or None after one warning naming the file when it is truncated, foreign, zeroed
+    or incomplete: the caller decodes again and rewrites it."""
+    labels_path, check_path = _companions(path)
+    try:
+        images = torch.from_numpy(np.load(path, allow_pickle=False))
+        labels = torch.from_numpy(np.load(labels_path, allow_pickle=False))
+        check = torch.from_numpy(np.load(check_path, allow_pickle=False))
+        n = len(files)
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[:2] != (n, 3):
+            raise ValueError(f"it holds {images.dtype} {tuple(images.shape)}, not the {n} "
+                             "images (N, 3, H, W) uint8 of the training split")  # fmt: skip
+        if labels.shape != (n,) or check.shape != (n, 2):
+            raise ValueError(f"its labels or checksums do not cover the {n} images")
+        own = check[:, 1] == 0  # a substitute carries the label of the image it replaces
+        if not torch.equal(labels[own], torch.tensor([y for _, y in files])[own]):
+            raise ValueError("its labels are not those of the training files")
+        wrong = torch.nonzero(checksums(images) != check[:, 0]).flatten().tolist()
+        if wrong:
+            raise ValueError(f"{len(wrong)} image(s) differ from their checksum (the first: "
+                             f"{files[wrong[0]][0]}), e.g. zeroed")  # fmt: skip
+        return Held(images, labels, check[:, 1].clone())
+    except Exception as e:  # noqa: BLE001 - any unusable cache file is rebuilt, none is fatal
+        reason = (str(e).split(". ")[0] or type(e).__name__).strip()[:200]
+        imagefiles.warn(
+            f"the decoded-image cache file {path} is corrupt ({type(e).__name__}: {reason}); "
+            "decoding the training images again and rewriting it"
+        )
+        return None
+
+
+def _check_skips(ds: Dataset, held: Held, files: list[tuple[str, int]]) -> Held | None:
+    """A cache that holds substitutes of unreadable images serves a run with
+    ``data.skip_bad_images`` off only as the loader would: the unreadable file raises
+    :class:`imagefiles.BadImageError` naming it (None if it has become readable: decode again)."""
+    if skip_wrapper(ds) is not None or not bool(held.skips.any()):
+        return held
+    first = int(torch.nonzero(held.skips).flatten()[0])
+    imagefiles.read_image(files[first][0])
+    return None
+
+
+def load(ds: Dataset, folder: Path, workers: int) -> Held:
+    """(images uint8 (N, 3, H, W), labels (N,), skips (N,)) on the CPU: an embedded array as it
+    is, image files decoded once and cached in ``folder`` as ``resident-<key>.npy`` with their
+    labels and a check file (per image its checksum and skips); rank 0 decodes and writes
+    atomically, the other ranks wait and read. Every load checks the cache's content
+    (:func:`_read_cache`) and a corrupt one is decoded again and rewritten."""
+    arrays = embedded(ds)
+    if arrays is not None:
+        none = torch.zeros(len(arrays[1]), dtype=torch.int64)
+        return Held(arrays[0].contiguous(), arrays[1], none)
+    files = device_decode.file_samples(ds)
+    if files is None:  # another reader: decode, no cache
         return decode(ds, workers)
-    return torch.from_numpy(np.load(path)), torch.from_numpy(np.load(labels_path))
+    path = folder / f"resident-{cache_key(files)[:24]}.npy"
+    held = None
+    if dist.is_main():
+        held = _read_cache(path, files) if path.exists() else None
+        held = held and _check_skips(ds, held, files)
+        if held is None:
+            held = decode(ds, workers)
+            _write_cache(path, held)
+    dist.barrier()  # the other ranks read what rank 0 wrote
+    if held is None and path.exists():  # not a node that does not see rank 0's cache folder
+        held = _read_cache(path, files)
+        held = held and _check_skips(ds, held, files)
+    return held if held is not None else decode(ds, workers)
+
+
+class Skipped:
+    """``data.skip_bad_images`` on a resident split: ``skips`` (N,) per image (:class:`Held`)
+    and the run's shared ``counter``, to which each batch adds the skips the loader path would
+    count reading it (the loader reads, and counts, every substitute at every read)."""
+
+    def __init__(self, skips: torch.Tensor, counter: torch.Tensor) -> None:
+        self.skips, self.counter = skips.cpu(), counter
+
+    def per_row(self, order: torch.Tensor, batch: int | None = None) -> list[int] | None:
+        """The skips of each row of ``order`` (rows of ``batch`` when it is flat), or None when
+        the split holds no substitute (the common case: nothing to add per step)."""
+        if not bool(self.skips.any()):
+            return None
+        if batch is not None:
+            return [int(part.sum()) for part in self.skips[order].split(batch)]
+        return self.skips[order].sum(1).tolist()
+
+    def add(self, count: int) -> None:
+        if count:
+            self.counter[0] += count
 
 
 class ResidentViews:
@@ -193,10 +333,10 @@ class ResidentViews:
 
     def __init__(
         self, images: torch.Tensor, labels: torch.Tensor, spec: ViewSpec, seed: int,
-        sampler: ResumableSampler, support_views: int = 0,
+        sampler: ResumableSampler, support_views: int = 0, skipped: Skipped | None = None,
     ) -> None:  # fmt: skip
         self.images, self.labels, self.spec, self.seed = images, labels, spec, seed
-        self.sampler, self.support_views = sampler, support_views
+        self.sampler, self.support_views, self.skipped = sampler, support_views, skipped
         self.device = images.device
         self.height, self.width = images.shape[-2:]
         self.at_size = (self.height, self.width) == (spec.image_size, spec.image_size)
@@ -222,9 +362,13 @@ class ResidentViews:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         s = self.sampler
-        order = s.epoch_order()[s.start_step :, s.rank].to(self.device)  # once per epoch
+        mine = s.epoch_order()[s.start_step :, s.rank]
+        order = mine.to(self.device)  # once per epoch
         table = self.uniforms(s.epoch)
+        counts = self.skipped.per_row(mine) if self.skipped is not None else None
         for step in range(order.shape[0]):
+            if counts is not None:  # the loader's count of skips as it reads the batch (CPU)
+                self.skipped.add(counts[step])
             yield self.batch(order[step], table)
 
     def batch(self, idx: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -255,15 +399,18 @@ class ResidentViews:
 class EvalBatches:
     """The eval transform (``loaders.eval_transform``: resize the short side to ``resize``,
     centre-crop ``size``, normalise) of a resident split, batched on the device: yields
-    ``(x, y)``, x normalised float on the device, y on the CPU. The resize is
+    ``(x, y)``, x normalised float on the device, y on the CPU. The centre crop is
+    torchvision's (``center_crop``: zero padding where ``size`` exceeds the resized image, as the
+    loader's ``CenterCrop`` does when ``data.eval_resize`` < ``data.image_size``). The resize is
     ``F.interpolate(antialias=True)`` on float rounded to whole levels: within one level of the
     loader's uint8 resize (skipped when the images already have that size)."""
 
     def __init__(
         self, images: torch.Tensor, labels: torch.Tensor, *, batch: int, size: int, resize: int,
-        mean: tuple[float, ...], std: tuple[float, ...],
+        mean: tuple[float, ...], std: tuple[float, ...], skipped: Skipped | None = None,
     ) -> None:  # fmt: skip
         self.images, self.labels, self.batch = images, labels.cpu(), batch
+        self.skipped = skipped
         self.size, self.resize = size, resize
         dev = images.device
         self.mean = torch.tensor(mean, device=dev).view(1, -1, 1, 1)
@@ -279,13 +426,17 @@ class EvalBatches:
         return int(self.resize * h / w), self.resize
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        counts = None
+        if self.skipped is not None:
+            counts = self.skipped.per_row(torch.arange(len(self.labels)), self.batch)
         for i in range(0, self.images.shape[0], self.batch):
+            if counts is not None:
+                self.skipped.add(counts[i // self.batch])
             x = self.images[i : i + self.batch].to(torch.float32)
             h, w = x.shape[-2:]
             rh, rw = self.resized(h, w)
             if (rh, rw) != (h, w):
                 x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False,
                                   antialias=True).round_().clamp_(0, 255)  # fmt: skip
-            top, left = int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0))
-            x = x[..., top : top + self.size, left : left + self.size]
+            x = TVF.center_crop(x, [self.size, self.size])  # zero-padded when larger
             yield (x / 255.0 - self.mean) / self.std, self.labels[i : i + self.batch]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,7 +202,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     per_rank = cfg.train.batch_size // world
     tf = eval_transform(d)
     workers = cores.loader_workers(d.num_workers)
-    held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers)
+    held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers, skipped)
     if held is not None:
         return Data(**held, sampler=sampler, num_workers=workers, skipped=skipped,
                     in_classes=list(d.in_classes), augment=photometric(d))  # fmt: skip
@@ -228,6 +229,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
 def resident_data(
     cfg: Config, base_train: Dataset, base_bank: Dataset, base_test: Dataset,
     sampler: loaders.ResumableSampler, device: torch.device | str, workers: int,
+    skipped: torch.Tensor | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """``data.resident``: the training, bank and held-out splits on ``device`` as uint8 and the
     batches made there (pretrain/data/resident.py); None when it resolves to off (auto on a CPU, a
@@ -244,16 +246,21 @@ def resident_data(
         return None
     folder = resident.cache_dir(cfg.out_dir)
     try:
-        arrays = {id(b): resident.load(b, folder, workers) for b in splits}
+        arrays = {id(base_train): resident.load(base_train, folder, workers)}
     except resident.NotResidentError as e:
         if d.resident == "device":
             raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
         if dist.is_main():
             print(f"data.resident=auto: off, {e}", flush=True)
         return None
-    on = {k: (x.to(device), y.to(device)) for k, (x, y) in arrays.items()}
+    for b in splits[1:]:  # held-out images of several sizes: the loader's eval transform
+        with contextlib.suppress(resident.NotResidentError):
+            arrays[id(b)] = resident.load(b, folder, workers)
+    on = {k: (x.to(device), y.to(device)) for k, (x, y, _) in arrays.items()}
+    count = {k: None if skipped is None else resident.Skipped(h.skips, skipped)
+             for k, h in arrays.items()}  # fmt: skip
     train = resident.ResidentViews(*on[id(base_train)], view_spec(d), cfg.seed, sampler,
-                                   d.support_views)  # fmt: skip
+                                   d.support_views, count[id(base_train)])  # fmt: skip
     kw = dict(batch=cfg.eval.batch_size, size=d.image_size, resize=d.eval_resize,
               mean=tuple(d.mean), std=tuple(d.std))  # fmt: skip
     if dist.is_main():
@@ -263,12 +270,24 @@ def resident_data(
     return {
         "train": train,
         "train_loader": train,
-        "bank_loader": resident.EvalBatches(*on[id(base_bank)], **kw),
-        "test_loader": resident.EvalBatches(*on[id(base_test)], **kw),
+        "bank_loader": eval_batches(base_bank, on, count, kw, d, cfg.eval.batch_size, workers),
+        "test_loader": eval_batches(base_test, on, count, kw, d, cfg.eval.batch_size, workers),
         "num_classes": datasets.num_classes(base_bank),
         "decode_on": "cpu",
         "resident": "device",
     }
+
+
+def eval_batches(
+    ds: Dataset, on: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    count: dict[int, resident.Skipped | None], kw: dict[str, Any], d: DataConfig,
+    batch_size: int, workers: int,
+) -> resident.EvalBatches | DataLoader:  # fmt: skip
+    """The resident eval batches of ``ds``, or the loader's when its images differ in size
+    (held-out images need not match, and are evaluated as on the loader path)."""
+    if id(ds) in on:
+        return resident.EvalBatches(*on[id(ds)], **kw, skipped=count[id(ds)])
+    return eval_loader(loaders.Transformed(ds, eval_transform(d)), batch_size, workers)
 
 
 def device_loader(

@@ -69,6 +69,9 @@ def test_all_writes_every_result_with_intervals_and_a_report(ckpt, capsys):
         record = json.loads((run / "eval" / f"{name}.json").read_text())
         assert intervals_everywhere(record) == [], name
     assert summary["linear_top1_ci"][0] <= summary["linear_top1"] <= summary["linear_top1_ci"][1]
+    linear = json.loads((run / "eval" / "linear.json").read_text())  # the stated L2 and share ran
+    assert summary["linear_l2"] == [s["l2"] for s in linear["solver"]]
+    assert f"held-out {linear['solver'][0]['val_fraction']:.0%} " in summary["linear_protocol"]
     oneclass = json.loads((run / "eval" / "oneclass.json").read_text())
     assert oneclass["normal_sets"] == [[c] for c in range(10)]
     assert {"s_con", "s_shift", "s_ens", "maha_tied", "ocsvm", "kde"} <= oneclass[
