@@ -254,16 +254,17 @@ def render_readme_block(rows: list[Row]) -> str:
     runs = [r for r in rows if r.recipe in README_RECIPES and r.seeds != "-"]
     if not runs:
         return "\n".join([BEGIN, f"Not run yet: {', '.join(README_RECIPES)}.", END])
-    lines = ["| config | kNN top-1 | linear top-1 | seeds | pretraining wall time |",
+    hardware = sorted({r.hardware for r in runs})
+    days = sorted({d for r in runs for d in r.date.split(" to ")})
+    commits = sorted({r.commit for r in runs})
+    when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+    lines = [f"Measured on {'; '.join(hardware)}, {when}, code at {', '.join(commits)}; mean ± "
+             "sample std over the seeds; the logs and every other recipe: "
+             "[results](docs/results.md).", "",
+             "| config | kNN top-1 | linear top-1 | seeds | pretraining wall time |",
              "|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
         lines.append(f"| `{r.recipe}` | {r.knn} | {r.linear} | {r.seeds} | {r.wall} |")
-    hardware = sorted({r.hardware for r in runs})
-    dates = sorted({r.date for r in runs})
-    commits = sorted({r.commit for r in runs})
-    lines += ["", f"{'; '.join(hardware)}, {', '.join(dates)}, code at {', '.join(commits)}; "
-              "mean ± sample std over the seeds; logs and every other recipe: "
-              "[results](docs/results.md)."]  # fmt: skip
     return "\n".join([BEGIN, *lines, END])
 
 

@@ -99,6 +99,7 @@ def test_a_row_is_generated_from_its_logs_and_a_changed_log_fails_the_check(
                         "AMD EPYC, 2 cores", "2 min 30 s each", "1.2 GiB RSS"]  # fmt: skip
     assert row[9:11] == ["2026-11-27", "abcdef0"]
     assert "| `digits_moco.yaml` | 91.00 ± 1.41 | 95.50 ± 0.71 | 0, 1 |" in readme.read_text()
+    assert "Measured on AMD EPYC, 2 cores, 2026-11-27, code at abcdef0;" in readme.read_text()
     ev = runs / "digits_moco_s1" / "eval" / "linear_eval.json"
     ev.write_text(json.dumps({"knn_top1": 92.5, "linear_top1": 96.0}))
     capsys.readouterr()
