@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from negatives import adco, mioc, mochi, none, outliers  # noqa: F401  (registers the strategies)
-from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.registry import Registry, strategies
 
 register = strategies.register
@@ -33,6 +33,7 @@ __all__ = [
     "ExtraNegatives",
     "NegativeStrategy",
     "Registry",
+    "StrategyInputs",
     "create",
     "list_strategies",
     "register",

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.registry import strategies
 
 
@@ -120,18 +120,10 @@ class AdCo(NegativeStrategy):
         self.filled = int(state["filled"])
 
     @torch.no_grad()
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
         if not hasattr(self, "W"):
             raise RuntimeError("adco: bind_model(dim) must create the bank before training")
-        q, k = q.to(self.W.dtype), k.to(self.W.dtype)
+        q, k, labels = s.q.to(self.W.dtype), s.k.to(self.W.dtype), s.labels
         columns = normalize_columns(self.W)
         bank = columns[0].T.contiguous()  # (K, D): this step's negatives
         g, batch_prob = bank_gradient(q, k, self.W, self.mem_t, columns)

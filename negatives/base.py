@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as td
@@ -39,6 +41,58 @@ def is_outlier(labels: torch.Tensor) -> torch.Tensor:
     return labels <= OUTLIER_LABEL
 
 
+@dataclass(kw_only=True)
+class StrategyInputs:
+    """What a strategy's :meth:`NegativeStrategy.negatives` sees of one training step, by keyword
+    only (as ``pretrain.losses.StepTensors`` is for the losses), so a new field never breaks an
+    override. The one place its fields are documented.
+
+    ``StrategyInputs.single(q, k, queue=queue)`` fills in the one-process defaults::
+
+        extra = strategy.negatives(StrategyInputs.single(q, k, queue=queue, epoch=1.5))
+
+    Attributes:
+        q: detached queries (N, D), unit norm; every rank's (B, D) if ``needs_global_batch``.
+        k: keys (N, D), unit norm; every rank's (B, D) if ``needs_global_batch``.
+        queue: the queue before this step's enqueue (K, D), read-only.
+        queue_labels: the labels beside the queue keys (K,), NO_LABEL (-1) where unknown.
+        labels: class labels of q's rows (N,) (or (B,)), NO_LABEL where unknown; None outside
+            the trainer. For diagnostics (false-negative fractions), never for the negatives.
+        epoch: fractional epoch of this step (warm-up schedules).
+        global_step: optimizer steps done before this one.
+        rank: this process's rank (0 in one process).
+        world_size: the number of ranks (1 in one process); a strategy that draws for the global
+            batch and keeps its own rows reads (rank, world_size) here.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    queue: torch.Tensor
+    queue_labels: torch.Tensor
+    labels: torch.Tensor | None = None
+    epoch: float = 0.0
+    global_step: int = 0
+    rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def single(
+        cls,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        *,
+        queue: torch.Tensor,
+        queue_labels: torch.Tensor | None = None,
+        **optional: Any,
+    ) -> StrategyInputs:
+        """One process, rank 0 of 1; the queue labels default to NO_LABEL (unknown).
+        ``optional``: labels, epoch, global_step."""
+        if queue_labels is None:
+            queue_labels = torch.full((queue.shape[0],), NO_LABEL, dtype=torch.long,
+                                      device=queue.device)  # fmt: skip
+        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, **optional)
+
+
 @dataclass
 class ExtraNegatives:
     """Negatives a strategy adds for one step (unit norm, detached).
@@ -58,8 +112,9 @@ class NegativeStrategy(nn.Module):
     State that must survive a resume (refit counters, cached support vectors) lives in registered
     buffers, so it travels in ``state_dict`` and follows ``.to(device)``. The trainer never looks
     inside a strategy: it calls :meth:`transform_batch` before the forward passes,
-    :meth:`negatives` between the key forward and the loss, and :meth:`diagnostics` only on
-    logging steps (so a strategy keeps its statistics as device tensors and never syncs per step).
+    :meth:`negatives` (with a :class:`StrategyInputs`) between the key forward and the loss, and
+    :meth:`diagnostics` only on logging steps (so a strategy keeps its statistics as device
+    tensors and never syncs per step).
 
     Randomness comes from the global torch RNG of the device, which checkpoints save and restore,
     and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
@@ -82,6 +137,21 @@ class NegativeStrategy(nn.Module):
     #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
     replaces_queue: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse an override of ``negatives`` in the old positional form (q, k, queue,
+        queue_labels, epoch, labels) at class definition, naming the class and the new form."""
+        super().__init_subclass__(**kwargs)
+        hook = vars(cls).get("negatives")
+        if hook is not None:
+            params = list(inspect.signature(hook).parameters)
+            if len(params) != 2:
+                raise TypeError(
+                    f"{cls.__module__}.{cls.__qualname__}.negatives{inspect.signature(hook)}: "
+                    "the hook takes one argument, the step's inputs: "
+                    "def negatives(self, s: StrategyInputs) -> ExtraNegatives (s.q, s.k, s.queue, "
+                    "s.queue_labels, s.labels, s.epoch, s.global_step, s.rank, s.world_size)"
+                )
+
     def bind_model(self, dim: int) -> None:
         """Called once at setup with the embedding size, before a checkpoint is loaded, for
         strategies that own embedding-sized state (AdCo's bank); a no-op by default."""
@@ -96,25 +166,9 @@ class NegativeStrategy(nn.Module):
         """Data-level negatives (e.g. rotated or pasted outliers); identity by default."""
         return x1, x2, labels
 
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
-        """Extra negatives for this step.
-
-        Args:
-            q: detached queries (N, D), unit norm (all ranks' if ``needs_global_batch``).
-            k: keys (N, D), unit norm (all ranks' if ``needs_global_batch``).
-            queue: the queue before this step's enqueue (K, D), read-only.
-            queue_labels: labels beside the queue keys (K,), -1 where unknown.
-            epoch: fractional epoch (warm-up schedules).
-            labels: class labels of the batch (N,), -1 where unknown; for diagnostics only.
-        """
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        """Extra negatives for this step, from the step's :class:`StrategyInputs` (q, k, queue,
+        queue_labels, labels, epoch, global_step, rank, world_size): none by default."""
         return ExtraNegatives()
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
 
@@ -152,16 +152,9 @@ class MiOC(NegativeStrategy):
         return mix(queue[a], queue[b], torch.rand(size, device=queue.device, dtype=queue.dtype))
 
     @torch.no_grad()
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
-        q, queue = q.detach().float(), queue.detach().float()
+    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
+        k, queue_labels, labels, epoch = step.k, step.queue_labels, step.labels, step.epoch
+        q, queue = step.q.detach().float(), step.queue.detach().float()
         K, B, dev = queue.shape[0], q.shape[0], q.device
         warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
         m_n = None

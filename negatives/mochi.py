@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.registry import strategies
 
 
@@ -226,16 +226,9 @@ class MoCHi(NegativeStrategy):
         args = self.num_hard, self.num_mix, self.num_query_mix, self.distinct_pair
         return draw(rows, *args, q.device, q.dtype)
 
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
-        qw, keys, mixes = self._prepare(q, queue, epoch)
+    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
+        q, queue_labels, labels = step.q, step.queue_labels, step.labels
+        qw, keys, mixes = self._prepare(q, step.queue, step.epoch)
         if not mixes:
             self._stats = {"sim_queue": qw.mean(0) @ keys.mean(0)}  # mean q·n, batch × queue
             return ExtraNegatives()
@@ -244,7 +237,7 @@ class MoCHi(NegativeStrategy):
         self._stats = {"sim_queue": sim.mean(), "sim_hard": top.mean()}
         # Under DDP draw for the global batch and keep this rank's rows: ranks share the RNG
         # state, so local draws would repeat on every rank; one process draws the same rows.
-        rank, world = self.rank_and_world()
+        rank, world = step.rank, step.world_size
         n = q.shape[0]
         d = Draws(*(t[rank * n : (rank + 1) * n] for t in self._draw(n * world, qw)))
         at = hard.gather(1, positions(d))  # (B, 2s + s'): queue index of every key mixed
@@ -290,16 +283,9 @@ class ModifiedMoCHi(MoCHi):
 
     needs_global_batch = True
 
-    def negatives(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor,
-        epoch: float,
-        labels: torch.Tensor | None = None,
-    ) -> ExtraNegatives:
-        qw, keys, mixes = self._prepare(q, queue, epoch)
+    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
+        q, queue_labels, labels = step.q, step.queue_labels, step.labels
+        qw, keys, mixes = self._prepare(q, step.queue, step.epoch)
         q_mean = qw.mean(0)
         self._stats = {"sim_queue": q_mean @ keys.mean(0)}  # mean q·n, batch × queue
         if not mixes:

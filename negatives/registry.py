@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -94,6 +95,18 @@ class Registry(Generic[T]):
         kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         params = inspect.signature(init).parameters.values()
         return [p.name for p in params if p.kind in kinds and p.name != "self"]
+
+    def annotations(self, name: str) -> dict[str, Any]:
+        """{argument: its type annotation, resolved} of ``name``'s constructor; {} when the
+        annotations cannot be resolved (a name imported only for type checking)."""
+        init = self._init(name)
+        if init is None:
+            return {}
+        try:
+            hints = typing.get_type_hints(init)
+        except Exception:  # noqa: BLE001  (any failure to resolve: no coercion, not an error)
+            return {}
+        return {k: v for k, v in hints.items() if k in self.parameters(name)}
 
     def check_kwargs(self, name: str, kwargs: dict[str, Any]) -> None:
         """ValueError naming each kwarg ``name`` does not take, with a suggestion and the list."""

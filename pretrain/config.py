@@ -10,11 +10,13 @@ come from :func:`derived`, which never mutates the config.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import math
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,23 +144,17 @@ class EvalConfig:
 
 @dataclass
 class LossConfig:
-    """The loss (``pretrain.losses.modules``); MoCo's ``moco.temperature`` is its T."""
+    """The loss (``pretrain.losses``); MoCo's ``moco.temperature`` is its T."""
 
     name: str = "infonce"  # a registered loss (pretrain.losses.list_losses()); the
     # configuration reference lists each one's settings
-    supcon_reference_scale: bool = False  # x T/0.07 as HobbitLong/SupContrast's code does
     symmetric: bool = False  # both views through the query encoder, anchors [q1; q2] against
     # each other: the papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms)
     contrast_queue: bool = True  # False: the batch alone is the contrast set (no queue); with
     # symmetric it is the papers' equation exactly, without it FIRM's authors' N x N training loss
-    cider_lambda_c: float = 2.0  # weight of L_comp (seed 003, CIFAR-10 script: --w 2)
-    cider_alpha: float = 0.95  # prototype EMA: weight of the old prototype (CIFAR-100: 0.5)
-    cider_comp_scale: bool = False  # x T/0.07 on L_comp as the official code does
     kwargs: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (its
-    # constructor's keyword arguments), checked against its signature
-    cider_dis_scale: bool = False  # x T/0.1 on L_dis as the official DisLoss does (T != 0.1 only)
-    kappa_lambda_align: float = 0.05  # seed 004 eq. 10 (needs model.kappa_hidden > 0)
-    kappa_lambda_reg: float = 0.005  # seed 004 eq. 11
+    # constructor's keyword arguments, checked against its signature and typed by its
+    # annotations), plus kappa_lambda_align / kappa_lambda_reg with a kappa head
 
 
 @dataclass
@@ -192,6 +188,48 @@ CHOICES = {
     "data.resident": ("auto", "off", "device"),
     "eval.knn_features": ("backbone", "head", "head+backbone", "backbone+head"),
 }
+
+
+# Keys that moved into loss.kwargs (issue 39): old spelling -> (new key, the old default, which an
+# old checkpoint's config carries for every loss and which is dropped there without a word).
+MOVED = {
+    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False),
+    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0),
+    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95),
+    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False),
+    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False),
+    "loss.kappa_lambda_align": ("loss.kwargs.kappa_lambda_align", 0.05),
+    "loss.kappa_lambda_reg": ("loss.kwargs.kappa_lambda_reg", 0.005),
+}
+
+
+def moved_message(key: str, value: Any, source: str) -> str:
+    new = MOVED[key][0]
+    return (
+        f"config key {key!r} in {source} has moved: write {new}={value!r} (in YAML: loss: "
+        f"{{kwargs: {{{new.rsplit('.', 1)[1]}: {value!r}}}}}); a loss's own settings are "
+        "under loss.kwargs, checked against its constructor"
+    )
+
+
+def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
+    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning."""
+    loss = raw.get("loss")
+    if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
+        return raw
+    loss, notes = dict(loss), []
+    kwargs = dict(loss.get("kwargs") or {})
+    for key in [k for k in loss if f"loss.{k}" in MOVED]:
+        value = loss.pop(key)
+        new, default = MOVED[f"loss.{key}"]
+        if value != default:
+            kwargs[new.rsplit(".", 1)[1]] = value
+            notes.append(f"loss.{key} -> {new}")
+    loss["kwargs"] = kwargs
+    if notes:
+        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
+    return {**raw, "loss": loss}
 
 
 def registered_choices() -> dict[str, list[str]]:
@@ -257,6 +295,7 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
+    cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
 
@@ -315,6 +354,8 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
+        if dotted in MOVED:
+            raise ConfigError(moved_message(dotted, value, source))
         if key not in names:
             valid = [f"{prefix}{n}" for n in names]
             close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
@@ -429,10 +470,7 @@ def validate(cfg: Config) -> None:
     strategy_cls = strategies.get(cfg.negatives.name)
     batch_losses = [n for n in losses_registry.names() if losses_registry.get(n).batch_layout]
     queue_optional = [n for n in losses_registry.names() if losses_registry.get(n).can_drop_queue]
-    try:
-        losses_registry.check_kwargs(cfg.loss.name, dict(cfg.loss.kwargs))
-    except ValueError as e:
-        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
+    check_loss_kwargs(cfg, loss_cls)
     try:
         strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
@@ -535,7 +573,6 @@ def validate(cfg: Config) -> None:
             and len(set(cfg.data.in_classes)) == len(cfg.data.in_classes),
             "must be distinct non-negative class indices",
         ),
-        ("loss.cider_alpha", 0.0 <= cfg.loss.cider_alpha < 1.0, "must lie in [0, 1)"),
         (
             "loss.symmetric",
             not cfg.loss.symmetric or loss_cls.batch_layout,
@@ -566,19 +603,6 @@ def validate(cfg: Config) -> None:
             f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images; loss "
             f"{cfg.loss.name!r} needs a label for every training image",
         ),
-        (
-            "loss.supcon_reference_scale",
-            not cfg.loss.supcon_reference_scale or cfg.loss.name == "supcon",
-            "applies to loss.name 'supcon' only",
-        ),
-        (
-            "loss.kappa_lambda_align",
-            cfg.model.kappa_hidden > 0
-            or (cfg.loss.kappa_lambda_align, cfg.loss.kappa_lambda_reg)
-            == (LossConfig.kappa_lambda_align, LossConfig.kappa_lambda_reg),  # the defaults
-            "is set but the model has no kappa head (set model.kappa_hidden, e.g. 512)",
-        ),
-        ("loss.cider_lambda_c", cfg.loss.cider_lambda_c >= 0, "must be non-negative"),
         ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
         ("eval.online_probe_lr", cfg.eval.online_probe_lr > 0, "must be positive"),
         (
@@ -603,6 +627,74 @@ def validate(cfg: Config) -> None:
             raise ConfigError(
                 f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}"
             )
+
+
+def typed_kwargs(cfg: Config) -> Config:
+    """``negatives.kwargs`` and ``loss.kwargs`` coerced by their constructor's annotations, as the
+    typed keys are (YAML reads ``1e-3`` as a string: ``gamma: 1e-3`` becomes 0.001); a value that
+    does not fit is a :class:`ConfigError`. Unknown names and keys are left to :func:`validate`."""
+    import negatives  # the registries import torch; config stays importable on its own
+    from pretrain import losses
+
+    changes = {}
+    for section, registry in (("negatives", negatives.strategies), ("loss", losses.registry)):
+        sub = getattr(cfg, section)
+        if sub.name not in registry or not sub.kwargs:
+            continue
+        hints = registry.annotations(sub.name)
+        if section == "loss":  # the kappa head's weights sit beside the loss's own
+            kappa = typing.get_type_hints(losses.WithKappa.__init__)
+            hints.update({k: kappa[k] for k in losses.KAPPA_KWARGS})
+        typed = {}
+        for key, value in sub.kwargs.items():
+            hint = _plain_hint(hints.get(key, Any))
+            try:
+                typed[key] = (
+                    value
+                    if value is None
+                    else coerce(value, hint, f"{section}.kwargs.{key}", "the config")
+                )
+            except TypeError:  # a type the config schema does not know: passed as given
+                typed[key] = value
+        changes[section] = dataclasses.replace(sub, kwargs=typed)
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def _plain_hint(hint: Any) -> Any:
+    """``Sequence[x]`` (collections.abc) as ``list[x]``, inside unions too, for :func:`coerce`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_plain_hint(a) for a in args)]  # noqa: UP007
+    if origin is collections.abc.Sequence:
+        return list[args[0]] if args else list
+    return hint
+
+
+def check_loss_kwargs(cfg: Config, loss_cls: Any) -> None:
+    """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
+    other keys, ``Loss.from_config``), plus the kappa head's two weights with a kappa head."""
+    from pretrain.losses import KAPPA_KWARGS
+    from pretrain.losses import registry as losses_registry
+
+    own = dict(cfg.loss.kwargs)
+    for key in own:
+        if key in loss_cls.from_config:
+            raise ConfigError(
+                f"config key 'loss.kwargs.{key}': loss {cfg.loss.name!r} takes {key} from "
+                f"{loss_cls.from_config[key]}, not from loss.kwargs; set that instead"
+            )
+    for key in KAPPA_KWARGS:
+        if key in own:
+            if cfg.model.kappa_hidden <= 0:
+                raise ConfigError(
+                    f"config key 'loss.kwargs.{key}' is set but the model has no kappa head "
+                    "(set model.kappa_hidden, e.g. 512)"
+                )
+            own.pop(key)
+    try:
+        losses_registry.check_kwargs(cfg.loss.name, own)
+    except ValueError as e:
+        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
 
 
 def derived(cfg: Config, train_size: int, world_size: int = 1) -> dict[str, Any]:
@@ -635,8 +727,9 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def from_dict(raw: dict[str, Any], source: str = "checkpoint") -> Config:
-    """Inverse of :func:`to_dict`, with the same strict checks."""
-    cfg = merge(Config(), raw, source=source)
+    """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
+    are migrated (:func:`migrate`)."""
+    cfg = typed_kwargs(merge(Config(), migrate(raw, source), source=source))
     validate(cfg)
     return cfg
 

@@ -370,41 +370,33 @@ def prose(text: str) -> str:
 
 
 def config_sources(cls: type) -> dict[str, str]:
-    """{argument: where the trainer takes it from}: the dict ``cls.config_kwargs`` returns, each
-    value's config keys (``cfg.a.b``, or ``x.b`` after ``x = cfg.a``), else its names."""
-    func = getattr(cls, "config_kwargs", None)
-    if func is None:
-        return {}
-    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
-    alias = {
-        t.id: n.value.attr
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Assign)
-        and isinstance(n.value, ast.Attribute)
-        and isinstance(n.value.value, ast.Name)
-        and n.value.value.id == "cfg"
-        for t in n.targets
-        if isinstance(t, ast.Name)
+    """{argument: where the trainer takes it from}: the loss's ``from_config``."""
+    from pretrain.losses.base import NUM_CLASSES
+
+    return {
+        arg: "the data's num classes" if key == NUM_CLASSES else f"`{key}`"
+        for arg, key in getattr(cls, "from_config", {}).items()
     }
-    out = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Return) and isinstance(node.value, ast.Dict)):
-            continue
-        for k, v in zip(node.value.keys, node.value.values):
-            keys = sorted(config_refs(v))
-            keys += sorted(
-                f"{alias[a.value.id]}.{a.attr}"
-                for a in ast.walk(v)
-                if isinstance(a, ast.Attribute)
-                and isinstance(a.value, ast.Name)
-                and a.value.id in alias
-            )
-            if not keys:
-                keys = [n.id for n in ast.walk(v) if isinstance(n, ast.Name) and n.id != "cls"]
-                out[k.value] = "the data's " + " ".join(keys).replace("_", " ")
-            else:
-                out[k.value] = ", ".join(f"`{key}`" for key in keys)
-    return out
+
+
+def kappa_settings() -> list[str]:
+    """The kappa head's two weights, set in ``loss.kwargs`` beside any loss's own."""
+    from pretrain.losses import KAPPA_KWARGS, WithKappa
+
+    sig, docs = inspect.signature(WithKappa.__init__).parameters, doc_args(WithKappa)
+    summary = prose(inspect.cleandoc(WithKappa.__doc__ or "").split("\n\n")[0])
+    parts = [
+        f"\n### kappa head\n\n{summary}\n\n`WithKappa` in `pretrain/losses/kappa.py`, "
+        "with `model.kappa_hidden` > 0 only.\n\n",
+        "| argument | type | default | accepts | description |\n|---|---|---|---|---|\n",
+    ]
+    for arg in KAPPA_KWARGS:
+        p = sig[arg]
+        parts.append(
+            f"| `{arg}` | `{p.annotation}` | `{yaml_value(p.default)}` |  "
+            f"| {prose(docs.get(arg) or '-')} |\n"
+        )
+    return parts
 
 
 def settings(kind: str, key: str, registry: object) -> list[str]:
@@ -510,6 +502,7 @@ def render() -> str:
     parts += settings("strategy", "negatives", strategies)
     parts.append(LOSS_INTRO)
     parts += settings("loss", "loss", losses.registry)
+    parts += kappa_settings()
     return "".join(parts)
 
 

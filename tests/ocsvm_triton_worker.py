@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakedata import embeddings  # noqa: E402
 from sync_counter import SyncCounter  # noqa: E402
 
+from negatives.base import StrategyInputs  # noqa: E402
 from negatives.mioc import MiOC  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 
@@ -50,7 +51,15 @@ def mioc_case(case: dict, dev: str) -> dict:
         mioc.to(dev)
         mask = mioc.fit_inliers(torch.cat([q, k]), queue)
         with SyncCounter() as syncs:
-            extra = mioc.negatives(q, k, queue, torch.full((len(queue),), -1, device=dev), 5.0)
+            extra = mioc.negatives(
+                StrategyInputs(
+                    q=q,
+                    k=k,
+                    queue=queue,
+                    queue_labels=torch.full((len(queue),), -1, device=dev),
+                    epoch=5.0,
+                )
+            )
         d = mioc.diagnostics()
         out[policy] = {
             "mask": mask.cpu(),

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import negatives
 from negatives.adco import bank_gradient
+from negatives.base import StrategyInputs
 from pretrain import config
 
 
@@ -57,7 +58,11 @@ def test_steps_follow_the_official_sgd_update_and_hand_out_the_old_bank():
     w, v = s.W.numpy().copy(), s.v.numpy().copy()
     for t in range(3):
         q, k = unit(12, 8, seed=10 + t), unit(12, 8, seed=20 + t)
-        extra = s.negatives(q, k, torch.zeros(0, 8), torch.zeros(0), 0.0)
+        extra = s.negatives(
+            StrategyInputs(
+                q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0), epoch=0.0
+            )
+        )
         expected = (w / np.linalg.norm(w, axis=0)).T
         assert np.allclose(extra.shared.numpy(), expected)  # this step's negatives: the old bank
         w, v, _ = np_official_update(q.numpy(), k.numpy(), w, v, 0.02, 3.0, 1e-4, 0.9)
@@ -69,9 +74,25 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
     torch.manual_seed(1)
     s = make(bank=20)
     k1, k2 = unit(12, 8, seed=30), unit(12, 8, seed=31)
-    s.negatives(unit(12, 8, seed=32), k1, torch.zeros(0, 8), torch.zeros(0), 0.0)
+    s.negatives(
+        StrategyInputs(
+            q=unit(12, 8, seed=32),
+            k=k1,
+            queue=torch.zeros(0, 8),
+            queue_labels=torch.zeros(0),
+            epoch=0.0,
+        )
+    )
     assert torch.equal(s.W[:, :12], k1.T) and (s.v[:, :12] == 0).all() and s.filled == 12
-    s.negatives(unit(12, 8, seed=33), k2, torch.zeros(0, 8), torch.zeros(0), 0.0)
+    s.negatives(
+        StrategyInputs(
+            q=unit(12, 8, seed=33),
+            k=k2,
+            queue=torch.zeros(0, 8),
+            queue_labels=torch.zeros(0),
+            epoch=0.0,
+        )
+    )
     assert torch.equal(s.W[:, 12:20], k2[:8].T) and s.filled == 20
     state = s.state_dict()
     assert {"W", "v"} <= set(state)
@@ -83,8 +104,9 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
 def test_diagnostics_count_batch_keys_and_bank():
     s = make(bank=30, ad_init=False)
     labels = torch.tensor([0, 0, 1, 1, 1, -1])
-    s.negatives(unit(6, 8, seed=40), unit(6, 8, seed=41), torch.zeros(0, 8), torch.zeros(0), 0.0,
-                labels)  # fmt: skip
+    step = StrategyInputs(q=unit(6, 8, seed=40), k=unit(6, 8, seed=41), queue=torch.zeros(0, 8),
+                          queue_labels=torch.zeros(0), epoch=0.0, labels=labels)  # fmt: skip
+    s.negatives(step)
     d = s.diagnostics()
     assert d["effective_negatives"] == 5 + 30
     # rows 0,1: 1 same-label key each; rows 2-4: 2 each; row 5 unknown

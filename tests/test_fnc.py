@@ -17,7 +17,7 @@ from fd_grad import assert_grad_matches_fd, autograd
 from pretrain import config, losses
 from pretrain.data import views
 from pretrain.losses import fnc
-from pretrain.losses.modules import StepTensors
+from pretrain.losses.base import StepTensors
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain import losses
 from pretrain.losses import imix
-from pretrain.losses.modules import StepTensors
+from pretrain.losses.base import StepTensors
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ data in the true on-disk format."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,7 +165,7 @@ def test_kappa_terms_are_added_to_any_objective():
     s.kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
     s.kappa_k = torch.rand(4, dtype=torch.float64)
     base = losses.create("supcon", temperature=0.1)
-    both = losses.WithKappa(base, 0.05, 0.005)
+    both = losses.WithKappa(base, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
     got = both(s)
     kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
     assert torch.allclose(got, base(s) + kappa, atol=1e-12)
@@ -182,8 +183,10 @@ def test_kappa_terms_are_added_to_any_objective():
         (["loss.name=cider", "negatives.name=mochi"], "cannot be combined with negative strategy"),
         (["loss.name=cider", "negatives.name=outliers"], "synthetic outliers have no prototype"),
         (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
-        (["loss.kappa_lambda_align=0.1"], "no kappa head"),
-        (["loss.supcon_reference_scale=true"], "'supcon' only"),
+        (["loss.kwargs.kappa_lambda_align=0.1"], "no kappa head"),
+        (["loss.supcon_reference_scale=true"], r"moved: write loss.kwargs.reference_scale=True"),
+        (["loss.kwargs.reference_scale=true"], "no argument 'reference_scale'"),
+        (["loss.kwargs.temperature=0.5"], "takes temperature from moco.temperature"),
         (["loss.contrast_queue=false"], "for firm, nt_xent, sincere, supcon only"),
         (["loss.symmetric=true"], r"needs a batch loss \(cider, .*infonce has its own layout"),
         (["loss.name=supcon", "loss.symmetric=true", "negatives.name=mochi"], "per-query"),
@@ -338,7 +341,7 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
     cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
-    obj = losses.WithKappa(cider, 0.05, 0.005)
+    obj = losses.WithKappa(cider, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
     got = obj(s)
     z = torch.cat([s.q, s.q2])
     ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
@@ -386,3 +389,35 @@ def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
     for name in ("infonce", "supcon"):
         crit = losses.create(name, temperature=0.2)
         assert torch.equal(crit(full), crit(two))
+
+
+def test_moved_loss_keys_and_kwargs_messages_are_quoted_in_troubleshooting(tmp_path, monkeypatch):
+    """The per-loss keys that moved into loss.kwargs give the new spelling (exit 2), and the
+    messages are quoted word for word in docs/troubleshooting.md."""
+    monkeypatch.chdir(tmp_path)
+    Path("run.yaml").write_text("loss:\n  name: cider\n  cider_alpha: 0.5\n")
+    page = (Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md").read_text()
+    found = []
+    with pytest.raises(ConfigError) as e:
+        config.load("run.yaml")
+    found.append(str(e.value))
+    for overrides in (["loss.name=supcon", "loss.kwargs.temperature=0.5"],
+                      ["loss.kwargs.kappa_lambda_align=0.1"]):  # fmt: skip
+        with pytest.raises(ConfigError) as e:
+            config.load("digits_moco.yaml", overrides)
+        found.append(str(e.value))
+    for message in found:
+        assert f"`{message}`" in page, message
+
+
+def test_an_old_checkpoint_config_is_migrated_with_a_warning():
+    """A config saved before the move: keys at their old defaults are dropped silently, others
+    move into loss.kwargs with a warning naming them; the built loss is the same."""
+    raw = config.to_dict(config.load("digits_cider.yaml"))
+    raw["loss"].pop("kwargs")
+    raw["loss"].update(cider_lambda_c=1.5, cider_alpha=0.95, supcon_reference_scale=False,
+                       kappa_lambda_align=0.05, kappa_lambda_reg=0.005)  # fmt: skip
+    with pytest.warns(UserWarning, match=r"migrated: loss.cider_lambda_c -> loss.kwargs.lambda_c$"):
+        cfg = config.from_dict(raw, source="old.pt (config)")
+    assert cfg.loss.kwargs == {"lambda_c": 1.5}
+    assert build.loss_fn(cfg, 10).lambda_c == 1.5

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 import negatives
+from negatives.base import StrategyInputs
 from negatives.mioc import MiOC, sample_mask
 from pretrain.losses import moco_logits
 
@@ -64,7 +65,9 @@ def test_synthetic_points_follow_the_paper(batch, nu, gamma):
     s_n, s_o = 12, 10
     mioc = MiOC(num_synthetic=s_n, num_inlier_synthetic=s_o, nu=nu, gamma=gamma, warmup_epochs=1)
     torch.manual_seed(0)
-    extra = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=5.0)
+    extra = mioc.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=5.0)
+    )
     shared = extra.shared.numpy()
     assert extra.per_query is None and shared.shape == (s_n + s_o, D)
     np.testing.assert_allclose(np.linalg.norm(shared, axis=1), 1.0, atol=1e-6)
@@ -83,7 +86,9 @@ def test_inlier_count_matches_sklearn(batch):
     q, k, queue = batch
     for nu, gamma in [(0.1, 0.1), (0.5, 1.0)]:
         mioc = MiOC(num_synthetic=4, num_inlier_synthetic=4, nu=nu, gamma=gamma, warmup_epochs=0)
-        mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=0.0)
+        mioc.negatives(
+            StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=0.0)
+        )
         expected = sklearn_inliers(torch.cat([q, k]).numpy(), queue.numpy(), nu, gamma).sum()
         assert float(mioc.diagnostics()["inliers"]) == expected
 
@@ -91,13 +96,17 @@ def test_inlier_count_matches_sklearn(batch):
 def test_warmup_paper_makes_only_s_n_and_code_adds_m_n(batch):
     q, k, queue = batch
     paper = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2)
-    extra = paper.negatives(q, k, queue, torch.full((K,), -1), epoch=1.5)
+    extra = paper.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
+    )
     assert extra.shared.shape == (6, D)
     decompose(extra.shared.numpy(), q.numpy(), queue.numpy())  # all query-key mixtures
     assert "inliers" not in paper.diagnostics()  # no OC-SVM during the paper's warm-up
 
     code = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2, warmup="code")
-    extra = code.negatives(q, k, queue, torch.full((K,), -1), epoch=1.5)
+    extra = code.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
+    )
     assert extra.shared.shape == (6 + 5, D)
     m_n = decompose(extra.shared[:6].numpy(), queue.numpy(), queue.numpy())  # two queue keys
     assert all(0 <= alpha <= 1 for _, _, alpha in m_n)  # alpha ~ U(0, 1)
@@ -107,7 +116,9 @@ def test_warmup_paper_makes_only_s_n_and_code_adds_m_n(batch):
 def test_zero_synthetic_gives_plain_moco_logits(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=0, num_inlier_synthetic=0, warmup_epochs=0)
-    extra = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=3.0)
+    extra = mioc.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
+    )
     assert extra.shared is None
     assert torch.equal(moco_logits(q, k, queue, 0.2, extra.shared, extra.per_query),
                        moco_logits(q, k, queue, 0.2))  # fmt: skip
@@ -116,7 +127,9 @@ def test_zero_synthetic_gives_plain_moco_logits(batch):
 def test_beta_zero_gives_the_queue_keys_themselves(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=16, num_inlier_synthetic=0, warmup_epochs=0, beta_max=0.0)
-    shared = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=3.0).shared
+    shared = mioc.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
+    ).shared
     sims = shared @ queue.T  # every synthetic point is exactly one queue key
     assert torch.allclose(sims.max(dim=1).values, torch.ones(16), atol=1e-6)
 
@@ -125,8 +138,9 @@ def test_no_gradient_reaches_queries_through_synthetic_points(batch):
     q, k, queue = batch
     q = q.clone().requires_grad_(True)
     torch.manual_seed(1)
-    extra = MiOC(num_synthetic=8, num_inlier_synthetic=4, warmup_epochs=0).negatives(
-        q.detach(), k, queue, torch.full((K,), -1), epoch=1.0)  # fmt: skip
+    step = StrategyInputs(q=q.detach(), k=k, queue=queue, queue_labels=torch.full((K,), -1),
+                          epoch=1.0)  # fmt: skip
+    extra = MiOC(num_synthetic=8, num_inlier_synthetic=4, warmup_epochs=0).negatives(step)
     assert not extra.shared.requires_grad
     loss = F.cross_entropy(moco_logits(q, k, queue, 0.2, extra.shared), torch.zeros(B).long())
     loss.backward()
@@ -170,7 +184,9 @@ def test_empty_inliers_policies(batch):
     for policy, size in [("queue", 6 + 4), ("skip", 6)]:
         mioc = MiOC(num_synthetic=6, num_inlier_synthetic=4, nu=0.1, gamma=0.1, warmup_epochs=0,
                     empty_inliers=policy)  # fmt: skip
-        extra = mioc.negatives(q, k, far, torch.full((K,), -1), epoch=1.0)
+        extra = mioc.negatives(
+            StrategyInputs(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
+        )
         assert extra.shared.shape == (size, D)
         assert int(mioc.diagnostics()["empty_inlier_steps"]) == 1
 
@@ -179,10 +195,23 @@ def test_false_negative_fraction_diagnostic(batch):
     q, k, queue = batch
     labels = torch.zeros(B, dtype=torch.long)
     same = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
-    same.negatives(q, k, queue, torch.zeros(K, dtype=torch.long), 1.0, labels)
+    same.negatives(
+        StrategyInputs(
+            q=q,
+            k=k,
+            queue=queue,
+            queue_labels=torch.zeros(K, dtype=torch.long),
+            epoch=1.0,
+            labels=labels,
+        )
+    )
     assert float(same.diagnostics()["false_negative_fraction"]) == 1.0
     other = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
-    other.negatives(q, k, queue, torch.full((K,), -1), 1.0, labels)  # unknown labels never count
+    other.negatives(
+        StrategyInputs(
+            q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0, labels=labels
+        )
+    )  # unknown labels never count
     assert float(other.diagnostics()["false_negative_fraction"]) == 0.0
 
 
@@ -202,7 +231,9 @@ def test_registry_and_validation():
 def test_similarity_diagnostics_equal_the_mean_over_all_pairs(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=7, num_inlier_synthetic=5, warmup_epochs=0, nu=0.1, gamma=0.1)
-    shared = mioc.negatives(q, k, queue, torch.full((K,), -1), epoch=1.0).shared
+    shared = mioc.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0)
+    ).shared
     d = mioc.diagnostics()
     qn, sn = q.double().numpy(), shared.double().numpy()
     np.testing.assert_allclose(
@@ -261,7 +292,9 @@ def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
     bad = q.clone()
     bad[0, 0] = float("inf")
     with pytest.raises(ValueError, match="NaN or infinite"):
-        mioc.negatives(bad, k, queue, torch.full((K,), -1), epoch=1.0)
+        mioc.negatives(
+            StrategyInputs(q=bad, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0)
+        )
     mioc.nonfinite_steps += 2  # what the device path counts
     state = SimpleNamespace(bad_loss=torch.tensor(True), global_step=40, epoch=0, saved_step=-1)
     run = SimpleNamespace(state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import negatives
 import negatives.mochi as mochi  # registers the strategies (also before __init__ imports it)
+from negatives.base import StrategyInputs
 from pretrain.losses import info_nce, moco_logits
 
 B, D, K, NH = 6, 8, 40, 5  # batch, dim, queue size, hard-set size N
@@ -114,7 +115,9 @@ def test_per_query_points_match_numpy(monkeypatch, s, s2):
     assert len({tuple(sorted(h)) for h in hard}) == B  # every query has its own hard set
     d = given_draws(B, s, s2)
     supply(monkeypatch, d)
-    extra = mochi_(num_mix=s, num_query_mix=s2).negatives(q, k, queue, queue_labels, epoch=3.0)
+    extra = mochi_(num_mix=s, num_query_mix=s2).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=3.0)
+    )
     assert extra.shared is None and extra.per_query.shape == (B, s + s2, D)
     ref = np_mochi(q, queue, d)
     np.testing.assert_allclose(extra.per_query.numpy(), ref, rtol=0, atol=1e-12)
@@ -128,7 +131,9 @@ def test_class_uses_its_draw_function_in_order():
     torch.manual_seed(3)
     d = mochi.draw(B, NH, 4, 3, False, q.device, q.dtype)
     torch.manual_seed(3)
-    out = mochi_(num_mix=4, num_query_mix=3).negatives(q, k, queue, queue_labels, epoch=0.0)
+    out = mochi_(num_mix=4, num_query_mix=3).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )
     np.testing.assert_allclose(out.per_query.numpy(), np_mochi(q, queue, d), rtol=0, atol=1e-12)
 
 
@@ -154,13 +159,19 @@ def test_draw_ranges(distinct):
 def test_outputs_unit_norm_and_h_prime_leans_to_the_negative(monkeypatch):
     q, k, queue, queue_labels, _ = inputs(2)
     torch.manual_seed(0)
-    out = mochi_(num_mix=50, num_query_mix=50).negatives(q, k, queue, queue_labels, epoch=0.0)
+    out = mochi_(num_mix=50, num_query_mix=50).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )
     norms = out.per_query.norm(dim=-1)
     torch.testing.assert_close(norms, torch.ones_like(norms), rtol=0, atol=1e-12)
     # β < 0.5 multiplies the query: each h' is closer to its n_j than to q (given draws)
     d = given_draws(B, 0, 50)
     supply(monkeypatch, d)
-    hq = mochi_(num_mix=0, num_query_mix=50).negatives(q, k, queue, queue_labels, 0.0).per_query
+    hq = (
+        mochi_(num_mix=0, num_query_mix=50)
+        .negatives(StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0))
+        .per_query
+    )
     hard = torch.from_numpy(np_hard(q.numpy(), queue.numpy(), NH))
     n_j = queue[torch.gather(hard, 1, d.jq)]
     assert ((hq * n_j).sum(-1) > (hq * q[:, None]).sum(-1)).all()
@@ -170,7 +181,9 @@ def test_detached_and_no_gradient_through_synthetic_points():
     q, k, queue, queue_labels, _ = inputs(3)
     q = q.clone().requires_grad_(True)
     torch.manual_seed(0)
-    extra = mochi_(num_mix=4, num_query_mix=3).negatives(q, k, queue, queue_labels, epoch=0.0)
+    extra = mochi_(num_mix=4, num_query_mix=3).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )
     h = extra.per_query
     assert not h.requires_grad and h.grad_fn is None
     info_nce(moco_logits(q, k, queue, 0.2, per_query=h)).backward()
@@ -202,14 +215,20 @@ def test_zero_points_or_warmup_is_plain_moco(name, case):
     else:
         strategy = negatives.create(name, num_hard=NH, warmup_epochs=10)
         epoch = 9.99
-    extra = strategy.negatives(q, k, queue, queue_labels, epoch, labels)
+    extra = strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=epoch, labels=labels)
+    )
     assert extra.shared is None and extra.per_query is None
     logits = moco_logits(q, k, queue, 0.2, extra.shared, extra.per_query)
     torch.testing.assert_close(logits, moco_logits(q, k, queue, 0.2), rtol=0, atol=0)
     assert set(strategy.diagnostics()) == {"sim_queue"}
     # warm-up ends at warmup_epochs exactly
     if case == "warmup":
-        extra = strategy.negatives(q, k, queue, queue_labels, 10.0, labels)
+        extra = strategy.negatives(
+            StrategyInputs(
+                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=10.0, labels=labels
+            )
+        )
         assert (extra.per_query if name == "mochi" else extra.shared) is not None
 
 
@@ -219,7 +238,11 @@ def test_seeded_determinism(name):
         torch.manual_seed(seed)
         q, k, queue, queue_labels, labels = inputs(5, torch.float32)
         strategy = negatives.create(name, num_hard=NH, num_mix=6, num_query_mix=4, warmup_epochs=0)
-        extra = strategy.negatives(q, k, queue, queue_labels, 1.0, labels)
+        extra = strategy.negatives(
+            StrategyInputs(
+                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0, labels=labels
+            )
+        )
         return extra.per_query if name == "mochi" else extra.shared, strategy.diagnostics()
 
     (a, diag_a), (b, diag_b), (c, _) = once(7), once(7), once(8)
@@ -242,7 +265,9 @@ def test_dtype_and_device_follow_q(name, q_dtype, queue_dtype):
     q, k, queue = q.to(q_dtype), k.to(q_dtype), queue.to(queue_dtype)
     torch.manual_seed(0)
     strategy = negatives.create(name, num_hard=NH, num_mix=3, num_query_mix=2, warmup_epochs=0)
-    extra = strategy.negatives(q, k, queue, queue_labels, 0.0)
+    extra = strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )
     out = extra.per_query if name == "mochi" else extra.shared
     assert out.dtype == q_dtype and out.device == q.device
     assert out.shape == ((B, 5, D) if name == "mochi" else (5, D))
@@ -253,7 +278,11 @@ def test_runs_under_cpu_autocast():
     torch.manual_seed(0)
     strategy = mochi_(num_mix=3, num_query_mix=2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        extra = strategy.negatives(q, k, queue, queue_labels, 0.0, labels)
+        extra = strategy.negatives(
+            StrategyInputs(
+                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels
+            )
+        )
         logits = moco_logits(q, k, queue, 0.2, per_query=extra.per_query)
     assert extra.per_query.dtype == torch.float32 and logits.shape == (B, 1 + K + 5)
     assert all(torch.isfinite(v).all() for v in strategy.diagnostics().values())
@@ -263,7 +292,9 @@ def test_runs_under_cpu_autocast():
 def test_cuda_device_and_rng():
     q, k, queue, queue_labels, labels = (t.cuda() for t in inputs(6, torch.float32))
     torch.cuda.manual_seed(0)
-    extra = mochi_(num_mix=3, num_query_mix=2).negatives(q, k, queue, queue_labels, 0.0, labels)
+    extra = mochi_(num_mix=3, num_query_mix=2).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels)
+    )
     assert extra.per_query.device == q.device
 
 
@@ -276,7 +307,9 @@ def test_modified_points_match_numpy(monkeypatch, s, s2):
     chosen = np.random.default_rng(1).integers(0, B, s + s2)
     d = given_draws(1, s, s2, seed=2)
     supply(monkeypatch, d, chosen)
-    extra = modified(num_mix=s, num_query_mix=s2).negatives(q, k, queue, queue_labels, 0.0)
+    extra = modified(num_mix=s, num_query_mix=s2).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )
     assert extra.per_query is None and extra.shared.shape == (s + s2, D)
     ref = np_modified(q, queue, d, chosen)
     np.testing.assert_allclose(extra.shared.numpy(), ref, rtol=0, atol=1e-12)
@@ -322,13 +355,19 @@ def test_false_negative_fraction_hand_made(monkeypatch, labels, fn_mix, fn_qmix)
     q, queue, queue_labels, d = hand_made()
     supply(monkeypatch, d)
     strategy = negatives.create("mochi", num_hard=2, num_mix=2, num_query_mix=2, warmup_epochs=0)
-    strategy.negatives(q, q, queue, queue_labels, 0.0, torch.tensor(labels))
+    strategy.negatives(
+        StrategyInputs(
+            q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=torch.tensor(labels)
+        )
+    )
     diag = strategy.diagnostics()
     assert all(v.dim() == 0 for v in diag.values())
     assert diag["false_neg_mix"].item() == pytest.approx(fn_mix)
     assert diag["false_neg_query_mix"].item() == pytest.approx(fn_qmix)
     assert diag["false_neg"].item() == pytest.approx((fn_mix + fn_qmix) / 2)
-    strategy.negatives(q, q, queue, queue_labels, 0.0)  # no labels: no false-negative keys
+    strategy.negatives(
+        StrategyInputs(q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )  # no labels: no false-negative keys
     assert not any(key.startswith("false_neg") for key in strategy.diagnostics())
 
 
@@ -340,7 +379,11 @@ def test_false_negative_fraction_modified(monkeypatch):
     supply(monkeypatch, d, np.array([1, 0, 0]))
     strategy = negatives.create("modified_mochi", num_hard=2, num_mix=2, num_query_mix=1,
                                 warmup_epochs=0)  # fmt: skip
-    strategy.negatives(q, q, queue, queue_labels, 0.0, torch.tensor([1, 2]))
+    strategy.negatives(
+        StrategyInputs(
+            q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=torch.tensor([1, 2])
+        )
+    )
     diag = strategy.diagnostics()
     assert diag["false_neg_mix"].item() == pytest.approx(1.0)  # e3 ~ y1 = 2; e1 ~ y0 = 1
     assert diag["false_neg_query_mix"].item() == pytest.approx(0.0)  # e0 (0) vs y0 = 1
@@ -352,7 +395,9 @@ def test_similarity_diagnostics_match_numpy(monkeypatch):
     d = given_draws(B, 4, 3)
     supply(monkeypatch, d)
     strategy = mochi_(num_mix=4, num_query_mix=3)
-    out = strategy.negatives(q, k, queue, queue_labels, 0.0, labels).per_query.numpy()
+    out = strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels)
+    ).per_query.numpy()
     diag, qn, kn = strategy.diagnostics(), q.numpy(), queue.numpy()
     sim = qn @ kn.T
     hard = np_hard(qn, kn, NH)
@@ -370,16 +415,22 @@ def test_similarity_diagnostics_match_numpy(monkeypatch):
 def test_hard_set_larger_than_queue_is_an_error():
     q, k, queue, queue_labels, _ = inputs(10)
     strategy = negatives.create("mochi", num_hard=K + 1, warmup_epochs=1.0)
-    strategy.negatives(q, k, queue, queue_labels, 0.5)  # warm-up: no hard set needed yet
+    strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.5)
+    )  # warm-up: no hard set needed yet
     with pytest.raises(ValueError, match=rf"num_hard={K + 1} exceeds the queue size K={K}"):
-        strategy.negatives(q, k, queue, queue_labels, 1.0)
+        strategy.negatives(
+            StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0)
+        )
     strategy = negatives.create("modified_mochi", num_hard=K + 1, warmup_epochs=0)
     with pytest.raises(ValueError, match=rf"num_hard={K + 1} exceeds the queue size K={K}"):
-        strategy.negatives(q, k, queue, queue_labels, 0.0)
+        strategy.negatives(
+            StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        )
     # N = K is allowed: the hard set is the whole queue
     torch.manual_seed(0)
     out = negatives.create("mochi", num_hard=K, warmup_epochs=0).negatives(
-        q, k, queue, queue_labels, 0
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0)
     )
     assert out.per_query.shape == (B, 512 + 128, D)
 

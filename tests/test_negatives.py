@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import negatives
-from negatives import ExtraNegatives, NegativeStrategy
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.none import NoNegatives
 
 N, D, K = 8, 16, 32
@@ -81,6 +81,26 @@ def test_duplicate_registration_is_refused():
     assert type(negatives.create("none")) is NoNegatives
 
 
+def test_the_old_positional_hook_is_refused_at_class_definition():
+    """A strategy written against the old hook fails when its class is defined, naming the class
+    and the one-argument form, not with a TypeError deep in the first training step."""
+    with pytest.raises(TypeError, match=r"Old\.negatives\(self, q, k, queue, queue_labels, epoch, "
+                       r"labels=None\): the hook takes one argument.*StrategyInputs"):  # fmt: skip
+
+        class Old(NegativeStrategy):
+            def negatives(self, q, k, queue, queue_labels, epoch, labels=None):
+                return ExtraNegatives()
+
+
+def test_strategy_inputs_are_keyword_only_with_one_process_defaults():
+    q = torch.zeros(2, 3)
+    with pytest.raises(TypeError):
+        StrategyInputs(q, q, q, torch.zeros(2))  # type: ignore[misc]
+    s = StrategyInputs.single(q, q, queue=torch.zeros(4, 3), epoch=1.5)
+    assert (s.rank, s.world_size, s.global_step, s.epoch, s.labels) == (0, 1, 0, 1.5, None)
+    assert s.queue_labels.tolist() == [-1] * 4
+
+
 def inputs(seed: int):
     g = torch.Generator().manual_seed(seed)
     q = F.normalize(torch.randn(N, D, generator=g), dim=1)
@@ -109,7 +129,9 @@ def test_negatives_contract(name):
     queue_before, labels_before = queue.clone(), labels.clone()
     # A queue that tracks gradients catches a strategy that forgets to detach what it builds.
     queue.requires_grad_(True)
-    extra = strategy.negatives(q, k, queue, labels, epoch=1.5)
+    extra = strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
+    )
     assert isinstance(extra, ExtraNegatives)
     check_extra(extra.shared, (), queue)
     check_extra(extra.per_query, (N,), queue)
@@ -126,7 +148,11 @@ def test_negatives_are_seeded_deterministic(name):
         torch.manual_seed(0)
         strategy = small(name)
         q, k, queue, labels = inputs(1)
-        results.append(strategy.negatives(q, k, queue, labels, epoch=0.0))
+        results.append(
+            strategy.negatives(
+                StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+            )
+        )
     for a, b in (
         (results[0].shared, results[1].shared),
         (results[0].per_query, results[1].per_query),
@@ -150,7 +176,9 @@ def test_transform_batch_keeps_shapes(name):
 def test_none_strategy_is_plain_moco():
     strategy = negatives.create("none")
     q, k, queue, labels = inputs(2)
-    extra = strategy.negatives(q, k, queue, labels, epoch=0.0)
+    extra = strategy.negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+    )
     assert extra.shared is None and extra.per_query is None
     x1, x2, y = torch.randn(N, 3, 4, 4), torch.randn(N, 3, 4, 4), torch.arange(N)
     out = strategy.transform_batch(x1, x2, y)
@@ -166,7 +194,9 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
         pytest.skip(f"{name}: ZERO[{name!r}] is None in this file (its bank replaces the queue)")
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
-    extra = negatives.create(name, **ZERO[name]).negatives(q, k, queue, labels, epoch=5.0)
+    extra = negatives.create(name, **ZERO[name]).negatives(
+        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
+    )
     for t in (extra.shared, extra.per_query):
         assert t is None or t.shape[-2] == 0
     shared = extra.shared if extra.shared is not None and extra.shared.numel() else None

@@ -333,7 +333,7 @@ def test_bad_settings_are_refused_with_the_reason():
 def test_hard_beta_anneal_down_follows_the_official_loop(epochs):
     """joshr17/HCL image/main.py: betas = iter(linspace(beta, 0, 9)); after epoch e (1-based) with
     e % int(epochs / 9) == 0, beta = next(betas) (held at 0 once the 9 values are used)."""
-    from pretrain.losses.negative_weighting import annealed_beta
+    from pretrain.losses.hard import annealed_beta
 
     betas, beta, used = iter(np.linspace(1.0, 0.0, 9)), 1.0, []
     for epoch in range(1, epochs + 1):

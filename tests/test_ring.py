@@ -19,7 +19,7 @@ from fd_grad import EPS, assert_grad_matches_fd, autograd
 from negatives.base import ExtraNegatives
 from pretrain import losses
 from pretrain.losses import ring
-from pretrain.losses.modules import StepTensors
+from pretrain.losses.base import StepTensors
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

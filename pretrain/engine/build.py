@@ -341,11 +341,13 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     checked against the negative strategy it is combined with."""
     loss = cfg.loss
     kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
-    kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
+    own = dict(loss.kwargs)  # the loss's own settings (checked by config.validate)
+    kappa = {k: own.pop(k) for k in losses.KAPPA_KWARGS if k in own}  # the kappa head's weights
+    kwargs.update(own)
     try:
         made = losses.create(loss.name, **kwargs)
         if cfg.model.kappa_hidden > 0:
-            made = losses.WithKappa(made, loss.kappa_lambda_align, loss.kappa_lambda_reg)
+            made = losses.WithKappa(made, **kappa)
         made.check_strategy(cfg.negatives.name)
     except ValueError as e:
         raise ConfigError(f"loss: {e}") from e

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import yaml
 
+from negatives.base import StrategyInputs
 from pretrain import config
 from pretrain.config import Config, ConfigError
 from pretrain.data import imagefiles
@@ -189,7 +190,10 @@ def train_step(
         seen_q, seen_k, seen_y = dist.gather(q.detach()), k_all, y_all
     else:
         seen_q, seen_k, seen_y = q.detach(), k, y
-    extra = run.strategy.negatives(seen_q, seen_k, run.queue.keys, run.queue.labels, epoch, seen_y)
+    extra = run.strategy.negatives(StrategyInputs(
+        q=seen_q, k=seen_k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=seen_y,
+        epoch=epoch, global_step=run.state.global_step, rank=dist.rank(),
+        world_size=dist.world_size()))  # fmt: skip
     step = StepTensors(q=q, k=k, k_all=k_all, labels=y, labels_all=y_all,
                        offset=dist.rank() * q.shape[0], queue=run.queue.keys,
                        queue_labels=run.queue.labels, extra=extra, kappa_q=kappa_q,

@@ -4,36 +4,53 @@ only pretrain.runtime and negatives below it (never data, model, engine or confi
     step = losses.StepTensors.single(q, k, queue=queue)
     loss = losses.create("supcon", temperature=0.1)(step)      # any ``loss.name``
 
-- ``modules``: the registry of ``loss.name`` (``create``, ``list_losses``, ``register``), the
-  base class ``Loss``, ``StepTensors`` and one module per loss, in MoCo's layout.
+- ``base``: the registry of ``loss.name`` (``create``, ``list_losses``, ``register``), the base
+  class ``Loss`` and ``StepTensors``.
+- one file per registered loss, with its paper and a usage example: ``infonce``,
+  ``nt_xent_loss``, ``supcon_loss``, ``sincere_loss``, ``firm_loss`` (on ``queue_layout``'s
+  ``QueueContrastive``), ``debiased``, ``hard``, ``decoupled`` (on ``negative_weighting``),
+  ``ring``, ``imix``, ``fnc``, ``cider``; ``kappa`` holds the kappa head's terms (``WithKappa``).
+- pure functions: ``multiview`` (the papers' 2N x 2N forms), ``queue_layout`` (MoCo's layout),
+  ``reweighted``, ``masked``.
 
-- ``infonce``: MoCo's logits and InfoNCE.
-- ``multiview``: NT-Xent, SupCon, SINCERE and FIRM on a ``[view1; view2]`` batch.
-- ``queue_layout``: the same losses with query anchors against keys + queue.
-- ``cider``: CIDER's dispersion + compactness with the sequential prototype EMA.
-- ``kappa``: the vMF κ alignment and regulariser.
+A new loss is one file and its name in the import line below.
 """
 
-from pretrain.losses import fnc, imix, negative_weighting, ring  # noqa: E402, F401  (register)
-from pretrain.losses.cider import cider, cider_terms, sequential_ema
-from pretrain.losses.infonce import info_nce, moco_logits
-from pretrain.losses.kappa import kappa_alignment, kappa_terms
-from pretrain.losses.masked import check_temperature
-from pretrain.losses.modules import (
-    Cider,
-    InfoNCE,
+from pretrain.losses import (  # noqa: F401  (registers the losses)
+    cider,
+    debiased,
+    decoupled,
+    firm_loss,
+    fnc,
+    hard,
+    imix,
+    infonce,
+    nt_xent_loss,
+    ring,
+    sincere_loss,
+    supcon_loss,
+)
+from pretrain.losses.base import (
     Loss,
-    QueueContrastive,
     StepTensors,
-    WithKappa,
     create,
     list_losses,
     register,
     registry,
 )
+from pretrain.losses.cider import (
+    Cider,
+    cider,  # noqa: E402, F811  (the function, not the module)
+    cider_terms,
+    sequential_ema,
+)
+from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
+from pretrain.losses.kappa import KAPPA_KWARGS, WithKappa, kappa_alignment, kappa_terms
+from pretrain.losses.masked import check_temperature
 from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
 from pretrain.losses.queue_layout import (
     QUEUE_KINDS,
+    QueueContrastive,
     contrast_top1,
     queue_contrastive,
     queue_positives,
@@ -41,6 +58,7 @@ from pretrain.losses.queue_layout import (
 
 __all__ = [
     "FIRM_LAYOUTS",
+    "KAPPA_KWARGS",
     "Cider",
     "InfoNCE",
     "Loss",

@@ -15,21 +15,34 @@ Implementation based on [1] (``utils/losses.py`` ``DisLoss`` / ``CompLoss``, ``t
 [0] Ming et al., "How to Exploit Hyperspherical Embeddings for Out-of-Distribution Detection?",
     ICLR 2023, https://arxiv.org/abs/2203.04450
 [1] https://github.com/deeplearning-wisc/cider/tree/dce8ad3
+
+``loss.name: cider`` (needs every training image's label; no negative strategy)::
+
+    loss:
+      name: cider
+      kwargs: {lambda_c: 2.0, alpha: 0.95}   # the CIFAR-10 script's
+
+    crit = losses.create("cider", temperature=0.1, num_classes=10, dim=128)
+    crit.init_class_means(z_train, y_train)              # once, before the first step
+    loss = crit(losses.StepTensors.single(q, k, queue=queue, labels=y))
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from pretrain.losses.base import NUM_CLASSES, Loss, StepTensors, both_views, register
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
     compute_dtype,
     masked_logsumexp,
 )
+from pretrain.runtime import dist
 
 DIS_BASE_TEMPERATURE = 0.1  # the official DisLoss base_temperature (CompLoss: 0.07)
 
@@ -166,3 +179,101 @@ def cider(
     if dis_scale:
         l_dis = l_dis * (temperature / DIS_BASE_TEMPERATURE)
     return l_dis + lambda_c * l_comp, updated
+
+
+@register("cider")
+class Cider(Loss):
+    """CIDER (seed 003): L_dis (eq. 6) + lambda_c * L_comp (eq. 5) with EMA class prototypes.
+
+    The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
+    order); only this rank's queries carry gradient, so L_dis back-propagates through this step's
+    EMA into the query encoder (SEMANTICS §6). The prototypes are a buffer (saved in checkpoints,
+    identical on every rank), initialised from the class means of the normalised head outputs of
+    the training set. CIDER has no instance negatives: the queue is not used, and strategies that
+    add negatives or outliers are refused.
+
+    Args:
+        num_classes: classes of the training labels (the trainer passes the dataset's count).
+        dim: dimension of the prototypes, the projection head's output (``model.dim``).
+        lambda_c: weight of L_comp, non-negative (seed 003, CIFAR-10 script: ``--w 2``).
+        alpha: prototype EMA, the weight of the old prototype, in [0, 1) (CIFAR-100: 0.5).
+        comp_scale: multiply L_comp by T/0.07 as the official code does.
+        dis_scale: multiply L_dis by T/0.1 as the official ``DisLoss`` does (T != 0.1 only).
+        classes: the trained (in-distribution) classes, at least 2; None or [] = all
+            ``num_classes`` (the trainer passes ``data.in_classes``).
+    """
+
+    needs_class_means = True
+    needs_labels = True
+    accepts_strategies = ("none",)
+    why_strategies = (
+        "CIDER contrasts samples with class prototypes, not with instance negatives, so extra "
+        "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
+    )
+
+    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
+                                             "num_classes": NUM_CLASSES, "dim": "model.dim",
+                                             "classes": "data.in_classes"}  # fmt: skip
+
+    def __init__(
+        self,
+        temperature: float,
+        *,
+        num_classes: int,
+        dim: int,
+        lambda_c: float = 2.0,
+        alpha: float = 0.95,
+        comp_scale: bool = False,
+        dis_scale: bool = False,
+        classes: list[int] | None = None,
+    ) -> None:
+        super().__init__(temperature)
+        if not 0.0 <= alpha < 1.0:
+            raise ValueError(f"alpha must lie in [0, 1) (the old prototype's weight), got {alpha}")
+        if not lambda_c >= 0:
+            raise ValueError(f"lambda_c must be non-negative, got {lambda_c}")
+        classes = list(range(num_classes)) if not classes else sorted(classes)
+        if len(classes) < 2:
+            raise ValueError(f"CIDER needs at least 2 classes, got {classes}")
+        self.lambda_c, self.alpha, self.comp_scale = lambda_c, alpha, comp_scale
+        self.dis_scale = dis_scale
+        self.classes = classes
+        # one prototype per trained class; dataset label -> prototype row (-1: not trained)
+        index = torch.full((max(num_classes, max(classes) + 1),), -1, dtype=torch.long)
+        index[torch.tensor(classes)] = torch.arange(len(classes))
+        self.register_buffer("class_index", index, persistent=False)
+        self.register_buffer("prototypes", torch.zeros(len(classes), dim))
+
+    @torch.no_grad()
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        c, d = self.prototypes.shape
+        labels = self.class_index[labels.clamp(min=0)].where(labels >= 0, -1)
+        keep = labels >= 0
+        sums = torch.zeros(c, d, dtype=z.dtype, device=z.device).index_add_(
+            0, labels[keep], z[keep]
+        )
+        empty = (torch.bincount(labels[keep], minlength=c) == 0).nonzero().flatten().tolist()
+        missing = [self.classes[i] for i in empty]
+        if missing:
+            raise ValueError(f"CIDER: classes {missing} have no training image to start from")
+        self.prototypes.copy_(torch.nn.functional.normalize(sums, dim=1))
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        if s.q2 is None:  # [queries; momentum keys]; every rank's queries carry gradient
+            q_all = dist.gather_with_grad(s.q)
+            z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
+        else:  # symmetric: both views live, as in the paper
+            z = both_views(s)[1]
+        labels = self.class_index[torch.cat([s.labels_all, s.labels_all])]
+        loss, updated = cider(
+            z,
+            labels,
+            self.prototypes,
+            self.alpha,
+            self.temperature,
+            self.lambda_c,
+            comp_scale=self.comp_scale,
+            dis_scale=self.dis_scale,
+        )
+        self.prototypes.copy_(updated.detach())
+        return loss

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
-from pretrain.losses.modules import Loss, StepTensors, register
 
 MODES = ("attraction", "elimination")
 

@@ -25,12 +25,12 @@ further negatives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses.modules import Loss, StepTensors, contrast_set, register
+from pretrain.losses.base import Loss, StepTensors, contrast_set, register
 from pretrain.runtime import dist
 
 
@@ -76,9 +76,8 @@ class IMix(Loss):
 
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 
-    @classmethod
-    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
-        return {"temperature": cfg.moco.temperature, "bn_splits": cfg.model.bn_splits}
+    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
+                                             "bn_splits": "model.bn_splits"}  # fmt: skip
 
     def __init__(self, temperature: float, *, alpha: float = 1.0, bn_splits: int = 1) -> None:
         super().__init__(temperature)

@@ -1,10 +1,20 @@
-"""MoCo's InfoNCE as pure functions on tensors; the trainer calls them through
-``pretrain.losses.modules`` (``loss.name: infonce``)."""
+"""``loss.name: infonce``: MoCo's InfoNCE (He et al. 2020, "Momentum Contrast for Unsupervised
+Visual Representation Learning", https://arxiv.org/abs/1911.05722, eq. 1; code
+facebookresearch/moco ``main_moco.py``): the pure functions and the registered loss.
+
+    from pretrain import losses
+
+    logits = losses.moco_logits(q, k, queue, 0.2)        # (N, 1 + K), positive in column 0
+    loss = losses.create("infonce", temperature=0.2)(losses.StepTensors.single(q, k, queue=queue))
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from pretrain.losses.base import Loss, StepTensors, register
+from pretrain.losses.reweighted import moco_diagnostics
 
 
 def moco_logits(
@@ -46,3 +56,26 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
     target = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
     # bf16/fp16 logits are upcast; float64 stays float64 (exact tests, gradcheck)
     return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), target)
+
+
+@register("infonce")
+class InfoNCE(Loss):
+    """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
+
+    batch_layout = False  # MoCo's own asymmetric layout
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
+        # for the diagnostics on log steps only; the queue labels copied (the enqueue rewrites them)
+        self._seen = (logits.detach(), s.labels, s.queue_labels.clone())
+        return info_nce(logits)
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """``contrast_top1``: MoCo's acc@1 (%), the own key ranked first among own + queue +
+        extras (``main_moco.py`` logs it as Acc@1); ``effective_negatives`` (the contrast set's
+        size) and ``false_negative_fraction`` (the queue keys with the query's label; synthetic
+        extras count as negatives of no class), as every negative baseline logs them."""
+        seen = getattr(self, "_seen", None)
+        if seen is None:
+            return {}
+        return moco_diagnostics(*seen)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from pretrain.losses.base import Loss, StepTensors
+
 
 def _flat_kappa(name: str, kappa: torch.Tensor, n: int) -> torch.Tensor:
     if kappa.shape not in ((n,), (n, 1)):
@@ -66,3 +68,66 @@ def kappa_alignment(
     """L_align + L_reg (eqs. 10-11), see :func:`kappa_terms` for the arguments."""
     l_align, l_reg = kappa_terms(mu1, kappa1, mu2, kappa2, lambda_align, lambda_reg)
     return l_align + l_reg
+
+
+#: The kappa head's settings, beside the loss's own in ``loss.kwargs`` (:class:`WithKappa`).
+KAPPA_KWARGS = ("kappa_lambda_align", "kappa_lambda_reg")
+
+
+class WithKappa(Loss):
+    """Any loss + seed 004's L_align (eq. 10) + L_reg (eq. 11) on the kappa head: what the
+    trainer builds when the model has one (``model.kappa_hidden`` > 0), in MoCo's layout (q,
+    kappa_q) from the query encoder and (k, kappa_k) from the momentum encoder, so only the query
+    side carries gradient. Its two weights are ``loss.kwargs.kappa_lambda_align`` and
+    ``loss.kwargs.kappa_lambda_reg``, beside the loss's own::
+
+        loss:
+          name: nt_xent
+          kwargs: {kappa_lambda_align: 0.05, kappa_lambda_reg: 0.005}
+
+    Args:
+        kappa_lambda_align: λ_align of eq. 10 (seed 004: 0.05).
+        kappa_lambda_reg: λ_reg of eq. 11 (seed 004: 0.005).
+    """
+
+    def __init__(
+        self, base: Loss, *, kappa_lambda_align: float = 0.05, kappa_lambda_reg: float = 0.005
+    ) -> None:
+        lambda_align, lambda_reg = kappa_lambda_align, kappa_lambda_reg
+        super().__init__(base.temperature)
+        self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
+        self.needs_class_means = base.needs_class_means
+        self.accepts_strategies, self.why_strategies = base.accepts_strategies, base.why_strategies
+        self.name = base.name
+        self._kappa: torch.Tensor | None = None
+        self._terms: dict[str, torch.Tensor] = {}
+
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        self.base.init_class_means(z, labels)
+
+    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
+        return self.base.transform_queries(x1)
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        if s.kappa_q is None or s.kappa_k is None:
+            raise ValueError("the kappa loss needs a model with a kappa head")
+        base = self.base(s)
+        if s.q2 is not None:  # symmetric: both views from the query encoder, as in the paper
+            mu2, kappa2 = s.q2, s.kappa_q2
+        else:
+            mu2, kappa2 = s.k.to(s.q.dtype), s.kappa_k
+        kappa = kappa_alignment(s.q, s.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg)
+        self._kappa = s.kappa_q.detach()
+        self._terms = {"base": base.detach(), "kappa_terms": kappa.detach()}
+        return base + kappa
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        out = dict(self.base.diagnostics())
+        out.update(self._terms)
+        if self._kappa is not None:
+            out["kappa_mean"] = self._kappa.float().mean()
+            out["kappa_std"] = self._kappa.float().std() if self._kappa.numel() > 1 else 0.0
+        return out
+
+    def histograms(self) -> dict[str, torch.Tensor]:
+        return {} if self._kappa is None else {"kappa": self._kappa}

@@ -27,9 +27,12 @@ batch (see ``pretrain.losses.multiview``).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from negatives.base import NO_LABEL
+from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
@@ -73,6 +76,45 @@ def _check_shapes(
         )
 
 
+def own_key(own: torch.Tensor, m: int) -> torch.Tensor:
+    """(N, M) bool mask of each anchor's own key. By comparison, not ``positive[rows, own] =
+    True``: on CUDA that index_put_ copies its host scalar True to the device first, a blocking
+    copy."""
+    return own.unsqueeze(1) == torch.arange(m, device=own.device)
+
+
+def same_label(
+    anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+) -> torch.Tensor:
+    """P(i) of SupCon and SINCERE: the own key and every candidate with the anchor's label."""
+    positive = own_key(own, candidate_labels.shape[0])  # (N, M)
+    a, c = anchor_labels.unsqueeze(1), candidate_labels.unsqueeze(0)  # (N, 1), (1, M)
+    positive |= (a == c) & (a != NO_LABEL)
+    return positive
+
+
+def in_distribution(
+    anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+) -> torch.Tensor:
+    """P(i) of FIRM: the own key, and every in-distribution candidate for an in-distribution
+    anchor."""
+    positive = own_key(own, candidate_labels.shape[0])  # (N, M)
+    a, c = anchor_labels.unsqueeze(1), candidate_labels.unsqueeze(0)  # (N, 1), (1, M)
+    positive |= (a >= 0) & (c >= 0)
+    return positive
+
+
+def own_only(
+    anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+) -> torch.Tensor:
+    """P(i) of NT-Xent: the own key only."""
+    return own_key(own, candidate_labels.shape[0])
+
+
+POSITIVES = {"nt_xent": own_only, "supcon": same_label, "sincere": same_label,
+             "firm": in_distribution}  # fmt: skip
+
+
 def queue_positives(
     kind: str,
     anchor_labels: torch.Tensor,
@@ -82,16 +124,72 @@ def queue_positives(
     """(N, M) bool positive mask P(i) of each anchor over the candidates, for ``kind``."""
     if kind not in QUEUE_KINDS:
         raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
-    m = candidate_labels.shape[0]
-    # the own key: always positive. By comparison, not ``positive[rows, own] = True``: on CUDA
-    # that index_put_ copies its host scalar True to the device first, a blocking copy.
-    positive = own.unsqueeze(1) == torch.arange(m, device=own.device)  # (N, M)
-    a, c = anchor_labels.unsqueeze(1), candidate_labels.unsqueeze(0)  # (N, 1), (1, M)
-    if kind in ("supcon", "sincere"):
-        positive |= (a == c) & (a != NO_LABEL)
-    elif kind == "firm":
-        positive |= (a >= 0) & (c >= 0)
-    return positive
+    return POSITIVES[kind](anchor_labels, candidate_labels, own)
+
+
+def queue_logits(
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    positive: torch.Tensor,
+    temperature: float,
+    per_query: torch.Tensor | None = None,
+    *,
+    exclude: torch.Tensor | None = None,
+    detach_candidates: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The logits (N, M + S) / τ of anchors against candidates + private negatives, with the
+    positive mask and the contrast mask (None: every column) widened to match and ``exclude``
+    (each anchor itself) taken out of both; see :func:`queue_contrastive` for the arguments."""
+    contrast = None  # every column unless some are excluded
+    if exclude is not None:  # scatter_ of a Python scalar: no host scalar copied (see own_key)
+        positive.scatter_(1, exclude.unsqueeze(1), False)
+        contrast = torch.ones_like(positive).scatter_(1, exclude.unsqueeze(1), False)
+    dtype = compute_dtype(q.dtype)
+    q = q.to(dtype)
+    candidates = candidates.detach() if detach_candidates else candidates
+    logits = torch.einsum("nd,md->nm", q, candidates.to(dtype))  # (N, M)
+    if per_query is not None:  # (N, S) private negatives: never positive, always contrasted
+        private = torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype))
+        logits = torch.cat([logits, private], dim=1)
+        positive = torch.cat([positive, positive.new_zeros(private.shape)], dim=1)
+        if contrast is not None:
+            contrast = torch.cat([contrast, contrast.new_ones(private.shape)], dim=1)
+    return logits / temperature, positive, contrast
+
+
+def every_positive(
+    logits: torch.Tensor,
+    positive: torch.Tensor,
+    contrast: torch.Tensor | None,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """SupCon's and FIRM's reduction: each positive against the whole contrast set."""
+    return denominator_loss(logits, positive, contrast, None)
+
+
+def own_positive(
+    logits: torch.Tensor,
+    positive: torch.Tensor,
+    contrast: torch.Tensor | None,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """NT-Xent's: the own key is the only positive (an excluded anchor is never its own key)."""
+    return denominator_loss(logits, positive, contrast, own)
+
+
+def sincere_reduce(
+    logits: torch.Tensor,
+    positive: torch.Tensor,
+    contrast: torch.Tensor | None,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """SINCERE's: each positive's denominator is itself + the anchor's negatives."""
+    contrast = torch.ones_like(positive) if contrast is None else contrast
+    return sincere_loss(logits, positive, contrast & ~positive)
+
+
+REDUCTIONS = {"nt_xent": own_positive, "supcon": every_positive, "sincere": sincere_reduce,
+              "firm": every_positive}  # fmt: skip
 
 
 def queue_contrastive(
@@ -136,27 +234,13 @@ def queue_contrastive(
     """
     check_temperature(temperature)
     _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
-    positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
-    contrast = None  # every column unless some are excluded
-    if exclude is not None:  # scatter_ of a Python scalar: no host scalar copied (see above)
-        positive.scatter_(1, exclude.unsqueeze(1), False)
-        contrast = torch.ones_like(positive).scatter_(1, exclude.unsqueeze(1), False)
-    dtype = compute_dtype(q.dtype)
-    q = q.to(dtype)
-    candidates = candidates.detach() if detach_candidates else candidates
-    logits = torch.einsum("nd,md->nm", q, candidates.to(dtype))  # (N, M)
-    if per_query is not None:  # (N, S) private negatives: never positive, always contrasted
-        private = torch.einsum("nd,nsd->ns", q, per_query.detach().to(dtype))
-        logits = torch.cat([logits, private], dim=1)
-        positive = torch.cat([positive, positive.new_zeros(private.shape)], dim=1)
-        if contrast is not None:
-            contrast = torch.cat([contrast, contrast.new_ones(private.shape)], dim=1)
-    logits = logits / temperature  # (N, M + S)
-    if kind == "sincere":
-        contrast = torch.ones_like(positive) if contrast is None else contrast
-        loss = sincere_loss(logits, positive, contrast & ~positive)
-    else:  # NT-Xent: the own key is the only positive (an excluded anchor is never its own key)
-        loss = denominator_loss(logits, positive, contrast, own if kind == "nt_xent" else None)
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
+    positive = POSITIVES[kind](anchor_labels, candidate_labels, own)  # (N, M)
+    logits, positive, contrast = queue_logits(q, candidates, positive, temperature, per_query,
+                                              exclude=exclude,
+                                              detach_candidates=detach_candidates)  # fmt: skip
+    loss = REDUCTIONS[kind](logits, positive, contrast, own)
     return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
 
 
@@ -176,6 +260,18 @@ def contrast_top1(
     one of their positives P(i) for ``kind``; for ``nt_xent`` that is MoCo's acc@1 of the own key
     (``main_moco.py``'s ``accuracy(output, target)``). No host sync."""
     positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
+    return top1_of(positive, q, candidates, per_query, exclude)
+
+
+@torch.no_grad()
+def top1_of(
+    positive: torch.Tensor,
+    q: torch.Tensor,
+    candidates: torch.Tensor,
+    per_query: torch.Tensor | None = None,
+    exclude: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`contrast_top1` from the (N, M) positive mask itself."""
     sim = q.detach().float() @ candidates.detach().float().T  # (N, M)
     if exclude is not None:
         sim.scatter_(1, exclude.unsqueeze(1), -torch.inf)
@@ -185,3 +281,79 @@ def contrast_top1(
         private = torch.einsum("nd,nsd->ns", q.detach().float(), per_query.detach().float())
         hit &= private.max(dim=1).values <= best
     return hit.float().mean() * 100.0
+
+
+class QueueContrastive(Loss):
+    """The shared body of NT-Xent / SupCon / SINCERE / FIRM (one file each): MoCo's layout
+    (query anchors against the gathered batch keys + the queue + the strategy's extras, see
+    ``pretrain.losses.base``), or with ``StepTensors.q2`` the papers' symmetric 2N x 2N layout
+    (+ the queue unless ``contrast_queue`` is False). A subclass overrides :meth:`positives`
+    (which candidates are each anchor's positives) and, where its denominator differs,
+    :meth:`reduce`.
+
+    Args:
+        contrast_queue: False: the batch alone is the contrast set (no queue); the trainer
+            passes ``loss.contrast_queue``.
+    """
+
+    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
+                                             "contrast_queue": "loss.contrast_queue"}  # fmt: skip
+    can_drop_queue = True
+    reference_scale = False  # x T/0.07 (SupContrast's hidden factor): supcon's option
+
+    def __init__(self, temperature: float, contrast_queue: bool = True) -> None:
+        super().__init__(temperature)
+        self.contrast_queue = contrast_queue
+
+    def positives(
+        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor:
+        """(N, M) bool mask P(i) of each anchor's positives among the candidates; ``own`` (N,)
+        is the index of each anchor's own key (its view pair). No host sync."""
+        raise NotImplementedError
+
+    def reduce(
+        self,
+        logits: torch.Tensor,
+        positive: torch.Tensor,
+        contrast: torch.Tensor | None,
+        own: torch.Tensor,
+    ) -> torch.Tensor:
+        """The loss from the logits (N, M + S) / T, the positive mask and the contrast mask
+        (None = every column): by default every positive against the whole contrast set (the
+        mean over anchors of the mean over their positives)."""
+        return every_positive(logits, positive, contrast, own)
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        n, b = s.q.shape[0], s.k_all.shape[0]
+        local = s.offset + torch.arange(n, device=s.q.device)
+        if s.q2 is None:  # MoCo layout: queries against keys
+            candidates, cand_labels = contrast_set(s, self.contrast_queue)
+            anchors, anchor_labels, own, exclude = s.q, s.labels, local, None
+            detach = True
+        else:  # symmetric: row i of [q; q2] against every other view, its partner positive
+            anchors, views = both_views(s)
+            candidates, cand_labels = contrast_set(s, self.contrast_queue, views)
+            anchor_labels = torch.cat([s.labels, s.labels])
+            own, exclude = torch.cat([local + b, local]), torch.cat([local, local + b])
+            detach = False
+        check_temperature(self.temperature)
+        _check_shapes(anchors, candidates, anchor_labels, cand_labels, own, s.extra.per_query)
+        positive = self.positives(anchor_labels, cand_labels, own)  # (N, M)
+        # for contrast_top1 on log steps (no copy; the positive mask before it is widened)
+        self._seen = (anchors.detach(), candidates.detach(), positive, s.extra.per_query, exclude)
+        logits, positive, contrast = queue_logits(anchors, candidates, positive, self.temperature,
+                                                  s.extra.per_query, exclude=exclude,
+                                                  detach_candidates=detach)  # fmt: skip
+        loss = self.reduce(logits, positive, contrast, own)
+        if self.reference_scale:
+            return loss * (self.temperature / REFERENCE_BASE_TEMPERATURE)
+        return loss
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """``contrast_top1``: % of anchors whose nearest candidate is one of their positives."""
+        seen = getattr(self, "_seen", None)
+        if seen is None:
+            return {}
+        a, c, positive, private, exclude = seen
+        return {"contrast_top1": top1_of(positive, a, c, private, exclude)}

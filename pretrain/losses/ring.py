@@ -33,8 +33,8 @@ import torch
 
 from negatives.base import NO_LABEL
 from pretrain.losses import reweighted
+from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
-from pretrain.losses.modules import Loss, StepTensors, register
 
 ANNEALS = ("none", "linear", "step", "exponential")
 

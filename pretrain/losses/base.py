@@ -1,0 +1,202 @@
+"""What every loss shares: the step record :class:`StepTensors`, the base class :class:`Loss` and
+the registry of ``loss.name`` (owned here, in the registry class the strategies use), as lightly
+keeps ``lightly.loss``'s base pieces apart from one file per loss.
+
+    from pretrain import losses
+
+    step = losses.StepTensors.single(q, k, queue=queue)
+    loss = losses.create("supcon", temperature=0.1)(step)      # any ``loss.name``
+
+A new loss is one file: a ``Loss`` subclass with ``@register("name")``, its paper in the
+docstring, and its own settings as keyword arguments of its constructor (the config's
+``loss.kwargs``, checked against that signature); the settings the trainer fills in from other
+config keys are named in :attr:`Loss.from_config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.registry import Registry
+from pretrain.losses.masked import check_temperature
+from pretrain.runtime import dist
+
+#: ``Loss.from_config`` value of an argument that is the training set's class count.
+NUM_CLASSES = "(the training set's class count)"
+
+
+@dataclass(kw_only=True)
+class StepTensors:
+    """What a loss sees of one training step (all on the device), by keyword only.
+
+    ``StepTensors.single(q, k, queue=...)`` fills in the one-process defaults, so any loss can be
+    tried in two lines::
+
+        step = StepTensors.single(q, k, queue=queue)
+        loss = losses.create("supcon", temperature=0.1)(step)
+    """
+
+    q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
+    k: torch.Tensor  # (N, D) this rank's keys, unit norm, constants
+    k_all: torch.Tensor  # (B, D) the keys of every rank in rank order (k in one process)
+    labels: torch.Tensor  # (N,) this rank's labels (negatives.base conventions)
+    labels_all: torch.Tensor  # (B,)
+    offset: int  # index of this rank's first key in k_all
+    queue: torch.Tensor  # (K, D) before this step's enqueue
+    queue_labels: torch.Tensor  # (K,)
+    extra: ExtraNegatives
+    kappa_q: torch.Tensor | None = None  # (N,) with gradient, when the model has a kappa head
+    kappa_k: torch.Tensor | None = None  # (N,)
+    q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
+    kappa_q2: torch.Tensor | None = None  # (N,)
+    support: torch.Tensor | None = None  # (N, V, D) support views' keys (data.support_views)
+    epoch: float = 0.0  # fractional epoch of this step (annealed losses: ring, hard)
+    global_step: int = 0  # steps done before this one
+
+    @classmethod
+    def single(
+        cls,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        *,
+        queue: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        queue_labels: torch.Tensor | None = None,
+        extra: ExtraNegatives | None = None,
+        **optional: Any,
+    ) -> StepTensors:
+        """One process: k_all = k, labels_all = labels, offset 0; labels default to NO_LABEL
+        (unknown: no label-positives), queue labels likewise, no extra negatives. ``optional``:
+        kappa_q, kappa_k, q2, kappa_q2, epoch, global_step."""
+        n, K = q.shape[0], queue.shape[0]
+        unknown = lambda m: torch.full((m,), NO_LABEL, dtype=torch.long, device=q.device)  # noqa: E731
+        labels = unknown(n) if labels is None else labels
+        return cls(q=q, k=k, k_all=k, labels=labels, labels_all=labels, offset=0, queue=queue,
+                   queue_labels=unknown(K) if queue_labels is None else queue_labels,
+                   extra=extra or ExtraNegatives(), **optional)  # fmt: skip
+
+
+def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric layout: the local anchors [q; q2] (2N, D) and every rank's views
+    [q_all; q2_all] (2B, D), all with gradient (routed back to the rank that owns them)."""
+    if s.q2 is None:
+        raise ValueError("the symmetric layout needs the second view's queries (q2)")
+    return torch.cat([s.q, s.q2]), torch.cat(
+        [dist.gather_with_grad(s.q), dist.gather_with_grad(s.q2)]
+    )
+
+
+def contrast_set(
+    s: StepTensors, with_queue: bool = True, batch: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates [batch; queue; shared] (M, D) and their labels (M,): batch = k_all (detached)
+    or, in the symmetric layout, [q_all; q2_all] (live); synthetic points never match a label."""
+    if batch is None:
+        parts, labels = [s.k_all.detach()], [s.labels_all]
+    else:
+        parts, labels = [batch], [torch.cat([s.labels_all, s.labels_all])]
+    if with_queue:
+        parts.append(s.queue)
+        labels.append(s.queue_labels)
+    if s.extra.shared is not None:
+        parts.append(s.extra.shared)
+        labels.append(torch.full_like(s.labels_all[:1], NO_LABEL).expand(s.extra.shared.shape[0]))
+    parts[1:] = [t.detach().to(parts[0].dtype) for t in parts[1:]]
+    return torch.cat(parts), torch.cat(labels)
+
+
+class Loss(nn.Module):
+    """Base class. ``forward(step: StepTensors) -> scalar loss``.
+
+    Attributes:
+        from_config: constructor arguments the trainer fills in from other config keys
+            (argument -> dotted key, or :data:`NUM_CLASSES`); ``loss.kwargs`` may not set them.
+        needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
+            of a fresh run, with the normalised head outputs of the training images (CIDER).
+        accepts_strategies: negative strategies this loss can be combined with (None = any).
+        batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
+        can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
+        needs_labels: needs a label on every training image (refuses unlabelled splits).
+        needs_support: needs ``data.support_views`` (FNC).
+
+    ``config.validate`` and the builder read these attributes, never a loss's name. The class
+    docstring's ``Args:`` section documents every constructor argument (the configuration
+    reference is generated from it: ``scripts/gen_config_docs.py``).
+
+    Args:
+        temperature: T of the logits, above 1e-3; the trainer passes ``moco.temperature``.
+    """
+
+    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
+    needs_class_means: bool = False
+    accepts_strategies: tuple[str, ...] | None = None
+    why_strategies: str = ""
+    batch_layout: bool = True
+    can_drop_queue: bool = False
+    needs_labels: bool = False
+    needs_support: bool = False
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
+        """Constructor kwargs from the resolved config (``pretrain.config.Config``): the
+        arguments of :attr:`from_config`, read from their keys."""
+        out: dict[str, Any] = {}
+        for arg, key in cls.from_config.items():
+            if key == NUM_CLASSES:
+                out[arg] = num_classes
+                continue
+            section, name = key.split(".")
+            value = getattr(getattr(cfg, section), name)
+            out[arg] = list(value) if isinstance(value, (list, tuple)) else value
+        return out
+
+    def __init__(self, temperature: float) -> None:
+        super().__init__()
+        check_temperature(temperature)
+        self.temperature = temperature
+
+    def check_strategy(self, name: str) -> None:
+        """ValueError if this loss cannot be combined with negative strategy ``name``."""
+        if self.accepts_strategies is not None and name not in self.accepts_strategies:
+            raise ValueError(
+                f"loss {self.name!r} cannot be combined with negative strategy {name!r}: "
+                f"{self.why_strategies} (allowed: {', '.join(self.accepts_strategies)})"
+            )
+
+    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """Initialise state from features (n, D) and labels (n,) of the training set."""
+
+    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
+        """The query images (N, C, H, W) before the query encoder: identity, except for losses
+        that change the input (i-Mix mixes it and keeps the mixing for its targets)."""
+        return x1
+
+    def diagnostics(self) -> dict[str, torch.Tensor | float]:
+        """Statistics of the latest step, read at log steps only (device tensors, no sync)."""
+        return {}
+
+    def histograms(self) -> dict[str, torch.Tensor]:
+        """Per-sample values of the latest step for TensorBoard histograms (log steps only)."""
+        return {}
+
+    name = "loss"
+
+
+#: The losses (``loss.name``), owned by ``pretrain.losses``, in the registry class the negative
+#: strategies use.
+registry: Registry[Loss] = Registry("loss")
+register = registry.register
+
+
+def list_losses() -> list[str]:
+    return registry.names()
+
+
+def create(name: str, **kwargs: Any) -> Loss:
+    """Build loss ``name``; an unknown name or kwarg is a ValueError with a suggestion."""
+    return registry.create(name, **kwargs)
