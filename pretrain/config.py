@@ -81,7 +81,7 @@ class ModelConfig:
     split_bn: str = "auto"  # bn_splits > 1, its training kernels: auto (triton on CUDA, per_split
     # on a CPU), triton (4 launches per layer), fused (aten ops), per_split (a batch_norm per split)
     sync_bn: bool = False  # DDP: SyncBatchNorm in both encoders instead of shuffle-BN
-    kappa_hidden: int = 0  # >0: a kappa (concentration) head with this hidden width (seed 004: 512)
+    kappa_hidden: int = 0  # >0: a kappa (concentration) head of this hidden width (Li et al.: 512)
 
 
 @dataclass

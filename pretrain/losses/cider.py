@@ -1,4 +1,5 @@
-"""CIDER's compactness and dispersion losses with the sequential prototype EMA (seed paper 003).
+"""CIDER's compactness and dispersion losses with the sequential prototype EMA (Ming et al., ICLR
+2023; seed paper 003).
 
 With class prototypes μ_c (C, D) and the multiview batch z = [view1; view2] (2N, D):
 
@@ -183,7 +184,7 @@ def cider(
 
 @register("cider")
 class Cider(Loss):
-    """CIDER (seed 003): L_dis (eq. 6) + lambda_c * L_comp (eq. 5) with EMA class prototypes.
+    """CIDER (Ming et al.): L_dis (eq. 6) + lambda_c * L_comp (eq. 5) with EMA class prototypes.
 
     The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
     order); only this rank's queries carry gradient, so L_dis back-propagates through this step's
@@ -195,7 +196,7 @@ class Cider(Loss):
     Args:
         num_classes: classes of the training labels (the trainer passes the dataset's count).
         dim: dimension of the prototypes, the projection head's output (``model.dim``).
-        lambda_c: weight of L_comp, non-negative (seed 003, CIFAR-10 script: ``--w 2``).
+        lambda_c: weight of L_comp, non-negative (CIDER's CIFAR-10 script: ``--w 2``).
         alpha: prototype EMA, the weight of the old prototype, in [0, 1) (CIFAR-100: 0.5).
         comp_scale: multiply L_comp by T/0.07 as the official code does.
         dis_scale: multiply L_dis by T/0.1 as the official ``DisLoss`` does (T != 0.1 only).

@@ -15,7 +15,8 @@ function returns the MEAN over anchors (the papers write sums, a factor 2N). Equ
 All reduce to NT-Xent with all-distinct labels (FIRM: with no in-distribution sample), and FIRM
 with only in-distribution samples is single-class SupCon.
 
-[0] Mirzaei et al. (FIRM), seed paper 000; implementation based on [3].
+[0] Lunardi et al., "Contrastive Representation Modeling for Anomaly Detection" (FIRM), ECAI
+    2025, https://arxiv.org/abs/2501.05130, seed paper 000; implementation based on [3].
 [1] Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020,
     https://arxiv.org/abs/2004.11362; code: HobbitLong/SupContrast @ 66a8fe5 ``losses.py``.
 [2] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277; code: tufts-ml/SupContrast

@@ -17,7 +17,7 @@ from pretrain.losses.queue_layout import QueueContrastive, own_only, own_positiv
 
 @register("nt_xent")
 class NTXent(QueueContrastive):
-    """NT-Xent (SimCLR; seed 000 eq. 1): the own key is the only positive.
+    """NT-Xent (SimCLR; eq. 1 of Lunardi et al., FIRM): the own key is the only positive.
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).

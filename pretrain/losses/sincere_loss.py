@@ -19,8 +19,8 @@ from pretrain.losses.queue_layout import QueueContrastive, same_label, sincere_r
 
 @register("sincere")
 class Sincere(QueueContrastive):
-    """SINCERE (seed 002, eq. 12): each positive's denominator holds itself and other-class keys
-    only, so same-class keys are never pushed apart.
+    """SINCERE (Feeney & Hughes, eq. 12): each positive's denominator holds itself and other-class
+    keys only, so same-class keys are never pushed apart.
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
