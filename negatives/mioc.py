@@ -30,6 +30,7 @@ NOTE (deviations and choices, each a config switch):
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -121,8 +122,13 @@ class MiOC(NegativeStrategy):
             raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
         if not 0.0 <= beta_max <= 1.0:
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
-        if warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        if not 0 <= warmup_epochs < math.inf:
+            raise ValueError(f"warmup_epochs must be a finite number >= 0, got {warmup_epochs}")
+        if nu == 1:  # OneClassSVM takes (0, 1], but every fit it is given would fail at once
+            raise ValueError(
+                "nu must lie in (0, 1) for MiOC, got 1: at nu = 1 every alpha sits at its bound "
+                "and the solver finds no finite rho (the paper uses 0.01)"
+            )
         self.svm = OneClassSVM(
             nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
         )  # fmt: skip  (validates nu, gamma, solver, loop)

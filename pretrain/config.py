@@ -483,6 +483,19 @@ def validate(cfg: Config) -> None:
         ("train.batch_size", cfg.train.batch_size > 1, "must be at least 2"),
         ("train.base_lr", cfg.train.base_lr > 0, "must be positive"),
         (
+            "train.lr_base_batch",
+            cfg.train.lr_base_batch > 0,
+            "must be positive (the lr is base_lr * batch_size / lr_base_batch)",
+        ),
+        (
+            "train.lr_milestones",
+            all(m >= 1 for m in cfg.train.lr_milestones)
+            and list(cfg.train.lr_milestones) == sorted(set(cfg.train.lr_milestones)),
+            "must be increasing epochs >= 1 (the lr is multiplied by 0.1 from each)",
+        ),
+        ("train.weight_decay", cfg.train.weight_decay >= 0, "must be >= 0"),
+        ("train.sgd_momentum", 0 <= cfg.train.sgd_momentum < 1, "must lie in [0, 1)"),
+        (
             "train.warmup_epochs",
             0 <= cfg.train.warmup_epochs < cfg.train.epochs,
             "must lie in [0, train.epochs)",
@@ -509,8 +522,22 @@ def validate(cfg: Config) -> None:
             "must be (low, high) with 0 < low <= high <= 1",
         ),
         ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
+        (
+            "eval.knn_temperature",
+            cfg.eval.knn_temperature > 0,
+            "must be positive (the votes are weighted by exp(similarity / T))",
+        ),
         ("eval.batch_size", cfg.eval.batch_size > 0, "must be positive"),
         ("data.image_size", cfg.data.image_size > 0, "must be positive"),
+        ("data.hflip_prob", 0 <= cfg.data.hflip_prob <= 1, "must lie in [0, 1]"),
+        ("data.grayscale_prob", 0 <= cfg.data.grayscale_prob <= 1, "must lie in [0, 1]"),
+        ("data.jitter_prob", 0 <= cfg.data.jitter_prob <= 1, "must lie in [0, 1]"),
+        ("data.blur_prob", 0 <= cfg.data.blur_prob <= 1, "must lie in [0, 1]"),
+        (
+            "data.jitter_strength",
+            0 <= cfg.data.jitter_strength <= 2,
+            "must lie in [0, 2] (ColorJitter's hue, strength / 4, is at most 0.5)",
+        ),
         ("data.eval_resize", cfg.data.eval_resize > 0, "must be positive"),
         (
             "data.std",

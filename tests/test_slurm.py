@@ -94,6 +94,20 @@ def test_every_sweep_task_gets_its_own_run_directory(tmp_path, monkeypatch):
     assert [Path(c.out_dir) for c, _ in own] == [tmp_path / "a", tmp_path / "b"]
 
 
+def test_the_docstring_sweep_example_gives_each_task_its_own_directory(tmp_path, monkeypatch):
+    import shlex
+
+    import slurm.__main__ as launcher
+
+    monkeypatch.chdir(tmp_path)
+    line = next(x for x in launcher.__doc__.splitlines() if "--sweep" in x)
+    words = shlex.split(line)
+    sweeps = [shlex.split(words[i + 1]) for i, w in enumerate(words) if w == "--sweep"]
+    cfg = words[words.index("--cfg") + 1]
+    dirs = {c.out_dir for c, _ in launcher.task_configs(cfg, [], sweeps)}
+    assert len(sweeps) >= 2 and len(dirs) == len(sweeps)
+
+
 def test_sweep_tasks_sharing_a_directory_are_refused(tmp_path):
     from tests.test_troubleshooting_data import assert_documented
 

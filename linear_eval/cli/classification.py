@@ -162,14 +162,17 @@ def run_transfer(
 
 
 def run_compare(
-    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5
+    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5, protocol: str = "lbfgs"
 ) -> dict[str, Any]:
-    """Checkpoint A vs B on the same test set: paired bootstrap intervals of the differences of
-    kNN and L-BFGS linear top-1 (SINCERE's test) and of the one-class s_con AUROC."""
+    """Checkpoint B against the reference A on the same test set: paired bootstrap intervals of
+    B − A (the sign of ``table``'s run − baseline) for kNN top-1, the linear probe ``protocol``'s
+    top-1 (SINCERE's test) and the one-class s_con AUROC. Written to A's
+    ``eval/compare.json``; the record returned also holds ``written_to``."""
     if a.model.cfg.data.name != b.model.cfg.data.name:
         raise ValueError(
             f"compare needs the same dataset: {a.model.cfg.data.name} vs {b.model.cfg.data.name}"
         )
+    recipe = probe.protocol(protocol)
     correct = {}
     for tag, s in (("a", a), ("b", b)):
         tr, te = s.train(), s.test()
@@ -177,23 +180,29 @@ def run_compare(
             tr.backbone, tr.labels, te.backbone, te.labels, s.num_classes, [knn_preset], majority=()
         )
         _, lin = linear.evaluate(
-            tr.backbone, tr.labels, te.backbone, te.labels, s.num_classes, probe.protocol("lbfgs")
+            tr.backbone, tr.labels, te.backbone, te.labels, s.num_classes, recipe
         )
         correct[tag] = {"knn": near[knn_preset], "linear": lin[0]}
-    record: dict[str, Any] = {"a": str(a.model.ckpt), "b": str(b.model.ckpt)}
+    record: dict[str, Any] = {
+        "a": str(a.model.ckpt),
+        "b": str(b.model.ckpt),
+        "sign": "B - A (A is the reference, as table's --baseline)",
+        "knn": {"preset": knn_preset, **knn.PRESETS[knn_preset]},
+        "linear_probe": recipe.as_dict(),
+    }
     for what in ("knn", "linear"):
         ca, cb = correct["a"][what], correct["b"][what]
-        d = stats.paired_difference_ci(ca.numpy().astype("int8"), cb.numpy().astype("int8"))
+        d = stats.paired_difference_ci(cb.numpy().astype("int8"), ca.numpy().astype("int8"))
         ra, rb = summary.accuracy(ca, "a"), summary.accuracy(cb, "b")
         record[f"{what}_top1"] = {
             "a": ra["a"],
             "a_ci": ra["a_ci"],
             "b": rb["b"],
             "b_ci": rb["b_ci"],
-            "difference": d.point,
+            "b_minus_a": d.point,
             "ci": [d.low, d.high],
             "excludes_zero": d.excludes_zero,
         }
     record["oneclass_s_con"] = detection.compare_one_class(a, b, detector_k)
-    a.write("compare", record)
-    return record
+    path = a.write("compare", record)
+    return record | {"written_to": str(path)}

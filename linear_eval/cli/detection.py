@@ -212,7 +212,8 @@ def run_kappa(
 
 
 def compare_one_class(a: Session, b: Session, k: int = 5) -> dict[str, Any]:
-    """Mean one-class s_con AUROC of A minus B, paired bootstrap over the same resamples."""
+    """Mean one-class s_con AUROC of B minus A (A the reference), paired bootstrap over the same
+    resamples."""
     settings = Settings(k=k)
     pairs: dict[str, list] = {"a": [], "b": []}
     for tag, s in (("a", a), ("b", b)):
@@ -226,7 +227,9 @@ def compare_one_class(a: Session, b: Session, k: int = 5) -> dict[str, Any]:
     if a.normal_sets() != b.normal_sets():
         raise ValueError("the two checkpoints were trained on different in_classes")
     ma, mb = summary.mean_auroc(pairs["a"]), summary.mean_auroc(pairs["b"])
-    return {"k": k, **summary.mean_auroc_difference(pairs["a"], pairs["b"])} | {
+    d = summary.mean_auroc_difference(pairs["b"], pairs["a"])
+    return {"k": k, "b_minus_a": d["difference"], "ci": d["ci"]} | {
+        "excludes_zero": d["excludes_zero"],
         "a": ma["auroc"],
         "a_ci": ma["auroc_ci"],
         "b": mb["auroc"],

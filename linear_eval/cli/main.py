@@ -12,7 +12,7 @@ detection and a report.
     python -m linear_eval ood --ckpt 'RUN/checkpoints/epoch_*.pt'  # + AULC over checkpoints
     python -m linear_eval kappa --ckpt X --corruptions-root data/CIFAR-10-C
     python -m linear_eval report --ckpt X
-    python -m linear_eval compare --ckpt A --ckpt B
+    python -m linear_eval compare --ckpt A --ckpt B               # B - A, A the reference
     python -m linear_eval table runs/digits_* --baseline runs/digits_moco --out results/digits
 
 Results go to RUN/eval/<evaluator>.json, figures and report.md to RUN/reports/, features to
@@ -36,6 +36,7 @@ from linear_eval.cli import classification, default, detection, openood, summary
 from linear_eval.detect import detectors, fitted
 from linear_eval.detect.detectors import Settings
 from linear_eval.inputs import openood as openood_data
+from linear_eval.inputs.guards import UsageError
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
 from pretrain.config import ConfigError
@@ -193,6 +194,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", parents=base, help="checkpoint A vs B, paired bootstrap")
     p.add_argument("--knn-preset", choices=sorted(knn.PRESETS), default="cifar")
     p.add_argument("--k", type=int, default=5, help="s_con neighbours (FIRM: 5; its Table 6: 1)")
+    p.add_argument(
+        "--protocol",
+        choices=sorted(probe.PROTOCOLS),
+        default="lbfgs",
+        help="the linear probe (named in the JSON and the summary line); the default command's "
+        "SGD probe, which table reports as linear_top1, is moco's recipe",
+    )
     # listed for --help only: main() hands "table" its runs before this parser sees them
     sub.add_parser("table", help="one table comparing runs (RUN_DIR... --baseline RUN)")
     return top
@@ -208,7 +216,19 @@ def _checkpoints(patterns: list[str]) -> list[str]:
     return out
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Counts that would run but mean nothing (``ood --k 0`` scored with 0 neighbours)."""
+    for name in ("k", "crops", "draws", "batch_size", "threads"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} {value}: give a whole number >= 1")
+    if args.num_workers < 0:
+        raise UsageError(f"--num-workers {args.num_workers}: give a whole number >= 0")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_numbers(args)
     opts = Options(
         args.data_root,
         args.batch_size,
@@ -226,7 +246,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if len(paths) != 2:
             raise ValueError(f"compare needs exactly two checkpoints, got {len(paths)}")
         return classification.run_compare(
-            Session(paths[0], opts), Session(paths[1], opts), args.knn_preset, args.k
+            Session(paths[0], opts),
+            Session(paths[1], opts),
+            args.knn_preset,
+            args.k,
+            args.protocol,
         )
     if cmd == "ood" and len(paths) > 1:
         if args.ood_datasets:
@@ -338,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DatasetNotFoundError, ValueError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summary_line.line(args.command, clean(result)), file=sys.stderr)
+    if args.command == "compare":
+        print(summary_line.compare(clean(result)), file=sys.stderr)
+    else:
+        print(summary_line.line(args.command, clean(result)), file=sys.stderr)
     print(json.dumps(clean(result)))
     return 0

@@ -26,3 +26,27 @@ def line(command: str, record: dict[str, Any], limit: int = 8) -> str:
     shown = ", ".join(f"{k} {v:.2f}" for k, v in found[:limit])
     more = f" (+{len(found) - limit} more in the JSON)" if len(found) > limit else ""
     return f"{command}: {shown or 'done'}{more}"
+
+
+def compare(record: dict[str, Any]) -> str:
+    """``compare``'s line: A, B and B - A with its interval for each metric, the probe, the
+    file."""
+    parts = []
+    names = {
+        "knn_top1": f"kNN ({record['knn']['preset']}) top-1",
+        "linear_top1": f"linear ({record['linear_probe']['name']}) top-1",
+        "oneclass_s_con": "one-class s_con AUROC",
+    }
+    for key, name in names.items():
+        r = record[key]
+        low, high = r["ci"]
+        mark = " *" if r["excludes_zero"] else ""
+        parts.append(
+            f"{name}: A {r['a']:.2f}, B {r['b']:.2f}, B-A {r['b_minus_a']:+.2f} "
+            f"[{low:+.2f}, {high:+.2f}]{mark}"
+        )
+    return (
+        "compare (B-A, A the reference; paired bootstrap 95% interval, * excludes 0): "
+        + "; ".join(parts)
+        + f"; written to {record['written_to']}"
+    )

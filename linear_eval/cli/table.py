@@ -28,6 +28,7 @@ import glob
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class Run:
     metrics: dict[str, float] = field(default_factory=dict)
     per_sample: dict[str, np.ndarray] = field(default_factory=dict)
     provenance: dict[str, Any] | None = None  # RUN/provenance.json (None: not recorded)
+    probes: dict[str, str] = field(default_factory=dict)  # metric prefix -> the linear probe
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -123,6 +125,9 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if key not in NOT_METRICS:
                     run.metrics[prefix + key] = float(value)
+        probe = probe_of(file.stem, data)
+        if probe:
+            run.probes[f"{prefix}linear_*" if not prefix else f"{prefix}*"] = probe
         for key, bits in (data.get("per_sample") or {}).items():
             run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
     if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
@@ -133,6 +138,36 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             if values:
                 run.metrics[f"train_{name}"] = float(np.mean(values))
     return run, ""
+
+
+def probe_of(stem: str, data: dict[str, Any]) -> str:
+    """The linear probe behind an eval JSON's linear numbers ("" when it has none)."""
+    lin = data.get("linear")
+    if stem.startswith("linear_eval") and isinstance(lin, dict) and "epochs" in lin:
+        return (
+            f"SGD probe of python -m linear_eval --ckpt ({lin.get('mode')}, {lin['epochs']} "
+            f"epochs, lr {lin.get('lr')}, milestones {lin.get('milestones')})"
+        )
+    protocol = data.get("protocol")
+    if stem.startswith("linear") and isinstance(protocol, dict) and "name" in protocol:
+        return f"{protocol['name']} probe of python -m linear_eval linear"
+    return ""
+
+
+def notes(runs: list[Run], baseline: bool) -> list[str]:
+    """What the columns mean where two commands could differ: the probe behind each linear
+    metric (every distinct one, so mixed probes show), and the sign of the difference."""
+    out = []
+    for key in sorted({k for r in runs for k in r.probes}):
+        probes = sorted({r.probes[key] for r in runs if key in r.probes})
+        mixed = " (the runs differ: not comparable)" if len(probes) > 1 else ""
+        out.append(f"{key}: {'; '.join(probes)}{mixed}")
+    if baseline:
+        out.append(
+            "vs baseline: run - baseline (as compare's B - A), paired bootstrap 95% interval "
+            "over the test images; * when it excludes 0"
+        )
+    return out
 
 
 def ignored(key: str) -> bool:
@@ -244,9 +279,16 @@ def run_cost(members: list[Run]) -> list[str]:
     return [wall, "; ".join(hardware)]
 
 
-def markdown(header: list[str], table: list[list[str]], left_out: list[tuple[Path, str]]) -> str:
+def markdown(
+    header: list[str],
+    table: list[list[str]],
+    left_out: list[tuple[Path, str]],
+    legend: Sequence[str] = (),
+) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in table]
+    if legend:
+        out += [""] + [f"- {n}" for n in legend]
     if left_out:
         out += ["", "Not in the table:", ""]
         out += [f"- `{p}`: {why}" for p, why in left_out]
@@ -292,7 +334,7 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = markdown(header, table, left_out)
+    text = markdown(header, table, left_out, notes(runs, baseline is not None))
     print(text)
     if args.out:
         out = Path(args.out)

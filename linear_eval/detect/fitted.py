@@ -17,6 +17,8 @@ from linear_eval.detect import scores
 from negatives.registry import Registry
 
 Scorer = Callable[[torch.Tensor], torch.Tensor]
+KNN_K = 50  # OpenOOD's knn.yml for CIFAR
+S_CON_K = 5  # FIRM's s_con
 
 
 def _knn(k: int) -> Callable[[torch.Tensor, torch.Tensor], Scorer]:
@@ -29,7 +31,7 @@ def _knn(k: int) -> Callable[[torch.Tensor, torch.Tensor], Scorer]:
 
 def _s_con(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
     unit = F.normalize(bank.float(), dim=1)
-    return lambda test: scores.knn_score(unit, test, 5)
+    return lambda test: scores.knn_score(unit, test, S_CON_K)
 
 
 def _maha(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
@@ -43,15 +45,15 @@ def _center(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
 #: OpenOOD's detectors by name, in the one registry class (``negatives.registry``).
 FITTERS: Registry[Callable[[torch.Tensor, torch.Tensor], Scorer]] = Registry("OpenOOD detector")
 for _name, _fit in {
-    "knn": _knn(50),
+    "knn": _knn(KNN_K),
     "s_con": _s_con,
     "maha_tied": _maha,
     "s_center": _center,
 }.items():
     FITTERS.register(_name)(_fit)
 DESCRIPTIONS = {
-    "knn": "OpenOOD KNN postprocessor, K=50, L2-normalised backbone features",
-    "s_con": "mean top-5 cosine similarity (FIRM s_con)",
+    "knn": f"OpenOOD KNN postprocessor, K={KNN_K}, L2-normalised backbone features",
+    "s_con": f"mean top-{S_CON_K} cosine similarity (FIRM s_con)",
     "maha_tied": "Mahalanobis, class means + tied covariance (Lee et al. 2018)",
     "s_center": "-(1 - cos) to the mean training feature",
 }

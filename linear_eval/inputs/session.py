@@ -14,6 +14,7 @@ import torch
 from linear_eval.detect.detectors import ViewSet
 from linear_eval.inputs import features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
+from linear_eval.records import summary
 from pretrain.runtime import dist
 from pretrain.runtime import threads as pretrain_threads
 
@@ -164,7 +165,8 @@ class Session:
             "arch": m.cfg.model.arch,
             "kappa_head": m.has_kappa,
             "features": "backbone: pooled penultimate, unnormalised; head: unit-norm z",
-            "intervals": "bootstrap 95%, 1000 resamples of the test set (percentile)",
+            "intervals": f"bootstrap {summary.LEVEL:.0%}, {summary.N_RESAMPLES} resamples of the "
+            "test set (percentile)",
         }
 
     def write(self, evaluator: str, record: dict[str, Any], out: Path | None = None) -> Path:

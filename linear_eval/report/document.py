@@ -205,6 +205,9 @@ def _detection(ev: Path, sfx: str, report_dir: Path) -> list[dict[str, Any]]:
         out.append({"title": "Area under the learning curve", "table": rows})
     cmp = read(ev, "compare", sfx)
     if cmp:
+        for r in cmp.values():  # a record written before B − A: its "difference" was A − B
+            if isinstance(r, dict) and "difference" in r and "b_minus_a" not in r:
+                r["b_minus_a"], r["ci"] = -r["difference"], [-r["ci"][1], -r["ci"][0]]
         rows = [
             {
                 "metric": name,
@@ -212,18 +215,19 @@ def _detection(ev: Path, sfx: str, report_dir: Path) -> list[dict[str, Any]]:
                 "A 95% CI": ci(r["a_ci"]),
                 "B": r["b"],
                 "B 95% CI": ci(r["b_ci"]),
-                "A − B": r["difference"],
-                "A − B 95% CI": ci(r["ci"]),
+                "B − A": r["b_minus_a"],
+                "B − A 95% CI": ci(r["ci"]),
                 "significant": r["excludes_zero"],
             }
             for name, r in cmp.items()
-            if isinstance(r, dict) and "difference" in r
+            if isinstance(r, dict) and "b_minus_a" in r
         ]
         out.append(
             {
                 "title": "Checkpoint comparison",
                 "text": f"A = {cmp['a']}, B = {cmp['b']}; paired bootstrap on the same "
-                "resampled test sets (SINCERE); significant when the interval of A − B excludes 0.",
+                "resampled test sets (SINCERE); significant when the interval of B − A excludes 0. "
+                f"Linear probe: {cmp.get('linear_probe', {}).get('name', 'lbfgs')}.",
                 "table": rows,
             }
         )

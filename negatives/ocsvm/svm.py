@@ -159,10 +159,10 @@ class OneClassSVM:
                 raise ValueError(f"unknown {name} {value!r}; expected one of {valid}")
         if not 0.0 < nu <= 1.0:
             raise ValueError(f"nu must be in (0, 1], got {nu}")
-        if not gamma > 0.0:
-            raise ValueError(f"gamma must be > 0, got {gamma}")
-        if not tol > 0.0:
-            raise ValueError(f"tol must be > 0, got {tol}")
+        if not 0.0 < gamma < math.inf:
+            raise ValueError(f"gamma must be > 0 and finite, got {gamma}")
+        if not 0.0 < tol < math.inf:
+            raise ValueError(f"tol must be > 0 and finite, got {tol}")
         if max_iter < -1 or chunk_size < 1:
             raise ValueError(
                 f"need max_iter >= -1 and chunk_size >= 1, got {max_iter}, {chunk_size}"
@@ -171,6 +171,8 @@ class OneClassSVM:
             raise ValueError("solver='exact' needs backend='torch'")
         if loop == "triton" and (solver != "libsvm" or backend != "torch"):
             raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
+        if backend == "thundersvm":  # at construction, not at the first fit (after warm-up)
+            _thundersvm()
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
@@ -383,10 +385,7 @@ class OneClassSVM:
         if self.backend == "sklearn":
             from sklearn.svm import OneClassSVM as Wrapped
         else:
-            try:
-                from thundersvm import OneClassSVM as Wrapped
-            except ImportError as e:
-                raise ImportError("backend='thundersvm' needs `pip install thundersvm-cpu`") from e
+            Wrapped = _thundersvm()
         m = self._wrapped = Wrapped(**kw)
         m.fit(X64.cpu().numpy())
         self.n_syncs_ = 0
@@ -516,3 +515,15 @@ def solution_to_host(G: Any, alpha: Any, perm: Any) -> tuple[np.ndarray, np.ndar
     both = torch.cat([G.to(torch.float64), alpha.to(torch.float64), perm.to(torch.float64)])
     host = both.cpu().numpy()
     return host[: len(G)], host[len(G) : len(G) + len(alpha)], host[-n:].astype(np.int64)
+
+
+def _thundersvm() -> Any:
+    """thundersvm's ``OneClassSVM`` class, or ImportError saying how to install it."""
+    try:
+        from thundersvm import OneClassSVM as Wrapped
+    except ImportError as e:
+        raise ImportError(
+            "backend='thundersvm' needs the thundersvm package: pip install thundersvm-cpu (or "
+            "thundersvm for CUDA); backend='torch' needs nothing more"
+        ) from e
+    return Wrapped

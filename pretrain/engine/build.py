@@ -89,7 +89,7 @@ def strategy(cfg: Config) -> negatives.NegativeStrategy:
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
         made.bind_model(cfg.model.dim)
         made.bind_data(cfg.data.image_size, tuple(cfg.data.mean), tuple(cfg.data.std))
-    except ValueError as e:
+    except (ValueError, ImportError) as e:  # ImportError: an optional backend not installed
         raise ConfigError(f"negatives: {e}") from e
     return made
 

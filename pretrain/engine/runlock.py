@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 class RunInUseError(RuntimeError):
-    """The run folder is locked by a live run."""
+    """The run folder is locked by a live run, or its lock is not a file that can be locked."""
 
 
 # locks this process holds, by resolved path: [fd, holders]. A second run set up in the same
@@ -38,7 +38,7 @@ class RunLock:
             _HELD[self.key][1] += 1
             self.held = True
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -59,6 +59,25 @@ class RunLock:
         os.pwrite(fd, text.encode(), 0)
         _HELD[self.key] = [fd, 1]
         self.held = True
+
+    def _open(self) -> int:
+        p = self.path
+        if p.is_symlink() and not p.exists():
+            raise RunInUseError(
+                f"the run lock {p} is a symbolic link to {os.readlink(p)}, which does not exist; "
+                "remove the link (a run makes its own lock) and run again"
+            )
+        if p.is_dir():
+            raise RunInUseError(
+                f"the run lock {p} is a directory, not a file; move it away (a run makes its own "
+                "lock) and run again"
+            )
+        try:
+            return os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunInUseError(
+                f"cannot open the run lock {p} ({e.strerror}); check that out_dir is writable"
+            ) from None
 
     def release(self) -> None:
         if not self.held:

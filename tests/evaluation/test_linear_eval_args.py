@@ -23,3 +23,16 @@ def test_meaningless_values_are_refused_before_anything_runs(flag, value, tmp_pa
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {flag} {value}"), err
     assert_documented(err.removeprefix("error: "))
+
+
+SUB = [("ood", "--k", "0"), ("compare", "--k", "-3"), ("all", "--crops", "0"),
+       ("limited", "--draws", "0"), ("knn", "--batch-size", "0"), ("knn", "--threads", "0"),
+       ("knn", "--num-workers", "-2")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cmd", "flag", "value"), SUB, ids=[f"{c}{f}={v}" for c, f, v in SUB])
+def test_subcommand_counts_are_refused_before_anything_runs(cmd, flag, value, tmp_path, capsys):
+    assert main([cmd, "--ckpt", str(tmp_path / "missing.pt"), flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {flag} {value}"), err
+    assert_documented(err.removeprefix("error: "))

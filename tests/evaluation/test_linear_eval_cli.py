@@ -127,10 +127,10 @@ def test_compare_gives_paired_differences_of_the_two_checkpoints(ckpt, tmp_path,
         accs.append(
             pretrain_knn.knn_top1(tr.backbone, tr.labels, te.backbone, te.labels, 200, 0.1, 10)
         )
-    assert out["knn_top1"]["difference"] == pytest.approx(accs[0] - accs[1])
+    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A (issue 43)
     low, high = out["knn_top1"]["ci"]
-    assert low <= out["knn_top1"]["difference"] <= high
-    assert {"difference", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()
+    assert low <= out["knn_top1"]["b_minus_a"] <= high
+    assert {"b_minus_a", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()
     assert intervals_everywhere(out) == [] and "a_ci" in out["linear_top1"]
     assert main(["report", "--ckpt", str(ckpt)]) == 0
     assert "## Checkpoint comparison" in (ckpt.parent.parent / "reports" / "report.md").read_text()

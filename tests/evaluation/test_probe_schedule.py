@@ -115,3 +115,17 @@ def test_lbfgs_records_the_held_out_fraction_it_used():
     x, y = data()
     _, info = logreg.train(x, y, C, val_fraction=0.25, seed=0)
     assert info["val_fraction"] == 0.25 and info["val_size"] == C * int(0.25 * N / C)
+
+
+def test_recorded_settings_are_the_constants_the_code_runs_with(ckpt, monkeypatch):
+    """Issue 40 item 7: no literal copies of settings in the records (they would go stale)."""
+    from linear_eval.detect import fitted
+    from linear_eval.inputs.session import Options, Session
+    from linear_eval.records import summary
+
+    monkeypatch.setattr(summary, "N_RESAMPLES", 77)
+    monkeypatch.setattr(summary, "LEVEL", 0.9)
+    header = Session(ckpt, Options(cache=False)).header("linear")
+    assert header["intervals"].startswith("bootstrap 90%, 77 resamples")
+    assert f"K={fitted.KNN_K}," in fitted.DESCRIPTIONS["knn"]
+    assert f"top-{fitted.S_CON_K} " in fitted.DESCRIPTIONS["s_con"]
