@@ -64,6 +64,8 @@ class DataConfig:
     subset: float = 0.0  # 0 = all; >= 1: that many training images per class; in (0, 1): that
     # fraction of each class; drawn with the seed (smoke tests on real data)
     skip_bad_images: bool = False  # replace unreadable images by the next one and count them
+    resume_on_changed_data: bool = False  # resume although the training set differs from the
+    # checkpoint's (its size or digest; pretrain/data/identity.py): refused (exit 2) otherwise
     in_classes: list[int] = field(default_factory=list)  # one-class / subset training: the
     # in-distribution classes kept in the training set and the kNN bank; [] = all classes
     support_views: int = 0  # extra augmented views per image through the key encoder: FNC's

@@ -329,3 +329,17 @@ def test_triton_constants_are_built_on_the_device_without_host_data(nu, n):
     assert svm._constant(dev, "gamma", 0)[0].tolist() == [0.3]
     assert torch.equal(svm._constant(dev, "ones", n)[0], torch.ones(n, dtype=torch.float64))
     assert len(svm.__dict__["_constants"]) == 5  # all built by prepare: none left for a step
+
+
+def test_the_first_shrink_is_at_iteration_n_plus_1():
+    """libsvm's shrinking counter starts at ``min(l, 1000) + 1``: 16 points whose fit changes
+    when the first ``do_shrinking`` comes one iteration earlier (``min(l, 1000)``: 34 iterations
+    instead of scikit-learn's 33). The same case runs the Triton kernel in
+    ``tests/test_ocsvm_triton_libsvm.py`` (``first_shrink``; issue 43 item 15)."""
+    X, _ = embeddings(n_fit=16, n_queue=50, seed=5)
+    sk = sklearn_fit(X, 0.3, 0.1, tol=1e-5)
+    ours = OneClassSVM(loop="host", nu=0.3, gamma=0.1, tol=1e-5).fit(X)
+    assert ours.n_iter_ == sk.n_iter_ == 33 > 16
+    assert torch.equal(torch.as_tensor(ours.support_).long(), torch.from_numpy(sk.support_).long())
+    device = OneClassSVM(loop="device", nu=0.3, gamma=0.1, tol=1e-5).fit(X)
+    assert device.n_iter_ == sk.n_iter_

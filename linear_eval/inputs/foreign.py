@@ -33,7 +33,7 @@ MOCO = "module.encoder_q."
 def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], str, str | None]:
     """(backbone state dict under torchvision names, layout name, arch named by the file)."""
     if isinstance(raw, dict) and raw.get("format") == checkpoint.FORMAT:
-        raise CheckpointError(
+        raise config.ConfigError(  # a usage mistake (exit 2), not a bad file
             f"{path} is a negmine checkpoint, which carries its own config: drop --config (and "
             "--set); --data-root PATH points it at data moved since training"
         )

@@ -199,9 +199,14 @@ def cache_dir(out_dir: str | Path) -> Path:
 
 
 def checksums(images: torch.Tensor) -> torch.Tensor:
-    """Per image, the sum of its bytes (int64): the content check of the cache at each load, one
-    pass over the array (a zeroed or overwritten image, a shifted array, changes it)."""
-    return images.reshape(images.shape[0], -1).sum(1, dtype=torch.int64)
+    """Per image, the sum of its bytes read as 64-bit words, modulo 2**64 (int64): the content
+    check of the cache at each load; a zeroed or overwritten image, or a shifted array, changes
+    it. Words, not bytes: 50,000 CIFAR images in ~50 ms (a byte sum to int64 took 6 s)."""
+    rows = images.reshape(images.shape[0], -1).numpy()
+    if rows.shape[1] % 8:  # pad each row to whole words (a copy, for odd sizes only)
+        rows = np.pad(rows, ((0, 0), (0, -rows.shape[1] % 8)))
+    words = np.ascontiguousarray(rows).view(np.uint64)
+    return torch.from_numpy(words.sum(1, dtype=np.uint64).view(np.int64))
 
 
 def _companions(path: Path) -> tuple[Path, Path]:

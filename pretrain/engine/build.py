@@ -13,6 +13,7 @@ import negatives
 from pretrain import losses
 from pretrain.config import Config, ConfigError, DataConfig
 from pretrain.data import augment, datasets, device_decode, imagefiles, loaders, resident, views
+from pretrain.data.identity import train_set_identity
 from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
@@ -121,6 +122,7 @@ class Data:
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.runtime.cores)
+    identity: dict[str, Any] | None = None  # the training set's (pretrain/data/identity.py)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
     decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
@@ -185,6 +187,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         base_bank = (
             base_train if same else datasets.stratified_subset(base_bank, d.subset, cfg.seed)
         )
+    identity = train_set_identity(base_train, d.root)
     world = dist.world_size()
     if len(base_train) < cfg.train.batch_size:
         raise ConfigError(
@@ -205,7 +208,8 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
     held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers, skipped)
     if held is not None:
         return Data(**held, sampler=sampler, num_workers=workers, skipped=skipped,
-                    in_classes=list(d.in_classes), augment=photometric(d))  # fmt: skip
+                    in_classes=list(d.in_classes), augment=photometric(d),
+                    identity=identity)  # fmt: skip
     where = decode_on(d, device)
     if where == "device":
         train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
@@ -223,6 +227,7 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         skipped=skipped,
         augment=photometric(d) if d.augment_on == "device" else None,
         decode_on=where,
+        identity=identity,
     )
 
 

@@ -22,8 +22,8 @@ import yaml
 from negatives.base import StrategyInputs
 from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.data import imagefiles
-from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.data import identity, imagefiles
+from pretrain.engine import build, checkpoint, closing, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.schedules import learning_rate
 from pretrain.losses import Loss, StepTensors
@@ -47,6 +47,7 @@ RESUMABLE_CHANGES = (
     "train.dist_timeout_min",
     "data.test_split",
     "data.skip_bad_images",
+    "data.resume_on_changed_data",
     "train.threads",
     "train.compile",
     "train.cuda_graphs",
@@ -352,6 +353,7 @@ def state_dict(run: Run) -> dict[str, Any]:
         **({"online_probe": run.probe.checkpoint_state()} if run.probe is not None else {}),
         **({"epoch_record": dict(st.pending)} if st.pending is not None else {}),
         **({"provenance": run.provenance.snapshot()} if run.provenance is not None else {}),
+        **({"train_set": run.data.identity} if run.data.identity is not None else {}),
     }
 
 
@@ -401,6 +403,9 @@ def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
             "resume with the same settings or choose a new out_dir"
         )
+    changed_data = identity.resume_problem(state.get("train_set"), run.data.identity or {})
+    if changed_data and not run.cfg.data.resume_on_changed_data:
+        raise ConfigError(f"{run.run_dir}: {changed_data}")
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")
@@ -645,6 +650,10 @@ def train(run: Run) -> int:
         restore(run, checkpoint.load(last, map_location="cpu"), last)
         check_epochs_left(run)
         run.log.truncate(run.state.global_step)
+        if is_complete(run):  # the command of a finished run, again: say so, rewrite nothing
+            if dist.is_main():
+                print(closing.already_complete(run.run_dir, cfg.train.epochs), flush=True)
+            return 0
     else:
         init_loss(run)
     announce(run, resumed)
@@ -686,7 +695,16 @@ def train(run: Run) -> int:
                 )
             finish_epoch(run, st.pending)
             st.pending = None
+    if dist.is_main():
+        print(closing.finished(run.run_dir, cfg.train.epochs), flush=True)
     return 0
+
+
+def is_complete(run: Run) -> bool:
+    """A resumed run that has trained and evaluated every epoch (every rank agrees)."""
+    st = run.state
+    done = st.epoch >= run.cfg.train.epochs and st.step_in_epoch == 0
+    return done and not dist.any_rank(st.pending is not None and not run.log.has(st.pending))
 
 
 def check_epochs_left(run: Run) -> None:

@@ -74,10 +74,12 @@ def test_negmine_checkpoint_given_config_is_named_as_such(files, capsys):
     """Our own checkpoint with --config: say it carries its own config (it was called "neither a
     negmine checkpoint nor a known layout")."""
     _, ckpt = files
-    assert main(["knn", "--ckpt", str(ckpt), "--no-cache", *SET]) == 1
+    assert main(["knn", "--ckpt", str(ckpt), "--no-cache", *SET]) == 2  # a usage error
     err = capsys.readouterr().err
     assert "is a negmine checkpoint, which carries its own config: drop --config" in err, err
     assert "neither" not in err
+    assert main(["--ckpt", str(ckpt), "--no-cache", "--epochs", "1", *SET]) == 2  # default command
+    assert "is a negmine checkpoint, which carries its own config" in capsys.readouterr().err
 
 
 def test_foreign_file_needing_pickle_is_refused_without_unsafe_advice(files, capsys):

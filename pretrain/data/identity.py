@@ -1,0 +1,57 @@
+"""The training set's identity, recorded in every checkpoint and checked on resume.
+
+A resumed epoch indexes the sampler's permutation of the training set of the checkpoint; if the
+set changed between a stop and its resume (images added, removed, relabelled or replaced), the
+rest of the epoch reads other images and the counters lie. The identity is the set's size and a
+sha256 over its labels and, for image files, their paths relative to ``data.root`` (so moving the
+dataset keeps it); for an embedded array (digits, CIFAR, STL-10), each image's checksum
+(:func:`pretrain.data.resident.checksums`, 64-bit word sums: ~50 ms for CIFAR-10). Data read
+another way is identified by its size and labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from pretrain.data import datasets, device_decode, resident
+
+
+def train_set_identity(ds: Dataset, root: str | Path) -> dict[str, Any]:
+    """``{"size": N, "kind": "files" | "array" | "labels", "sha256": hex}`` of training set
+    ``ds`` read under ``root``."""
+    h = hashlib.sha256()
+    files = device_decode.file_samples(ds)
+    arrays = None if files is not None else resident.embedded(ds)
+    if files is not None:
+        kind, base = "files", os.path.abspath(Path(root).expanduser())
+        for path, label in files:
+            h.update(f"{os.path.relpath(os.path.abspath(path), base)}\t{label}\n".encode())
+    elif arrays is not None:
+        kind, (images, labels) = "array", arrays
+        h.update(f"{tuple(images.shape)}\n".encode())
+        h.update(labels.numpy().astype(np.int64).tobytes())
+        h.update(resident.checksums(images.contiguous()).numpy().tobytes())
+    else:
+        kind = "labels"
+        h.update(np.asarray(datasets.labels(ds), dtype=np.int64).tobytes())
+    return {"size": len(ds), "kind": kind, "sha256": h.hexdigest()}
+
+
+def resume_problem(saved: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
+    """Why a checkpoint of training set ``saved`` cannot resume on ``now`` (None: it can; a
+    checkpoint from before the identity was recorded is not checked)."""
+    if not saved or saved == now:
+        return None
+    what = "their digests differ" if saved["size"] == now["size"] else "another size"
+    return (
+        f"the training set changed since the checkpoint ({saved['size']} images then, "
+        f"{now['size']} now; {what}): the resumed epoch would read other images than the run's. "
+        "Restore the training data, choose a new out_dir, or set "
+        "data.resume_on_changed_data=true to resume anyway"
+    )
