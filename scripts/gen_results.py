@@ -119,6 +119,14 @@ def memory(prov: dict[str, Any]) -> str:
     return "-"
 
 
+def wall_cell(walls: list[float]) -> str:
+    """One run's wall time, or the mean per run and the range over the seeds."""
+    if len(walls) == 1:
+        return provenance.duration(walls[0])
+    d = provenance.duration
+    return f"{d(float(np.mean(walls)))} per run ({d(min(walls))} to {d(max(walls))})"
+
+
 def run_rows() -> list[Row]:
     runs = [read_run(p.parent) for p in sorted(RUNS.glob("*/provenance.json"))]
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -139,7 +147,7 @@ def run_rows() -> list[Row]:
             knn=mean_std([r["eval"]["knn_top1"] for r in members]),
             linear=mean_std([r["eval"]["linear_top1"] for r in members]),
             hardware=hardware,
-            wall=provenance.duration(float(np.mean(walls))) + (" each" if len(walls) > 1 else ""),
+            wall=wall_cell(walls),
             memory=max((memory(r["prov"]) for r in members), key=lambda s: (len(s), s)),
             date=dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
             commit=(commit or "-")[:7] + ("+dirty" if dirty else ""),
@@ -217,7 +225,8 @@ def render_page(rows: list[Row]) -> str:
         '("(1 seed)": no spread measured). "monitor": the training run\'s own kNN at its last '
         "logged epoch (no linear probe was run).",
         "- **wall time**: the run's total wall time from `provenance.json` (start of the process "
-        "to its end, set-up and the kNN monitor included; per seed). For the curves: the sum "
+        "to its end, set-up and the kNN monitor included); over seeds, the mean per run and the "
+        "range. For the curves: the sum "
         "of the logged epoch times.",
         "- **peak memory**: the training process's peak resident set on a CPU; the peak CUDA "
         "memory allocated by torch on a GPU.",
