@@ -15,7 +15,7 @@ def test_a_run_closes_with_its_metrics_and_a_rerun_says_it_is_complete(tmp_path)
     ckpt, metrics = out / "checkpoints" / "last.pt", out / "metrics.jsonl"
     last = done.stdout.strip().splitlines()[-1]
     assert last == (
-        f"run complete (1 epochs): epoch 1: loss={record['loss']:.4g} "
+        f"run complete (1 epoch): epoch 1: loss={record['loss']:.4g} "
         f"knn_top1={record['knn_top1']:.4g}; checkpoint {ckpt}; metrics {metrics}"
     )
     files = (out / "config.yaml", out / "derived.yaml", ckpt)  # metrics.jsonl: its bytes

@@ -5,8 +5,9 @@ set changed between a stop and its resume (images added, removed, relabelled or 
 rest of the epoch reads other images and the counters lie. The identity is the set's size and a
 sha256 over its labels and, for image files, their paths relative to ``data.root`` (so moving the
 dataset keeps it); for an embedded array (digits, CIFAR, STL-10), each image's checksum
-(:func:`pretrain.data.resident.checksums`, 64-bit word sums: ~50 ms for CIFAR-10). Data read
-another way is identified by its size and labels.
+(:func:`pretrain.data.resident.checksums`, 64-bit word sums; 0.7 s at each start for CIFAR-10's
+50,000 images on a busy 2-core CPU, mostly the copy of the HWC array). Data read another way is
+identified by its size and labels.
 """
 
 from __future__ import annotations

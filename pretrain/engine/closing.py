@@ -44,8 +44,8 @@ def finished(run_dir: Path, epochs: int) -> str:
     """The closing line of a run that trained to its end."""
     ckpt = run_dir / "checkpoints" / "last.pt"
     return (
-        f"run complete ({epochs} epochs): {metrics(last_epoch(run_dir))}; checkpoint {ckpt}; "
-        f"metrics {run_dir / 'metrics.jsonl'}"
+        f"run complete ({epochs} epoch{'s' * (epochs != 1)}): {metrics(last_epoch(run_dir))}; "
+        f"checkpoint {ckpt}; metrics {run_dir / 'metrics.jsonl'}"
     )
 
 
