@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 from pretrain import config  # noqa: E402
 from pretrain.data import device_decode, imagefiles, loaders, views  # noqa: E402
 from pretrain.engine import build, loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 
 # imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
 CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",
@@ -312,21 +313,21 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
         x = run.data.augment(torch.cat([x1, x2]), torch.cat([rows[0][:, 0], rows[0][:, 1]]))
         x1, x2 = x.chunk(2)
     fixed = (x1, x2, y)
-    loop.train_step(run, *fixed, 1.0)  # warm-up of both
+    loop.train_step(run, Batch.make(*fixed), 1.0)  # warm-up of both
     b = batch_to_device()
-    loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+    loop.train_step(run, Batch.make(b[0], b[1], b[2], b[3:]), 1.0)
     trainer, model = [], []
     for _ in range(2):
         sync()
         tic = time.perf_counter()
         for _ in range(steps):
             b = batch_to_device()
-            loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+            loop.train_step(run, Batch.make(b[0], b[1], b[2], b[3:]), 1.0)
         sync()
         trainer.append((time.perf_counter() - tic) / steps)
         tic = time.perf_counter()
         for _ in range(steps):
-            loop.train_step(run, *fixed, 1.0)
+            loop.train_step(run, Batch.make(*fixed), 1.0)
         sync()
         model.append((time.perf_counter() - tic) / steps)
     return 1e3 * min(trainer), 1e3 * min(model)
@@ -371,7 +372,7 @@ def paired(cfg_name: str, extra: list[str], tmp: Path, steps: int, quick: bool) 
             r["it"] = iter(run.data.train_loader)
             x1, x2, y, _, *rows = next(r["it"])
         b = [t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows)]
-        loop.train_step(run, b[0], b[1], b[2], 1.0, *b[3:])
+        loop.train_step(run, Batch.make(b[0], b[1], b[2], b[3:]), 1.0)
 
     for r in runs:
         step(r)  # warm-up

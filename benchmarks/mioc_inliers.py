@@ -1,6 +1,6 @@
 """MiOC's inlier set O on real images: how selective is the OC-SVM at the paper's (nu, gamma)?
 
-MiOC (seed 001, Alg. 1) fits a One-Class SVM on the batch's queries and keys (2B points, unit
+MiOC (Jain et al., Alg. 1) fits a One-Class SVM on the batch's queries and keys (2B points, unit
 vectors) and keeps the queue keys with f(n) > 0 as O, the pool S_o is drawn from. For unit vectors
 |x - y|^2 lies in [0, 4], so the RBF kernel exp(-gamma |x - y|^2) lies in [e^{-4 gamma}, 1]: at the
 paper's gamma = 0.01 that is [0.96, 1], nearly flat, and O can be the whole queue. This script

@@ -46,6 +46,7 @@ import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 DIGITS_KWARGS = {  # the digits configs' sizes, so that every strategy runs on the 256-key queue
@@ -140,7 +141,7 @@ def time_settings(
                 if debug:  # "error" where the documented count is 0, "warn" for MiOC's checks
                     torch.cuda.set_sync_debug_mode("error" if strict else "warn")
                 tic = time.perf_counter()
-                loop.train_step(run, *batch[:3], 1e6, *batch[3:])  # past every warm-up
+                loop.train_step(run, Batch.make(*batch[:3], batch[3:]), 1e6)  # past every warm-up
                 if debug:
                     torch.cuda.set_sync_debug_mode(0)
                 sync()

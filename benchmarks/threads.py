@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import cores, threads  # noqa: E402
 
 
@@ -88,7 +89,7 @@ def step_work(quick: bool, device: str):
     run.moco.train()
 
     def step() -> None:
-        loop.train_step(run, x1, x2, y, 1.0, *rows)
+        loop.train_step(run, Batch.make(x1, x2, y, rows), 1.0)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
 

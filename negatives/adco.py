@@ -80,6 +80,12 @@ class AdCo(NegativeStrategy):
             steps (the official bank starts from keys too); False = the random initial bank.
     """
 
+    syncs_why = "the fill count is a Python integer (module extra state)"
+
+    capturable = True
+    step_state = "its bank's fill count is a Python integer that changes every step until full"
+    contract_kwargs = {"bank_size": 32}
+
     needs_global_batch = True  # the bank's gradient is the global batch's (every rank equal)
     replaces_queue = True
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as td
@@ -34,11 +34,6 @@ def rank_and_world() -> tuple[int, int]:
     if td.is_available() and td.is_initialized():
         return td.get_rank(), td.get_world_size()
     return 0, 1
-
-
-def is_outlier(labels: torch.Tensor) -> torch.Tensor:
-    """Boolean mask of synthetic outliers (labels <= -2)."""
-    return labels <= OUTLIER_LABEL
 
 
 @dataclass(kw_only=True)
@@ -120,6 +115,29 @@ class NegativeStrategy(nn.Module):
     and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
     same synthetic points.
     """
+
+    # -- The contract: declared here, measured by the test suite for every registered strategy
+    # (plugins included) and read by the CUDA-graph refusal and the generated docs. The defaults
+    # are the safe ones: no host sync allowed, not captured in a CUDA graph.
+
+    #: Host-device syncs per training step (a ``.item()``, a boolean mask's size, a host branch
+    #: on a device value): the sync test counts them and fails when the count differs.
+    syncs_per_step: ClassVar[int] = 0
+    #: Where the syncs come from (docs/step_counts.md shows it).
+    syncs_why: ClassVar[str] = ""
+    #: True once the step with this strategy is known to be capturable in a CUDA graph
+    #: (``train.cuda_graphs``); False refuses the key with ``why_not_capturable``.
+    capturable: ClassVar[bool] = False
+    why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
+    #: Python state that changes between steps (a counter, a schedule read as a float), which a
+    #: CUDA graph would freeze: what it is, or empty. Non-empty refuses ``train.cuda_graphs``.
+    step_state: ClassVar[str] = ""
+    #: ``negatives.kwargs`` of the contract tests: the smallest sizes that make the strategy add
+    #: negatives with a queue of 32 and a batch of 8 (and a 64-key queue, batch 16), warm-ups off.
+    contract_kwargs: ClassVar[dict[str, Any]] = {}
+    #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain
+    #: MoCo's; None: no such limit (the contract test says so and skips).
+    zero_kwargs: ClassVar[dict[str, Any] | None] = None
 
     #: This process's (rank, world size): strategies that draw for the global batch and keep
     #: their own rows read them here (one helper for the whole code base).

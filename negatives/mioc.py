@@ -1,7 +1,7 @@
-"""``mioc``: One-Class-SVM-guided mixing of queries with (inlier) queue keys (seed 001).
+"""``mioc``: One-Class-SVM-guided mixing of queries with (inlier) queue keys (MiOC).
 
 [0] Jain, Mayet, Hérault, Modzelewski, "One-Class SVM-guided Negative Sampling for Enhanced
-    Contrastive Learning" (MiOC), NLDL 2025, seed paper 001 (Alg. 1, Eqs. 3-5, Sec. 4.1.1,
+    Contrastive Learning" (MiOC), NLDL 2025 (Alg. 1, Eqs. 3-5, Sec. 4.1.1,
     App. A.2-A.3).
 Implementation based on [1] https://github.com/DJ-CHB/MiOC-Official/blob/8fa57b6/Code/moco/builder.py
 (``forward_mioc``) and ``Code/moco/utils_mioc.py``, re-derived in SEMANTICS.md Sec. 3.
@@ -91,6 +91,20 @@ class MiOC(NegativeStrategy):
         empty_inliers: ``queue`` or ``skip`` (see the module NOTE).
         beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
     """
+
+    syncs_why = (
+        "the OC-SVM's Gram matrix, fit and scoring (with the inlier mask) are three Triton "
+        "launches (`negatives/ocsvm/kernels_triton.py`, `negatives/ocsvm/smo_triton.py`); the S_o "
+        "draw is fixed-shape tensor ops; nothing is read on the host (CPU default: see below)"
+    )
+    why_not_capturable = (
+        "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
+        "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
+        "refused until it is measured there"
+    )
+    contract_kwargs = {"num_synthetic": 16, "num_inlier_synthetic": 8, "nu": 0.1, "gamma": 0.1,
+                       "warmup_epochs": 0}  # fmt: skip
+    zero_kwargs = {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0}
 
     needs_global_batch = True
 

@@ -125,7 +125,7 @@ class MoCHi(NegativeStrategy):
       https://arxiv.org/abs/2010.01028
     - [1] Implementation based on davidsvy/hard-negative-mixing (per-row ``torch.gather`` of the
       hard indices), https://github.com/davidsvy/hard-negative-mixing/blob/f9596358bbcb182ae9d3bf1c404cd0cd0501a082/src/moco.py
-    - [2] Seed 001 (MiOC), appendix A.1.
+    - [2] MiOC (MiOC), appendix A.1.
 
     NOTE: the paper does not say how i, j are drawn. Default: uniform with replacement as [1]
     (i = j gives h = n_i); ``distinct_pair=True`` draws i != j as MaugrimEP/MocoAndMochi. That
@@ -146,6 +146,10 @@ class MoCHi(NegativeStrategy):
     Shapes: q, k (B, D); queue (K, D); queue_labels (K,); labels (B,); returns ``per_query``
     (B, s + s', D) in q's dtype, or no extras.
     """
+
+    capturable = True
+    contract_kwargs = {"num_hard": 16, "num_mix": 8, "num_query_mix": 4, "warmup_epochs": 0}
+    zero_kwargs = {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0}
 
     symmetric_ok = False  # its per-query hard negatives belong to view 1's queries
 

@@ -9,3 +9,6 @@ from negatives.registry import strategies
 @strategies.register("none")
 class NoNegatives(NegativeStrategy):
     """The queue alone (MoCo v2). No arguments."""
+
+    capturable = True
+    zero_kwargs = {}

@@ -1,6 +1,6 @@
 """``outliers``: replace part of each batch by synthetic outliers (rotations, CutPaste, OE).
 
-[0] FIRM, seed paper 000 (Sec. 3, eq. 2): synthetic outliers made from the in-distribution (ID)
+[0] FIRM, the FIRM paper (Sec. 3, eq. 2): synthetic outliers made from the in-distribution (ID)
     images by shifting transformations, each an anchor whose only positive is its other view.
 [1] Batches as in https://github.com/Willtl/firm/blob/cb7556e/data.py (``SyntheticOutlierDataset``:
     the 3 rotations of every ID image are items of their own with labels 1..3, both views are
@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from negatives.base import OUTLIER_LABEL, NegativeStrategy
+from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
 from negatives.oe_images import OE_HELP, load_oe_images
 from negatives.registry import strategies
 
@@ -199,6 +199,10 @@ class Outliers(NegativeStrategy):
         seed: seed of the OE subset.
     """
 
+    capturable = True
+    contract_kwargs = {"ratio": 0.5}
+    zero_kwargs = {"ratio": 0.0}
+
     def __init__(
         self,
         *,
@@ -247,7 +251,8 @@ class Outliers(NegativeStrategy):
         self.oe_flip_prob, self.seed = oe_flip_prob, seed
         # Not in checkpoints (constants, and data reloaded by bind_data), but follow .to(device).
         self.register_buffer("turns", torch.tensor(self.quarter_turns), persistent=False)
-        self.register_buffer("turn_labels", -1 - self.turns, persistent=False)  # "separate"
+        labels = [rotation_label(t) for t in self.quarter_turns]  # "separate": one per angle
+        self.register_buffer("turn_labels", torch.tensor(labels), persistent=False)
         self.register_buffer("kind_ids", torch.arange(len(kinds)), persistent=False)
         self.register_buffer("oe_images", None, persistent=False)  # uint8 (M, C, S, S)
         self.register_buffer("mean", None, persistent=False)  # (C, 1, 1)
@@ -333,7 +338,7 @@ class Outliers(NegativeStrategy):
             pick = torch.randint(len(self.turns), (m,), device=dev)  # (m,) a turn per slot
             index = self.turn_table(a1.shape[2], a1.shape[3], dev)[pick]  # (m, H * W)
             if self.rotation_labels == "separate":
-                y = self.turn_labels[pick].to(label_dtype)  # rotation_label(r) = -1 - r
+                y = self.turn_labels[pick].to(label_dtype)  # rotation_label(r)
             else:
                 y = torch.full((m,), OUTLIER_LABEL, dtype=label_dtype, device=dev)
             return turn(a1, index), turn(a2, index), y

@@ -10,14 +10,28 @@ import).
     class Mine(NegativeStrategy): ...
 
     strategies.create("mine", alpha=0.5)   # unknown name or kwarg: ValueError with a suggestion
+
+Plugins: a registry with an entry point group (``negmine.strategies``, ``negmine.losses``) also
+holds the classes that installed packages declare there (``name = "module:Class"``, the name being
+the YAML name), loaded the first time the registry is asked for a name or the list. An entry point
+that fails to import, or a second class claiming a name, is not raised while listing (a broken
+plugin must not break every command): :meth:`Registry.problem` names it, and asking for that name
+raises the message, which names the plugin, its entry point and package (both classes for a name
+claimed twice).
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
 import inspect
+import sys
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -38,40 +52,102 @@ class Registry(Generic[T]):
             that leaves a strategy kwarg empty).
     """
 
-    def __init__(self, kind: str, *, drop_none: bool = False) -> None:
-        self.kind, self.drop_none = kind, drop_none
+    def __init__(self, kind: str, *, drop_none: bool = False, group: str = "") -> None:
+        self.kind, self.drop_none, self.group = kind, drop_none, group
         self._classes: dict[str, type[T]] = {}
+        self._origins: dict[str, str] = {}  # name -> where it came from (plugins only)
+        self._problems: dict[str, str] = {}  # name -> why it cannot be used (broken plugins)
+        self._loading: str = ""  # the entry point being loaded, for the messages
+        self._scanned = not group
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator adding ``cls`` under ``name`` (also set as ``cls.name``); a duplicate
-        name is an error and leaves the registry unchanged."""
+        name is an error naming both classes and leaves the registry unchanged (the same class,
+        or one defined by the same file and line loaded again, is no duplicate)."""
 
         def add(cls: type[T]) -> type[T]:
-            if name in self._classes:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+            old = self._classes.get(name)
+            if old is not None and not same_class(old, cls):
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered: claimed by "
+                    f"{describe(old)}{self._origin_note(name)} and by "
+                    f"{describe(cls)}{' (' + self._loading + ')' if self._loading else ''}"
+                )
             cls.name = name  # type: ignore[attr-defined]  (functions take attributes too)
-            self._classes[name] = cls
+            if old is None:
+                self._classes[name] = cls
+                if self._loading:
+                    self._origins[name] = self._loading
             return cls
 
         return add
 
+    def _origin_note(self, name: str) -> str:
+        return f" ({self._origins[name]})" if name in self._origins else ""
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` came from: an entry point (plugin), else '' (the package or a file)."""
+        self._scan()
+        return self._origins.get(name, "")
+
+    def _scan(self) -> None:
+        """Load the entry points of :attr:`group` once (installed plugins)."""
+        if self._scanned:
+            return
+        self._scanned = True
+        for ep in importlib.metadata.entry_points(group=self.group):
+            dist = getattr(ep, "dist", None)
+            package = f"{dist.name} {dist.version}" if dist is not None else "unknown package"
+            where = f"entry point '{ep.name} = {ep.value}' in group {self.group}, {package}"
+            self._loading = where
+            try:
+                cls = ep.load()
+                if ep.name not in self._classes:
+                    self.register(ep.name)(cls)
+                elif not same_class(self._classes[ep.name], cls):
+                    self.register(ep.name)(cls)  # raises, naming both
+            except Exception as e:  # noqa: BLE001  (any failure in a plugin's import: named)
+                why = str(e) if isinstance(e, ValueError) and "already registered" in str(e) else (
+                    f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
+                    f"{type(e).__name__}: {e}")  # fmt: skip
+                self._problems[ep.name] = why
+            finally:
+                self._loading = ""
+
+    def problem(self, name: str) -> str:
+        """Why plugin ``name`` cannot be used (it failed to import, or its name is claimed twice),
+        or ''."""
+        self._scan()
+        return self._problems.get(name, "")
+
+    def problems(self) -> dict[str, str]:
+        self._scan()
+        return dict(self._problems)
+
     def names(self) -> list[str]:
+        self._scan()
         return sorted(self._classes)
 
     def __contains__(self, name: object) -> bool:
+        self._scan()
         return name in self._classes
 
     def __iter__(self) -> Iterator[str]:
         """The names in registration order (``names()`` is sorted)."""
+        self._scan()
         return iter(self._classes)
 
     def __len__(self) -> int:
+        self._scan()
         return len(self._classes)
 
     def __getitem__(self, name: str) -> type[T]:
         return self.get(name)
 
     def get(self, name: str) -> type[T]:
+        self._scan()
+        if name in self._problems:
+            raise ValueError(self._problems[name])
         if name not in self._classes:
             raise ValueError(
                 f"unknown {self.kind} {name!r}{suggest(name, self.names())}; "
@@ -134,5 +210,70 @@ class Registry(Generic[T]):
         return self.get(name)(**kwargs)
 
 
+class PluginError(ValueError):
+    """A plugin named in a config (``plugins:``) that cannot be loaded."""
+
+
+def import_plugin(spec: str) -> tuple[str, list[Any]]:
+    """Import one plugin of a config's ``plugins:`` list: a Python file (``path/to/mine.py``; its
+    ``@register`` decorators run) or an importable ``module`` / ``module:Class``. Returns the spec
+    as stored (a file as its absolute path) and the object named (the class, or nothing). A file
+    already loaded is not loaded twice. PluginError names the plugin and the cause."""
+    path = Path(spec).expanduser()
+    if spec.endswith(".py") or path.suffix == ".py":
+        if not path.is_file():
+            raise PluginError(f"plugin {spec!r}: no such file")
+        path = path.resolve()
+        tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+        module_name = f"negmine_plugin_{path.stem}_{tag}"
+        if module_name not in sys.modules:
+            loader = importlib.util.spec_from_file_location(module_name, path)
+            if loader is None or loader.loader is None:
+                raise PluginError(f"plugin {spec!r}: not a Python file")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[module_name] = module
+            try:
+                loader.loader.exec_module(module)
+            except Exception as e:  # noqa: BLE001  (any failure in the plugin: named)
+                del sys.modules[module_name]
+                raise PluginError(
+                    f"plugin {spec!r} failed to import: {type(e).__name__}: {e}"
+                ) from e
+        return str(path), []
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001
+        raise PluginError(f"plugin {spec!r} failed to import: {type(e).__name__}: {e}") from e
+    if not attr:
+        return spec, []
+    if not hasattr(module, attr):
+        raise PluginError(f"plugin {spec!r}: module {module_name!r} has no {attr!r}")
+    return spec, [getattr(module, attr)]
+
+
+def describe(cls: Any) -> str:
+    """``module.Class`` and its file, for messages."""
+    try:
+        where = inspect.getsourcefile(cls) or "?"
+    except TypeError:
+        where = "?"
+    return f"{cls.__module__}.{cls.__qualname__} ({where})"
+
+
+def same_class(a: Any, b: Any) -> bool:
+    """The same class, or the same definition loaded twice (one file and line, two imports)."""
+    if a is b:
+        return True
+    try:
+        return (a.__qualname__ == b.__qualname__ and inspect.getsourcefile(a) is not None
+                and inspect.getsourcefile(a) == inspect.getsourcefile(b)
+                and inspect.getsourcelines(a)[1] == inspect.getsourcelines(b)[1])  # fmt: skip
+    except (TypeError, OSError):
+        return False
+
+
 #: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
-strategies: Registry[Any] = Registry("negative strategy", drop_none=True)
+#: Installed packages add their own through the entry point group ``negmine.strategies``.
+strategies: Registry[Any] = Registry("negative strategy", drop_none=True,
+                                     group="negmine.strategies")  # fmt: skip

@@ -28,7 +28,12 @@ def main(argv: list[str] | None = None) -> int:
         from pretrain.engine import export
 
         return export.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m pretrain", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pretrain",
+        description=__doc__.split("\n")[0],
+        epilog=registered(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--cfg", required=True, help="shipped config name or path to a YAML file")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides")
     args = parser.parse_args(argv)
@@ -41,6 +46,25 @@ def main(argv: list[str] | None = None) -> int:
     if status in (0, 130):  # checkpoint on disk: a multi-rank run leaves with exactly this status
         dist.finish(status)
     return status
+
+
+def registered() -> str:
+    """The names ``negatives.name`` and ``loss.name`` accept, plugins marked with where they came
+    from (their entry point), broken plugins with why (for --help)."""
+    import negatives
+    from pretrain import losses
+
+    lines = []
+    for key, registry in (("negatives.name", negatives.strategies), ("loss.name", losses.registry)):
+        names = [n + (f" [plugin: {registry.origin(n)}]" if registry.origin(n) else "")
+                 for n in registry.names()]  # fmt: skip
+        lines.append(f"{key}: " + ", ".join(names))
+        lines += [f"  broken plugin: {why}" for why in registry.problems().values()]
+    lines.append(
+        "plugins: a file or module:Class of one's own (config key plugins: [...]); an "
+        "installed package's through its entry points (negmine.strategies, negmine.losses)"
+    )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -10,19 +10,19 @@ come from :func:`derived`, which never mutates the config.
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import difflib
 import math
-import types
+import sys
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pretrain import config_files, config_plugins, config_rules
+from pretrain.config_types import coerce, typed_kwargs
 from pretrain.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -83,7 +83,7 @@ class ModelConfig:
     split_bn: str = "auto"  # bn_splits > 1, its training kernels: auto (triton on CUDA, per_split
     # on a CPU), triton (4 launches per layer), fused (aten ops), per_split (a batch_norm per split)
     sync_bn: bool = False  # DDP: SyncBatchNorm in both encoders instead of shuffle-BN
-    kappa_hidden: int = 0  # >0: a kappa (concentration) head of this hidden width (Li et al.: 512)
+    kappa_hidden: int = 0  # >0: a kappa (concentration) head with this hidden width (vMF-κ: 512)
 
 
 @dataclass
@@ -177,6 +177,9 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
+    plugins: list[str] = field(default_factory=list)  # strategies and losses of one's own to load
+    # first: a Python file (path/to/mine.py) or module[:Class]; an installed package's are found
+    # through its entry points (negmine.strategies, negmine.losses) without this key
 
 
 CHOICES = {
@@ -192,48 +195,6 @@ CHOICES = {
 }
 
 
-# Keys that moved into loss.kwargs (issue 39): old spelling -> (new key, the old default, which an
-# old checkpoint's config carries for every loss and which is dropped there without a word).
-MOVED = {
-    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False),
-    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0),
-    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95),
-    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False),
-    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False),
-    "loss.kappa_lambda_align": ("loss.kwargs.kappa_lambda_align", 0.05),
-    "loss.kappa_lambda_reg": ("loss.kwargs.kappa_lambda_reg", 0.005),
-}
-
-
-def moved_message(key: str, value: Any, source: str) -> str:
-    new = MOVED[key][0]
-    return (
-        f"config key {key!r} in {source} has moved: write {new}={value!r} (in YAML: loss: "
-        f"{{kwargs: {{{new.rsplit('.', 1)[1]}: {value!r}}}}}); a loss's own settings are "
-        "under loss.kwargs, checked against its constructor"
-    )
-
-
-def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
-    """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
-    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning."""
-    loss = raw.get("loss")
-    if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
-        return raw
-    loss, notes = dict(loss), []
-    kwargs = dict(loss.get("kwargs") or {})
-    for key in [k for k in loss if f"loss.{k}" in MOVED]:
-        value = loss.pop(key)
-        new, default = MOVED[f"loss.{key}"]
-        if value != default:
-            kwargs[new.rsplit(".", 1)[1]] = value
-            notes.append(f"loss.{key} -> {new}")
-    loss["kwargs"] = kwargs
-    if notes:
-        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
-    return {**raw, "loss": loss}
-
-
 def registered_choices() -> dict[str, list[str]]:
     """The names the registries hold (``loss.name``, ``negatives.name``): one list, never copied
     here, so a new loss or strategy file is a valid config value with no edit to this module."""
@@ -246,32 +207,10 @@ def registered_choices() -> dict[str, list[str]]:
     }
 
 
-def resolve_path(name: str) -> Path:
-    """A bare name is looked up among the shipped configs; anything else is a path."""
-    path = Path(name)
-    if path.is_dir():
-        raise ConfigError(
-            f"config file {name!r} is a directory; give a YAML file (a path, or the name of a "
-            "shipped config)"
-        )
-    if path.exists():
-        return path
-    shipped = CONFIG_DIR / path.name
-    if path.parent == Path(".") and shipped.exists():
-        return shipped
-    known = sorted(p.name for p in CONFIG_DIR.glob("*.yaml"))
-    hint = difflib.get_close_matches(path.name, known, n=1)
-    raise ConfigError(
-        f"config file {name!r} not found (neither a path nor a shipped config)"
-        + (f"; did you mean {hint[0]!r}?" if hint else "")
-        + f" Shipped configs: {', '.join(known)}"
-    )
-
-
 def load(name: str, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file's overrides, then ``dotted.key=value`` overrides."""
-    path = resolve_path(name)
-    raw = parse_yaml(read_text(path), str(path)) or {}
+    path = config_files.resolve_path(name, CONFIG_DIR)
+    raw = config_files.parse_yaml(config_files.read_text(path), str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}"
@@ -290,63 +229,19 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
             ) from None
         nested: dict[str, Any] = {}
         node = nested
-        *parents, leaf = key.strip().split(".")
+        dotted = key.strip()
+        *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = parse_yaml(value, "command line", f"{key.strip()}.") if value.strip() else ""
+        text = value.strip()
+        node[leaf] = config_files.parse_yaml(value, "command line", f"{dotted}.") if text else ""
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
+    cfg = config_plugins.load_plugins(cfg, "the config")[0]
     cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
-
-
-def read_text(path: Path) -> str:
-    """A config file's text; unreadable or not UTF-8: a :class:`ConfigError`."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save the file "
-            "as UTF-8"
-        ) from None
-
-
-def parse_yaml(text: str, source: str, prefix: str = "") -> Any:
-    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps
-    the last), naming the dotted key and both lines."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        if node is not None:
-            _refuse_duplicates(node, source, prefix)
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
-
-
-def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
-    if isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicates(item, source, prefix)
-    if not isinstance(node, yaml.MappingNode):
-        return
-    seen: dict[str, int] = {}
-    for key_node, value_node in node.value:
-        key = str(key_node.value)
-        line = key_node.start_mark.line + 1
-        if key in seen and key != "<<":
-            raise ConfigError(
-                f"config key {prefix + key!r} is given more than once in {source} (lines "
-                f"{seen[key]} and {line}); YAML would silently keep the last: keep one"
-            )
-        seen[key] = line
-        _refuse_duplicates(value_node, source, f"{prefix}{key}.")
 
 
 def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
@@ -356,8 +251,8 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     changes: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
-        if dotted in MOVED:
-            raise ConfigError(moved_message(dotted, value, source))
+        if dotted in config_files.MOVED:
+            raise ConfigError(config_files.moved_message(dotted, value, source))
         if key not in names:
             valid = [f"{prefix}{n}" for n in names]
             close = difflib.get_close_matches(dotted, valid, n=1, cutoff=0.5)
@@ -376,86 +271,23 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
         elif isinstance(current, dict) and isinstance(value, dict):
             # dict fields (negatives.kwargs) merge key by key: an override of one keyword keeps
             # the file's others
-            changes[key] = {**current, **coerce(value, hints[key], dotted, source)}
+            changes[key] = {**current, **coerce(value, hints[key], dotted, source, CHOICES)}
         else:
-            changes[key] = coerce(value, hints[key], dotted, source)
+            changes[key] = coerce(value, hints[key], dotted, source, CHOICES)
     return dataclasses.replace(base, **changes)
 
 
-def coerce(value: Any, hint: Any, key: str, source: str) -> Any:
-    """Check ``value`` against a field's type; ints widen to floats, lists become tuples."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-
-    def fail() -> ConfigError:
-        return ConfigError(
-            f"config key {key!r} in {source} expects {_type_name(hint)}, "
-            f"got {value!r} ({type(value).__name__})"
-        )
-
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return coerce(value, inner[0], key, source)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise fail()
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise fail()
-        return value
-    if hint is float:
-        # YAML 1.1 reads "1e-4" (no dot) as a string; accept numeric strings for float keys.
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise fail() from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise fail()
-        if not math.isfinite(value):  # YAML reads .inf/.nan (and inf/nan from strings above)
-            raise ConfigError(
-                f"config key {key!r} in {source} must be a finite number, got {value!r}"
-            )
-        return float(value)
-    if hint is str:
-        if isinstance(value, bool):
-            # YAML 1.1 reads unquoted off/on/no/yes as booleans: `train.amp=off` or `amp: off`
-            # means the choice "off" where the key has one.
-            word = "on" if value else "off"
-            if word in CHOICES.get(key, ()):
-                return word
-            raise ConfigError(
-                f"{fail()}; YAML reads unquoted off/on/no/yes/true/false as booleans: quote the "
-                f"value (on the command line: {key}='\"...\"')"
-            )
-        if not isinstance(value, str):
-            raise fail()
-        return value
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise fail()
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise fail()
-            return tuple(coerce(v, a, key, source) for v, a in zip(value, args))
-        return [coerce(v, args[0], key, source) for v in value]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise fail()
-        return dict(value)
-    if hint is Any:
-        return value
-    raise TypeError(f"unsupported field type {hint} for {key}")
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
-
 def validate(cfg: Config) -> None:
-    """Value checks that the types alone cannot express."""
+    """Value checks that the types alone cannot express: the choices, the registries' keyword
+    arguments, then the rules of :mod:`pretrain.config_rules`."""
+    import negatives
+    from pretrain import losses
+
+    for key, registry in (("negatives.name", negatives.strategies), ("loss.name", losses.registry)):
+        section, name = key.split(".")
+        why = registry.problem(getattr(getattr(cfg, section), name))
+        if why:
+            raise ConfigError(f"config key {key!r}: {why}")
     for key, allowed in {**CHOICES, **registered_choices()}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -468,278 +300,51 @@ def validate(cfg: Config) -> None:
     from negatives.registry import strategies
     from pretrain.losses import registry as losses_registry
 
-    loss_cls = losses_registry.get(cfg.loss.name)
-    strategy_cls = strategies.get(cfg.negatives.name)
-    batch_losses = [n for n in losses_registry.names() if losses_registry.get(n).batch_layout]
-    queue_optional = [n for n in losses_registry.names() if losses_registry.get(n).can_drop_queue]
-    check_loss_kwargs(cfg, loss_cls)
+    config_rules.check_loss_kwargs(cfg, losses_registry.get(cfg.loss.name))
     try:
         strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
-    checks = [
-        ("moco.queue_size", cfg.moco.queue_size > 0, "must be positive"),
-        ("moco.momentum", 0.0 <= cfg.moco.momentum <= 1.0, "must lie in [0, 1]"),
-        ("moco.temperature", cfg.moco.temperature > 1e-3, "must be above 1e-3"),
-        ("train.epochs", cfg.train.epochs > 0, "must be positive"),
-        ("train.batch_size", cfg.train.batch_size > 1, "must be at least 2"),
-        ("train.base_lr", cfg.train.base_lr > 0, "must be positive"),
-        (
-            "train.lr_base_batch",
-            cfg.train.lr_base_batch > 0,
-            "must be positive (the lr is base_lr * batch_size / lr_base_batch)",
-        ),
-        (
-            "train.lr_milestones",
-            all(m >= 1 for m in cfg.train.lr_milestones)
-            and list(cfg.train.lr_milestones) == sorted(set(cfg.train.lr_milestones)),
-            "must be increasing epochs >= 1 (the lr is multiplied by 0.1 from each)",
-        ),
-        ("train.weight_decay", cfg.train.weight_decay >= 0, "must be >= 0"),
-        ("train.sgd_momentum", 0 <= cfg.train.sgd_momentum < 1, "must lie in [0, 1)"),
-        (
-            "train.warmup_epochs",
-            0 <= cfg.train.warmup_epochs < cfg.train.epochs,
-            "must lie in [0, train.epochs)",
-        ),
-        ("train.log_every", cfg.train.log_every > 0, "must be positive"),
-        (
-            "train.lr_first_epoch",
-            cfg.train.lr_first_epoch in (0, 1)
-            and (cfg.train.lr_first_epoch == 0 or cfg.train.warmup_epochs == 0),
-            "must be 0 or 1 (1 only without train.warmup_epochs)",
-        ),
-        ("train.ckpt_every", cfg.train.ckpt_every > 0, "must be positive"),
-        ("train.dist_timeout_min", cfg.train.dist_timeout_min > 0, "must be positive"),
-        ("train.threads", cfg.train.threads >= 0, "must be >= 0 (0 = automatic)"),
-        ("model.bn_splits", cfg.model.bn_splits >= 1, "must be at least 1"),
-        (
-            "model.bn_splits",
-            cfg.train.batch_size % cfg.model.bn_splits == 0,
-            f"must divide train.batch_size ({cfg.train.batch_size})",
-        ),
-        (
-            "data.crop_scale",
-            0 < cfg.data.crop_scale[0] <= cfg.data.crop_scale[1] <= 1,
-            "must be (low, high) with 0 < low <= high <= 1",
-        ),
-        ("eval.knn_k", cfg.eval.knn_k > 0, "must be positive"),
-        (
-            "eval.knn_temperature",
-            cfg.eval.knn_temperature > 0,
-            "must be positive (the votes are weighted by exp(similarity / T))",
-        ),
-        ("eval.batch_size", cfg.eval.batch_size > 0, "must be positive"),
-        ("data.image_size", cfg.data.image_size > 0, "must be positive"),
-        ("data.hflip_prob", 0 <= cfg.data.hflip_prob <= 1, "must lie in [0, 1]"),
-        ("data.grayscale_prob", 0 <= cfg.data.grayscale_prob <= 1, "must lie in [0, 1]"),
-        ("data.jitter_prob", 0 <= cfg.data.jitter_prob <= 1, "must lie in [0, 1]"),
-        ("data.blur_prob", 0 <= cfg.data.blur_prob <= 1, "must lie in [0, 1]"),
-        (
-            "data.jitter_strength",
-            0 <= cfg.data.jitter_strength <= 2,
-            "must lie in [0, 2] (ColorJitter's hue, strength / 4, is at most 0.5)",
-        ),
-        ("data.eval_resize", cfg.data.eval_resize > 0, "must be positive"),
-        (
-            "data.std",
-            all(s > 0 for s in cfg.data.std),
-            "must be positive (images are divided by it)",
-        ),
-        ("model.width", cfg.model.width > 0, "must be positive"),
-        ("model.dim", cfg.model.dim > 0, "must be positive"),
-        (
-            "data.support_views",
-            cfg.data.support_views == 0
-            or (cfg.data.support_views > 0 and cfg.data.augment_on == "device"),
-            "must be 0, or positive with data.augment_on=device (the support crops are batched "
-            "in stage 2 like the two views)",
-        ),
-        (
-            "data.support_views",
-            cfg.data.support_views > 0 or not loss_cls.needs_support,
-            f"must be positive for loss.name={cfg.loss.name!r} (its false negatives are found "
-            "through the support views; the official count is 8)",
-        ),
-        (
-            "data.augment_compile",
-            not cfg.data.augment_compile or cfg.data.augment_on == "device",
-            "compiles stage 2, which only data.augment_on=device has; set it false for workers",
-        ),
-        ("train.max_steps", cfg.train.max_steps >= 0, "must be 0 (no limit) or positive"),
-        ("data.num_workers", cfg.data.num_workers >= -1, "must be -1 (automatic), 0 or positive"),
-        (
-            "data.decode_on",
-            cfg.data.decode_on != "device"
-            or (
-                cfg.data.augment_on == "device"
-                and cfg.data.name in ("imagefolder", "imagenet100")
-                and cfg.data.affine_degrees == 0
-                and cfg.data.affine_translate == 0
-            ),
-            "needs image files (data.name imagefolder or imagenet100), "
-            "data.augment_on=device and no RandomAffine (data.affine_degrees = "
-            "data.affine_translate = 0); use auto or cpu",
-        ),
-        (
-            "data.resident",
-            cfg.data.resident != "device"
-            or (cfg.data.augment_on == "device" and cfg.data.decode_on != "device"),
-            "needs data.augment_on=device (the two-stage augmentation) and data.decode_on auto "
-            "or cpu; use auto or off",
-        ),
-        (
-            "data.subset",
-            cfg.data.subset == 0
-            or 0 < cfg.data.subset < 1
-            or (cfg.data.subset >= 1 and cfg.data.subset == int(cfg.data.subset)),
-            "must be 0 (all), a fraction in (0, 1) or a whole number of images per class",
-        ),
-        ("model.kappa_hidden", cfg.model.kappa_hidden >= 0, "must be 0 (no head) or positive"),
-        (
-            "data.in_classes",
-            all(c >= 0 for c in cfg.data.in_classes)
-            and len(set(cfg.data.in_classes)) == len(cfg.data.in_classes),
-            "must be distinct non-negative class indices",
-        ),
-        (
-            "loss.symmetric",
-            not cfg.loss.symmetric or loss_cls.batch_layout,
-            f"needs a batch loss ({', '.join(batch_losses)}); {cfg.loss.name} has its own layout",
-        ),
-        (
-            "loss.contrast_queue",
-            cfg.loss.contrast_queue or loss_cls.can_drop_queue,
-            f"can be turned off for {', '.join(queue_optional)} only",
-        ),
-        (
-            "loss.contrast_queue",
-            not (strategy_cls.replaces_queue and cfg.loss.contrast_queue),
-            f"must be false with negatives {cfg.negatives.name!r}: its negatives replace the "
-            f"queue (use loss.name nt_xent, or another of {', '.join(queue_optional)}, with "
-            "loss.contrast_queue=false)",
-        ),
-        (
-            "loss.symmetric",
-            not cfg.loss.symmetric or strategy_cls.symmetric_ok,
-            f"cannot be combined with negatives {cfg.negatives.name!r}: its per-query negatives "
-            "belong to the first view's queries only",
-        ),
-        (
-            "data.train_split",
-            not loss_cls.needs_labels
-            or (cfg.data.train_split == "train" and cfg.data.name != "stl10"),
-            f"{cfg.data.train_split!r} of {cfg.data.name!r} holds unlabelled images; loss "
-            f"{cfg.loss.name!r} needs a label for every training image",
-        ),
-        ("eval.knn_every", cfg.eval.knn_every >= 0, "must be 0 (never) or positive"),
-        ("eval.online_probe_lr", cfg.eval.online_probe_lr > 0, "must be positive"),
-        (
-            "eval.online_probe",
-            not (cfg.eval.online_probe and cfg.train.compile),
-            "cannot be combined with train.compile (the probe reads the backbone through a hook)",
-        ),
-        (
-            "model.sync_bn",
-            not (cfg.model.sync_bn and cfg.model.bn_splits > 1),
-            "and model.bn_splits > 1 exclude each other (split BN emulates per-GPU BN)",
-        ),
-        (
-            "model.bn_splits",
-            cfg.train.batch_size // cfg.model.bn_splits >= 2,
-            "leaves fewer than 2 images per BatchNorm split",
-        ),
-    ]
-    for key, ok, why in checks:
-        if not ok:
-            section, name = key.split(".")
-            raise ConfigError(
-                f"config key {key!r} = {getattr(getattr(cfg, section), name)!r} {why}"
-            )
+    facts = config_rules.facts(cfg.loss.name, cfg.negatives.name)
+    for rule in config_rules.RULES:  # in order: the first that fails is the error
+        error = rule.error(cfg, facts)
+        if error:
+            raise ConfigError(error)
 
 
-def typed_kwargs(cfg: Config) -> Config:
-    """``negatives.kwargs`` and ``loss.kwargs`` coerced by their constructor's annotations, as the
-    typed keys are (YAML reads ``1e-3`` as a string: ``gamma: 1e-3`` becomes 0.001); a value that
-    does not fit is a :class:`ConfigError`. Unknown names and keys are left to :func:`validate`."""
-    import negatives  # the registries import torch; config stays importable on its own
-    from pretrain import losses
+@dataclass(frozen=True, kw_only=True)
+class Derived:
+    """Values computed from the config and the data (MAE prints its ``lr`` from ``blr`` the same
+    way); printed and saved with the run as ``derived.yaml``, never written back to the config."""
 
-    changes = {}
-    for section, registry in (("negatives", negatives.strategies), ("loss", losses.registry)):
-        sub = getattr(cfg, section)
-        if sub.name not in registry or not sub.kwargs:
-            continue
-        hints = registry.annotations(sub.name)
-        if section == "loss":  # the kappa head's weights sit beside the loss's own
-            kappa = typing.get_type_hints(losses.WithKappa.__init__)
-            hints.update({k: kappa[k] for k in losses.KAPPA_KWARGS})
-        typed = {}
-        for key, value in sub.kwargs.items():
-            hint = _plain_hint(hints.get(key, Any))
-            try:
-                typed[key] = (
-                    value
-                    if value is None
-                    else coerce(value, hint, f"{section}.kwargs.{key}", "the config")
-                )
-            except TypeError:  # a type the config schema does not know: passed as given
-                typed[key] = value
-        changes[section] = dataclasses.replace(sub, kwargs=typed)
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+    lr: float  # train.base_lr * train.batch_size / train.lr_base_batch
+    global_batch: int  # train.batch_size
+    per_rank_batch: int  # train.batch_size // world_size
+    world_size: int
+    train_size: int  # training images after data.subset / data.in_classes
+    steps_per_epoch: int  # train_size // train.batch_size (drop_last, as MoCo)
+    total_steps: int  # steps_per_epoch * train.epochs
+    queue_fraction_of_train: float  # moco.queue_size / train_size, rounded to 4 places
+    initial_loss_ln_1_plus_K: float  # ln(K + 1): InfoNCE's loss at chance, rounded to 4 places
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
-def _plain_hint(hint: Any) -> Any:
-    """``Sequence[x]`` (collections.abc) as ``list[x]``, inside unions too, for :func:`coerce`."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return typing.Union[tuple(_plain_hint(a) for a in args)]  # noqa: UP007
-    if origin is collections.abc.Sequence:
-        return list[args[0]] if args else list
-    return hint
-
-
-def check_loss_kwargs(cfg: Config, loss_cls: Any) -> None:
-    """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
-    other keys, ``Loss.from_config``), plus the kappa head's two weights with a kappa head."""
-    from pretrain.losses import KAPPA_KWARGS
-    from pretrain.losses import registry as losses_registry
-
-    own = dict(cfg.loss.kwargs)
-    for key in own:
-        if key in loss_cls.from_config:
-            raise ConfigError(
-                f"config key 'loss.kwargs.{key}': loss {cfg.loss.name!r} takes {key} from "
-                f"{loss_cls.from_config[key]}, not from loss.kwargs; set that instead"
-            )
-    for key in KAPPA_KWARGS:
-        if key in own:
-            if cfg.model.kappa_hidden <= 0:
-                raise ConfigError(
-                    f"config key 'loss.kwargs.{key}' is set but the model has no kappa head "
-                    "(set model.kappa_hidden, e.g. 512)"
-                )
-            own.pop(key)
-    try:
-        losses_registry.check_kwargs(cfg.loss.name, own)
-    except ValueError as e:
-        raise ConfigError(f"config key 'loss.kwargs': {e}") from None
-
-
-def derived(cfg: Config, train_size: int, world_size: int = 1) -> dict[str, Any]:
+def derived(cfg: Config, train_size: int, world_size: int = 1) -> Derived:
     """Values computed from the config and the data; printed and saved with the run."""
     steps = train_size // cfg.train.batch_size  # drop_last, as MoCo
-    return {
-        "lr": cfg.train.base_lr * cfg.train.batch_size / cfg.train.lr_base_batch,
-        "global_batch": cfg.train.batch_size,
-        "per_rank_batch": cfg.train.batch_size // world_size,
-        "world_size": world_size,
-        "train_size": train_size,
-        "steps_per_epoch": steps,
-        "total_steps": steps * cfg.train.epochs,
-        "queue_fraction_of_train": round(cfg.moco.queue_size / max(train_size, 1), 4),
-        "initial_loss_ln_1_plus_K": round(math.log(cfg.moco.queue_size + 1), 4),
-    }
+    return Derived(
+        lr=cfg.train.base_lr * cfg.train.batch_size / cfg.train.lr_base_batch,
+        global_batch=cfg.train.batch_size,
+        per_rank_batch=cfg.train.batch_size // world_size,
+        world_size=world_size,
+        train_size=train_size,
+        steps_per_epoch=steps,
+        total_steps=steps * cfg.train.epochs,
+        queue_fraction_of_train=round(cfg.moco.queue_size / max(train_size, 1), 4),
+        initial_loss_ln_1_plus_K=round(math.log(cfg.moco.queue_size + 1), 4),
+    )
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
@@ -755,10 +360,25 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return plain(dataclasses.asdict(cfg))
 
 
-def from_dict(raw: dict[str, Any], source: str = "checkpoint") -> Config:
+def from_dict(
+    raw: dict[str, Any], source: str = "checkpoint", *, encoder_only: bool = False
+) -> Config:
     """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
-    are migrated (:func:`migrate`)."""
-    cfg = typed_kwargs(merge(Config(), migrate(raw, source), source=source))
+    are migrated (:func:`pretrain.config_files.migrate`). ``encoder_only`` (evaluation, export):
+    a loss or strategy that is a plugin not installed here is not needed, so a warning names it
+    and the config is returned unchecked."""
+    cfg = merge(Config(), config_files.migrate(raw, source), source=source)
+    cfg, missing = config_plugins.load_plugins(cfg, source, missing_ok=encoder_only)
+    if encoder_only:
+        missing += config_plugins.missing_plugins(cfg)
+        if missing:
+            print(
+                f"warning: {source}: trained with {'; '.join(missing)}; the encoder does not "
+                "need it: evaluation and export go on without it",
+                file=sys.stderr,
+            )
+            return cfg
+    cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
 

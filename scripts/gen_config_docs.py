@@ -3,20 +3,20 @@
     python scripts/gen_config_docs.py            # rewrite docs/configuration.md
     python scripts/gen_config_docs.py --check    # exit 1 if the page is stale (CI, tests)
 
-Run the first command after adding or changing a config key; tests/test_config_docs.py fails
-until the page matches the code. Every key of the ``Config`` dataclass tree gets one row: its
-dotted name, its type as written in the source, its default, the values it accepts (the
-``CHOICES`` table, the loss and strategy registries, booleans, and the plain-text conditions of
-``validate()`` that read the key alone), and the comment beside it in the source, continuation
-lines included. Comments are read with ``tokenize`` and matched to fields with ``ast``, so the page
-says exactly what the source says. The checks of ``validate()`` that involve several keys are
-listed as rules across keys (the condition as written, the registries' class attributes spelt out
-as the names that have them). Then every registered negative strategy and loss gets a table of its
-own settings (``negatives.kwargs``, ``loss.kwargs``): each constructor argument from
+Run the first command after adding or changing a config key; tests/test_config_docs.py fails until
+the page matches the code. Every key of the ``Config`` dataclass tree gets one row: its dotted
+name, its type as written in the source, its default, the values it accepts (the ``CHOICES`` table,
+the loss and strategy registries, booleans, and the messages of the rules on the key alone), and
+the comment beside it in the source, continuation lines included. Comments are read with
+``tokenize`` and matched to fields with ``ast``, so the page says exactly what the source says. The
+rules are imported, not parsed: ``pretrain.config_rules.RULES`` is what ``validate()`` runs, and
+those that read several keys are listed as rules across keys (their condition and message, the
+registries' name lists filled in). Then every registered negative strategy and loss gets a table of
+its own settings (``negatives.kwargs``, ``loss.kwargs``): each constructor argument from
 ``inspect.signature``, its meaning from the ``Args:`` section of the class docstring (or of a base
 class's), the values its ``__init__`` checks with ``not in`` and the ``must`` clauses of its
 ``ValueError`` messages, and for a loss the config key the trainer fills it from
-(``config_kwargs``). A constructor argument without an ``Args:`` entry is an error.
+(``Loss.from_config``). A constructor argument without an ``Args:`` entry is an error.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import difflib
 import inspect
 import io
 import re
+import string
 import sys
 import textwrap
 import tokenize
@@ -138,123 +139,42 @@ def annotations(source: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def checks(source: str) -> list[tuple[str, ast.expr, ast.expr]]:
-    """[(dotted key, condition, message)] of the ``checks`` list of ``validate()``, in order."""
-    out = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.FunctionDef) and node.name == "validate"):
-            continue
-        for sub in ast.walk(node):
-            if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.List)):
-                continue
-            if not any(isinstance(t, ast.Name) and t.id == "checks" for t in sub.targets):
-                continue
-            for elt in sub.value.elts:
-                if isinstance(elt, ast.Tuple) and len(elt.elts) == 3:
-                    key, ok, why = elt.elts
-                    if isinstance(key, ast.Constant):
-                        out.append((key.value, ok, why))
-    return out
+def conditions() -> dict[str, list[str]]:
+    """{dotted key: [what it accepts]}: the messages of the rules on one key alone
+    (:data:`pretrain.config_rules.RULES` without a ``when``)."""
+    from pretrain import config_rules
 
-
-def config_refs(node: ast.AST) -> set[str]:
-    """The dotted config keys ``cfg.section.name`` that ``node`` reads."""
-    out = set()
-    for sub in ast.walk(node):
-        if (
-            isinstance(sub, ast.Attribute)
-            and isinstance(sub.value, ast.Attribute)
-            and isinstance(sub.value.value, ast.Name)
-            and sub.value.value.id == "cfg"
-        ):
-            out.add(f"{sub.value.attr}.{sub.attr}")
-    return out
-
-
-def single_key(key: str, ok: ast.expr, why: ast.expr) -> bool:
-    """A check that reads ``key`` alone (its message then says what the key accepts)."""
-    names = {n.id for n in ast.walk(ok) if isinstance(n, ast.Name)}
-    return (
-        isinstance(why, ast.Constant)
-        and config_refs(ok) == {key}
-        and not names & {"loss_cls", "strategy_cls", "LossConfig", "NegativesConfig"}
-    )
-
-
-def conditions(source: str) -> dict[str, list[str]]:
-    """{dotted key: [plain-text condition]}: the checks of ``validate()`` that read one key."""
     out: dict[str, list[str]] = {}
-    for key, ok, why in checks(source):
-        if single_key(key, ok, why):
-            out.setdefault(key, []).append(why.value)
+    for rule in config_rules.RULES:
+        if not rule.when:
+            out.setdefault(rule.key, []).append(rule.why)
     return out
 
 
-class _Spell(ast.NodeTransformer):
-    """``cfg.a.b`` -> ``a.b``; ``loss_cls.attr`` -> ``loss.name in (the losses with attr)``,
-    ``strategy_cls.attr`` likewise with ``negatives.name``."""
-
-    def __init__(self, registries: dict[str, tuple[str, object]]) -> None:
-        self.registries = registries
-
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
-        """``not x in y`` (a class attribute spelt out) reads ``x not in y``."""
-        node = self.generic_visit(node)
-        if isinstance(node.op, ast.Not) and isinstance(node.operand, ast.Compare):
-            cmp = node.operand
-            if len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.In):
-                return ast.Compare(left=cmp.left, ops=[ast.NotIn()], comparators=cmp.comparators)
-        return node
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        keys = config_refs(node)
-        if isinstance(node.value, ast.Attribute) and keys:
-            return ast.Name(id=keys.pop())
-        if isinstance(node.value, ast.Name) and node.value.id in self.registries:
-            key, registry = self.registries[node.value.id]
-            names = [n for n in registry.names() if getattr(registry.get(n), node.attr)]
-            return ast.Compare(
-                left=ast.Name(id=key),
-                ops=[ast.In()],
-                comparators=[ast.Tuple(elts=[ast.Constant(n) for n in names], ctx=ast.Load())],
-            )
-        return self.generic_visit(node)
-
-
-def message(why: ast.expr, values: dict[str, object]) -> str:
-    """A check's message as markdown: literal text escaped for a cell, a config value read as
-    ``{key}``, other placeholders evaluated with ``values`` (the registries' name lists)."""
-    if isinstance(why, ast.Constant):
-        return cell(why.value)
+def message(template: str, names: dict[str, tuple[str, ...]]) -> str:
+    """A rule's message for the page: the registries' names filled in, a config key's value
+    shown as ``{key}``."""
     parts = []
-    for part in why.values:  # an f-string
-        if isinstance(part, ast.Constant):
-            parts.append(cell(part.value))
-            continue
-        keys = config_refs(part.value)
-        if keys and isinstance(part.value, ast.Attribute):
-            parts.append(f"`{{{keys.pop()}}}`")
-        else:
-            expr = ast.Expression(part.value)
-            parts.append(cell(str(eval(compile(expr, "<validate>", "eval"), {}, dict(values)))))
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts.append(cell(literal))
+        if name is not None:
+            parts.append(cell(", ".join(names[name])) if name in names else f"`{{{name}}}`")
     return "".join(parts)
 
 
-def rules(source: str, registries: dict[str, tuple[str, object]]) -> list[tuple[str, str, str]]:
-    """[(key, condition, message)] of the checks of ``validate()`` that read several keys (or the
-    registries' class attributes), the condition spelt out with config keys and names."""
-    loss_reg = registries["loss_cls"][1]
-    values = {
-        "batch_losses": [n for n in loss_reg.names() if loss_reg.get(n).batch_layout],
-        "queue_optional": [n for n in loss_reg.names() if loss_reg.get(n).can_drop_queue],
-    }
-    out = []
-    for key, ok, why in checks(source):
-        if single_key(key, ok, why):
-            continue
-        spelt = ast.unparse(_Spell(registries).visit(ast.parse(ast.unparse(ok), mode="eval")))
-        out.append((key, spelt.replace("|", "\\|"), message(why, values)))  # in a code span
-    return out
+def rules() -> list[tuple[str, str, str]]:
+    """[(key, condition, message)] of the rules across keys (those with a ``when``), in the
+    order ``validate()`` runs them, the registries' lists written out."""
+    from negatives.registry import strategies
+    from pretrain import config_rules, losses
+
+    tree = {*in_tree(losses.registry), *in_tree(strategies)}
+    names = {k: tuple(n for n in v if n in tree) for k, v in config_rules.registry_names().items()}
+    return [
+        (r.key, r.condition(names).replace("|", "\\|"), message(r.why, names))
+        for r in config_rules.RULES
+        if r.when
+    ]
 
 
 def yaml_value(value: object) -> str:
@@ -399,17 +319,39 @@ def kappa_settings() -> list[str]:
     return parts
 
 
+def contract(cls: type) -> str:
+    """The class's contract (its declared attributes, measured by the tests) in one sentence."""
+    syncs = f"{cls.syncs_per_step} host sync(s) per step"
+    if cls.syncs_per_step:
+        syncs += f" ({prose(cls.syncs_why)})"
+    if cls.syncs_per_step or cls.step_state or not cls.capturable:
+        why = (prose(cls.step_state) if cls.step_state else
+               "it syncs" if cls.syncs_per_step else prose(cls.why_not_capturable))  # fmt: skip
+        graphs = f"refused with `train.cuda_graphs` ({why})"
+    else:
+        graphs = "capturable with `train.cuda_graphs`"
+    return f"Declares {syncs}; {graphs}."
+
+
+def in_tree(registry: object) -> list[str]:
+    """The registered names of this source tree: an installed plugin's (an entry point) are left
+    out, so the page is the same with or without plugins installed."""
+    return [n for n in registry.names() if not registry.origin(n)]
+
+
 def settings(kind: str, key: str, registry: object) -> list[str]:
     """One section per registered name: its class, summary and a row per constructor argument."""
     parts = []
     missing = []
-    for name in registry.names():
+    for name in in_tree(registry):
         cls = registry.get(name)
         init = registry._init(name)
         params = registry.parameters(name)
         summary = prose(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0])
         path = Path(inspect.getsourcefile(cls)).resolve().relative_to(ROOT)
-        parts.append(f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`.")
+        parts.append(
+            f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`. {contract(cls)}"
+        )
         if not params:
             parts.append(f" No settings: `{key}.kwargs` must be empty.\n")
             continue
@@ -452,17 +394,14 @@ def render() -> str:
     from negatives.registry import strategies
     from pretrain import config, losses
 
-    registries = {
-        "loss_cls": ("loss.name", losses.registry),
-        "strategy_cls": ("negatives.name", strategies),
-    }
     anchors = {"loss.name": "loss", "negatives.name": "strategy"}
     settings_of = {"loss.kwargs": "loss settings", "negatives.kwargs": "strategy settings"}
     source = SOURCE.read_text()
-    notes, types_, conds = field_comments(source), annotations(source), conditions(source)
-    cross = rules(source, registries)
+    notes, types_, conds = field_comments(source), annotations(source), conditions()
+    cross = rules()
     allowed = {k: list(v) for k, v in config.CHOICES.items()}
-    allowed.update(config.registered_choices())
+    allowed.update({"loss.name": in_tree(losses.registry),
+                    "negatives.name": in_tree(strategies)})  # fmt: skip
     cfg = config.Config()
     parts = [HEADER]
     for prefix, cls, fields in sections(cfg):

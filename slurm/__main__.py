@@ -16,6 +16,7 @@ Exit status: 0 submitted, 2 bad input (nothing submitted).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -49,7 +50,8 @@ def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -
     """One (config, overrides) per task, each with its own absolute ``out_dir``.
 
     The job's working directory may differ from ours, so every ``out_dir`` and a relative
-    ``data.root`` are made absolute (resolved here, on the login node). In a sweep, a task whose
+    ``data.root`` (and the ``plugins`` files) are made absolute (resolved here, on the login
+    node). In a sweep, a task whose
     own overrides do not name ``out_dir`` runs in ``<out_dir>/sweep_<i>``; two tasks that would
     still share a directory (and so one lock, one checkpoint) are refused.
     """
@@ -65,6 +67,8 @@ def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -
         extra = [*extra, f"out_dir={run_dir}"]
         if not Path(cfg.data.root).is_absolute():
             extra.append(f"data.root={Path(cfg.data.root).resolve()}")
+        if cfg.plugins:  # plugin files as absolute paths (config.load resolved them)
+            extra.append(f"plugins={json.dumps(cfg.plugins)}")
         out.append((config.load(cfg_path, [*overrides, *extra]), [*overrides, *extra]))
     dirs = [str(Path(c.out_dir)) for c, _ in out]
     for i, d in enumerate(dirs):

@@ -32,17 +32,18 @@ STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and "triton" not
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from count_steps import STRATEGY_KWARGS, ready  # noqa: E402  (STRATEGY_KWARGS: tiny sizes)
+from count_steps import loss_overrides, ready, strategy_overrides  # noqa: E402
 from fakedata import write_cifar10  # noqa: E402
 from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.model.split_bn import use_path  # noqa: E402
 
 WARM = 2
-EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in STRATEGY_KWARGS)
+EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in the strategies' contract_kwargs)
 TINY = ["train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
 TINY += ["train.progress_bar=false"]
 RECIPES = {"cifar10_moco": ["train.amp=bf16"], "digits_moco": ["train.amp='off'"]}
@@ -56,18 +57,27 @@ def cifar_root() -> str:
     return root
 
 
+LOSS_RECIPE = "digits_moco"  # where each loss is counted (with strategy none)
+
+
 def overrides(recipe: str, strategy: str) -> list[str]:
-    out = [*TINY, *RECIPES[recipe], f"negatives.name={strategy}"]
-    out.append(f"negatives.kwargs={STRATEGY_KWARGS.get(strategy, '{}')}")
-    if negatives.strategies.get(strategy).replaces_queue:  # adco: its bank, not the queue
-        out += ["loss.name=nt_xent", "loss.contrast_queue=false"]
+    """``strategy``: a strategy's name (with the recipe's loss), or ``loss:NAME`` (a loss with
+    strategy none); each with what its class's contract asks for (tests/count_steps.py)."""
+    out = [*TINY, *RECIPES[recipe]]
+    if strategy.startswith("loss:"):
+        out += loss_overrides(strategy.removeprefix("loss:"))
+    else:
+        out += strategy_overrides(strategy)
+        if negatives.strategies.get(strategy).replaces_queue:  # adco: its bank, not the queue
+            out.append("loss.name=nt_xent")
     if recipe.startswith("cifar10"):
         out.append(f"data.root={cifar_root()}")
     return out
 
 
 def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounter:
-    """The ops of one steady-state step of ``recipe`` with ``strategy``, split BN on ``path``
+    """The ops of one steady-state step of ``recipe`` with ``strategy`` (or ``loss:NAME``, see
+    :func:`overrides`), split BN on ``path``
     (triton: needs TRITON_INTERPRET=1 on a CPU, see :func:`count_in_subprocess`)."""
     out_dir = tempfile.mkdtemp(prefix="negmine_ops_run_")
     cfg = config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides(recipe, strategy)])
@@ -78,11 +88,11 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         loop.set_lr(run, EPOCH)
         if i < WARM:
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
             continue
         use_path(run.moco, path)
         with OpCounter() as ops:
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         break
     run.log.close()
     return ops

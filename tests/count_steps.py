@@ -40,6 +40,7 @@ import negatives  # noqa: E402
 from pretrain import config, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 WARM, COUNTED = 2, 2
@@ -52,16 +53,36 @@ TINY = [
     "train.progress_bar=false",
     "train.amp='off'",
 ]
-STRATEGY_KWARGS = {  # tiny sizes that fit a 64-key queue and a batch of 16; warm-ups off
-    "none": "{}",
-    "mochi": "{num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
-    "modified_mochi": "{num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",
-    "mioc": "{num_synthetic: 16, num_inlier_synthetic: 8, nu: 0.1, gamma: 0.1, warmup_epochs: 0}",
-    "outliers": "{ratio: 0.5}",
-    "adco": "{bank_size: 32}",
-}
-STRATEGY_OVERRIDES = {"adco": ["loss.contrast_queue=false"]}  # the bank replaces the queue
-LOSS_OVERRIDES = {"fnc": ["data.support_views=2"]}  # its support set
+
+
+def yaml_kwargs(kwargs: dict[str, Any]) -> str:
+    """A kwargs dict as one YAML flow mapping for a command-line override."""
+    return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in kwargs.items()) + "}"
+
+
+def strategy_overrides(name: str) -> list[str]:
+    """What a run with strategy ``name`` needs, from its class (its contract): its
+    ``contract_kwargs`` (tiny sizes that fit a 64-key queue and a batch of 16; warm-ups off), and
+    a loss that can drop the queue where its negatives replace it (AdCo's bank)."""
+    cls = negatives.strategies.get(name)
+    out = [f"negatives.name={name}", f"negatives.kwargs={yaml_kwargs(cls.contract_kwargs)}"]
+    if cls.replaces_queue:
+        out += ["loss.contrast_queue=false"]
+    return out
+
+
+def loss_overrides(name: str) -> list[str]:
+    """What a run with loss ``name`` needs, from its class: its ``contract_kwargs`` and, where it
+    needs them, support views (FNC)."""
+    cls = losses.registry.get(name)
+    out = [f"loss.name={name}"]
+    if cls.contract_kwargs:
+        out.append(f"loss.kwargs={yaml_kwargs(cls.contract_kwargs)}")
+    if cls.needs_support:
+        out.append("data.support_views=2")
+    return out
+
+
 VARIANTS = {  # split BN on its CUDA path (Triton kernels; Triton's interpreter on a CPU)
     "": [],
     "+kappa": ["model.kappa_hidden=16"],
@@ -101,10 +122,8 @@ def ready(run: Any) -> None:
 
 
 def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[str, Any] | None:
-    kwargs = STRATEGY_KWARGS.get(strategy, "{}")  # an unknown strategy runs with its defaults
-    overrides = [f"out_dir={out_dir}", *TINY, f"loss.name={loss}", f"negatives.name={strategy}"]
-    overrides += [f"negatives.kwargs={kwargs}", *VARIANTS[variant]]
-    overrides += STRATEGY_OVERRIDES.get(strategy, []) + LOSS_OVERRIDES.get(loss, [])
+    overrides = [f"out_dir={out_dir}", *TINY, *loss_overrides(loss)]
+    overrides += [*strategy_overrides(strategy), *VARIANTS[variant]]
     try:
         cfg = config.load("digits_moco.yaml", overrides)
         run = loop.setup(cfg)
@@ -120,7 +139,7 @@ def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[st
         with SyncCounter() as syncs:  # the transfer and the batched photometric stage 2 too
             # the loop's transfer (pretrain/engine/loop.py train_one_epoch): pinned, non-blocking
             x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-            loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         if i == 0:  # the first step: what it builds lazily (per-device constants) shows here
             first = {"count": syncs.count, "where": [f"{s.kind}: {s.where()}" for s in syncs.syncs]}
         if i >= WARM:

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 STEPS = 3
@@ -91,7 +92,7 @@ def main(out: Path, overrides: list[str]) -> None:
     loop.init_loss(run)  # CIDER: class means of the training set (same on every rank)
     grads: list[dict[str, torch.Tensor]] = []
     snapshot_grads(run, grads)
-    steps, record = run.info["steps_per_epoch"], []
+    steps, record = run.derived.steps_per_epoch, []
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     for i, (x1, x2, y, index, *rows) in enumerate(run.data.train_loader):
@@ -99,7 +100,7 @@ def main(out: Path, overrides: list[str]) -> None:
             break
         epoch = i / steps
         loop.set_lr(run, epoch)
-        loss = loop.train_step(run, x1, x2, y, epoch, *rows)
+        loss = loop.train_step(run, Batch.make(x1, x2, y, rows), epoch)
         record.append(
             {
                 "index": index.clone(),

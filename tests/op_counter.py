@@ -2,7 +2,7 @@
 
     from op_counter import OpCounter
     with OpCounter() as ops:
-        loop.train_step(run, x1, x2, y, epoch)
+        loop.train_step(run, batch, epoch)
     print(ops.count, ops.top(10))  # ops that would launch work, and the most frequent ones
 
 A ``TorchDispatchMode`` sees every op that reaches the backend, below autograd: the forward ops,

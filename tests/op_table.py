@@ -1,9 +1,11 @@
-"""The documented aten ops per steady-state training step (``tests/count_ops.py``, counted by
-:mod:`op_counter` on a CPU), per recipe x negative strategy, on the device path (split BN's
-Triton kernels, as on CUDA); ``tests/test_step_ops.py`` asserts them and that
-docs/step_counts.md shows them.
+"""The pinned aten ops per steady-state training step of the built-ins (``tests/count_ops.py``,
+counted by :mod:`op_counter` on a CPU), per recipe x negative strategy, on the device path (split
+BN's Triton kernels, as on CUDA), and per loss (with strategy none, on ``digits_moco``);
+``tests/test_step_ops.py`` asserts them exactly (regression pins) and that docs/step_counts.md
+shows them.
 
-A new strategy has no entry, so the test fails until its count is written here. MiOC is counted
+A strategy or loss without a pin (one's own, in the tree or a plugin) is counted too and held to
+the relative bound: at most ``STRATEGY_TARGET`` (+15 %) over plain MoCo's step. MiOC is counted
 on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches, run by
 Triton's interpreter on a CPU); its count does not depend on the solver's iterations, so every
 count is exact.
@@ -37,4 +39,31 @@ PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
 BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo at fb6efcd (per-split BN on
 # every device, SGD looping over parameters): the same counter and harness
 TARGETS = {"cifar10_moco": 700, "digits_moco": 350}  # plain MoCo, eager
-STRATEGY_TARGET = 0.15  # what any strategy may add to its recipe's plain MoCo step
+STRATEGY_TARGET = 0.15  # what an unpinned strategy or loss may add to plain MoCo's step
+LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.support_views=2)
+    "cider": 565,
+    "debiased": 317,
+    "decoupled": 276,
+    "firm": 291,
+    "fnc": 419,
+    "hard": 329,
+    "imix": 301,
+    "infonce": 271,  # = DEVICE_OPS' none
+    "nt_xent": 279,
+    "ring": 281,
+    "sincere": 325,
+    "supcon": 291,
+}
+
+
+def check_bound(kind: str, name: str, cls: type, recipe: str, n: int, base: int) -> None:
+    """An unpinned strategy or loss (one's own) adds at most STRATEGY_TARGET over plain MoCo:
+    else an AssertionError naming the class and the hook that adds the ops."""
+    bound = (1 + STRATEGY_TARGET) * base
+    hook = "negatives() / transform_batch()" if kind == "strategy" else "forward()"
+    assert n <= bound, (
+        f"{kind} {name!r} ({cls.__module__}.{cls.__qualname__}.{hook.split(' ')[0]}): {n} aten "
+        f"ops per training step on {recipe}, more than +{STRATEGY_TARGET:.0%} over plain MoCo's "
+        f"{base} (at most {int(bound)}, tests/op_table.py STRATEGY_TARGET): vectorise its "
+        f"{hook} (tests/op_counter.py's OpCounter(sites=True) shows where the ops come from)"
+    )

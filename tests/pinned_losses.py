@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.engine.step import Batch  # noqa: E402
 
 PINNED = Path(__file__).with_name("pinned_losses.json")
 SHRINK = [
@@ -66,7 +67,7 @@ def first_losses(name: str, steps: int = 3) -> list[float]:
             if i == steps:
                 break
             x1, x2, y, _, *rows = batch
-            loss = loop.train_step(run, x1, x2, y, EPOCH, *rows)
+            loss = loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
             losses.append(float(loss.detach()))
         return losses
 

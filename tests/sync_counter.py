@@ -2,7 +2,7 @@
 
     from sync_counter import SyncCounter
     with SyncCounter() as syncs:
-        loop.train_step(run, x1, x2, y, epoch)
+        loop.train_step(run, batch, epoch)
     assert syncs.count == 0, syncs.report()
 
 The sync equivalent of ``torch.cuda.set_sync_debug_mode("warn")``, which works only on CUDA. On CUDA

@@ -1,32 +1,19 @@
-"""The documented number of would-be CUDA host syncs per steady-state training step, as measured
-by :mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; the sync table of
-docs/step_counts.md copies it). A pair's count is its loss's plus its strategy's (the kappa head
-and split BN's Triton path add 0). Every step counts it, the first one included.
+"""The number of would-be CUDA host syncs per steady-state training step, as measured by
+:mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md shows
+it, written by ``scripts/gen_step_counts.py``). A pair's count is what its loss and its strategy
+declare (their ``syncs_per_step`` class attributes, the contract of
+``negatives.base.NegativeStrategy`` and ``pretrain.losses.Loss``) plus the kappa head's and split
+BN's Triton path's below (0 each). Every step counts it, the first one included.
 
-A new loss or strategy has no entry, so the test fails until its count is written here
-with its reason.
+A strategy or loss of one's own declares its count on its class (default 0); the sync test
+measures it like a built-in's and names the class and the attribute when they differ.
 """
 
 from __future__ import annotations
 
-LOSS_SYNCS: dict[str, tuple[int, str]] = {
-    "infonce": (0, "-"),
-    "nt_xent": (0, "-"),
-    "supcon": (0, "-"),
-    "sincere": (0, "-"),
-    "firm": (0, "-"),
-    "debiased": (0, "-"),
-    "hard": (0, "-"),
-    "decoupled": (0, "-"),
-    "ring": (0, "-"),
-    "imix": (0, "-"),
-    "fnc": (0, "-"),
-    "cider": (
-        1,
-        "the per-class prototype EMA loops over the largest class count in the batch: one "
-        "copy of (labels valid?, rounds) to the host (pretrain/losses/cider.py sequential_ema)",
-    ),
-}
+import negatives
+from pretrain import losses
+
 KAPPA_SYNCS = (0, "-")
 SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with infonce
     0,
@@ -36,17 +23,9 @@ SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with i
 
 # MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
 # Triton program (negatives/ocsvm/smo_triton.py) and the scoring, the inlier mask and the S_o draw
-# are fixed-shape tensor ops, so nothing is read on the host. A count may still use n, the solver's
-# own sync count (svm.n_syncs_, 0 on this path). MIOC_CPU_PATH: the CPU default (the host SMO loop,
-# loop="host"), which reads the batch on the host by design and never runs on CUDA.
-STRATEGY_SYNCS: dict[str, tuple[str, str]] = {
-    "none": ("0", "-"),
-    "mochi": ("0", "-"),
-    "modified_mochi": ("0", "-"),
-    "outliers": ("0", "-"),
-    "adco": ("0", "-"),
-    "mioc": ("0", "the OC-SVM fit is one Triton program; its result stays on the device"),
-}
+# are fixed-shape tensor ops, so nothing is read on the host (the solver's own count,
+# svm.n_syncs_, is 0 on this path and asserted apart). MIOC_CPU_PATH: the CPU default (the host
+# SMO loop, loop="host"), which reads the batch on the host by design and never runs on CUDA.
 MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
     ("fit: finite check of the batch", 1, "negatives/ocsvm/svm.py fit"),
     ("fit: the batch to numpy for the host SMO loop", 1, "ocsvm.py _fit_torch"),
@@ -55,11 +34,35 @@ MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
 ]
 
 
-def documented(
-    loss: str, strategy: str, solver_syncs: int, kappa: bool = False, split_bn: bool = False
-) -> int:
-    """The documented CPU-measured count of ``loss`` x ``strategy`` (KeyError if missing)."""
-    expr = STRATEGY_SYNCS[strategy][0]
-    base = LOSS_SYNCS[loss][0] + (KAPPA_SYNCS[0] if kappa else 0)
-    base += SPLIT_BN_SYNCS[0] if split_bn else 0
-    return base + int(eval(expr, {}, {"n": solver_syncs}))  # noqa: S307 (our own table)
+def declared(loss: str, strategy: str, kappa: bool = False, split_bn: bool = False) -> int:
+    """The count ``loss`` x ``strategy`` declare (their ``syncs_per_step``)."""
+    base = losses.registry.get(loss).syncs_per_step
+    base += negatives.strategies.get(strategy).syncs_per_step
+    base += KAPPA_SYNCS[0] if kappa else 0
+    return base + (SPLIT_BN_SYNCS[0] if split_bn else 0)
+
+
+def who(loss: str, strategy: str) -> str:
+    """Where each side's count is declared, for a failure message."""
+    lc, sc = losses.registry.get(loss), negatives.strategies.get(strategy)
+    return (f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
+            f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
+            f"{sc.syncs_per_step} (strategy {strategy!r})")  # fmt: skip
+
+
+def check(pair: str, got: dict) -> None:
+    """AssertionError naming the classes and ``syncs_per_step`` when a pair's measured count
+    (``got``: a result of tests/count_steps.py) differs from what it declares."""
+    loss, strategy = pair.split("/")
+    kappa, split_bn = loss.endswith("+kappa"), loss.endswith("+split_bn")
+    loss = loss.removesuffix("+kappa").removesuffix("+split_bn")
+    want = declared(loss, strategy, kappa, split_bn)
+    for count in got["counts"]:
+        assert count == want, (
+            f"{pair}: {count} host syncs per step, declared {want}: {who(loss, strategy)}; "
+            f"measured at: {got['where']}"
+        )
+    # the first step too: nothing is built lazily in a step (a per-device constant's
+    # host-to-device copy would sync there once; CUDA's sync-debug mode raises on it)
+    first = got["first"]
+    assert first["count"] == want, f"{pair} step 0: {first['count']}: {first['where']}"

@@ -33,16 +33,27 @@ def factors(n: int, lo: float, hi: float, seed: int = 1) -> torch.Tensor:
     return torch.empty(n).uniform_(lo, hi, generator=torch.Generator().manual_seed(seed))
 
 
+def photo(**kw: float) -> ap.ViewSpec:
+    """A view spec with these photometric settings (the crop settings do not enter the rows)."""
+    return ap.ViewSpec(image_size=1, crop_scale=(1.0, 1.0), **kw)
+
+
 def per_sample(ref, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return torch.stack([ref(x[i], float(f[i])) for i in range(len(x))])
+
+
+def blend_op(op: int):
+    """Brightness (0), contrast (1) or saturation (2) on every image: the batched
+    ``augment.blend_stage`` that ColorJitter runs."""
+    return lambda x, f: augment.blend_stage(x, f, torch.full((len(x),), float(op)))
 
 
 @pytest.mark.parametrize(
     "ours, ref, lo, hi",
     [
-        (augment.adjust_brightness, TF.adjust_brightness, 0.0, 2.2),
-        (augment.adjust_contrast, TF.adjust_contrast, 0.0, 2.2),
-        (augment.adjust_saturation, TF.adjust_saturation, 0.0, 2.2),
+        (blend_op(0), TF.adjust_brightness, 0.0, 2.2),
+        (blend_op(1), TF.adjust_contrast, 0.0, 2.2),
+        (blend_op(2), TF.adjust_saturation, 0.0, 2.2),
         (augment.adjust_hue, TF.adjust_hue, -0.5, 0.5),
     ],
 )
@@ -142,12 +153,12 @@ def test_photometric_stage_equals_the_torchvision_chain():
     """All ops with drawn per-image parameters (every op order among 64 images) against the
     torchvision functionals applied one image at a time in the reference path's order."""
     n, size = 64, 20
-    rows = torch.from_numpy(ap.photometric(np.random.default_rng(3), n, jitter_strength=0.4,
-                                           jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
-                                           hflip_prob=0.5, solarize_prob=0.2))  # fmt: skip
+    rows = torch.from_numpy(ap.photometric(np.random.default_rng(3), n, photo(
+        jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5,
+        solarize_prob=0.2)))  # fmt: skip
     g = torch.Generator().manual_seed(1)
     crops = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
-    kernel = augment.blur_kernel_size(size)
+    kernel = ap.blur_kernel_size(size)
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
     stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,
                                  solarize=True, blur_kernel=kernel, mean=mean, std=std)  # fmt: skip
@@ -161,13 +172,14 @@ def test_photometric_stage_equals_the_torchvision_chain():
 def all_ops_rows(n: int, size: int, seed: int = 0) -> torch.Tensor:
     """(n, NUM_COLUMNS) rows with every photometric op drawn, a crop box and an affine theta."""
     rng = np.random.default_rng(seed)
-    photo = ap.photometric(rng, n, jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
-                           blur_prob=0.5, hflip_prob=0.5, solarize_prob=0.2)  # fmt: skip
+    photo_rows = ap.photometric(rng, n, photo(jitter_strength=0.4, jitter_prob=0.8,
+                                grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5,
+                                solarize_prob=0.2))  # fmt: skip
     boxes = ap.crop_boxes(rng, n, height=size, width=size, scale=(0.2, 1.0))
     thetas = [ap.inverse_affine_matrix(*ap.affine_params(rng, degrees=15.0, translate=0.1,
                                                          height=size, width=size))
               for _ in range(n)]  # fmt: skip
-    return torch.from_numpy(np.concatenate([photo, boxes, thetas], axis=1).astype(np.float32))
+    return torch.from_numpy(np.concatenate([photo_rows, boxes, thetas], axis=1).astype(np.float32))
 
 
 def test_photometric_runs_without_host_syncs():
@@ -219,7 +231,7 @@ def test_affine_grid_divisors_built_on_the_device_equal_the_host_list():
 def draw(**kw: float) -> np.ndarray:
     base = dict(jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2, blur_prob=0.5,
                 hflip_prob=0.5, solarize_prob=0.1)  # fmt: skip
-    return ap.photometric(np.random.default_rng(7), N, **{**base, **kw})
+    return ap.photometric(np.random.default_rng(7), N, photo(**{**base, **kw}))
 
 
 @pytest.mark.parametrize("s", [0.4, 1.2])  # 1.2: the lower end clips at 0
@@ -477,8 +489,8 @@ def test_per_sample_draws_equal_the_vectorised_ones(h, w):
         ref = ap.crop_boxes(np.random.default_rng(seed), 1, height=h, width=w, scale=(0.08, 1.0))
         assert list(box) == ref[0].tolist()
     for seed in range(200):
-        row = np.float32(ap.photometric_row(np.random.default_rng(seed), **kw))
-        assert np.array_equal(row, ap.photometric(np.random.default_rng(seed), 1, **kw)[0])
+        row = np.float32(ap.photometric_row(np.random.default_rng(seed), photo(**kw)))
+        assert np.array_equal(row, ap.photometric(np.random.default_rng(seed), 1, photo(**kw))[0])
 
 
 def test_compiled_stage2_equals_eager_and_the_config_refuses_it_for_workers():
@@ -498,7 +510,7 @@ def test_compiled_stage2_equals_eager_and_the_config_refuses_it_for_workers():
     x = torch.stack([it[0] for it in items])
     rows = torch.stack([it[4][0] for it in items])
     kw = dict(jitter=True, grayscale=True, blur=True, hflip=True, solarize=True, affine=True,
-              blur_kernel=augment.blur_kernel_size(size), mean=(0.4, 0.5, 0.6),
+              blur_kernel=ap.blur_kernel_size(size), mean=(0.4, 0.5, 0.6),
               std=(0.2, 0.25, 0.3))  # fmt: skip
     eager = augment.Photometric(**kw)(x, rows)
     compiled = augment.Photometric(**kw, compiled=True)

@@ -77,3 +77,20 @@ def test_kwargs_override_merges_into_the_files_kwargs():
     cfg = config.load("digits_mioc.yaml", ["negatives.kwargs.nu=0.1"])
     assert cfg.negatives.kwargs == {"num_synthetic": 64, "num_inlier_synthetic": 32, "nu": 0.1,
                                     "gamma": 0.01, "warmup_epochs": 3.0}  # fmt: skip
+
+
+def test_the_pipeline_is_chosen_in_one_place(monkeypatch):
+    """build.pipeline: a CPU run reads through the loader unless data.resident=device asks for
+    the resident split; auto on CUDA holds the split when it fits in the free memory, and falls
+    to the loader (no image files: no device decode) when it does not."""
+    cfg = cfg_with()
+    splits = build.read_splits(cfg)
+    assert build.pipeline(cfg, "cpu", splits) == "loader"
+    assert build.pipeline(cfg_with("data.resident=device"), "cpu", splits) == "resident"
+    assert build.pipeline(cfg_with("data.resident=device"), "cpu", splits, False) == "loader"
+    assert build.pipeline(cfg_with("data.augment_on=workers"), "cuda", splits) == "loader"
+    free = {"bytes": 1 << 40}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free["bytes"], 0))
+    assert build.pipeline(cfg, "cuda", splits) == "resident"
+    free["bytes"] = 1000  # a few images' worth
+    assert build.pipeline(cfg, "cuda", splits) == "loader"

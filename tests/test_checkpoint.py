@@ -193,3 +193,18 @@ def test_load_module_missing_and_unexpected_keys():
         r".*unexpected \['scale'\]",
     ):
         checkpoint.load_module(nn.Linear(4, 3), weights, "queue")
+
+
+def test_the_old_checkpoint_shims_end_at_their_stated_version():
+    """pretrain/engine/resume.py reads checkpoints from before 2026-11-24 (no data.augment_on,
+    the loss state under "objective") until negmine OLD_CHECKPOINTS_READ_UNTIL; this fails when
+    pyproject.toml reaches that version, so the two shims are removed then, not kept forever."""
+    from pathlib import Path
+
+    import tomllib
+
+    from pretrain.engine import resume
+
+    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    version = tuple(int(p) for p in meta["project"]["version"].split(".")[:2])
+    assert version < resume.OLD_CHECKPOINTS_READ_UNTIL, "remove the shims in engine/resume.py"

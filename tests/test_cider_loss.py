@@ -1,4 +1,4 @@
-"""CIDER (seed 003, SEMANTICS §6) against a numpy float64 re-derivation.
+"""CIDER (Ming et al. 2023, SEMANTICS §6) against a numpy float64 re-derivation.
 
 Reference: the per-sample EMA loop of Alg. 1 in batch order, μ_y ← normalize(α·μ_y + (1−α)·z_j);
 L_dis (eq. 6) = (1/C) Σ_i log[(1/(C−1)) Σ_{j≠i} e^{μ_i·μ_j/τ}] on the updated prototypes;

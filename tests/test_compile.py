@@ -8,7 +8,8 @@ import torch
 
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import loop
+from pretrain.engine import loop, resume, setup
+from pretrain.engine.step import Batch
 
 TINY = [
     "model.width=8",
@@ -33,7 +34,7 @@ def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], loop.Run]:
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == n:
             break
-        losses.append(loop.train_step(run, x1, x2, y, 0.0, *rows).item())
+        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
     return losses, run
 
 
@@ -56,9 +57,9 @@ def test_compiled_steps_match_eager(tmp_path):
 def test_compile_under_ddp_is_refused():
     moco = torch.nn.Module()
     with pytest.raises(ConfigError, match="train.compile"):
-        loop.compile_encoders(moco, world_size=2)
+        setup.compile_encoders(moco, world_size=2)
 
 
 def test_compile_is_not_a_resumable_change():
     """A checkpoint moves between compiled and eager runs: the key may change on resume."""
-    assert "train.compile" in loop.RESUMABLE_CHANGES
+    assert "train.compile" in resume.RESUMABLE_CHANGES

@@ -167,13 +167,13 @@ def test_derived_matches_hand_numbers():
         ],
     )
     info = config.derived(cfg, train_size=1437, world_size=2)
-    assert info["lr"] == pytest.approx(0.015, rel=1e-15)  # 0.03 * 128 / 256
-    assert info["steps_per_epoch"] == 11  # 1437 // 128 (drop_last)
-    assert info["total_steps"] == 77
-    assert info["global_batch"] == 128
-    assert info["per_rank_batch"] == 64
-    assert info["train_size"] == 1437
-    assert info["initial_loss_ln_1_plus_K"] == round(6.240275845170769, 4)  # ln(513)
+    assert info.lr == pytest.approx(0.015, rel=1e-15)  # 0.03 * 128 / 256
+    assert info.steps_per_epoch == 11  # 1437 // 128 (drop_last)
+    assert info.total_steps == 77
+    assert info.global_batch == 128
+    assert info.per_rank_batch == 64
+    assert info.train_size == 1437
+    assert info.initial_loss_ln_1_plus_K == round(6.240275845170769, 4)  # ln(513)
 
 
 def test_derived_does_not_mutate_config():

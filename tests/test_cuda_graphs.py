@@ -4,11 +4,12 @@ the capture/replay bookkeeping of CapturedStep with the CUDA calls replaced (no 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import count_ops
 import pytest
-import sync_table
 import torch
-from count_steps import LOSS_OVERRIDES, STRATEGY_KWARGS, STRATEGY_OVERRIDES
+from count_steps import loss_overrides, strategy_overrides
 from sync_counter import SyncCounter
 
 import negatives
@@ -17,6 +18,7 @@ from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import cuda_graphs, loop
 from pretrain.engine.cuda_graphs import CapturedStep, refusal
+from pretrain.engine.step import Batch
 from pretrain.model.split_bn import use_path
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
@@ -56,9 +58,9 @@ def test_the_digits_recipe_is_accepted_on_one_cuda_device():
         (["train.amp=fp16"], 1, "GradScaler"),
         (["train.lr_per_epoch=false"], 1, "train.lr_per_epoch=false"),
         (["eval.online_probe=true"], 1, "online probe"),
-        (["loss.name=cider"], 1, "loss 'cider': its prototype EMA"),
+        (["loss.name=cider"], 1, "loss 'cider' syncs 1 time(s) per step (syncs_per_step): the"),
         (["negatives.name=mioc"], 1, "never completed on a GPU, let alone under CUDA-graph"),
-        (["loss.name=ring"], 1, "loss 'ring': its band anneals"),
+        (["loss.name=ring"], 1, "(step_state): its band anneals"),
         (
             [
                 "negatives.name=adco",
@@ -77,21 +79,38 @@ def test_refusals_name_the_reason(overrides, world, reason):
     assert why is not None and reason in why, why
 
 
-def test_every_pair_documented_to_sync_is_refused():
-    """tests/sync_table.py: a loss or strategy with host syncs per step cannot be captured."""
-    for loss, (count, _) in sync_table.LOSS_SYNCS.items():
-        cfg = load(f"loss.name={loss}", *LOSS_OVERRIDES.get(loss, []))
-        if count > 0:
-            assert refusal(cfg, "cuda", 1) is not None, loss
-        elif loss not in cuda_graphs.PYTHON_STATE_LOSSES:
-            assert refusal(cfg, "cuda", 1) is None, loss
-    for name, (expr, _) in sync_table.STRATEGY_SYNCS.items():
-        extra = STRATEGY_OVERRIDES.get(name, []) + (["loss.name=nt_xent"] if name == "adco" else [])
-        cfg = load(f"negatives.name={name}", f"negatives.kwargs={STRATEGY_KWARGS[name]}", *extra)
-        if expr != "0":
-            assert refusal(cfg, "cuda", 1) is not None, name
-    assert set(sync_table.LOSS_SYNCS) == set(losses.list_losses())
-    assert set(sync_table.STRATEGY_SYNCS) == set(negatives.list_strategies())
+def test_the_refusal_reads_what_every_loss_and_strategy_declares():
+    """Every registered loss and strategy (plugins included): refused exactly when its class
+    declares host syncs per step, per-step Python state, or no capturable = True, with a reason
+    that names the attribute."""
+
+    def expect(cls):
+        if cls.syncs_per_step:
+            return "(syncs_per_step)"
+        if cls.step_state:
+            return "(step_state)"
+        return None if cls.capturable else "(capturable = False)"
+
+    for name in losses.list_losses():
+        cfg = load(*loss_overrides(name))
+        cls = losses.registry.get(name)
+        why = refusal(cfg, "cuda", 1)
+        assert (why is None) == (expect(cls) is None), (name, why)
+        assert why is None or (expect(cls) in why and f"loss {name!r}" in why), (name, why)
+    for name in negatives.list_strategies():
+        extra = ["loss.name=nt_xent"] if negatives.strategies.get(name).replaces_queue else []
+        cfg = load(*strategy_overrides(name), *extra)
+        cls = negatives.strategies.get(name)
+        why = refusal(cfg, "cuda", 1)
+        assert (why is None) == (expect(cls) is None), (name, why)
+        assert why is None or (expect(cls) in why and f"strategy {name!r}" in why), (name, why)
+
+
+def test_cuda_graphs_holds_no_names():
+    """The refusal reads the classes' attributes: no registered name appears in the module."""
+    source = (Path(cuda_graphs.__file__)).read_text()
+    for name in [*losses.list_losses(), *negatives.list_strategies()]:
+        assert f"'{name}'" not in source and f'"{name}"' not in source, name
 
 
 @pytest.mark.parametrize("recipe", ["digits_moco", "cifar10_moco"])
@@ -107,7 +126,7 @@ def test_the_captured_step_is_sync_free_on_the_device_path(recipe, tmp_path):
     run.moco.train()
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         with SyncCounter() as syncs:
-            loop.train_step(run, x1, x2, y, 1.5, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), 1.5)
         assert syncs.count == 0, syncs.report()
         if i == 1:
             break
@@ -149,18 +168,18 @@ def test_captured_step_warms_up_captures_replays_and_recaptures(monkeypatch):
     run = Recorder(monkeypatch)
     step = CapturedStep(lambda *a: None, warmup=2)
     batch = [torch.full((4, 3), float(i)) for i in range(3)]
-    assert [step(run, *batch[:2], batch[2], 0.1) for _ in range(2)] == ["eager", "eager"]
+    assert [step(run, Batch.make(*batch), 0.1) for _ in range(2)] == ["eager", "eager"]
     for e in (0.2, 0.3, 0.9):  # one capture, then replays, within the epoch and lr
         new = [torch.rand(4, 3) for _ in range(3)]
-        step(run, *new[:2], new[2], e)
+        step(run, Batch.make(*new), e)
         assert all(torch.equal(a, b) for a, b in zip(step.inputs, new, strict=True))
     assert run.captured == [(0.1, 0.2)] and step.graph.replays == 3
-    step(run, *batch[:2], batch[2], 1.0)  # a new epoch: re-captured
+    step(run, Batch.make(*batch), 1.0)  # a new epoch: re-captured
     run.optimizer.param_groups[0]["lr"] = 0.05
-    step(run, *batch[:2], batch[2], 1.5)  # a new lr: re-captured
+    step(run, Batch.make(*batch), 1.5)  # a new lr: re-captured
     assert run.captured == [(0.1, 0.2), (0.1, 1.0), (0.05, 1.5)]
     with pytest.raises(RuntimeError, match="train.cuda_graphs: a batch of shapes"):
-        step(run, torch.zeros(2, 3), *batch[1:2], batch[2], 1.6)
+        step(run, Batch.make(torch.zeros(2, 3), *batch[1:]), 1.6)
 
 
 def test_captured_step_runs_eager_during_the_lr_warmup(monkeypatch):
@@ -168,6 +187,6 @@ def test_captured_step_runs_eager_during_the_lr_warmup(monkeypatch):
     run.cfg = load("train.warmup_epochs=2")
     step = CapturedStep(lambda *a: None, warmup=0)
     batch = [torch.zeros(4, 3) for _ in range(3)]
-    assert step(run, *batch[:2], batch[2], 1.9) == "eager" and not run.captured
-    step(run, *batch[:2], batch[2], 2.0)
+    assert step(run, Batch.make(*batch), 1.9) == "eager" and not run.captured
+    step(run, Batch.make(*batch), 2.0)
     assert run.captured == [(0.1, 2.0)]

@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
+from pretrain.data.augment_params import ViewSpec
 from pretrain.data.loaders import (
     ResumableSampler,
     Transformed,
@@ -32,19 +33,10 @@ class TinyImages(Dataset):
 
 
 def every_augmentation_on():
-    return train_transform(
-        image_size=16,
-        crop_scale=(0.2, 1.0),
-        jitter_strength=0.4,
-        jitter_prob=0.8,
-        grayscale_prob=0.2,
-        blur_prob=0.5,
-        hflip_prob=0.5,
-        affine_degrees=15.0,
-        affine_translate=0.1,
-        mean=MEAN,
-        std=STD,
-    )
+    spec = ViewSpec(image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
+                    grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
+                    affine_translate=0.1)  # fmt: skip
+    return train_transform(spec, MEAN, STD)
 
 
 def two_views(seed: int = 0) -> TwoViews:

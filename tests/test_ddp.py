@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
 from pretrain.data import loaders
+from pretrain.data.augment_params import ViewSpec
 from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,11 +393,10 @@ class TinyImages(Dataset):
 
 
 def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: int = 8) -> list:
-    transform = loaders.train_transform(
-        image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
-        grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
-        affine_translate=0.1, mean=(0.5,) * 3, std=(0.25,) * 3,
-    )  # fmt: skip
+    spec = ViewSpec(image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
+                    grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
+                    affine_translate=0.1)  # fmt: skip
+    transform = loaders.train_transform(spec, (0.5,) * 3, (0.25,) * 3)
     views = loaders.TwoViews(TinyImages(), transform, seed=3)
     sampler = loaders.ResumableSampler(
         len(views), global_batch, seed=3, rank=rank, world_size=world

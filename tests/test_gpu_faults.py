@@ -15,7 +15,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import checkpoint, loop, world
+from pretrain.engine import checkpoint, loop, resume, world
 from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,17 +200,17 @@ def test_restore_applies_the_world_size_rule(tmp_path):
     BatchNorm groups) and is refused with bn_splits=1 (exit 2 via ConfigError)."""
     small = [f"out_dir={tmp_path}", *TINY]
     saved_run = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
-    state = loop.state_dict(saved_run)
+    state = resume.state_dict(saved_run)
     state["world_size"] = 2  # as if written by 2 ranks
     two_splits = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=2"]))
-    loop.restore(two_splits, state)
+    resume.restore(two_splits, state)
     one_split = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
     with pytest.raises(ConfigError, match=r"2 rank\(s\) x model.bn_splits=1 \(2 BatchNorm"):
-        loop.restore(one_split, state)
+        resume.restore(one_split, state)
     del state["world_size"]  # an older checkpoint: bn_splits must stay
-    loop.restore(one_split, state)
+    resume.restore(one_split, state)
     with pytest.raises(ConfigError, match="model.bn_splits"):
-        loop.restore(two_splits, state)
+        resume.restore(two_splits, state)
 
 
 def test_finish_without_leaving_destroys_the_group_and_returns(monkeypatch):

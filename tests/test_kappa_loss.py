@@ -1,4 +1,4 @@
-"""κ alignment + regulariser (seed 004 eqs. 10-11, SEMANTICS §5) against numpy.
+"""κ alignment + regulariser (vMF-κ eqs. 10-11, SEMANTICS §5) against numpy.
 
 Reference: L_align = −λ_align · (1/N) Σ_i (κ1_i + κ2_i) μ1_i·μ2_i and
 L_reg = λ_reg · ((1/N) Σ_i κ1_i² + (1/N) Σ_i κ2_i²).

@@ -352,7 +352,7 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
 
 
 def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
-    from pretrain.engine.loop import pair_views, split_views
+    from pretrain.model.encoders import pair_views, split_views
 
     x1, x2 = torch.arange(8.0).view(8, 1), torch.arange(100.0, 108.0).view(8, 1)
     paired = pair_views(x1, x2, 2)

@@ -1,4 +1,4 @@
-"""MiOC (seed 001) against independent references: scikit-learn's OneClassSVM decides O, and
+"""MiOC (Jain et al. 2025) against independent references: scikit-learn's OneClassSVM decides O, and
 every synthetic point is decomposed back into (query, queue key, beta) with numpy."""
 
 from __future__ import annotations

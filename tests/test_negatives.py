@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 import torch
@@ -14,32 +15,40 @@ from negatives.none import NoNegatives
 
 N, D, K = 8, 16, 32
 
-# Small sizes with warm-up off, so that every strategy makes negatives on this tiny queue.
-SMALL = {
-    "none": {},
-    "mioc": {"num_synthetic": 6, "num_inlier_synthetic": 4, "warmup_epochs": 0.0, "nu": 0.1,
-             "gamma": 0.1},
-    "mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
-    "modified_mochi": {"num_hard": 8, "num_mix": 5, "num_query_mix": 3, "warmup_epochs": 0.0},
-    "outliers": {"ratio": 0.5, "kinds": ["rotate", "cutpaste"], "rotation_labels": "shared"},
-    "adco": {"bank_size": 24},
-}  # fmt: skip
-# The same strategies making zero synthetic points: their logits must be plain MoCo's.
-ZERO = {
-    "none": {},
-    "mioc": {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0},
-    "mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
-    "modified_mochi": {"num_hard": 8, "num_mix": 0, "num_query_mix": 0, "warmup_epochs": 0.0},
-    "outliers": {"ratio": 0.0},
-    "adco": None,  # its bank replaces the queue and is never empty: no plain-MoCo limit
-}
+
+def where(name: str, attribute: str) -> str:
+    cls = negatives.strategies.get(name)
+    return f"strategy {name!r} ({cls.__module__}.{cls.__qualname__}.{attribute})"
 
 
 def small(name: str) -> NegativeStrategy:
-    assert name in SMALL and name in ZERO, f"add {name!r} to SMALL and ZERO in this file"
-    strategy = negatives.create(name, **SMALL[name])
+    """The strategy at its contract's sizes (``contract_kwargs``), bound to D."""
+    try:
+        strategy = negatives.create(name, **negatives.strategies.get(name).contract_kwargs)
+    except (TypeError, ValueError) as e:
+        raise AssertionError(f"{where(name, 'contract_kwargs')}: {e}") from None
     strategy.bind_model(D)  # what build.strategy does once the embedding size is known
     return strategy
+
+
+@pytest.mark.parametrize("name", negatives.list_strategies())
+def test_the_contract_is_declared(name):
+    """Fast, before any slow test: the contract's class attributes have their types, and the
+    contract kwargs are accepted by the constructor; a failure names the class and attribute."""
+    cls = negatives.strategies.get(name)
+    assert isinstance(cls.syncs_per_step, int) and cls.syncs_per_step >= 0, where(
+        name, "syncs_per_step"
+    )
+    for attribute in ("syncs_why", "step_state", "why_not_capturable"):
+        assert isinstance(getattr(cls, attribute), str), where(name, attribute)
+    assert isinstance(cls.capturable, bool), where(name, "capturable")
+    assert isinstance(cls.contract_kwargs, dict), where(name, "contract_kwargs")
+    assert cls.zero_kwargs is None or isinstance(cls.zero_kwargs, dict), where(name, "zero_kwargs")
+    for attribute in ("contract_kwargs", "zero_kwargs"):
+        try:
+            negatives.strategies.check_kwargs(name, getattr(cls, attribute) or {})
+        except ValueError as e:
+            raise AssertionError(f"{where(name, attribute)}: {e}") from None
 
 
 def test_registry_lists_none():
@@ -190,11 +199,12 @@ def test_none_strategy_is_plain_moco():
 def test_zero_synthetic_points_give_plain_moco_logits(name):
     from pretrain.losses import moco_logits
 
-    if ZERO[name] is None:
-        pytest.skip(f"{name}: ZERO[{name!r}] is None in this file (its bank replaces the queue)")
+    zero = negatives.strategies.get(name).zero_kwargs
+    if zero is None:
+        pytest.skip(f"{where(name, 'zero_kwargs')} is None: no plain-MoCo limit declared")
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
-    extra = negatives.create(name, **ZERO[name]).negatives(
+    extra = negatives.create(name, **zero).negatives(
         StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
     )
     for t in (extra.shared, extra.per_query):
@@ -210,8 +220,10 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
     from pretrain import config
     from pretrain.engine import loop
+    from pretrain.engine.step import Batch
 
-    kwargs = ", ".join(f"{k}: {v}" for k, v in SMALL[name].items())
+    kwargs = ", ".join(f"{k}: {json.dumps(v)}" for k, v in
+                       negatives.strategies.get(name).contract_kwargs.items())  # fmt: skip
     replaces = negatives.strategies.get(name).replaces_queue
     cfg = config.load("digits_moco.yaml", [
         f"out_dir={tmp_path}", "model.width=8", "train.batch_size=16", "moco.queue_size=32",
@@ -223,7 +235,7 @@ def test_strategy_runs_in_a_training_step(name, tmp_path):
     before = run.queue.keys.clone()
     state_before = {k: v.clone() for k, v in run.strategy.state_dict().items()
                     if isinstance(v, torch.Tensor)}  # fmt: skip
-    loss = loop.train_step(run, x1, x2, y, 1.0, *rows)
+    loss = loop.train_step(run, Batch.make(x1, x2, y, rows), 1.0)
     assert torch.isfinite(loss)
     assert torch.equal(run.queue.keys[16:], before[16:])  # only the batch's keys were enqueued
     assert not torch.equal(run.queue.keys[:16], before[:16])

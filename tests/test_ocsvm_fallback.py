@@ -23,7 +23,7 @@ import pytest
 import torch
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives.ocsvm import svm as ocsvm
+from negatives.ocsvm import device_support
 from negatives.ocsvm.svm import OneClassSVM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_a_scoring_kernel_that_cannot_launch_falls_back_to_batched_ops():
 def test_triton_older_than_the_kernels_need_is_named(monkeypatch, version, usable):
     pytest.importorskip("triton")
     monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
-    cause = ocsvm.triton_unusable()
+    cause = device_support.triton_unusable()
     assert (cause == "") == usable, cause
     if not usable:
         assert cause == f"triton {version} is older than 3.5, the oldest the kernels run on"

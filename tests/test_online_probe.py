@@ -13,6 +13,7 @@ from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
 from pretrain.engine.online_probe import OnlineProbe
+from pretrain.engine.step import Batch
 
 TINY = [
     "model.width=8",
@@ -66,7 +67,7 @@ def test_no_gradient_reaches_the_encoder(tmp_path):
         batches = iter(run.data.train_loader)
         for _ in range(3):
             x1, x2, y, _, *rows = next(batches)
-            loop.train_step(run, x1, x2, y, 0.5, *rows)
+            loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
         runs[flag] = run
     assert runs["false"].probe is None and runs["true"].probe is not None
     a, b = runs["false"].moco.state_dict(), runs["true"].moco.state_dict()

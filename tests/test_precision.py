@@ -12,6 +12,7 @@ import torch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
+from pretrain.engine.step import Batch
 from pretrain.losses import infonce
 from pretrain.runtime import precision
 
@@ -56,9 +57,9 @@ def spy_step(run: loop.Run, monkeypatch) -> dict:
     head.register_forward_hook(lambda m, i, o: seen.setdefault("head", o.dtype) and None)
     negatives, loss_forward = run.strategy.negatives, run.loss_fn.forward
 
-    def spy_negatives(q, k, *rest):
-        seen["neg"] = (q.dtype, k.dtype, torch.is_autocast_enabled("cpu"))
-        return negatives(q, k, *rest)
+    def spy_negatives(s):
+        seen["neg"] = (s.q.dtype, s.k.dtype, torch.is_autocast_enabled("cpu"))
+        return negatives(s)
 
     def spy_loss(step):
         seen["loss_in"] = (step.q.dtype, step.k.dtype, torch.is_autocast_enabled("cpu"))
@@ -68,7 +69,7 @@ def spy_step(run: loop.Run, monkeypatch) -> dict:
     monkeypatch.setattr(run.strategy, "negatives", spy_negatives)
     monkeypatch.setattr(run.loss_fn, "forward", spy_loss)
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    seen["loss"] = loop.train_step(run, x1, x2, y, 1.0, *rows)
+    seen["loss"] = loop.train_step(run, Batch.make(x1, x2, y, rows), 1.0)
     return seen
 
 
@@ -115,7 +116,7 @@ def run_steps(tmp_path, amp: str, steps: int = 4) -> list[float]:
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
         if i == steps:
             break
-        losses.append(loop.train_step(run, x1, x2, y, 0.0, *rows).item())
+        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
     return losses
 
 
@@ -157,5 +158,5 @@ def test_cpu_layout_follows_the_policy(tmp_path, monkeypatch, amp):
         lambda m, i: seen.append(i[0].is_contiguous(memory_format=layout))
     )
     x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    loss = loop.train_step(run, x1, x2, y, 1.0, *rows)
+    loss = loop.train_step(run, Batch.make(x1, x2, y, rows), 1.0)
     assert torch.isfinite(loss) and seen and all(seen)

@@ -111,7 +111,7 @@ def test_non_positive_sizes_are_refused(size, dim):
 
 
 def test_engine_order_backward_then_enqueue_uses_the_pre_enqueue_queue():
-    """pretrain/engine/loop.py enqueues after ``loss.backward()`` and ``optimizer.step()``.
+    """pretrain/engine/step.py enqueues after ``loss.backward()`` and ``optimizer.step()``.
 
     The loss reads ``queue.keys`` without a clone, so the enqueue must come after backward (MoCo's
     reference enqueues before backward and needs ``queue.clone()`` for that). This mirrors the

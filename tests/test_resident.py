@@ -25,6 +25,7 @@ from pretrain.data import augment, datasets, imagefiles, loaders, resident, view
 from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.engine import build, loop
+from pretrain.engine.step import Batch
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
@@ -361,17 +362,17 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
                  *RESIDENT]  # fmt: skip
     cfg = config.load("digits_moco.yaml", overrides)
     run = loop.setup(cfg)
-    assert run.data.resident == "device" and isinstance(run.data.train_loader,
+    assert run.data.pipeline == "resident" and isinstance(run.data.train_loader,
                                                         resident.ResidentViews)  # fmt: skip
     assert isinstance(run.data.test_loader, resident.EvalBatches)
     run.data.sampler.set_epoch(0)
     it = iter(run.data.train_loader)
     x1, x2, y, _, params = next(it)
-    loop.train_step(run, x1, x2, y, 0.5, params)
+    loop.train_step(run, Batch.make(x1, x2, y, [params]), 0.5)
     with SyncCounter() as syncs:
         for _ in range(2):
             x1, x2, y, _, params = next(it)
-            loop.train_step(run, x1, x2, y, 0.5, params)
+            loop.train_step(run, Batch.make(x1, x2, y, [params]), 0.5)
     assert syncs.count == 0, syncs.report()
     with _Ops() as ops:
         next(it)
@@ -390,7 +391,7 @@ def test_knn_monitor_batches_equal_the_loaders(tmp_path):
     cfg = config.load("digits_moco.yaml", ["data.resident=device", f"out_dir={tmp_path}"])
     held = build.datasets_for(cfg, "cpu")
     ref = build.datasets_for(config.load("digits_moco.yaml", [f"out_dir={tmp_path}"]), "cpu")
-    assert held.resident == "device" and ref.resident == "off"
+    assert held.pipeline == "resident" and ref.pipeline == "loader"
     for a, b in ((held.test_loader, ref.test_loader), (held.bank_loader, ref.bank_loader)):
         xa, ya = zip(*a)
         xb, yb = zip(*b)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from negatives.ocsvm.svm import TRITON_MIN
+from negatives.ocsvm.device_support import TRITON_MIN
 
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 

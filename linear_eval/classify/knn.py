@@ -10,7 +10,7 @@ Presets (k, T):
 
 - ``cifar``: 200, 0.1 (InstDisc; MoCo CIFAR demo; lightly).
 - ``imagenet``: 20, 0.07 (DINO ``eval_knn.py``; mmselfsup).
-- ``seed001``: 10, 0.1. MiOC (seed 001) reports a 10-NN; the temperature is not given there,
+- ``mioc``: 10, 0.1. MiOC (Jain et al. 2025) reports a 10-NN; the temperature is not given there,
   T = 0.1 is our assumption (the InstDisc value).
 
 Majority vote (SINCERE, Feeney & Hughes 2024, https://arxiv.org/abs/2309.14277, 1-NN and 5-NN
@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from linear_eval.records import summary
 from pretrain.engine.knn import knn_predict, knn_votes
@@ -32,42 +31,26 @@ from pretrain.engine.knn import knn_predict, knn_votes
 PRESETS: dict[str, dict[str, Any]] = {
     "cifar": {"k": 200, "temperature": 0.1, "source": "InstDisc / MoCo CIFAR demo"},
     "imagenet": {"k": 20, "temperature": 0.07, "source": "DINO eval_knn.py"},
-    "seed001": {
+    "mioc": {
         "k": 10,
         "temperature": 0.1,
-        "source": "MiOC (seed 001) 10-NN; T = 0.1 is our assumption (not given by the paper)",
+        "source": "MiOC (Jain et al. 2025) 10-NN; T = 0.1 is our assumption (not in the paper)",
     },
 }
 MAJORITY_K = (1, 5)  # SINCERE
 
 
-def topk_accuracy(
-    scores: torch.Tensor, labels: torch.Tensor, ks: tuple[int, ...] = (1, 5)
-) -> dict[int, float]:
-    """Percent of rows whose label is among the ``k`` highest scores, for each k (capped at C)."""
-    return {k: 100.0 * summary.topk_correct(scores, labels, k).double().mean().item() for k in ks}
-
-
-@torch.no_grad()
 def majority_votes(
     train_features: torch.Tensor,
     train_labels: torch.Tensor,
     test_features: torch.Tensor,
     k: int,
     num_classes: int,
-    chunk: int = 1024,
 ) -> torch.Tensor:
     """(M, C) vote counts of the k nearest training features by cosine similarity (k capped at
-    N); ``argmax`` breaks ties towards the smallest class index."""
-    bank = F.normalize(train_features.float(), dim=1)
-    labels = train_labels.to(bank.device)
-    k = min(k, bank.shape[0])
-    out = []
-    for part in F.normalize(test_features.float().to(bank.device), dim=1).split(chunk):
-        idx = (part @ bank.T).topk(k, dim=1).indices  # (m, k)
-        votes = torch.zeros(part.shape[0], num_classes, device=bank.device)
-        out.append(votes.scatter_add_(1, labels[idx], torch.ones_like(idx, dtype=votes.dtype)))
-    return torch.cat(out)
+    N): :func:`pretrain.engine.knn.knn_votes` with one vote per neighbour; ``argmax`` breaks ties
+    towards the smallest class index."""
+    return knn_votes(train_features, train_labels, test_features, k, None, num_classes)
 
 
 def evaluate(

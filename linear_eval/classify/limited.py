@@ -1,5 +1,5 @@
 """Linear evaluation with few labels: k labelled training images per class, several seeded draws
-(seed 001 §A.3: 10 to 1000 images per class).
+(MiOC §A.3: 10 to 1000 images per class).
 
 Draw d of k images per class takes, in every class, the first k of a random order of that class
 (a generator seeded by (seed, k, d)), so a draw is reproducible and independent of the others. A

@@ -8,7 +8,7 @@ pretrained):
 - ``moco``: lr 30, batch 256, 100 epochs, steps at 60/80 (facebookresearch/moco ``main_lincls.py``
   @ b8ae0d9 with its README's ``--lr 30.0``).
 - ``mioc``: lr 10, batch 128, 60 epochs, steps at 30/40/50: the MiOC ImageNet-100 protocol
-  (seed 001; DJ-CHB/MiOC-Official @ 525ad80 ``Code/conf/lincls_params.py``).
+  (MiOC; DJ-CHB/MiOC-Official @ 525ad80 ``Code/conf/lincls_params.py``).
 - ``transfer``: lr 3, batch 128, 100 epochs, steps at 50/70/90 (the seed's transfer protocol).
 - ``lbfgs``: multinomial logistic regression by full-batch L-BFGS with the L2 strength chosen on
   held-out training features (:mod:`linear_eval.classify.logreg`); the fast default for small data.
@@ -86,7 +86,7 @@ PROTOCOLS: dict[str, Protocol] = {
         lr=10.0,
         milestones=(30, 40, 50),
         batch_size=128,
-        source="MiOC (seed 001) ImageNet-100, Code/conf/lincls_params.py",
+        source="MiOC (Jain et al. 2025) ImageNet-100, Code/conf/lincls_params.py",
     ),
     "transfer": Protocol(
         "transfer",

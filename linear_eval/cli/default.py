@@ -180,7 +180,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         )
         scores = probe.predict(fc, test.backbone.to(device)).cpu()
         ran = {"lr_by_epoch": probe.lr_changes(lr_log)}
-    sess.model.assert_unchanged()
+        sess.model.assert_unchanged()  # the augmented images went through the backbone
     knn_rec = summary.accuracy(summary.topk_correct(votes, test.labels, 1), "knn_top1")
     knn5 = summary.accuracy(summary.topk_correct(votes, test.labels, 5), "knn_top5")
     lin = summary.accuracy(summary.topk_correct(scores, test.labels, 1), "linear_top1")
@@ -210,7 +210,11 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             **common,
             **ran,  # the lr the optimizer held, at epoch 0 and wherever it changed
         },
-        "frozen_check": "encoder parameters and BatchNorm statistics equal to the checkpoint's",
+        "frozen_check": (
+            "encoder parameters and BatchNorm statistics equal to the checkpoint's"
+            if args.probe == "images"
+            else "none needed: the probe trained on cached features, the encoder did not run"
+        ),
         "train_size": int(train.labels.numel()),
         "test_size": int(test.labels.numel()),
         # per test image, in test order ("1" correct): what `linear_eval table` resamples for

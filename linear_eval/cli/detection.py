@@ -1,5 +1,5 @@
 """The detection subcommands: one-class, ID vs OOD datasets, AULC over checkpoints, and the kappa
-analyses (seed 004). Each writes ``RUN/eval/<evaluator>.json`` (and its figures) and returns the
+analyses (vMF-κ). Each writes ``RUN/eval/<evaluator>.json`` (and its figures) and returns the
 record."""
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def run_kappa(
     severities: Sequence[int] = SEVERITIES,
     corruptions_root: str | Path | None = None,
 ) -> dict[str, Any]:
-    """seed 004 analyses: kappa of correctly vs wrongly classified test images (L-BFGS linear
+    """vMF-κ analyses: kappa of correctly vs wrongly classified test images (L-BFGS linear
     probe, Mann-Whitney U; AUROC of kappa as a correctness score) and kappa vs corruption
     severity (Spearman), the corrupted images from :func:`corruption_source`."""
     if not sess.model.has_kappa:

@@ -4,7 +4,7 @@ detection and a report.
     python -m linear_eval --ckpt RUN/checkpoints/last.pt          # linear (SGD) + kNN, JSON line
     python -m linear_eval all --ckpt RUN/checkpoints/last.pt      # everything below + report.md
     python -m linear_eval linear --ckpt X --protocol mioc --seeds 0 1 2
-    python -m linear_eval knn --ckpt X --presets cifar imagenet seed001
+    python -m linear_eval knn --ckpt X --presets cifar imagenet mioc
     python -m linear_eval transfer --ckpt X --datasets cifar10,cifar100,stl10,cinic10
     python -m linear_eval limited --ckpt X --counts 10,25,50,100 --draws 5
     python -m linear_eval ood --ckpt X                             # one-class protocol

@@ -11,7 +11,7 @@ features each detector reads and with which settings:
 - ``s_shift`` (eq. 5): s_con averaged over the 4 rotations, bank rotated by the same angle;
   ``s_ens`` (eq. 6): averaged over the 4 rotations × N random crops of the test image, each against
   the bank at that rotation (FIRM ``evaluate_oneclass.py``: the bank is never cropped).
-- ``kappa`` (seed 004: κ alone) and ``knn_kappa`` (seed 004 Table 2: k-NN, k = 5, on [μ, κ] with μ
+- ``kappa`` (vMF-κ: κ alone) and ``knn_kappa`` (vMF-κ Table 2: k-NN, k = 5, on [μ, κ] with μ
   the unit-norm head output).
 
 KNN+'s k: CIDER uses K = 100 on CIFAR-10's 50,000 training images (0.2% of the bank); we keep that
@@ -55,7 +55,7 @@ class ViewSet:
 class Settings:
     k: int = 5  # s_con / s_con* / s_shift / s_ens (FIRM main tables)
     knn_plus_k: int | None = None  # None: CIDER's fraction of the bank
-    kappa_k: int = 5  # seed 004 Table 2
+    kappa_k: int = 5  # vMF-κ Table 2
     ocsvm_nu: float = 0.1
     ocsvm_max_bank: int = 10_000
     kde_bandwidth: float | None = None  # None: Scott's rule on the normalised bank

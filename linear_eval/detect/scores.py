@@ -7,12 +7,12 @@ device of the inputs (CPU for numpy) and each score is returned as a float64 ten
 Nearest-neighbour scores tile both the test set and the bank in blocks of ``chunk_size`` rows
 and merge the per-block top-k, so at most chunk_size² similarities exist at once.
 
-Papers: [0] FIRM, seed 000 (eqs. 3-7); [1] Sun et al. 2022, "Out-of-distribution detection with
+Papers: [0] FIRM (eqs. 3-7); [1] Sun et al. 2022, "Out-of-distribution detection with
 deep nearest neighbors" (KNN+), https://arxiv.org/abs/2204.06507; [2] Lee et al. 2018, "A simple
 unified framework for detecting OOD samples", https://arxiv.org/abs/1807.03888; [3] CIDER, Ming et
 al. 2023, https://arxiv.org/abs/2203.04450, code deeplearning-wisc/cider @ dce8ad3 ``eval_ood.py``;
 [4] SSD, Sehwag et al. 2021, https://arxiv.org/abs/2103.12051, code inspire-group/SSD
-``eval_ssd.py``; [5] seed 004, probabilistic contrastive learning with a κ head.
+``eval_ssd.py``; [5] vMF-κ, probabilistic contrastive learning with a κ head.
 """
 
 from __future__ import annotations
@@ -78,10 +78,6 @@ def _topk(
         values.append(best_v)
         indices.append(best_i)
     return torch.cat(values), torch.cat(indices)
-
-
-def _cosine(q: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return q @ b.T  # (m, c), rows already unit-norm
 
 
 def _neg_sq_distance(q: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -322,7 +318,7 @@ def ocsvm_score(
 
 
 def kappa_score(kappa: ArrayLike) -> torch.Tensor:
-    """κ alone as the normality score (seed 004 [5]: higher κ = more certain = more ID), (M,).
+    """κ alone as the normality score (vMF-κ [5]: higher κ = more certain = more ID), (M,).
     Accepts (M,) or (M, 1)."""
     t = torch.as_tensor(kappa).detach().to(torch.float64)
     if t.ndim == 2 and t.shape[1] == 1:
@@ -340,7 +336,7 @@ def knn_with_kappa(
     k: int = 5,
     chunk_size: int = CHUNK,
 ) -> torch.Tensor:
-    """k-NN score on features concatenated with κ (seed 004 [5], Table 2, k = 5), (M,).
+    """k-NN score on features concatenated with κ (vMF-κ [5], Table 2, k = 5), (M,).
 
     Precisely: v = [μ / ‖μ‖, κ] ∈ R^(F+1) (the mean direction normalised, κ appended raw), and the
     score is −‖v − v_(k)‖, minus the Euclidean distance to the k-th nearest bank vector (the KNN+

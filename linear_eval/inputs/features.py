@@ -3,12 +3,12 @@ and datasets.
 
 One pass of the query encoder gives, per image, the pooled backbone (penultimate) features h
 (N, F), the unit-norm head output z (N, D), the concentration kappa (N,) when the model has a kappa
-head (seed 004), and the label. They are written to
+head (vMF-κ), and the label. They are written to
 ``RUN/features/<dataset>-<split>-<view>-<key>.pt``, ``key`` a hash of the checkpoint (path, size,
 mtime, step), the dataset root, the transform, the view and the corruption, so a changed checkpoint
 or transform never reads a stale file.
 
-Test-time views (FIRM, seed 000, eqs. 5-6; authors' ``evaluate_oneclass.py``): a rotation by 0,
+Test-time views (FIRM, eqs. 5-6; authors' ``evaluate_oneclass.py``): a rotation by 0,
 90, 180 or 270 degrees, optionally after a random crop. The crop is torchvision's
 RandomResizedCrop(image_size, scale=(0.55, 1), ratio=(1, 1)) of the eval-transformed image, as
 FIRM's ``crop_transform`` does (resize, centre-crop, then RandomResizedCrop), seeded per (crop
@@ -16,7 +16,7 @@ index, image index), so crop i of image j is the same in every run and with any 
 NOTE: FIRM's paper says scale [0.5, 1]; its code uses [0.55, 1] and a square ratio (SEMANTICS §7).
 The crop and rotation act on the normalised tensor: per-channel normalisation commutes with both.
 
-Corruptions (seed 004 Table 1) are either read from CIFAR-10-C's ``<kind>.npy`` files (given
+Corruptions (vMF-κ Table 1) are either read from CIFAR-10-C's ``<kind>.npy`` files (given
 their folder: the images go through the full transform, like clean ones) or applied by
 :func:`linear_eval.inputs.corruptions.corrupt` to the un-normalised test images in [0, 1], then the
 transform's ``Normalize`` follows. The cache key names the source (the files' paths, sizes, mtimes).
@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 from linear_eval.inputs import corruptions, eval_datasets, foreign
 from pretrain import config
 from pretrain.config import Config, ConfigError
-from pretrain.data import datasets, imagefiles, loaders
+from pretrain.data import datasets, imagefiles, loaders, views
 from pretrain.engine import build, checkpoint
 from pretrain.model.encoders import Encoder
 
@@ -116,7 +116,7 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
             "[--set data.root=PATH]"
         ) from None
     try:
-        cfg = config.from_dict(state["config"], source=f"{path} (config)")
+        cfg = config.from_dict(state["config"], source=f"{path} (config)", encoder_only=True)
     except ConfigError as e:
         raise checkpoint.CheckpointError(f"the config stored in {path} is not usable: {e}") from e
     with torch.random.fork_rng(devices=[]):
@@ -356,19 +356,9 @@ class FeatureStore:
         (RandomResizedCrop with the run's crop scale, horizontal flip with the run's
         probability), shuffled by a seeded generator: for the linear probe on images."""
         d = self.model.cfg.data
-        aug = loaders.train_transform(
-            image_size=d.image_size,
-            crop_scale=d.crop_scale,
-            jitter_strength=0.0,
-            jitter_prob=0.0,
-            grayscale_prob=0.0,
-            blur_prob=0.0,
-            hflip_prob=d.hflip_prob,
-            affine_degrees=0.0,
-            affine_translate=0.0,
-            mean=d.mean,
-            std=d.std,
-        )
+        spec = views.ViewSpec(image_size=d.image_size, crop_scale=d.crop_scale,
+                              hflip_prob=d.hflip_prob)  # fmt: skip
+        aug = loaders.train_transform(spec, d.mean, d.std)
         return DataLoader(
             loaders.Transformed(self.dataset(d.name, "train"), aug),
             batch_size,

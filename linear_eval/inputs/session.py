@@ -33,9 +33,6 @@ class Options:
     overrides: tuple[str, ...] = ()  # dotted overrides of that config
 
 
-SMALL_CPU = pretrain_threads.SMALL_SHARE  # cores; at or below this: one torch thread by default
-
-
 def configure_threads(threads: int | None, device: str | None) -> int:
     """Set torch's intra-op threads (:func:`pretrain.runtime.threads.configure`: ``threads`` if
     given, else this process's share of its cores, one thread on a share of <= 4 cores). Returns the

@@ -3,7 +3,7 @@ tables of every result in ``RUN/eval/``, for a person to look at.
 
 Figures from features: t-SNE with cluster indices (MiOC Fig. 5), SINCERE's nearest-neighbour
 margins (Table 1), learning curves from ``RUN/metrics.jsonl``; from results: limited labels,
-one-class AUROC per class; kappa sections (seed 004) only when the model has a kappa head.
+one-class AUROC per class; kappa sections (vMF-κ) only when the model has a kappa head.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ FIGURES = {
 BAR_DETECTOR = "s_con"
 KNN_TEXT = (
     "Cosine kNN on backbone features: weighted vote exp(cos/T) (presets cifar = InstDisc, "
-    "imagenet = DINO, seed001 = MiOC's 10-NN with T = 0.1 *assumed*, run = the run's own "
+    "imagenet = DINO, mioc = MiOC's 10-NN with T = 0.1 *assumed*, run = the run's own "
     "eval.knn_*) and SINCERE's majority vote."
 )
 

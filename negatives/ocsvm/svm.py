@@ -59,7 +59,6 @@ device; ``predict(Y)`` -> (m,) int64 in {+1, -1}.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import warnings
 from typing import Any
@@ -67,39 +66,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from negatives.ocsvm import device_support as support
 from negatives.ocsvm import smo
 
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
-
-
-# The oldest triton the kernels launch on (CI launches them through a stand-in driver on it);
-# triton 3.0-3.4 reject float64 tl.dot
-TRITON_MIN = (3, 5)
-
-
-def _has_triton() -> bool:
-    """Whether triton can be imported (without importing it: the package imports without it)."""
-    return importlib.util.find_spec("triton") is not None
-
-
-def triton_unusable() -> str:
-    """Why the Triton OC-SVM cannot run here ("" if it can): triton missing or older than
-    :data:`TRITON_MIN`."""
-    if not _has_triton():
-        return "triton is not installed"
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        found = version("triton")
-    except PackageNotFoundError:  # importable but not installed as a distribution (a source tree)
-        import triton
-
-        found = triton.__version__
-    parts = tuple(int(p) for p in found.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts < TRITON_MIN:
-        oldest = ".".join(map(str, TRITON_MIN))
-        return f"triton {found} is older than {oldest}, the oldest the kernels run on"
-    return ""
 
 
 class OneClassSVM:
@@ -172,7 +142,7 @@ class OneClassSVM:
         if loop == "triton" and (solver != "libsvm" or backend != "torch"):
             raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
         if backend == "thundersvm":  # at construction, not at the first fit (after warm-up)
-            _thundersvm()
+            support.thundersvm()
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
@@ -224,7 +194,8 @@ class OneClassSVM:
         of "triton" after a fallback (:meth:`_fall_back`)."""
         loop = self.loop
         if loop == "auto":
-            loop = "triton" if X.is_cuda and _has_triton() else "device" if X.is_cuda else "host"
+            cuda, triton = X.is_cuda, support.has_triton()
+            loop = "triton" if cuda and triton else "device" if cuda else "host"
         fell_back = self._triton_state not in ("untried", "ok")
         return "device" if loop == "triton" and fell_back else loop
 
@@ -243,10 +214,10 @@ class OneClassSVM:
     def _fit_triton(self, X64: torch.Tensor) -> OneClassSVM | None:
         """The fit as two Triton launches (the Gram matrix, the SMO program); nothing is read on
         the host (see the module doc). At the first Triton fit of this object, a triton older
-        than :data:`TRITON_MIN`, or a kernel that fails to compile or launch, makes this and
+        than ``support.TRITON_MIN``, or a kernel that fails to compile or launch, makes this and
         every later fit use the device loop (one warning naming the cause): returns None then."""
         first = self._triton_state == "untried"
-        if first and (cause := triton_unusable()):
+        if first and (cause := support.triton_unusable()):
             self._fall_back(cause)
             return None
         try:
@@ -254,7 +225,7 @@ class OneClassSVM:
         except Exception as e:  # noqa: BLE001  (any failure of the backend, at the first fit only)
             if not first or isinstance(e, ValueError):
                 raise
-            self._fall_back(_first_line(e))
+            self._fall_back(support.first_line(e))
             return None
         self._triton_state, self.path_ = "ok", "triton"
         return out
@@ -295,20 +266,7 @@ class OneClassSVM:
         cache = self.__dict__.setdefault("_constants", {})
         key = (what, n, str(dev))
         if key not in cache:
-            f64 = {"dtype": torch.float64, "device": dev}
-            if what == "alpha0":  # smo.initial_alpha: min(1, nu_l - i) >= 0, exact in float64
-                nu_l = float(np.cumsum(np.full(n, self.nu))[-1])  # accumulated as libsvm does
-                a = torch.arange(n, **f64).neg_().add_(nu_l).clamp_(0.0, 1.0)
-                cache[key] = (a, int(np.count_nonzero(smo.initial_alpha(self.nu, n))))
-            elif what == "ones":
-                cache[key] = (torch.ones(n, **f64), n)
-            elif what == "zero":
-                cache[key] = (torch.zeros((), dtype=torch.long, device=dev), 0)
-            elif what == "gamma":
-                cache[key] = (torch.full((1,), self.gamma, **f64), 1)
-            else:
-                tol, tau = torch.full((1,), self.tol, **f64), torch.full((1,), smo._TAU, **f64)
-                cache[key] = (torch.cat([tol, tau]), 2)
+            cache[key] = support.fit_constant(what, n, dev, self.nu, self.gamma, self.tol)
         return cache[key]
 
     def prepare(self, device: torch.device | str, n: int) -> None:
@@ -373,7 +331,7 @@ class OneClassSVM:
         chunk = self.chunk_size if device_loop else n + 1000  # host: no chunk boundary needed
         alpha0 = smo.initial_alpha(self.nu, n)
         s, n_iter, timed_out = smo.solve(ops, alpha0, eps, max_iter, self.shrinking, chunk)
-        G, a, perm = solution_to_host(s.G, s.alpha, s.perm)
+        G, a, perm = support.solution_to_host(s.G, s.alpha, s.perm)
         self.n_syncs_ = ops.n_syncs + device_loop  # + this copy of the solution to the host
         alpha = np.zeros(n)
         alpha[perm] = a  # libsvm's "put back the solution"
@@ -382,18 +340,9 @@ class OneClassSVM:
     def _fit_wrapped(self, X64: torch.Tensor) -> tuple[np.ndarray, float, int, int]:
         kw = dict(kernel=self.kernel, nu=self.nu, gamma=self.gamma, tol=self.tol)
         kw.update(max_iter=self.max_iter, shrinking=self.shrinking)
-        if self.backend == "sklearn":
-            from sklearn.svm import OneClassSVM as Wrapped
-        else:
-            Wrapped = _thundersvm()
-        m = self._wrapped = Wrapped(**kw)
-        m.fit(X64.cpu().numpy())
+        self._wrapped, *fitted = support.fit_wrapped(self.backend, X64.cpu().numpy(), kw)
         self.n_syncs_ = 0
-        alpha = np.zeros(len(X64))
-        alpha[np.asarray(m.support_)] = np.asarray(m.dual_coef_, dtype=np.float64)[0]
-        if self.backend == "sklearn":
-            return alpha, -float(m.intercept_[0]), m.n_iter_, m.fit_status_
-        return alpha, float(m.intercept_[0]), -1, 0  # thundersvm keeps rho, and no iteration count
+        return tuple(fitted)  # type: ignore[return-value]
 
     def decision_function(self, Y: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """f(y) = sum_i a_i K(sv_i, y) - rho for Y (m, d): float64 (m,) on Y's device.
@@ -476,8 +425,8 @@ class OneClassSVM:
         except Exception as e:  # noqa: BLE001
             self._score_state = "failed"
             warnings.warn(
-                f"the Triton OC-SVM scoring kernel cannot run here ({_first_line(e)}); scoring "
-                "with batched tensor ops instead (the same decision values)",
+                f"the Triton OC-SVM scoring kernel cannot run here ({support.first_line(e)}); "
+                "scoring with batched tensor ops instead (the same decision values)",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -498,32 +447,3 @@ class OneClassSVM:
     def predict(self, Y: torch.Tensor) -> torch.Tensor:
         """+1 for inliers (f > 0, as libsvm), -1 for outliers: (m,) int64 on Y's device."""
         return torch.where(self.decision_function(Y) > 0, 1, -1)
-
-
-def _first_line(e: BaseException) -> str:
-    """``Type: the first line of the message`` (compiler errors run to pages)."""
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
-
-
-def solution_to_host(G: Any, alpha: Any, perm: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(G, alpha, perm) as numpy arrays, in one device-to-host copy when they are tensors (one
-    sync on CUDA, not three): perm's indices are exact in float64."""
-    if not all(isinstance(t, torch.Tensor) for t in (G, alpha, perm)):
-        return tuple(np.asarray(torch.as_tensor(t).cpu()) for t in (G, alpha, perm))  # type: ignore
-    n = len(perm)
-    both = torch.cat([G.to(torch.float64), alpha.to(torch.float64), perm.to(torch.float64)])
-    host = both.cpu().numpy()
-    return host[: len(G)], host[len(G) : len(G) + len(alpha)], host[-n:].astype(np.int64)
-
-
-def _thundersvm() -> Any:
-    """thundersvm's ``OneClassSVM`` class, or ImportError saying how to install it."""
-    try:
-        from thundersvm import OneClassSVM as Wrapped
-    except ImportError as e:
-        raise ImportError(
-            "backend='thundersvm' needs the thundersvm package: pip install thundersvm-cpu (or "
-            "thundersvm for CUDA); backend='torch' needs nothing more"
-        ) from e
-    return Wrapped

@@ -36,15 +36,12 @@ from pretrain.data.augment_params import (
     SIGMA,
     SOLARIZE,
     THETA,
+    ViewSpec,
+    blur_kernel_size,
 )
 
 # color_jitter reads the three blend factors as one slice of columns
 assert (CONTRAST, SATURATION) == (BRIGHTNESS + 1, BRIGHTNESS + 2)
-
-
-def blur_kernel_size(image_size: int) -> int:
-    """About 10 % of the side, odd, at least 3 (SimCLR; the reference path's rule)."""
-    return max(3, int(0.1 * image_size) // 2 * 2 + 1)
 
 
 def per_image(v: torch.Tensor) -> torch.Tensor:
@@ -62,19 +59,6 @@ def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Te
     """``ratio * x + (1 - ratio) * other`` clamped to [0, 1] (torchvision ``_blend``), as one
     ``lerp`` from ``other`` to ``x`` (the same value up to float rounding)."""
     return torch.lerp(other.expand_as(x), x, ratio.expand_as(x)).clamp_(0.0, 1.0)
-
-
-def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    return (x * per_image(factor)).clamp_(0.0, 1.0)
-
-
-def adjust_contrast(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    mean = grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
-    return blend(x, mean, per_image(factor))
-
-
-def adjust_saturation(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    return blend(x, grayscale(x), per_image(factor))
 
 
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
@@ -316,6 +300,25 @@ class Photometric(nn.Module):
         self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
         self.compiled = compiled
         self.one_pass = torch.compile(self.batch) if compiled else self.batch
+
+    @classmethod
+    def for_views(
+        cls, spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, ...], compiled: bool = False
+    ) -> Photometric:
+        """Stage 2 of the views ``spec`` describes: the ops after the crop, those whose
+        probability or strength is 0 left out."""
+        return cls(
+            jitter=spec.jitter_strength > 0 and spec.jitter_prob > 0,
+            grayscale=spec.grayscale_prob > 0,
+            blur=spec.blur_prob > 0,
+            hflip=spec.hflip_prob > 0,
+            solarize=spec.solarize_prob > 0,
+            affine=spec.affine,
+            blur_kernel=blur_kernel_size(spec.image_size),
+            mean=tuple(mean),
+            std=tuple(std),
+            compiled=compiled,
+        )
 
     def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         chunk = cpu_chunk(x.shape[-2], x.shape[-1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,6 +37,34 @@ ORDERS = np.array(list(itertools.permutations(range(4))), dtype=np.int64)  # (24
 SIGMA_RANGE = (0.1, 2.0)  # MoCo v2 / SimCLR GaussianBlur
 RATIO = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default aspect-ratio range
 CROP_TRIES = 10  # as RandomResizedCrop.get_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewSpec:
+    """The augmentation of a training view, one record passed whole to every pipeline (stage 1's
+    crops, stage 2's photometric ops, the per-sample torchvision reference, the device-resident
+    views); built from the config's ``data.*`` keys by ``pretrain.engine.build.view_spec``.
+    A probability or strength of 0 turns its op off."""
+
+    image_size: int  # output side of the crop
+    crop_scale: tuple[float, float]  # RandomResizedCrop scale
+    affine_degrees: float = 0.0  # RandomAffine rotation
+    affine_translate: float = 0.0  # RandomAffine translation fraction
+    jitter_strength: float = 0.0  # ColorJitter(s, s, s, s / 4)
+    jitter_prob: float = 0.0
+    grayscale_prob: float = 0.0
+    blur_prob: float = 0.0  # GaussianBlur, sigma in SIGMA_RANGE
+    hflip_prob: float = 0.0
+    solarize_prob: float = 0.0
+
+    @property
+    def affine(self) -> bool:
+        return self.affine_degrees > 0 or self.affine_translate > 0
+
+
+def blur_kernel_size(image_size: int) -> int:
+    """About 10 % of the side, odd, at least 3 (SimCLR)."""
+    return max(3, int(0.1 * image_size) // 2 * 2 + 1)
 
 
 def view_rng(seed: int, epoch: int, index: int, view: int) -> np.random.Generator:
@@ -147,51 +176,40 @@ def inverse_affine_matrix(angle: float, translate: list[int]) -> list[float]:
     return m
 
 
-def photometric_row(rng: np.random.Generator, **kwargs: float) -> list[float]:
+def photometric_row(rng: np.random.Generator, spec: ViewSpec) -> list[float]:
     """:func:`photometric` for one row, in plain Python; same uniforms, same row (tested)."""
     u = rng.random(11).tolist()
-    s = kwargs["jitter_strength"]
+    s = spec.jitter_strength
     lo, span = max(0.0, 1.0 - s), 1.0 + s - max(0.0, 1.0 - s)
-    get = kwargs.get
     return [
-        float(u[0] < get("jitter_prob", 0.0)),  # JITTER
+        float(u[0] < spec.jitter_prob),  # JITTER
         lo + span * u[5],  # BRIGHTNESS
         lo + span * u[6],  # CONTRAST
         lo + span * u[7],  # SATURATION
         s / 4 * (2.0 * u[8] - 1.0),  # HUE
         float(min(math.floor(u[9] * 24), 23)),  # ORDER (24 = len(ORDERS))
-        float(u[1] < get("grayscale_prob", 0.0)),  # GRAY
-        float(u[2] < get("blur_prob", 0.0)),  # BLUR
+        float(u[1] < spec.grayscale_prob),  # GRAY
+        float(u[2] < spec.blur_prob),  # BLUR
         SIGMA_RANGE[0] + (SIGMA_RANGE[1] - SIGMA_RANGE[0]) * u[10],  # SIGMA
-        float(u[3] < get("hflip_prob", 0.0)),  # FLIP
-        float(u[4] < get("solarize_prob", 0.0)),  # SOLARIZE
+        float(u[3] < spec.hflip_prob),  # FLIP
+        float(u[4] < spec.solarize_prob),  # SOLARIZE
     ]
 
 
-def photometric(
-    rng: np.random.Generator,
-    n: int,
-    *,
-    jitter_strength: float,
-    jitter_prob: float,
-    grayscale_prob: float,
-    blur_prob: float,
-    hflip_prob: float,
-    solarize_prob: float = 0.0,
-) -> np.ndarray:
+def photometric(rng: np.random.Generator, n: int, spec: ViewSpec) -> np.ndarray:
     """``n`` rows of photometric parameters (float32, (n, NUM_PARAMS), columns named above).
 
     A factor whose op is off (probability 0 or strength 0) is drawn anyway and ignored, so the
     layout never changes; flags are 0.0/1.0."""
-    s = jitter_strength
+    s = spec.jitter_strength
     u = rng.random((n, 11))  # one draw: 5 flags, 4 jitter factors, the order, sigma
     lo, hi = max(0.0, 1.0 - s), 1.0 + s
     out = np.empty((n, NUM_PARAMS), dtype=np.float64)
-    out[:, JITTER] = u[:, 0] < jitter_prob
-    out[:, GRAY] = u[:, 1] < grayscale_prob
-    out[:, BLUR] = u[:, 2] < blur_prob
-    out[:, FLIP] = u[:, 3] < hflip_prob
-    out[:, SOLARIZE] = u[:, 4] < solarize_prob
+    out[:, JITTER] = u[:, 0] < spec.jitter_prob
+    out[:, GRAY] = u[:, 1] < spec.grayscale_prob
+    out[:, BLUR] = u[:, 2] < spec.blur_prob
+    out[:, FLIP] = u[:, 3] < spec.hflip_prob
+    out[:, SOLARIZE] = u[:, 4] < spec.solarize_prob
     out[:, BRIGHTNESS : SATURATION + 1] = lo + (hi - lo) * u[:, 5:8]
     out[:, HUE] = s / 4 * (2.0 * u[:, 8] - 1.0)
     out[:, ORDER] = np.minimum(np.floor(u[:, 9] * len(ORDERS)), len(ORDERS) - 1)

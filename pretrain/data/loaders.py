@@ -17,36 +17,28 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
+from pretrain.data import augment_params as ap
+from pretrain.data.augment_params import ViewSpec
 
-def train_transform(
-    *,
-    image_size: int,
-    crop_scale: tuple[float, float],
-    jitter_strength: float,
-    jitter_prob: float,
-    grayscale_prob: float,
-    blur_prob: float,
-    hflip_prob: float,
-    affine_degrees: float,
-    affine_translate: float,
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
-) -> v2.Compose:
-    """MoCo v2 augmentation (moco/main_moco.py ``--aug-plus``), sizes from the config."""
-    s = jitter_strength
+
+def train_transform(spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
+    """MoCo v2 augmentation (moco/main_moco.py ``--aug-plus``) per sample with torchvision: the
+    reference path (``data.augment_on: workers``) of the same ``spec`` the batched path runs."""
+    s = spec.jitter_strength
     ops: list[Any] = [v2.ToImage()]
-    if affine_degrees > 0 or affine_translate > 0:
-        ops.append(v2.RandomAffine(affine_degrees, translate=(affine_translate,) * 2))
-    ops.append(v2.RandomResizedCrop(image_size, scale=crop_scale, antialias=True))
-    if s > 0 and jitter_prob > 0:
-        ops.append(v2.RandomApply([v2.ColorJitter(s, s, s, s / 4)], p=jitter_prob))
-    if grayscale_prob > 0:
-        ops.append(v2.RandomGrayscale(p=grayscale_prob))
-    if blur_prob > 0:
-        kernel = max(3, int(0.1 * image_size) // 2 * 2 + 1)  # ~10% of the side, odd (SimCLR)
-        ops.append(v2.RandomApply([v2.GaussianBlur(kernel, sigma=(0.1, 2.0))], p=blur_prob))
-    if hflip_prob > 0:
-        ops.append(v2.RandomHorizontalFlip(p=hflip_prob))
+    if spec.affine:
+        ops.append(v2.RandomAffine(spec.affine_degrees, translate=(spec.affine_translate,) * 2))
+    ops.append(v2.RandomResizedCrop(spec.image_size, scale=spec.crop_scale, antialias=True))
+    if s > 0 and spec.jitter_prob > 0:
+        ops.append(v2.RandomApply([v2.ColorJitter(s, s, s, s / 4)], p=spec.jitter_prob))
+    if spec.grayscale_prob > 0:
+        ops.append(v2.RandomGrayscale(p=spec.grayscale_prob))
+    if spec.blur_prob > 0:
+        kernel = ap.blur_kernel_size(spec.image_size)
+        blur = v2.GaussianBlur(kernel, sigma=ap.SIGMA_RANGE)
+        ops.append(v2.RandomApply([blur], p=spec.blur_prob))
+    if spec.hflip_prob > 0:
+        ops.append(v2.RandomHorizontalFlip(p=spec.hflip_prob))
     ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
     return v2.Compose(ops)
 

@@ -7,7 +7,7 @@ moved to the device, and every batch is gathered there: the sampler's permutatio
 the device once per epoch, and each view's parameters come from a table of uniforms drawn on the
 device once per epoch from a generator seeded with (seed, epoch), turned into rows by
 ``pretrain.data.device_params`` (the loader's formulas). A batch is then the loader's batch
-(``views.CropViews``: uint8 views + stage-2 rows), so ``loop.train_step`` runs stage 2 on it as
+(``views.CropViews``: uint8 views + stage-2 rows), so ``step.train_step`` runs stage 2 on it as
 on the loader path; no DataLoader, no worker, no host sync and no host-to-device copy per step.
 
 The held-out split and the kNN bank are resident too (:class:`EvalBatches`: the eval transform

@@ -10,7 +10,6 @@ the output size leave their affine and crop to stage 2 too (:func:`defers_crop`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms.v2 import functional as TF
 
 from pretrain.data import augment_params as ap
+from pretrain.data.augment_params import ViewSpec
 
 
 def read_image(path: str | Path) -> torch.Tensor:
@@ -41,22 +41,6 @@ def as_uint8_tensor(image: Any) -> torch.Tensor:
     if image.shape[0] == 1:
         image = image.expand(3, -1, -1)
     return image
-
-
-@dataclass(frozen=True, kw_only=True)
-class ViewSpec:
-    """Static settings of stage 1 (the config's data section, as plain values)."""
-
-    image_size: int
-    crop_scale: tuple[float, float]
-    affine_degrees: float
-    affine_translate: float
-    jitter_strength: float
-    jitter_prob: float
-    grayscale_prob: float
-    blur_prob: float
-    hflip_prob: float
-    solarize_prob: float = 0.0
 
 
 def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> torch.Tensor:
@@ -86,15 +70,7 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
 
 def view_params(spec: ViewSpec, rng: np.random.Generator) -> list[float]:
     """The view's photometric parameter row (NUM_PARAMS floats)."""
-    return ap.photometric_row(
-        rng,
-        jitter_strength=spec.jitter_strength,
-        jitter_prob=spec.jitter_prob,
-        grayscale_prob=spec.grayscale_prob,
-        blur_prob=spec.blur_prob,
-        hflip_prob=spec.hflip_prob,
-        solarize_prob=spec.solarize_prob,
-    )
+    return ap.photometric_row(rng, spec)
 
 
 def defers_crop(image: torch.Tensor, spec: ViewSpec) -> bool:

@@ -1,8 +1,12 @@
-"""Thin adapters from the config to the objects of a run (the only place that reads the config)."""
+"""Thin adapters from the config to the objects of a run: the model, the data, the strategy, the
+loss and the optimizer are built here from plain values and never see the config. Besides this
+module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``train.*`` and
+``eval.*``), ``Loss.config_kwargs`` (a loss's keys) and ``cuda_graphs.refusal`` read it."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,23 +43,8 @@ def eval_transform(d: DataConfig) -> Any:
     return loaders.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
 
 
-def train_transform(d: DataConfig) -> Any:
-    return loaders.train_transform(
-        image_size=d.image_size,
-        crop_scale=d.crop_scale,
-        jitter_strength=d.jitter_strength,
-        jitter_prob=d.jitter_prob,
-        grayscale_prob=d.grayscale_prob,
-        blur_prob=d.blur_prob,
-        hflip_prob=d.hflip_prob,
-        affine_degrees=d.affine_degrees,
-        affine_translate=d.affine_translate,
-        mean=d.mean,
-        std=d.std,
-    )
-
-
 def view_spec(d: DataConfig) -> views.ViewSpec:
+    """The augmentation keys of ``data.*`` as the one record every pipeline takes whole."""
     return views.ViewSpec(
         image_size=d.image_size,
         crop_scale=d.crop_scale,
@@ -69,19 +58,14 @@ def view_spec(d: DataConfig) -> views.ViewSpec:
     )
 
 
+def train_transform(d: DataConfig) -> Any:
+    """``augment_on: workers``: the whole augmentation per sample (torchvision, the reference)."""
+    return loaders.train_transform(view_spec(d), d.mean, d.std)
+
+
 def photometric(d: DataConfig) -> augment.Photometric:
     """Stage 2 of ``augment_on: device``: the ops of :func:`train_transform` after the crop."""
-    return augment.Photometric(
-        jitter=d.jitter_strength > 0 and d.jitter_prob > 0,
-        grayscale=d.grayscale_prob > 0,
-        blur=d.blur_prob > 0,
-        hflip=d.hflip_prob > 0,
-        affine=d.affine_degrees > 0 or d.affine_translate > 0,
-        blur_kernel=augment.blur_kernel_size(d.image_size),
-        mean=tuple(d.mean),
-        std=tuple(d.std),
-        compiled=d.augment_compile,
-    )
+    return augment.Photometric.for_views(view_spec(d), d.mean, d.std, d.augment_compile)
 
 
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
@@ -111,28 +95,38 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=lr, momentum=t.sgd_momentum, foreach=True)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Data:
-    train: loaders.TwoViews | views.CropViews | device_decode.EncodedViews | resident.ResidentViews
+    """The run's input, whichever pipeline (:func:`pipeline`) made it."""
+
+    pipeline: str  # "loader" | "device_decode" | "resident" (see :func:`pipeline`)
+    train: Sized  # the training views, one item per image (their count sets steps_per_epoch)
     sampler: loaders.ResumableSampler
-    # the latter two with decode_on device / resident device (both: batches on the device)
-    train_loader: DataLoader | device_decode.DecodedLoader | resident.ResidentViews
-    bank_loader: DataLoader | resident.EvalBatches  # training images, eval transform: kNN bank
-    test_loader: DataLoader | resident.EvalBatches  # held-out images, eval transform
+    train_loader: Iterable[Any]  # batches (x1, x2, y, index, *stage-2 rows)
+    bank_loader: Iterable[Any]  # training images, eval transform: the kNN bank; (x, y) batches
+    test_loader: Iterable[Any]  # held-out images, eval transform; (x, y) batches
     num_classes: int
     in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
     num_workers: int = 0  # loader processes per rank after the cap (pretrain.runtime.cores)
-    identity: dict[str, Any] | None = None  # the training set's (pretrain/data/identity.py)
     skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
     augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
-    decode_on: str = "cpu"  # data.decode_on resolved for this run's device: cpu or device
-    resident: str = "off"  # data.resident resolved for this run's device: off or device
+    identity: dict[str, Any] | None = None  # the training set's (pretrain/data/identity.py)
 
     def close(self) -> None:
         """End the worker processes of every loader now (see
         :func:`pretrain.data.loaders.shutdown`)."""
         for loader in (self.train_loader, self.bank_loader, self.test_loader):
             loaders.shutdown(loader)
+
+
+@dataclass(kw_only=True)
+class Splits:
+    """The datasets a run reads, before any pipeline: training, kNN bank and held-out splits."""
+
+    train: Dataset
+    bank: Dataset  # the labelled training split (stl10 pretrains on train+unlabeled)
+    test: Dataset
+    skipped: torch.Tensor | None  # data.skip_bad_images: shared per-worker skip counts
 
 
 def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
@@ -158,8 +152,68 @@ def decode_on(d: DataConfig, device: torch.device | str) -> str:
     return "device" if fits else "cpu"
 
 
+def pipeline(
+    cfg: Config, device: torch.device | str, splits: Splits, resident_ok: bool = True
+) -> str:
+    """The one place the input pipeline is chosen, for a run on ``device``:
+
+    - ``resident`` (``data.resident``): the splits held on the device as uint8, batches and both
+      views' augmentation made there, no loader; auto = on CUDA when they fit in the free memory;
+    - ``device_decode`` (``data.decode_on``): loader workers read bytes and draw crops, the
+      training process decodes and crops each batch on the device (:func:`decode_on`);
+    - ``loader``: loader workers decode and crop (and, with ``augment_on: workers``, augment).
+
+    Explicit settings that cannot apply were refused by ``config.validate``. ``resident_ok``
+    False: the resident split could not be made (auto), the next choice."""
+    d = cfg.data
+    if resident_ok and d.augment_on == "device" and d.decode_on != "device":
+        if d.resident == "device" or (d.resident == "auto" and torch.device(device).type == "cuda"):
+            held = [splits.train] + [b for b in (splits.bank, splits.test) if b is not splits.train]
+            need = sum(resident.estimate_bytes(b) for b in held)
+            need += resident.table_bytes(len(splits.train), 2 + d.support_views)
+            if resident.resolve(d.resident, device, need) == "device":
+                return "resident"
+    return "device_decode" if decode_on(d, device) == "device" else "loader"
+
+
 def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
-    """The run's datasets and loaders; ``device`` is the training device (data.decode_on)."""
+    """The run's datasets and loaders through the pipeline :func:`pipeline` chooses; ``device``
+    is the training device. The record carries the training set's identity (checked on resume)."""
+    s = read_splits(cfg)
+    data = pipeline_data(cfg, device, s)
+    data.identity = train_set_identity(s.train, cfg.data.root)
+    return data
+
+
+def pipeline_data(cfg: Config, device: torch.device | str, s: Splits) -> Data:
+    """:func:`datasets_for`'s loaders, from the splits."""
+    if len(s.train) < cfg.train.batch_size:
+        raise ConfigError(
+            f"train.batch_size {cfg.train.batch_size} exceeds the training set "
+            f"({len(s.train)} images after data.subset/data.in_classes)"
+        )
+    sampler = loaders.ResumableSampler(
+        len(s.train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(),
+        world_size=dist.world_size(),
+    )  # fmt: skip
+    workers = cores.loader_workers(cfg.data.num_workers)
+    chosen = pipeline(cfg, device, s)
+    if chosen == "resident":
+        try:
+            return resident_data(cfg, s, sampler, device, workers)
+        except resident.NotResidentError as e:
+            if cfg.data.resident == "device":
+                raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
+            if dist.is_main():
+                print(f"data.resident=auto: off, {e}", flush=True)
+            chosen = pipeline(cfg, device, s, resident_ok=False)
+    if chosen == "device_decode":
+        return decoded_data(cfg, s, sampler, device, workers)
+    return loader_data(cfg, s, sampler, workers)
+
+
+def read_splits(cfg: Config) -> Splits:
+    """The training, bank and held-out datasets, after ``data.in_classes`` and ``data.subset``."""
     d = cfg.data
     skipped = imagefiles.skip_counter() if d.skip_bad_images else None
     files = d.name in IMAGE_FILES
@@ -187,124 +241,57 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
         base_bank = (
             base_train if same else datasets.stratified_subset(base_bank, d.subset, cfg.seed)
         )
-    identity = train_set_identity(base_train, d.root)
-    world = dist.world_size()
-    if len(base_train) < cfg.train.batch_size:
-        raise ConfigError(
-            f"train.batch_size {cfg.train.batch_size} exceeds the training set "
-            f"({len(base_train)} images after data.subset/data.in_classes)"
-        )
+    return Splits(train=base_train, bank=base_bank, test=base_test, skipped=skipped)
+
+
+def two_views(cfg: Config, base: Dataset) -> loaders.TwoViews | views.CropViews:
+    """The training views in the loader workers: crops and stage-2 rows (``augment_on:
+    device``) or the whole augmentation per sample (``workers``)."""
+    d = cfg.data
     if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
-        train: Any = views.CropViews(base_train, view_spec(d), cfg.seed, d.support_views)
-    else:
-        train = loaders.TwoViews(base_train, train_transform(d), cfg.seed)
-    sampler = loaders.ResumableSampler(
-        len(train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(), world_size=world
-    )
+        return views.CropViews(base, view_spec(d), cfg.seed, d.support_views)
+    return loaders.TwoViews(base, train_transform(d), cfg.seed)
+
+
+def loader_data(cfg: Config, s: Splits, sampler: loaders.ResumableSampler, workers: int) -> Data:
+    """``loader``: every split through DataLoader workers."""
+    d = cfg.data
+    train = two_views(cfg, s.train)
     pin = dist.device_type() == "cuda"  # pinned batches: the loop's non-blocking upload
-    per_rank = cfg.train.batch_size // world
-    tf = eval_transform(d)
-    workers = cores.loader_workers(d.num_workers)
-    held = resident_data(cfg, base_train, base_bank, base_test, sampler, device, workers, skipped)
-    if held is not None:
-        return Data(**held, sampler=sampler, num_workers=workers, skipped=skipped,
-                    in_classes=list(d.in_classes), augment=photometric(d),
-                    identity=identity)  # fmt: skip
-    where = decode_on(d, device)
-    if where == "device":
-        train, train_loader = device_loader(train, sampler, per_rank, workers, pin, device)
-    else:
-        train_loader = loaders.loader(train, per_rank, sampler, workers, pin)
+    per_rank = cfg.train.batch_size // dist.world_size()
+    bank, test = eval_loaders(cfg, s, workers)
     return Data(
+        pipeline="loader",
         train=train,
         sampler=sampler,
-        train_loader=train_loader,
-        bank_loader=eval_loader(loaders.Transformed(base_bank, tf), cfg.eval.batch_size, workers),
-        test_loader=eval_loader(loaders.Transformed(base_test, tf), cfg.eval.batch_size, workers),
-        num_classes=datasets.num_classes(base_bank),
+        train_loader=loaders.loader(train, per_rank, sampler, workers, pin),
+        bank_loader=bank,
+        test_loader=test,
+        num_classes=datasets.num_classes(s.bank),
         in_classes=list(d.in_classes),
         num_workers=workers,
-        skipped=skipped,
+        skipped=s.skipped,
         augment=photometric(d) if d.augment_on == "device" else None,
-        decode_on=where,
-        identity=identity,
     )
 
 
-def resident_data(
-    cfg: Config, base_train: Dataset, base_bank: Dataset, base_test: Dataset,
-    sampler: loaders.ResumableSampler, device: torch.device | str, workers: int,
-    skipped: torch.Tensor | None = None,
-) -> dict[str, Any] | None:  # fmt: skip
-    """``data.resident``: the training, bank and held-out splits on ``device`` as uint8 and the
-    batches made there (pretrain/data/resident.py); None when it resolves to off (auto on a CPU, a
-    split too large for the device, images of different sizes under auto)."""
-    d = cfg.data
-    if d.resident == "off" or d.augment_on != "device" or d.decode_on == "device":
-        return None  # config.validate refuses an explicit device with the last two
-    if d.resident == "auto" and torch.device(device).type != "cuda":
-        return None  # auto is off on a CPU: nothing measured, nothing read
-    splits = [base_train] + [b for b in (base_bank, base_test) if b is not base_train]
-    need = sum(resident.estimate_bytes(b) for b in splits)
-    need += resident.table_bytes(len(base_train), 2 + d.support_views)
-    if resident.resolve(d.resident, device, need) != "device":
-        return None
-    folder = resident.cache_dir(cfg.out_dir)
-    try:
-        arrays = {id(base_train): resident.load(base_train, folder, workers)}
-    except resident.NotResidentError as e:
-        if d.resident == "device":
-            raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
-        if dist.is_main():
-            print(f"data.resident=auto: off, {e}", flush=True)
-        return None
-    for b in splits[1:]:  # held-out images of several sizes: the loader's eval transform
-        with contextlib.suppress(resident.NotResidentError):
-            arrays[id(b)] = resident.load(b, folder, workers)
-    on = {k: (x.to(device), y.to(device)) for k, (x, y, _) in arrays.items()}
-    count = {k: None if skipped is None else resident.Skipped(h.skips, skipped)
-             for k, h in arrays.items()}  # fmt: skip
-    train = resident.ResidentViews(*on[id(base_train)], view_spec(d), cfg.seed, sampler,
-                                   d.support_views, count[id(base_train)])  # fmt: skip
-    kw = dict(batch=cfg.eval.batch_size, size=d.image_size, resize=d.eval_resize,
-              mean=tuple(d.mean), std=tuple(d.std))  # fmt: skip
-    if dist.is_main():
-        mb = sum(x.numel() for x, _ in on.values()) / 2**20
-        print(f"data.resident=device: {mb:.0f} MiB of uint8 images on {device}, batches and "
-              "augmentation there (no loader workers)", flush=True)  # fmt: skip
-    return {
-        "train": train,
-        "train_loader": train,
-        "bank_loader": eval_batches(base_bank, on, count, kw, d, cfg.eval.batch_size, workers),
-        "test_loader": eval_batches(base_test, on, count, kw, d, cfg.eval.batch_size, workers),
-        "num_classes": datasets.num_classes(base_bank),
-        "decode_on": "cpu",
-        "resident": "device",
-    }
+def eval_loaders(cfg: Config, s: Splits, workers: int) -> tuple[DataLoader, DataLoader]:
+    """The bank and held-out splits under the eval transform, through DataLoader workers."""
+    tf, batch = eval_transform(cfg.data), cfg.eval.batch_size
+    return (
+        eval_loader(loaders.Transformed(s.bank, tf), batch, workers),
+        eval_loader(loaders.Transformed(s.test, tf), batch, workers),
+    )
 
 
-def eval_batches(
-    ds: Dataset, on: dict[int, tuple[torch.Tensor, torch.Tensor]],
-    count: dict[int, resident.Skipped | None], kw: dict[str, Any], d: DataConfig,
-    batch_size: int, workers: int,
-) -> resident.EvalBatches | DataLoader:  # fmt: skip
-    """The resident eval batches of ``ds``, or the loader's when its images differ in size
-    (held-out images need not match, and are evaluated as on the loader path)."""
-    if id(ds) in on:
-        return resident.EvalBatches(*on[id(ds)], **kw, skipped=count[id(ds)])
-    return eval_loader(loaders.Transformed(ds, eval_transform(d)), batch_size, workers)
-
-
-def device_loader(
-    crops: views.CropViews,
-    sampler: loaders.ResumableSampler,
-    per_rank: int,
+def decoded_data(
+    cfg: Config, s: Splits, sampler: loaders.ResumableSampler, device: torch.device | str,
     workers: int,
-    pin: bool,
-    device: torch.device | str,
-) -> tuple[device_decode.EncodedViews, device_decode.DecodedLoader]:
-    """``decode_on: device``: workers read bytes and draw the crops, the training process
-    decodes and crops each batch on ``device`` (pretrain/data/device_decode.py)."""
+) -> Data:  # fmt: skip
+    """``device_decode``: workers read bytes and draw the crops, the training process decodes
+    and crops each batch on ``device`` (pretrain/data/device_decode.py)."""
+    d = cfg.data
+    crops = two_views(cfg, s.train)
     files = device_decode.file_samples(crops.base)
     if files is None:  # config.validate admits image files only
         raise ConfigError("data.decode_on=device needs a dataset of image files")
@@ -321,9 +308,74 @@ def device_loader(
             ),
             flush=True,
         )
+    pin = dist.device_type() == "cuda"
+    per_rank = cfg.train.batch_size // dist.world_size()
     loader = loaders.loader(encoded, per_rank, sampler, workers, pin,
-                         collate_fn=device_decode.Collate(encoded))  # fmt: skip
-    return encoded, device_decode.DecodedLoader(loader, device_decode.DeviceCrops(encoded, device))
+                            collate_fn=device_decode.Collate(encoded))  # fmt: skip
+    bank, test = eval_loaders(cfg, s, workers)
+    return Data(
+        pipeline="device_decode",
+        train=encoded,
+        sampler=sampler,
+        train_loader=device_decode.DecodedLoader(
+            loader, device_decode.DeviceCrops(encoded, device)
+        ),
+        bank_loader=bank,
+        test_loader=test,
+        num_classes=datasets.num_classes(s.bank),
+        in_classes=list(d.in_classes),
+        num_workers=workers,
+        skipped=s.skipped,
+        augment=photometric(d),
+    )
+
+
+def resident_data(
+    cfg: Config, s: Splits, sampler: loaders.ResumableSampler, device: torch.device | str,
+    workers: int,
+) -> Data:  # fmt: skip
+    """``resident``: the training, bank and held-out splits on ``device`` as uint8 and the
+    batches made there (pretrain/data/resident.py); :class:`resident.NotResidentError` when the
+    training split cannot be held (e.g. images of different sizes). A bank or held-out split that
+    cannot is read through the loader's eval transform."""
+    d = cfg.data
+    folder = resident.cache_dir(cfg.out_dir)
+    arrays = {id(s.train): resident.load(s.train, folder, workers)}
+    for b in (s.bank, s.test):  # held-out images of several sizes: the loader's eval transform
+        if id(b) not in arrays:
+            with contextlib.suppress(resident.NotResidentError):
+                arrays[id(b)] = resident.load(b, folder, workers)
+    on = {k: (x.to(device), y.to(device)) for k, (x, y, _) in arrays.items()}
+    count = {k: None if s.skipped is None else resident.Skipped(h.skips, s.skipped)
+             for k, h in arrays.items()}  # fmt: skip
+    train = resident.ResidentViews(*on[id(s.train)], view_spec(d), cfg.seed, sampler,
+                                   d.support_views, count[id(s.train)])  # fmt: skip
+    if dist.is_main():
+        mb = sum(x.numel() for x, _ in on.values()) / 2**20
+        print(f"data.resident=device: {mb:.0f} MiB of uint8 images on {device}, batches and "
+              "augmentation there (no loader workers)", flush=True)  # fmt: skip
+
+    def eval_batches(ds: Dataset) -> resident.EvalBatches | DataLoader:
+        if id(ds) in on:
+            return resident.EvalBatches(*on[id(ds)], batch=cfg.eval.batch_size,
+                                        size=d.image_size, resize=d.eval_resize,
+                                        mean=tuple(d.mean), std=tuple(d.std),
+                                        skipped=count[id(ds)])  # fmt: skip
+        return eval_loader(loaders.Transformed(ds, eval_transform(d)), cfg.eval.batch_size, workers)
+
+    return Data(
+        pipeline="resident",
+        train=train,
+        sampler=sampler,
+        train_loader=train,
+        bank_loader=eval_batches(s.bank),
+        test_loader=eval_batches(s.test),
+        num_classes=datasets.num_classes(s.bank),
+        in_classes=list(d.in_classes),
+        num_workers=workers,
+        skipped=s.skipped,
+        augment=photometric(d),
+    )
 
 
 def queue(cfg: Config, train_size: int) -> LabeledQueue:

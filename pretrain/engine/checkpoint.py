@@ -248,16 +248,18 @@ class StopSignals:
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else ""
 
-    def forward(self) -> None:
-        """Hand a received SIGTERM/SIGUSR2 on to the handler that was installed before ours.
+    def forward(self, signum: int | None = None) -> None:
+        """Hand a received SIGTERM/SIGUSR2 (or ``signum``: the signal another rank received) on
+        to the handler that was installed before ours.
 
         Under submitit that handler calls the task's ``checkpoint()`` and requeues the job: the
         engine forwards only after its own checkpoint is on disk. A default or ignored handler is
         not called (a plain run just exits cleanly), and Ctrl-C is never forwarded.
         """
-        previous = self._previous.get(self.received) if self.received else None
-        if self.received != signal.SIGINT and callable(previous):
-            previous(self.received, None)
+        signum = signum or self.received
+        previous = self._previous.get(signum) if signum else None
+        if signum != signal.SIGINT and callable(previous):
+            previous(signum, None)
 
     def __enter__(self) -> StopSignals:
         for sig in self.SIGNALS:

@@ -1,4 +1,4 @@
-"""``train.cuda_graphs``: the whole training step (``loop.train_step``) captured as one CUDA graph
+"""``train.cuda_graphs``: the whole training step (``step.train_step``) captured as one CUDA graph
 and replayed, so the host launches one graph instead of ~1,200 kernels per step.
 
 Follows PyTorch's whole-network capture recipe (docs: CUDA semantics, "CUDA Graphs", whole-network
@@ -25,22 +25,22 @@ from typing import Any
 import torch
 
 import negatives
+from pretrain import losses
 from pretrain.config import Config
 
-# A step that reads a device value on the host cannot be captured (tests/sync_table.py counts).
-SYNCING_LOSSES = {"cider": "its prototype EMA copies (labels valid?, rounds) to the host each step"}
-SYNCING_STRATEGIES = {
-    "mioc": "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
-    "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; refused "
-    "until it is measured there",
-}
-# A Python value that changes between steps would be frozen in the graph.
-PYTHON_STATE_LOSSES = {
-    "ring": "its band anneals with the fractional epoch / global step (Python floats)",
-}
-PYTHON_STATE_STRATEGIES = {
-    "adco": "its bank's fill count is a Python integer that changes every step until full",
-}
+
+def declared(kind: str, name: str, cls: Any) -> list[tuple[bool, str]]:
+    """The refusals a loss or strategy declares (its class attributes, see
+    ``negatives.base.NegativeStrategy``): host syncs per step (a capture cannot read the device),
+    Python state that changes per step (frozen in a graph), not declared capturable."""
+    n = cls.syncs_per_step
+    return [
+        (n == 0, f"{kind} {name!r} syncs {n} time(s) per step (syncs_per_step): {cls.syncs_why}"),
+        (not cls.step_state, f"{kind} {name!r}: Python state that changes per step would be "
+                             f"frozen in the graph (step_state): {cls.step_state}"),
+        (cls.capturable, f"{kind} {name!r} is not declared capturable (capturable = False): "
+                         f"{cls.why_not_capturable}"),
+    ]  # fmt: skip
 
 
 def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
@@ -54,12 +54,8 @@ def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
         (t.amp != "fp16", "fp16's GradScaler checks for infs on the host every step"),
         (t.lr_per_epoch, "train.lr_per_epoch=false changes the lr (frozen at capture) every step"),
         (not cfg.eval.online_probe, "the online probe's accumulators are unchecked under capture"),
-        (loss not in SYNCING_LOSSES, f"loss {loss!r}: {SYNCING_LOSSES.get(loss)}"),
-        (strategy not in SYNCING_STRATEGIES,
-         f"strategy {strategy!r}: {SYNCING_STRATEGIES.get(strategy)}"),
-        (loss not in PYTHON_STATE_LOSSES, f"loss {loss!r}: {PYTHON_STATE_LOSSES.get(loss)}"),
-        (strategy not in PYTHON_STATE_STRATEGIES,
-         f"strategy {strategy!r}: {PYTHON_STATE_STRATEGIES.get(strategy)}"),
+        *declared("loss", loss, losses.registry.get(loss)),
+        *declared("strategy", strategy, negatives.strategies.get(strategy)),
         (whole_epoch_warmup(cfg), f"strategy {strategy!r}: its warmup_epochs is not a whole "
                                   "number (the graph is re-captured at whole epochs only)"),
     ]  # fmt: skip
@@ -74,14 +70,15 @@ def whole_epoch_warmup(cfg: Config) -> bool:
     return float(cfg.negatives.kwargs.get("warmup_epochs", default)).is_integer()
 
 
-Step = Callable[..., torch.Tensor]  # loop.train_step(run, x1, x2, y, epoch, *rows)
+Step = Callable[..., torch.Tensor]  # step.train_step(run, batch, epoch)
 
 
 class CapturedStep:
     """``step`` captured once per (lr, whole epoch, input shapes) and replayed.
 
     Args:
-        step: the eager step, ``step(run, x1, x2, y, epoch, *rows) -> loss``.
+        step: the eager step, ``step(run, batch, epoch) -> loss`` (``batch`` a
+            :class:`pretrain.engine.step.Batch`).
         warmup: eager steps on a side stream before the first capture (cuDNN autotuning, the
             optimizer's momentum buffers, lazy CUDA state: none of it may happen in a capture).
 
@@ -96,9 +93,8 @@ class CapturedStep:
         self.inputs: list[torch.Tensor] = []  # the captured input tensors
         self.loss: torch.Tensor | None = None
 
-    def __call__(self, run: Any, *batch: Any) -> torch.Tensor:
-        x1, x2, y, epoch, *rows = batch
-        tensors = [x1, x2, y, *rows]
+    def __call__(self, run: Any, batch: Any, epoch: float) -> torch.Tensor:
+        tensors, self.make = batch.tensors(), batch.make
         self.calls += 1
         if self.calls <= self.warmup or epoch < run.cfg.train.warmup_epochs:  # lr per step
             return self.eager_on_side_stream(run, tensors, epoch)
@@ -121,7 +117,7 @@ class CapturedStep:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            loss = self.step(run, *tensors[:3], epoch, *tensors[3:])
+            loss = self.step(run, self.make(*tensors[:3], tensors[3:]), epoch)
         torch.cuda.current_stream().wait_stream(side)
         return loss
 
@@ -132,5 +128,5 @@ class CapturedStep:
         run.optimizer.zero_grad(set_to_none=True)  # gradients allocated in the graph's pool
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.loss = self.step(run, *self.inputs[:3], epoch, *self.inputs[3:])
+            self.loss = self.step(run, self.make(*self.inputs[:3], self.inputs[3:]), epoch)
         self.graph = graph

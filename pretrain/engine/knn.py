@@ -63,18 +63,19 @@ def knn_votes(
     train_labels: torch.Tensor,
     test_features: torch.Tensor,
     k: int,
-    temperature: float,
+    temperature: float | None,
     num_classes: int,
     chunk: int = 1024,
 ) -> torch.Tensor:
-    """Class votes Σ_{j ∈ topk(i)} exp(cos(f_i, f_j) / T) · [y_j = c] of the weighted cosine kNN.
+    """Class votes Σ_{j ∈ topk(i)} exp(cos(f_i, f_j) / T) · [y_j = c] of the weighted cosine kNN,
+    or with ``temperature=None`` one vote per neighbour (SINCERE's majority vote).
 
     Args:
         train_features: (N, F) memory bank. train_labels: (N,) in [0, num_classes).
-        test_features: (M, F) queries. k: neighbours (capped at N). temperature: T.
+        test_features: (M, F) queries. k: neighbours (capped at N). temperature: T, or None.
 
     Returns:
-        (M, C) votes; the prediction is their argmax.
+        (M, C) votes; the prediction is their argmax (ties: the smallest class index).
     """
     bank = F.normalize(train_features.float(), dim=1)
     train_labels = train_labels.to(bank.device)
@@ -82,7 +83,7 @@ def knn_votes(
     out = []
     for part in F.normalize(test_features.float().to(bank.device), dim=1).split(chunk):
         sim, idx = (part @ bank.T).topk(k, dim=1)  # (m, k)
-        weight = (sim / temperature).exp()  # (m, k)
+        weight = torch.ones_like(sim) if temperature is None else (sim / temperature).exp()
         votes = torch.zeros(part.shape[0], num_classes, dtype=weight.dtype, device=weight.device)
         out.append(votes.scatter_add_(1, train_labels[idx], weight))  # (m, C)
     return torch.cat(out)
@@ -117,9 +118,8 @@ def knn_top1(
 
 
 @torch.no_grad()
-@torch.no_grad()
 def s_con(bank: torch.Tensor, test: torch.Tensor, k: int, chunk: int = 2048) -> torch.Tensor:
-    """s_con (seed 000 eq. 3): the mean of the k largest cosine similarities of each test feature
+    """s_con (FIRM eq. 3): the mean of the k largest cosine similarities of each test feature
     to the bank, both L2-normalised (M,), in the inputs' dtype; bank and test tiled in ``chunk``
     blocks (a running top-k), so a 1.3M-image bank never meets the whole test set at once. The
     one implementation: the one-class monitor below and ``linear_eval``'s ``knn_score`` call it."""

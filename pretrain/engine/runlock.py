@@ -3,7 +3,7 @@
 The kernel drops a ``flock`` when its holder dies (kill -9, a node reboot, a SLURM requeue of the
 same job), so a lock left by a killed run is stale by construction and the next run takes it over;
 the file's text (pid, host, start time) only names the holder for a refused run. Under DDP only
-global rank 0 takes it (see ``pretrain.engine.loop.lock_run_dir``). The file is never deleted: a
+global rank 0 takes it (see ``pretrain.engine.setup.lock_run_dir``). The file is never deleted: a
 delete-then-recreate would let two runs hold locks on two different files.
 """
 

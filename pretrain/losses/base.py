@@ -133,6 +133,24 @@ class Loss(nn.Module):
     """
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
+
+    # -- The contract: declared here, measured by the test suite for every registered loss
+    # (plugins included) and read by the CUDA-graph refusal and the generated docs; the same
+    # attributes as a negative strategy's (negatives.base.NegativeStrategy), the same safe
+    # defaults: no host sync allowed, not captured in a CUDA graph.
+
+    #: Host-device syncs per training step; the sync test fails when the count differs.
+    syncs_per_step: ClassVar[int] = 0
+    #: Where the syncs come from (docs/step_counts.md shows it).
+    syncs_why: ClassVar[str] = ""
+    #: True once the step with this loss is known to be capturable in a CUDA graph.
+    capturable: ClassVar[bool] = False
+    why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
+    #: Python state that changes between steps, which a CUDA graph would freeze, or empty.
+    step_state: ClassVar[str] = ""
+    #: ``loss.kwargs`` of the contract tests (tiny runs: a 64-key queue, a batch of 16).
+    contract_kwargs: ClassVar[dict[str, Any]] = {}
+
     needs_class_means: bool = False
     accepts_strategies: tuple[str, ...] | None = None
     why_strategies: str = ""
@@ -189,7 +207,8 @@ class Loss(nn.Module):
 
 #: The losses (``loss.name``), owned by ``pretrain.losses``, in the registry class the negative
 #: strategies use.
-registry: Registry[Loss] = Registry("loss")
+#: Installed packages add their own through the entry point group ``negmine.losses``.
+registry: Registry[Loss] = Registry("loss", group="negmine.losses")
 register = registry.register
 
 

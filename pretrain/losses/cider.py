@@ -1,5 +1,5 @@
 """CIDER's compactness and dispersion losses with the sequential prototype EMA (Ming et al., ICLR
-2023; seed paper 003).
+2023).
 
 With class prototypes μ_c (C, D) and the multiview batch z = [view1; view2] (2N, D):
 
@@ -64,7 +64,7 @@ def _check_inputs(
         )
     if labels.dtype != torch.long:
         raise ValueError(f"labels must be a long tensor of class indices, got {labels.dtype}")
-    if not 0.0 <= alpha <= 1.0:
+    if not 0.0 <= alpha <= 1.0:  # the function's domain; CIDER (training) refuses 1
         raise ValueError(f"alpha (weight of the old prototype) must lie in [0, 1], got {alpha}")
 
 
@@ -196,13 +196,19 @@ class Cider(Loss):
     Args:
         num_classes: classes of the training labels (the trainer passes the dataset's count).
         dim: dimension of the prototypes, the projection head's output (``model.dim``).
-        lambda_c: weight of L_comp, non-negative (CIDER's CIFAR-10 script: ``--w 2``).
+        lambda_c: weight of L_comp, non-negative (CIDER, CIFAR-10 script: ``--w 2``).
         alpha: prototype EMA, the weight of the old prototype, in [0, 1) (CIFAR-100: 0.5).
         comp_scale: multiply L_comp by T/0.07 as the official code does.
         dis_scale: multiply L_dis by T/0.1 as the official ``DisLoss`` does (T != 0.1 only).
         classes: the trained (in-distribution) classes, at least 2; None or [] = all
             ``num_classes`` (the trainer passes ``data.in_classes``).
     """
+
+    syncs_per_step = 1
+    syncs_why = (
+        "the per-class prototype EMA loops over the largest class count of the batch: one copy "
+        "of (labels valid?, rounds) to the host"
+    )
 
     needs_class_means = True
     needs_labels = True
@@ -229,7 +235,8 @@ class Cider(Loss):
         classes: list[int] | None = None,
     ) -> None:
         super().__init__(temperature)
-        if not 0.0 <= alpha < 1.0:
+        if not 0.0 <= alpha < 1.0:  # 1 is in the function's domain (constant prototypes, as
+            # the gradient check uses them) but a run whose prototypes never move is a mistake
             raise ValueError(f"alpha must lie in [0, 1) (the old prototype's weight), got {alpha}")
         if not lambda_c >= 0:
             raise ValueError(f"lambda_c must be non-negative, got {lambda_c}")

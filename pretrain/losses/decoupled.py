@@ -35,6 +35,11 @@ class Decoupled(Reweighted):
         weight_grad: differentiate through the weights (needs ``sigma``).
     """
 
+    syncs_why = (
+        "the DCLW weights gather the positives (with their gradient under `weight_grad`): a "
+        "collective, no host copy"
+    )
+
     def __init__(
         self, temperature: float, *, sigma: float | None = None, weight_grad: bool = False
     ) -> None:

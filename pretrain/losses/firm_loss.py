@@ -1,5 +1,5 @@
 """``loss.name: firm``: FIRM (Lunardi et al., "Contrastive Representation Modeling for Anomaly
-Detection", ECAI 2025, seed paper 000, eq. 2; code Willtl/firm) in MoCo's layout: in-distribution
+Detection", ECAI 2025, eq. 2; code Willtl/firm) in MoCo's layout: in-distribution
 anchors (label >= 0) take every in-distribution key as positive, synthetic outliers (label <= -2)
 and unlabelled images only their own key.
 

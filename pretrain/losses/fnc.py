@@ -77,6 +77,10 @@ class FNC(Loss):
         fn_threshold: ... and scores above this cosine, in [-1, 1] (official: 0.7).
     """
 
+    syncs_why = "the false negatives are a mask (top-k AND threshold), never a count on the host"
+
+    capturable = True
+
     batch_layout = False  # MoCo's layout
     needs_support = True
 

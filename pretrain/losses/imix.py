@@ -74,6 +74,10 @@ class IMix(Loss):
             (``model.bn_splits``).
     """
 
+    syncs_why = "λ and the partners drawn on the device (Beta without its argument check)"
+
+    capturable = True
+
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",

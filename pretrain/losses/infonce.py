@@ -62,6 +62,8 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
 class InfoNCE(Loss):
     """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
 
+    capturable = True
+
     batch_layout = False  # MoCo's own asymmetric layout
 
     def forward(self, s: StepTensors) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Concentration-aware alignment of the probabilistic (vMF) contrastive method, seed paper 004.
+"""Concentration-aware alignment of the probabilistic (vMF) contrastive method, the vMF-κ paper.
 
 Each view has a mean direction μ (unit norm) and a concentration κ = softplus(κ_raw) > 0:
 
@@ -75,7 +75,7 @@ KAPPA_KWARGS = ("kappa_lambda_align", "kappa_lambda_reg")
 
 
 class WithKappa(Loss):
-    """Any loss + Li et al.'s L_align (eq. 10) + L_reg (eq. 11) on the kappa head: what the
+    """Any loss + vMF-κ's L_align (eq. 10) + L_reg (eq. 11) on the kappa head: what the
     trainer builds when the model has one (``model.kappa_hidden`` > 0), in MoCo's layout (q,
     kappa_q) from the query encoder and (k, kappa_k) from the momentum encoder, so only the query
     side carries gradient. Its two weights are ``loss.kwargs.kappa_lambda_align`` and
@@ -86,8 +86,8 @@ class WithKappa(Loss):
           kwargs: {kappa_lambda_align: 0.05, kappa_lambda_reg: 0.005}
 
     Args:
-        kappa_lambda_align: λ_align of eq. 10 (Li et al. 2024: 0.05).
-        kappa_lambda_reg: λ_reg of eq. 11 (Li et al. 2024: 0.005).
+        kappa_lambda_align: λ_align of eq. 10 (vMF-κ: 0.05).
+        kappa_lambda_reg: λ_reg of eq. 11 (vMF-κ: 0.005).
     """
 
     def __init__(

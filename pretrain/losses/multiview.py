@@ -15,8 +15,17 @@ function returns the MEAN over anchors (the papers write sums, a factor 2N). Equ
 All reduce to NT-Xent with all-distinct labels (FIRM: with no in-distribution sample), and FIRM
 with only in-distribution samples is single-class SupCon.
 
+Use: these are the papers' reference forms, not what the trainer calls (its losses run in MoCo's
+layout, ``pretrain.losses.queue_layout``). With ``loss.symmetric: true`` and
+``loss.contrast_queue: false`` each registered loss must equal its function here in value and
+gradient (tests/test_loss_modules.py, tests/test_queue_layout_loss.py), and a SimCLR-style loop
+outside the trainer can call them directly on a ``[view1; view2]`` batch::
+
+    z = F.normalize(torch.cat([head(net(x1)), head(net(x2))]), dim=1)  # (2N, D)
+    loss = supcon(z, torch.cat([y, y]), temperature=0.1)
+
 [0] Lunardi et al., "Contrastive Representation Modeling for Anomaly Detection" (FIRM), ECAI
-    2025, https://arxiv.org/abs/2501.05130, seed paper 000; implementation based on [3].
+    2025, https://arxiv.org/abs/2501.05130; implementation based on [3].
 [1] Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020,
     https://arxiv.org/abs/2004.11362; code: HobbitLong/SupContrast @ 66a8fe5 ``losses.py``.
 [2] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277; code: tufts-ml/SupContrast

@@ -29,6 +29,8 @@ from pretrain.losses.infonce import moco_logits
 class Reweighted(Loss, abc.ABC):
     """Shared: MoCo's logits, the estimator, and the lazily computed diagnostics."""
 
+    capturable = True
+
     beta = 0.0
     batch_layout = False  # MoCo's own layout, as infonce
 

@@ -1,5 +1,5 @@
 """``loss.name: nt_xent``: NT-Xent (SimCLR; Chen et al. 2020, "A Simple Framework for Contrastive
-Learning of Visual Representations", https://arxiv.org/abs/2002.05709, eq. 1; seed 000 eq. 1) in
+Learning of Visual Representations", https://arxiv.org/abs/2002.05709, eq. 1; FIRM eq. 1) in
 MoCo's layout: each query's own key is its only positive, against the batch keys + the queue.
 
     from pretrain import losses
@@ -17,7 +17,7 @@ from pretrain.losses.queue_layout import QueueContrastive, own_only, own_positiv
 
 @register("nt_xent")
 class NTXent(QueueContrastive):
-    """NT-Xent (SimCLR; eq. 1 of Lunardi et al., FIRM): the own key is the only positive.
+    """NT-Xent (SimCLR; FIRM eq. 1): the own key is the only positive.
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).

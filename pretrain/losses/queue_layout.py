@@ -22,7 +22,7 @@ batch (see ``pretrain.losses.multiview``).
 
 [0] Khosla et al., "Supervised Contrastive Learning", https://arxiv.org/abs/2004.11362
 [1] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277
-[2] Lunardi et al. (FIRM), ECAI 2025, https://arxiv.org/abs/2501.05130, seed paper 000.
+[2] Lunardi et al. (FIRM), ECAI 2025, https://arxiv.org/abs/2501.05130.
 """
 
 from __future__ import annotations
@@ -295,6 +295,8 @@ class QueueContrastive(Loss):
         contrast_queue: False: the batch alone is the contrast set (no queue); the trainer
             passes ``loss.contrast_queue``.
     """
+
+    capturable = True
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
                                              "contrast_queue": "loss.contrast_queue"}  # fmt: skip

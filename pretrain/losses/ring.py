@@ -103,6 +103,11 @@ class Ring(Loss):
         anneal_decay: ``exponential``'s decay per iteration, positive (official: 0.1).
     """
 
+    syncs_why = "the band's columns are Python integers from the shapes"
+
+    capturable = True
+    step_state = "its band anneals with the fractional epoch / global step (Python floats)"
+
     batch_layout = False  # MoCo's own layout
 
     def __init__(

@@ -1,5 +1,5 @@
 """``loss.name: sincere``: SINCERE (Feeney & Hughes, "SINCERE: Supervised Information
-Noise-Contrastive Estimation REvisited", https://arxiv.org/abs/2309.14277, eq. 12; seed 002) in
+Noise-Contrastive Estimation REvisited", https://arxiv.org/abs/2309.14277, eq. 12; SINCERE) in
 MoCo's layout: SupCon's positives, but each positive's denominator holds itself and the anchor's
 negatives only, so same-class keys are never pushed apart.
 
@@ -19,8 +19,8 @@ from pretrain.losses.queue_layout import QueueContrastive, same_label, sincere_r
 
 @register("sincere")
 class Sincere(QueueContrastive):
-    """SINCERE (Feeney & Hughes, eq. 12): each positive's denominator holds itself and other-class
-    keys only, so same-class keys are never pushed apart.
+    """SINCERE (Feeney & Hughes 2024, eq. 12): each positive's denominator holds itself and
+    other-class keys only, so same-class keys are never pushed apart.
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torchvision import models
 from torchvision.models.resnet import BasicBlock
 
 from pretrain.model.split_bn import SplitBatchNorm
-from pretrain.runtime import dist
+from pretrain.runtime import dist, precision
 
 
 def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:
@@ -96,7 +97,7 @@ class Norm1d(nn.Module):
 
 
 def kappa_head(in_dim: int, hidden: int = 512, bn_splits: int = 1) -> nn.Module:
-    """Concentration head of seed 004 (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
+    """Concentration head of vMF-κ (§3, appendix F): Linear(no bias)-BN-ReLU-Linear(1).
 
     The encoder applies ``softplus`` (torch default beta 1, threshold 20) to its output, so
     kappa > 0.
@@ -112,7 +113,7 @@ def kappa_head(in_dim: int, hidden: int = 512, bn_splits: int = 1) -> nn.Module:
 class Encoder(nn.Module):
     """Backbone followed by the projection head; ``forward`` returns unit-norm embeddings.
 
-    With a ``kappa`` head (seed 004), ``forward(x, with_kappa=True)`` also returns the per-sample
+    With a ``kappa`` head (vMF-κ), ``forward(x, with_kappa=True)`` also returns the per-sample
     concentration kappa = softplus(kappa_head(h)) (N,), computed from the same backbone features h.
     Without one, ``with_kappa=True`` returns ``(z, None)``.
     """
@@ -133,6 +134,41 @@ class Encoder(nn.Module):
         if self.kappa_head is None:
             return z, None
         return z, F.softplus(self.kappa_head(h).squeeze(1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Embeddings:
+    """What :meth:`MoCo.embed` returns: unit-norm embeddings, D = the head's output."""
+
+    q: torch.Tensor  # (N, D) queries of view 1, with gradient
+    q2: torch.Tensor | None = None  # (N, D) queries of view 2 (symmetric layout)
+    k: torch.Tensor  # (N, D) keys of view 2, no gradient
+    kappa_q: torch.Tensor | None = None  # (N,) concentrations (a kappa head), else None
+    kappa_q2: torch.Tensor | None = None
+    kappa_k: torch.Tensor | None = None
+    support: torch.Tensor | None = None  # (N, V, D) keys of the support views
+
+    def float32(self) -> Embeddings:
+        """Every tensor in float32 (the encoders may run under reduced-precision autocast)."""
+        return Embeddings(**{f.name: precision.full(getattr(self, f.name)) for f in fields(self)})
+
+
+def pair_views(x1: torch.Tensor, x2: torch.Tensor, splits: int) -> torch.Tensor:
+    """One (2N, ...) batch of both views whose BatchNorm split r holds [view 1; view 2] of the
+    r-th chunk of images: what rank r forwards under DDP, so one process equals DDP."""
+    return torch.cat([x1.unflatten(0, (splits, -1)), x2.unflatten(0, (splits, -1))], 1).flatten(
+        0, 1
+    )
+
+
+def split_views(
+    z: torch.Tensor | None, splits: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Inverse of :func:`pair_views` on the outputs: (view 1 rows, view 2 rows), or (None, None)."""
+    if z is None:
+        return None, None
+    halves = z.unflatten(0, (splits, -1)).chunk(2, dim=1)
+    return halves[0].flatten(0, 1), halves[1].flatten(0, 1)
 
 
 class MoCo(nn.Module):
@@ -175,6 +211,43 @@ class MoCo(nn.Module):
         self.momentum_update(m)
         return self.encode_keys(x, with_kappa)
 
+    def embed(
+        self,
+        x1: torch.Tensor,
+        x2: torch.Tensor,
+        *,
+        momentum: float,
+        symmetric: bool = False,
+        bn_splits: int = 1,
+        support: torch.Tensor | None = None,
+        query: nn.Module | None = None,
+    ) -> Embeddings:
+        """The embeddings of one step, in the order of Algorithm 1 of [0]: queries (with
+        gradient), the momentum update, then the keys through shuffle-BN.
+
+        Args:
+            x1, x2: the two views (N, 3, S, S); x1 goes through the query encoder.
+            momentum: m of the key encoder's update, made before the key forward.
+            symmetric: both views through the query encoder as one (2N) batch (the papers'
+                multiview layout, ``loss.symmetric``); ``q2`` holds view 2's queries.
+            bn_splits: the BatchNorm splits the paired batch is laid out for (:func:`pair_views`).
+            support: (N * V, 3, S, S) extra views (FNC's support set), through the updated key
+                encoder; returned as (N, V, D).
+            query: the query encoder to call (its DDP wrapper in a distributed run).
+        """
+        query = query or self.encoder_q
+        if symmetric:  # [view 1; view 2] per BatchNorm split, as rank r forwards under DDP
+            z, kappa = query(pair_views(x1, x2, bn_splits), with_kappa=True)  # (2N, D)
+            (q, q2), (kappa_q, kappa_q2) = split_views(z, bn_splits), split_views(kappa, bn_splits)
+        else:
+            q, kappa_q = query(x1, with_kappa=True)  # queries: NxD; kappa (N,) or None
+            q2 = kappa_q2 = None
+        k, kappa_k = self.keys(x2, momentum, with_kappa=True)  # momentum update, then keys: NxD
+        if support is not None:  # (N * V, D) -> (N, V, D), no gradient
+            support = self.encode_keys(support).unflatten(0, (x2.shape[0], -1))
+        return Embeddings(q=q, k=k, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k,
+                          support=support)  # fmt: skip
+
     @torch.no_grad()
     def encode_keys(
         self, x: torch.Tensor, with_kappa: bool = False
@@ -202,7 +275,7 @@ def build(
     kappa_hidden: int = 0,
 ) -> MoCo:
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
-    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (seed 004: 512)."""
+    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (vMF-κ: 512)."""
     net = backbone(arch, width, cifar_stem, bn_splits)
     kappa = kappa_head(net.feature_dim, kappa_hidden, bn_splits) if kappa_hidden > 0 else None
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)

@@ -1,7 +1,7 @@
 """Whether Triton runs its interpreter, read in one place without importing triton.
 
 A leaf module: the split BN layer (``model/split_bn.py``), its Triton kernels
-(``model/split_bn_triton.py``) and the trainer's setup check (``engine/loop.py``) all ask it, so
+(``model/split_bn_triton.py``) and the trainer's setup check (``engine/setup.py``) all ask it, so
 the kernels need not import the layer that imports them.
 """
 

@@ -1,4 +1,4 @@
-"""kappa vs corruption severity (seed 004 Table 1) on CIFAR-10-C's .npy files: the features of
+"""kappa vs corruption severity (vMF-κ Table 1) on CIFAR-10-C's .npy files: the features of
 severity s against the encoder run directly on rows (s-1)n:sn of ``<kind>.npy``, labels from
 ``labels.npy``, ``--corruptions-root`` over the default folder, the fallback to our own
 corruptions (against scipy), the cache key naming the files, CIFAR-100-C for cifar100 runs and

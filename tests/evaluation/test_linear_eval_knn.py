@@ -42,7 +42,7 @@ def test_majority_tie_goes_to_the_smallest_class():
 def test_presets():
     assert (knn.PRESETS["cifar"]["k"], knn.PRESETS["cifar"]["temperature"]) == (200, 0.1)
     assert (knn.PRESETS["imagenet"]["k"], knn.PRESETS["imagenet"]["temperature"]) == (20, 0.07)
-    assert knn.PRESETS["seed001"]["k"] == 10 and "assumption" in knn.PRESETS["seed001"]["source"]
+    assert knn.PRESETS["mioc"]["k"] == 10 and "assumption" in knn.PRESETS["mioc"]["source"]
     with pytest.raises(ValueError, match="unknown kNN preset"):
         knn.evaluate(*data(0), C, presets=["dino"])
 

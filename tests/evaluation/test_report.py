@@ -78,7 +78,7 @@ def test_tsne_rejects_a_single_class(tmp_path):
         figures.tsne_plot(x, np.zeros(20, int), tmp_path / "t.png", "one class")
 
 
-# ---- SINCERE nearest-neighbour margins (seed 002 Table 1) ----
+# ---- SINCERE nearest-neighbour margins (SINCERE Table 1) ----
 
 
 def np_margins(train, ytr, test, yte):
@@ -146,7 +146,7 @@ def test_kappa_histograms_with_an_empty_group(tmp_path):
     assert got["n_wrong"] == 0 and got["mean_wrong"] is None
 
 
-# ---- kappa vs corruption severity: Spearman (seed 004 Table 1) ----
+# ---- kappa vs corruption severity: Spearman (vMF-κ Table 1) ----
 
 
 def np_avg_ranks(a):

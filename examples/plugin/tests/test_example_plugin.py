@@ -1,0 +1,70 @@
+"""The example plugin's own tests: what a contributor adds beside the strategy and the loss. The
+contract (syncs, ops, determinism, shapes) is measured by negmine's own suite for every registered
+strategy and loss, this one included once the package is installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from negmine_example.loss import AlignUniform
+from negmine_example.strategy import BatchMix
+
+from negatives import ExtraNegatives, StrategyInputs
+from pretrain.losses import StepTensors
+
+
+def unit(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+
+
+def test_batch_mix_makes_unit_mixes_of_two_batch_keys() -> None:
+    k = unit(8, 5, seed=0)
+    torch.manual_seed(0)
+    extra = BatchMix(num_mix=6).negatives(StrategyInputs.single(k, k, queue=unit(10, 5, seed=1)))
+    torch.manual_seed(0)  # the same draws, the mixing re-derived in numpy
+    i, j = torch.randint(8, (6,)).numpy(), torch.randint(8, (6,)).numpy()
+    a = torch.rand(6, 1).numpy()
+    kn = k.float().numpy().astype(np.float64)
+    want = a * kn[i] + (1 - a) * kn[j]
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    assert extra.shared.shape == (6, 5) and extra.shared.dtype == k.dtype
+    assert np.allclose(extra.shared.numpy(), want, atol=1e-6)
+
+
+def test_batch_mix_with_zero_mixes_is_plain_moco() -> None:
+    k = unit(4, 3, seed=2)
+    extra = BatchMix(num_mix=0).negatives(StrategyInputs.single(k, k, queue=unit(6, 3, seed=3)))
+    assert extra.shared is None and extra.per_query is None
+
+
+def reference(
+    q: np.ndarray, k: np.ndarray, queue: np.ndarray, t: float, alpha: float, weight: float
+) -> float:
+    """Eqs. 4-5 of Wang & Isola 2020 in numpy."""
+    align = np.mean(np.linalg.norm(q - k, axis=1) ** alpha)
+    sq = ((q[:, None, :] - queue[None, :, :]) ** 2).sum(-1)
+    return float(align + weight * np.log(np.mean(np.exp(-t * sq))))
+
+
+def test_align_uniform_equals_the_equations_with_their_gradient() -> None:
+    q, k, queue = unit(6, 4, seed=4), unit(6, 4, seed=5), unit(9, 4, seed=6)
+    shared = unit(3, 4, seed=7)
+    crit = AlignUniform(temperature=0.2, t=1.5, alpha=2.0, weight=0.5)
+    q = q.clone().requires_grad_(True)
+    step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
+    loss = crit(step)
+    want = reference(q.detach().numpy(), k.numpy(), np.concatenate([queue, shared]), 1.5, 2.0, 0.5)
+    assert abs(loss.item() - want) < 1e-12
+    loss.backward()
+    eps, g = 1e-6, np.zeros(q.shape)  # central differences of the reference
+    base = q.detach().numpy()
+    for i in range(q.shape[0]):
+        for j in range(q.shape[1]):
+            hi, lo = base.copy(), base.copy()
+            hi[i, j] += eps
+            lo[i, j] -= eps
+            args = (k.numpy(), np.concatenate([queue, shared]), 1.5, 2.0, 0.5)
+            g[i, j] = (reference(hi, *args) - reference(lo, *args)) / (2 * eps)
+    assert np.allclose(q.grad.numpy(), g, atol=1e-6)

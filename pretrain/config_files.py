@@ -1,0 +1,125 @@
+"""Reading a config file: the path of a name (a shipped config or a file), its text (UTF-8), YAML
+that refuses a key given twice, and an older config's moved keys (:data:`MOVED`). Errors are
+:class:`~pretrain.errors.ConfigError` (exit 2)."""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pretrain.errors import ConfigError
+
+
+def resolve_path(name: str, config_dir: Path) -> Path:
+    """A bare name is looked up among the shipped configs; anything else is a path."""
+    path = Path(name)
+    if path.is_dir():
+        raise ConfigError(
+            f"config file {name!r} is a directory; give a YAML file (a path, or the name of a "
+            "shipped config)"
+        )
+    if path.exists():
+        return path
+    shipped = config_dir / path.name
+    if path.parent == Path(".") and shipped.exists():
+        return shipped
+    known = sorted(p.name for p in config_dir.glob("*.yaml"))
+    hint = difflib.get_close_matches(path.name, known, n=1)
+    raise ConfigError(
+        f"config file {name!r} not found (neither a path nor a shipped config)"
+        + (f"; did you mean {hint[0]!r}?" if hint else "")
+        + f" Shipped configs: {', '.join(known)}"
+    )
+
+
+def read_text(path: Path) -> str:
+    """A config file's text; unreadable or not UTF-8: a :class:`ConfigError`."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save the file "
+            "as UTF-8"
+        ) from None
+
+
+def parse_yaml(text: str, source: str, prefix: str = "") -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps
+    the last), naming the dotted key and both lines."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _refuse_duplicates(node, source, prefix)
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+
+
+def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicates(item, source, prefix)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in seen and key != "<<":
+            raise ConfigError(
+                f"config key {prefix + key!r} is given more than once in {source} (lines "
+                f"{seen[key]} and {line}); YAML would silently keep the last: keep one"
+            )
+        seen[key] = line
+        _refuse_duplicates(value_node, source, f"{prefix}{key}.")
+
+
+# Keys that moved into loss.kwargs (issue 39): old spelling -> (new key, the old default, which an
+# old checkpoint's config carries for every loss and which is dropped there without a word).
+MOVED = {
+    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False),
+    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0),
+    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95),
+    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False),
+    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False),
+    "loss.kappa_lambda_align": ("loss.kwargs.kappa_lambda_align", 0.05),
+    "loss.kappa_lambda_reg": ("loss.kwargs.kappa_lambda_reg", 0.005),
+}
+
+
+def moved_message(key: str, value: Any, source: str) -> str:
+    new = MOVED[key][0]
+    return (
+        f"config key {key!r} in {source} has moved: write {new}={value!r} (in YAML: loss: "
+        f"{{kwargs: {{{new.rsplit('.', 1)[1]}: {value!r}}}}}); a loss's own settings are "
+        "under loss.kwargs, checked against its constructor"
+    )
+
+
+def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
+    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning."""
+    loss = raw.get("loss")
+    if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
+        return raw
+    loss, notes = dict(loss), []
+    kwargs = dict(loss.get("kwargs") or {})
+    for key in [k for k in loss if f"loss.{k}" in MOVED]:
+        value = loss.pop(key)
+        new, default = MOVED[f"loss.{key}"]
+        if value != default:
+            kwargs[new.rsplit(".", 1)[1]] = value
+            notes.append(f"loss.{key} -> {new}")
+    loss["kwargs"] = kwargs
+    if notes:
+        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
+    return {**raw, "loss": loss}

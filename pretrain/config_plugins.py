@@ -1,0 +1,57 @@
+"""The config's ``plugins`` key: strategies and losses of one's own, loaded before the config is
+checked (a Python file or ``module[:Class]``; an installed package's come through its entry
+points, :mod:`negatives.registry`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pretrain.errors import ConfigError
+
+
+def load_plugins(cfg: Any, source: str, missing_ok: bool = False) -> tuple[Any, list[str]]:
+    """Import the config's ``plugins`` (files as absolute paths from here on); a plugin that
+    cannot be loaded is a :class:`ConfigError` naming it, or with ``missing_ok`` a note."""
+    from negatives.registry import PluginError, import_plugin
+
+    stored, notes = [], []
+    for spec in cfg.plugins:
+        try:
+            spec, objects = import_plugin(spec)
+            for obj in objects:
+                check_registered(spec, obj)
+        except PluginError as e:
+            if not missing_ok:
+                raise ConfigError(f"config key 'plugins' in {source}: {e}") from None
+            notes.append(str(e))
+        stored.append(spec)
+    return dataclasses.replace(cfg, plugins=stored), notes
+
+
+def check_registered(spec: str, obj: Any) -> None:
+    """A ``module:Class`` plugin must name a registered strategy or loss class."""
+    import negatives
+    from negatives.registry import PluginError
+    from pretrain import losses
+
+    for registry in (negatives.strategies, losses.registry):
+        if any(registry.get(n) is obj for n in registry.names()):
+            return
+    raise PluginError(
+        f"plugin {spec!r} is not a registered strategy or loss: decorate the class with "
+        "@negatives.register('name') or @pretrain.losses.register('name')"
+    )
+
+
+def missing_plugins(cfg: Any) -> list[str]:
+    """The loss and strategy names of ``cfg`` that are not registered here, with why."""
+    import negatives
+    from pretrain import losses
+
+    out = []
+    for kind, name, registry in (("negative strategy", cfg.negatives.name, negatives.strategies),
+                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+        if name not in registry:
+            out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
+    return out

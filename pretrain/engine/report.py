@@ -1,0 +1,112 @@
+"""What a run tells its user: the start line and ``derived.yaml``, a metrics line every
+``train.log_every`` steps, the epoch line, and the non-finite-loss check with its advice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import yaml
+
+from pretrain import config
+from pretrain.engine.run import Run
+from pretrain.runtime import cores, dist
+from pretrain.runtime.progress import Progress
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or inf; the last checkpoint on disk is from before it."""
+
+
+def announce(run: Run, resumed: bool) -> None:
+    """Rank 0 writes the resolved ``config.yaml`` and ``derived.yaml`` and prints the start."""
+    if not dist.is_main():
+        return
+    derived = run.derived.as_dict()
+    (run.run_dir / "config.yaml").write_text(config.dump(run.cfg))
+    (run.run_dir / "derived.yaml").write_text(yaml.safe_dump(derived, sort_keys=False))
+    print("derived:", yaml.safe_dump(derived, sort_keys=False, default_flow_style=True), end="")
+    if run.data.num_workers < run.cfg.data.num_workers:
+        print(
+            f"data.num_workers {run.cfg.data.num_workers} capped at {run.data.num_workers}: this "
+            f"rank may use {cores.per_rank()} core(s) (one is the training process's)"
+        )
+    st = run.state
+    print(
+        f"{'resuming at' if resumed else 'starting'} epoch {st.epoch + 1} step {st.step_in_epoch} "
+        f"on {run.device}; run directory {run.run_dir} (resolved config: "
+        f"{run.run_dir / 'config.yaml'})",
+        flush=True,
+    )
+
+
+def log_step(
+    run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, dt: float, bar: Progress
+) -> None:
+    """A metrics line every ``train.log_every`` steps: the only host syncs of the loop."""
+    check_finite(run)
+    record = {
+        "kind": "step",
+        "global_step": run.state.global_step,
+        "epoch": round(epoch, 4),
+        "loss": loss.item(),
+        "lr": lr,
+        "images_per_s": images / dt,
+        "step_time_s": dt * run.cfg.train.batch_size / images,  # images counted over all ranks
+        "data_wait_frac": min(1.0, bar.take_wait() / dt),  # this rank's wait on its loader
+    }
+    if run.data.skipped is not None:  # data.skip_bad_images: this rank's skips so far
+        record["skipped_images"] = int(run.data.skipped.sum())
+    for key, value in run.strategy.diagnostics().items():  # numbers, or a label (a str)
+        record[f"neg_{key}"] = value if isinstance(value, str) else float(value)
+    for key, value in run.loss_fn.diagnostics().items():
+        record[f"loss_{key}"] = float(value)
+    run.log.write(record, "train")
+    for key, values in run.loss_fn.histograms().items():
+        run.log.histogram(f"train/{key}", values, run.state.global_step)
+    total = run.derived.total_steps
+    if run.cfg.train.max_steps:
+        total = min(total, run.cfg.train.max_steps)
+    bar.report(record, step_in_epoch=run.state.step_in_epoch,
+               steps_left=total - run.state.global_step)  # fmt: skip
+
+
+def print_epoch(record: dict[str, Any]) -> None:
+    """The epoch's line on the console (rank 0)."""
+    if dist.is_main():
+        print(
+            " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in record.items()
+                if k != "kind"
+            ),
+            flush=True,
+        )
+
+
+def check_finite(run: Run) -> None:
+    """Stop every rank (one collective) if any rank has seen a non-finite loss."""
+    if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
+        cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings
+        raise NonFiniteLossError(cause + divergence_message(run))
+
+
+def divergence_message(run: Run) -> str:
+    """What went wrong, which checkpoint (if any) holds the last good state, and advice that
+    applies on this device."""
+    st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
+    where = (
+        f"{last} (global step {st.saved_step}) is the last good state; re-running the same "
+        "command resumes from it"
+        if st.saved_step >= 0 and last.exists()
+        else "no checkpoint was written before it (re-running starts afresh)"
+    )
+    advice = ["lower train.base_lr (or add train.warmup_epochs)", "check the data"]
+    if isinstance(run.autocast(), torch.autocast):  # reduced precision is active here
+        if run.cfg.train.amp == "fp16":
+            advice.insert(1, "use train.amp=bf16 (fp16 overflows more easily)")
+        advice.insert(1, "try train.amp=off (full fp32) to rule out reduced precision")
+    return (
+        f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
+        f"training stopped. {where}. Advice: {'; '.join(advice)}."
+    )

@@ -1,0 +1,186 @@
+"""Everything before the first step: device and checks, the run folder's lock, then the objects of
+:class:`~pretrain.engine.run.Run` from the config (through :mod:`pretrain.engine.build`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from pretrain import config
+from pretrain.config import Config, ConfigError
+from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.engine.online_probe import OnlineProbe
+from pretrain.engine.run import Run, State
+from pretrain.engine.step import train_step
+from pretrain.runtime import dist, precision, threads
+from pretrain.runtime.metrics_log import MetricsLog
+from pretrain.runtime.triton_env import triton_interpreted
+
+
+def setup(cfg: Config) -> Run:
+    """Check what needs the device and the rank count, lock ``out_dir``, build the run."""
+    device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
+    world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
+    refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
+    if refused:
+        raise ConfigError(f"config key 'train.cuda_graphs' = True is refused: {refused}; "
+                          "set train.cuda_graphs=false")  # fmt: skip
+    if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
+        raise ConfigError(f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+                          f"is on {device.type}); set model.split_bn=auto")  # fmt: skip
+    check_run_dir(cfg)  # every rank, before any data is read
+    lock = lock_run_dir(cfg)
+    try:
+        return build_run(cfg, device, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -> Run:
+    """The data, then the model, queue, strategy, loss and optimizer on ``device``."""
+    precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
+    threads.configure(cfg.train.threads, device)  # this rank's share of the cores
+    seed_and_kernels(cfg)
+    data = read_data(cfg, device)
+    derived = config.derived(cfg, len(data.train), dist.world_size())
+    if derived.steps_per_epoch < 1:
+        raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    moco = build.model(cfg).to(device)
+    if precision.channels_last(cfg.train.channels_last, cfg.train.amp, device):
+        moco = moco.to(memory_format=torch.channels_last)
+    queue = build.queue(cfg, derived.train_size).to(device)
+    strategy = build.strategy(cfg).to(device)
+    if cfg.train.compile:
+        compile_encoders(moco, dist.world_size())
+    if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
+        moco = torch.nn.SyncBatchNorm.convert_sync_batchnorm(moco)
+        moco.shuffle_keys = False
+    query = moco.encoder_q
+    if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
+        query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
+        query.register_comm_hook(None, dist.allreduce_per_parameter)  # exact resume at 3+ ranks
+    return Run(
+        cfg=cfg,
+        derived=derived,
+        device=device,
+        moco=moco,
+        query=query,
+        queue=queue,
+        strategy=strategy,
+        loss_fn=build.loss_fn(cfg, data.num_classes).to(device),
+        optimizer=build.optimizer(moco.encoder_q, derived.lr, cfg),
+        scaler=torch.amp.GradScaler(
+            device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16"
+        ),
+        data=data,
+        log=MetricsLog(cfg.out_dir),
+        state=State(
+            loss_sum=torch.zeros((), device=device),
+            bad_loss=torch.zeros((), dtype=torch.bool, device=device),
+        ),
+        probe=online_probe(cfg, moco, data.num_classes, device),
+        graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
+        lock=lock,
+    )
+
+
+def seed_and_kernels(cfg: Config) -> None:
+    """``train.deterministic`` and this rank's seed for the data (weights are seeded later)."""
+    if cfg.train.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(cfg.seed + dist.rank())
+
+
+def read_data(cfg: Config, device: torch.device) -> build.Data:
+    """The run's datasets and loaders; an unreadable ``data.root`` is a config error (exit 2)."""
+    try:
+        data = build.datasets_for(cfg, device)
+    except OSError as e:  # e.g. an unreadable split folder (data errors of a layout: DatasetError)
+        where = e.filename or cfg.data.root
+        raise ConfigError(
+            f"data.root {cfg.data.root}: cannot read {where} ({e.strerror or e}); make it "
+            "readable for this user, or point data.root elsewhere"
+        ) from None
+    if data.augment is not None:
+        data.augment.to(device)
+    return data
+
+
+def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
+    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.engine.runlock`) and removes the
+    temporary checkpoint files a killed run left; every rank exits 2 if another run holds it.
+    Per run, not per rank: torchrun's ranks share rank 0's lock, and a requeued SLURM job finds
+    the lock of its killed predecessor released by the kernel."""
+    lock, refused = None, ""
+    if dist.is_main():
+        lock = runlock.RunLock(cfg.out_dir)
+        try:
+            lock.acquire()
+        except runlock.RunInUseError as e:
+            lock, refused = None, str(e)
+        else:
+            checkpoint.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
+    if dist.any_rank(bool(refused)):
+        raise ConfigError(refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 "
+                          "names it)")  # fmt: skip
+    return lock
+
+
+def check_run_dir(cfg: Config) -> None:
+    """Refuse an ``out_dir`` that cannot be written before anything starts (exit 2)."""
+    path = Path(cfg.out_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write_test.{dist.rank()}.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"out_dir {path} cannot be written ({e.strerror or e}); choose a writable out_dir"
+        ) from None
+
+
+def online_probe(
+    cfg: Config, moco: torch.nn.Module, num_classes: int, device: torch.device
+) -> OnlineProbe | None:
+    """``eval.online_probe``: the probe on the query backbone (hooked after the key encoder was
+    copied, so the key encoder carries no hook); same initial weights on every rank."""
+    if not cfg.eval.online_probe:
+        return None
+    backbone = moco.encoder_q.backbone
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        probe = OnlineProbe(feature_dim=backbone.feature_dim, num_classes=num_classes,
+                            lr=cfg.eval.online_probe_lr).to(device)  # fmt: skip
+    probe.attach(backbone)
+    return probe
+
+
+def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
+    """``train.compile``: torch.compile both encoders' forward in place (``Module.compile``), so
+    the modules, their parameters (the momentum update) and state-dict keys are unchanged and
+    checkpoints move freely between compiled and eager runs."""
+    if world_size > 1:
+        raise ConfigError(
+            "train.compile=true is refused under DDP: compiled DDP splits the graph at gradient "
+            "buckets and has not been shown to equal one process here; set train.compile=false"
+        )
+    moco.encoder_q.compile()
+    moco.encoder_k.compile()
+
+
+def init_loss(run: Run) -> None:
+    """Class prototypes (CIDER) from the normalised head outputs of the training images, in
+    eval mode, before the first step of a fresh run (every rank computes the same means)."""
+    if run.loss_fn.needs_class_means:
+        z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
+        run.loss_fn.init_class_means(z.to(run.device), y.to(run.device))

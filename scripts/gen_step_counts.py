@@ -1,0 +1,125 @@
+"""Generate the tables of docs/step_counts.md from the code: the host syncs per step that every
+registered loss and strategy of this tree declares (``syncs_per_step``, ``syncs_why``: the
+contract of ``negatives.base.NegativeStrategy`` and ``pretrain.losses.Loss``, which
+``tests/test_step_syncs.py`` measures), and the pinned aten ops per step of the built-ins
+(``tests/op_table.py``, which ``tests/test_step_ops.py`` measures).
+
+    python scripts/gen_step_counts.py            # rewrite the tables of docs/step_counts.md
+    python scripts/gen_step_counts.py --check    # exit 1 if they are stale (CI, tests)
+
+Only the tables between the ``<!-- generated: NAME -->`` / ``<!-- end: NAME -->`` markers are
+written; the prose around them is the page's own. An installed plugin (an entry point) is left
+out, so the page is the same with or without plugins installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "step_counts.md"
+COMMAND = "python scripts/gen_step_counts.py"
+
+
+def in_tree(registry: object) -> list[str]:
+    return [n for n in registry.names() if not registry.origin(n)]
+
+
+def sync_rows() -> list[str]:
+    import sync_table
+
+    import negatives
+    from pretrain import losses
+
+    rows = ["| name | syncs per step (CPU-measured) | why |", "|---|---|---|"]
+    for registry in (losses.registry,):
+        for name in in_tree(registry):
+            cls = registry.get(name)
+            rows.append(f"| `{name}` | {cls.syncs_per_step} | {cls.syncs_why} |")
+    rows.append(f"| `kappa` | {sync_table.KAPPA_SYNCS[0]} | the kappa head "
+                "(`model.kappa_hidden`), any loss |")  # fmt: skip
+    rows.append(f"| `split_bn` | {sync_table.SPLIT_BN_SYNCS[0]} | `model.split_bn=triton`, any "
+                "loss: the kernels read (eps, momentum) from a float64 buffer built with the "
+                "layer and moved by `.to()` |")  # fmt: skip
+    for name in in_tree(negatives.strategies):
+        cls = negatives.strategies.get(name)
+        rows.append(f"| `{name}` | {cls.syncs_per_step} | {cls.syncs_why} |")
+    return rows
+
+
+def strategy_op_rows() -> list[str]:
+    import op_table
+
+    rows = ["| recipe | strategy | ops per step | added vs `none` |", "|---|---|---|---|"]
+    for recipe, counts in op_table.DEVICE_OPS.items():
+        for strategy, n in sorted(counts.items()):
+            base = counts["none"]
+            rows.append(f"| {recipe} | {strategy} | {n} | {100 * (n - base) / base:+.1f} % |")
+    return rows
+
+
+def loss_op_rows() -> list[str]:
+    import op_table
+
+    base = op_table.LOSS_OPS["infonce"]
+    rows = ["| loss (digits_moco, strategy none) | ops per step | added vs `infonce` |",
+            "|---|---|---|"]  # fmt: skip
+    for loss, n in sorted(op_table.LOSS_OPS.items()):
+        rows.append(f"| {loss} | {n} | {100 * (n - base) / base:+.1f} % |")
+    return rows
+
+
+def path_op_rows() -> list[str]:
+    import op_table
+
+    names = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
+    rows = ["| recipe | split BN path | ops per step | of them batch_norm |", "|---|---|---|---|"]
+    for recipe in op_table.DEVICE_OPS:
+        for path, name in names.items():
+            n, bn = op_table.PATH_OPS[path][recipe]
+            rows.append(f"| {recipe} | {name} | {n} | {bn} |")
+    return rows
+
+
+TABLES = {"syncs": sync_rows, "strategy-ops": strategy_op_rows, "loss-ops": loss_op_rows,
+          "path-ops": path_op_rows}  # fmt: skip
+
+
+def render(text: str) -> str:
+    """``text`` with every generated table rewritten."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT))
+    for name, rows in TABLES.items():
+        begin, end = f"<!-- generated: {name} ({COMMAND}) -->", f"<!-- end: {name} -->"
+        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+        if not pattern.search(text):
+            raise ValueError(f"{PAGE}: no {begin} ... {end} block")
+        block = f"{begin}\n" + "\n".join(rows()) + f"\n{end}"
+        text = pattern.sub(lambda _, block=block: block, text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    args = p.parse_args(argv)
+    old = PAGE.read_text()
+    new = render(old)
+    if args.check:
+        if new != old:
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(True), new.splitlines(True), str(PAGE), "generated"))  # fmt: skip
+            print(f"{PAGE} is stale: run {COMMAND}")
+            return 1
+        return 0
+    PAGE.write_text(new)
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The config's rules as data (pretrain/config_rules.py): a bound states its numbers once, every
+rule names a real key, and validate() runs them in order."""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from types import SimpleNamespace
+
+import pytest
+
+from pretrain import config, config_rules
+from pretrain.config_rules import Facts, bound
+
+
+def cfg_ns(**values: float) -> SimpleNamespace:
+    return SimpleNamespace(x=SimpleNamespace(**values))
+
+
+@pytest.mark.parametrize(
+    "rule, why, ok, bad",
+    [
+        (bound("x.y", 0, 1), "must lie in [0, 1]", [0, 0.5, 1], [-0.1, 1.1]),
+        (bound("x.y", 0, 1, high_open=True), "must lie in [0, 1)", [0, 0.99], [1, -1]),
+        (bound("x.y", 0, low_open=True), "must be positive", [1e-9, 3], [0, -1]),
+        (bound("x.y", 2), "must be >= 2", [2, 5], [1]),
+        (bound("x.y", -1, note="-1 = automatic"), "must be >= -1 (-1 = automatic)",
+         [-1, 0], [-2]),
+    ],
+)  # fmt: skip
+def test_a_bound_makes_its_check_and_its_message_from_the_same_numbers(rule, why, ok, bad):
+    facts = Facts(loss=None, strategy=None)
+    assert rule.why == why
+    assert all(rule.error(cfg_ns(y=v), facts) is None for v in ok)
+    for v in bad:
+        assert rule.error(cfg_ns(y=v), facts) == f"config key 'x.y' = {v!r} {why}"
+
+
+def test_every_rule_names_real_keys_and_the_defaults_pass():
+    default = config.Config()
+    keys = {
+        f"{s.name}.{f.name}"
+        for s in dataclasses.fields(default)
+        if dataclasses.is_dataclass(getattr(default, s.name))
+        for f in dataclasses.fields(getattr(default, s.name))
+    }
+    names = config_rules.registry_names()
+    facts = config_rules.facts(default.loss.name, default.negatives.name)
+    for rule in config_rules.RULES:
+        assert rule.key in keys, rule.key
+        assert (rule.holds is None) != (not rule.when), rule.key  # one way to hold
+        fields = [f for _, f, _, _ in string.Formatter().parse(rule.why) if f]
+        assert all(f in keys or f in names for f in fields), (rule.key, fields)
+        assert rule.error(default, facts) is None, rule.key
+
+
+def test_validate_raises_the_first_failing_rule():
+    cfg = config.load("digits_moco.yaml")
+    bad = dataclasses.replace(cfg, moco=dataclasses.replace(cfg.moco, momentum=2.0),
+                              model=dataclasses.replace(cfg.model, bn_splits=3))  # fmt: skip
+    with pytest.raises(config.ConfigError, match=r"^config key 'moco.momentum' = 2.0 must lie"):
+        config.validate(bad)  # moco.momentum's rule runs before model.bn_splits' (64 % 3 != 0)
