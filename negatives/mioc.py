@@ -1,6 +1,8 @@
 """``mioc``: One-Class-SVM-guided mixing of queries with (inlier) queue keys (MiOC).
 
-[0] MiOC, the MiOC paper (Alg. 1, Eqs. 3-5, Sec. 4.1.1, App. A.2-A.3).
+[0] Jain, Mayet, Hérault, Modzelewski, "One-Class SVM-guided Negative Sampling for Enhanced
+    Contrastive Learning" (MiOC), NLDL 2025 (Alg. 1, Eqs. 3-5, Sec. 4.1.1,
+    App. A.2-A.3).
 Implementation based on [1] https://github.com/DJ-CHB/MiOC-Official/blob/8fa57b6/Code/moco/builder.py
 (``forward_mioc``) and ``Code/moco/utils_mioc.py``, re-derived in SEMANTICS.md Sec. 3.
 

@@ -71,6 +71,10 @@ def test_run_records_provenance_in_its_folder_and_checkpoint_and_resume_adds_a_s
     total = sum(s["wall_s"] for s in prov2["segments"])
     assert prov2["wall_s"] == pytest.approx(total, abs=0.11)
     assert prov2["start"] == seg["start"] and prov2["end"] == prov2["segments"][1]["end"]
+    # the same command again trains nothing: no segment is added, the file is as it was
+    before = (tmp_path / provenance.FILE).read_bytes()
+    assert loop.main(more) == 0
+    assert (tmp_path / provenance.FILE).read_bytes() == before
 
 
 def test_summary_says_mixed_when_segments_ran_on_different_hardware():

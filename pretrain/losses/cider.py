@@ -1,4 +1,5 @@
-"""CIDER's compactness and dispersion losses with the sequential prototype EMA (the CIDER paper).
+"""CIDER's compactness and dispersion losses with the sequential prototype EMA (Ming et al., ICLR
+2023).
 
 With class prototypes μ_c (C, D) and the multiview batch z = [view1; view2] (2N, D):
 

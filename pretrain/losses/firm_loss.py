@@ -1,6 +1,7 @@
-"""``loss.name: firm``: FIRM (Mirzaei et al., the FIRM paper, eq. 2; code Willtl/firm) in MoCo's
-layout: in-distribution anchors (label >= 0) take every in-distribution key as positive, synthetic
-outliers (label <= -2) and unlabelled images only their own key.
+"""``loss.name: firm``: FIRM (Lunardi et al., "Contrastive Representation Modeling for Anomaly
+Detection", ECAI 2025, eq. 2; code Willtl/firm) in MoCo's layout: in-distribution
+anchors (label >= 0) take every in-distribution key as positive, synthetic outliers (label <= -2)
+and unlabelled images only their own key.
 
     from pretrain import losses
 
@@ -18,7 +19,7 @@ from pretrain.losses.queue_layout import QueueContrastive, in_distribution
 
 @register("firm")
 class Firm(QueueContrastive):
-    """FIRM (Mirzaei et al., eq. 2): in-distribution anchors (label >= 0) take every in-distribution
+    """FIRM (Lunardi et al., eq. 2): in-distribution anchors (label >= 0) take every in-distribution
     key as positive, synthetic outliers (label <= -2) and unlabelled images only their own key.
 
     Symmetric without the queue is eq. 2 exactly; MoCo's layout without the queue is the authors'

@@ -24,7 +24,8 @@ outside the trainer can call them directly on a ``[view1; view2]`` batch::
     z = F.normalize(torch.cat([head(net(x1)), head(net(x2))]), dim=1)  # (2N, D)
     loss = supcon(z, torch.cat([y, y]), temperature=0.1)
 
-[0] Mirzaei et al. (FIRM), the FIRM paper; implementation based on [3].
+[0] Lunardi et al., "Contrastive Representation Modeling for Anomaly Detection" (FIRM), ECAI
+    2025, https://arxiv.org/abs/2501.05130; implementation based on [3].
 [1] Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020,
     https://arxiv.org/abs/2004.11362; code: HobbitLong/SupContrast @ 66a8fe5 ``losses.py``.
 [2] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277; code: tufts-ml/SupContrast

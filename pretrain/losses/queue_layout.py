@@ -22,7 +22,7 @@ batch (see ``pretrain.losses.multiview``).
 
 [0] Khosla et al., "Supervised Contrastive Learning", https://arxiv.org/abs/2004.11362
 [1] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277
-[2] Mirzaei et al. (FIRM), the FIRM paper.
+[2] Lunardi et al. (FIRM), ECAI 2025, https://arxiv.org/abs/2501.05130.
 """
 
 from __future__ import annotations

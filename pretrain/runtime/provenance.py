@@ -2,7 +2,8 @@
 
 One call after setup (:func:`start`) and one at the end of the process (:func:`finish`). Each
 process that trains the run (the first start and every resume after a preemption) adds one
-*segment*: the code (git commit and whether the tree had uncommitted changes, or the installed
+*segment* (a process that trains nothing, such as the command of a finished run run again, adds
+none): the code (git commit and whether the tree had uncommitted changes, or the installed
 package's version outside a git checkout), host, CPU model and cores, GPU model and count, world
 size, Python/torch/triton/CUDA versions, its start (the process's start, imports and data set-up
 included) and end in UTC, its wall time, and its peak memory (the resident set of rank 0's
@@ -127,9 +128,11 @@ class Provenance:
         self.device = device
         self.started = started
         self.earlier: list[dict[str, Any]] = []
+        self.original: bytes | None = None  # the file as this process found it
         if self.path.exists():
             try:
-                self.earlier = list(json.loads(self.path.read_text()).get("segments", []))
+                self.original = self.path.read_bytes()
+                self.earlier = list(json.loads(self.original).get("segments", []))
             except (OSError, ValueError, AttributeError):
                 self.earlier = []  # an unreadable file: start afresh rather than fail the run
         self.segment: dict[str, Any] = {
@@ -223,9 +226,19 @@ def start(run_dir: str | Path, device: torch.device) -> Provenance:
 
 
 def finish(prov: Provenance | None, step: int) -> None:
-    """Close this process's segment (end time, wall time, peaks, last global step)."""
-    if prov is not None:
-        prov.write(prov.snapshot(end=time.time(), step=step))
+    """Close this process's segment (end time, wall time, peaks, last global step). A process
+    that trained nothing (the command of a finished run, run again) leaves no segment: the file
+    gets back the bytes it had."""
+    if prov is None:
+        return
+    if prov.original is not None and prov.earlier and prov.earlier[-1].get("end_step") == step:
+        if dist.is_main():
+            try:
+                prov.path.write_bytes(prov.original)
+            except OSError:
+                pass  # the segment stays; harmless
+        return
+    prov.write(prov.snapshot(end=time.time(), step=step))
 
 
 def read(run_dir: str | Path) -> dict[str, Any] | None:

@@ -1,0 +1,121 @@
+"""The results page (docs/results.md) and the README's digits table are generated from kept logs by
+``scripts/gen_results.py``: they match the logs in the repository, every shipped recipe has a row,
+a row's numbers are re-derived here from its log files (``statistics``, not the script's numpy),
+and a log or a page that changes makes ``--check`` fail."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pretrain import config
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gen_results  # noqa: E402
+
+
+def rows(page: str) -> list[list[str]]:
+    lines = [s for s in page.splitlines() if s.startswith("| `")]
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", s)[1:-1]] for s in lines]
+
+
+def test_the_pages_match_the_kept_logs():
+    assert gen_results.main(["--check"]) == 0
+
+
+def test_every_shipped_recipe_has_a_row_and_rows_equal_their_logs():
+    page = gen_results.PAGE.read_text()
+    table = rows(page)
+    shipped = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))
+    assert sorted({r[0].strip("`") for r in table}) == shipped
+    for row in table:
+        recipe, knn, linear, log = row[0].strip("`"), row[4], row[5], row[11]
+        runs = re.findall(r"\]\(results/logs/([^/]+)/metrics\.jsonl\)", log)
+        if not runs:
+            continue
+        evals = [json.loads((gen_results.RUNS / r / "eval" / "linear_eval.json").read_text())
+                 for r in runs]  # fmt: skip
+        for cell, key in ((knn, "knn_top1"), (linear, "linear_top1")):
+            values = [e[key] for e in evals]
+            want = (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+                    if len(values) > 1 else f"{values[0]:.2f} (1 seed)")  # fmt: skip
+            assert cell == want, (recipe, key, cell, want)
+        for r in runs:  # each log is the recipe's, finished, with its provenance
+            prov = json.loads((gen_results.RUNS / r / "provenance.json").read_text())
+            assert f"--cfg {recipe}" in prov["segments"][0]["command"]
+            cfg = yaml.safe_load((gen_results.RUNS / r / "config.yaml").read_text())
+            epochs = [json.loads(s)["epoch"] for s in
+                      (gen_results.RUNS / r / "metrics.jsonl").read_text().splitlines()
+                      if '"kind": "epoch"' in s]  # fmt: skip
+            assert max(epochs) == cfg["train"]["epochs"] == int(row[2].split()[0])
+        assert row[3] == ", ".join(
+            str(yaml.safe_load((gen_results.RUNS / r / "config.yaml").read_text())["seed"])
+            for r in runs
+        )
+    for row in table:  # a recipe without a log says so
+        if row[3] == "-":
+            assert row[4] == row[5] == "not run"
+
+
+def fake_run(folder: Path, seed: int, knn: float, wall: float) -> None:
+    folder.mkdir(parents=True)
+    cfg = config.to_dict(config.load("digits_moco.yaml", [f"seed={seed}"]))
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    lines = [{"kind": "epoch", "epoch": e, "global_step": 22 * e} for e in range(1, 31)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    seg = {"command": f"python -m pretrain --cfg digits_moco.yaml seed={seed}",
+           "start": "2026-11-27T00:00:00Z"}  # fmt: skip
+    prov = {"commit": "abcdef0123", "dirty": False, "cpu_model": "AMD EPYC", "cpu_cores": 2,
+            "gpu_model": None, "gpu_count": 0, "world_size": 1, "start": seg["start"],
+            "wall_s": wall, "peak_rss_mib": 1200.0, "segments": [seg]}  # fmt: skip
+    (folder / "provenance.json").write_text(json.dumps(prov))
+    (folder / "eval").mkdir()
+    (folder / "eval" / "linear_eval.json").write_text(
+        json.dumps({"knn_top1": knn, "linear_top1": 95.0 + seed})
+    )
+
+
+def test_a_row_is_generated_from_its_logs_and_a_changed_log_fails_the_check(
+    tmp_path, monkeypatch, capsys
+):
+    runs, page, readme = tmp_path / "runs", tmp_path / "results.md", tmp_path / "README.md"
+    shutil.copy(gen_results.README, readme)
+    monkeypatch.setattr(gen_results, "RUNS", runs)
+    monkeypatch.setattr(gen_results, "PAGE", page)
+    monkeypatch.setattr(gen_results, "README", readme)
+    fake_run(runs / "digits_moco_s0", 0, 90.0, 100.0)
+    fake_run(runs / "digits_moco_s1", 1, 92.0, 200.0)
+    assert gen_results.main([]) == 0 and gen_results.main(["--check"]) == 0
+    (row,) = [r for r in rows(page.read_text()) if r[0] == "`digits_moco.yaml`"]
+    assert row[3:9] == ["0, 1", f"91.00 ± {statistics.stdev([90.0, 92.0]):.2f}", "95.50 ± 0.71",
+                        "AMD EPYC, 2 cores", "2 min 30 s per run (1 min 40 s to 3 min 20 s)",
+                        "1.2 GiB RSS"]  # fmt: skip
+    assert row[9:11] == ["2026-11-27", "abcdef0"]
+    assert "| `digits_moco.yaml` | 91.00 ± 1.41 | 95.50 ± 0.71 | 0, 1 |" in readme.read_text()
+    assert "Measured on AMD EPYC, 2 cores, 2026-11-27, code at abcdef0;" in readme.read_text()
+    ev = runs / "digits_moco_s1" / "eval" / "linear_eval.json"
+    ev.write_text(json.dumps({"knn_top1": 92.5, "linear_top1": 96.0}))
+    capsys.readouterr()
+    assert gen_results.main(["--check"]) == 1
+    assert "differs from its logs" in capsys.readouterr().err
+    gen_results.main([])
+    page.write_text(page.read_text().replace("91.25 ± ", "91.35 ± "))  # a hand edit
+    assert gen_results.main(["--check"]) == 1
+
+
+def test_a_log_of_an_unknown_recipe_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "x", 0, 90.0, 100.0)
+    prov = json.loads((tmp_path / "x" / "provenance.json").read_text())
+    prov["segments"][0]["command"] = "python -m pretrain --cfg mine.yaml"
+    (tmp_path / "x" / "provenance.json").write_text(json.dumps(prov))
+    with pytest.raises(ValueError, match="not shipped: mine.yaml"):
+        gen_results.table()
