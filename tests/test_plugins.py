@@ -75,7 +75,7 @@ def test_the_example_trains_by_name_then_evaluates_and_exports_with_and_without_
     ckpt = str(out / "checkpoints" / "last.pt")
     note = "negative strategy 'batch_mix' (a plugin not installed here)"
     for hide in (False, True):
-        ev = python(module("linear_eval"), "knn", "--ckpt", ckpt, "--presets", "seed001",
+        ev = python(module("linear_eval"), "knn", "--ckpt", ckpt, "--presets", "mioc",
                     site=None if hide else site, hide=hide)  # fmt: skip
         assert ev.returncode == 0, ev.stderr[-3000:]
         assert (note in ev.stderr) is hide, ev.stderr[-2000:]
