@@ -75,7 +75,7 @@ def test_per_epoch_lr_follows_the_colab_with_epochs_counted_from_one(first):
     main_moco.py counts from 0. Its log prints lr 0.059996 in epoch 1 and 0.059631 in epoch 10."""
     cfg = config.load("cifar10_moco.yaml", [f"train.lr_first_epoch={first}"])
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    run = SimpleNamespace(cfg=cfg, info={"lr": 0.06}, optimizer=opt)
+    run = SimpleNamespace(cfg=cfg, derived=SimpleNamespace(lr=0.06), optimizer=opt)
     for epoch in range(12):  # 0-based epoch index as the trainer counts, at a mid-epoch step
         lr = loop.set_lr(run, epoch + 0.37)
         want = 0.06 * 0.5 * (1 + math.cos(math.pi * (epoch + first) / 200))

@@ -50,7 +50,7 @@ def test_digits_monitor_batches_equal_the_loaders_for_any_eval_resize(tmp_path, 
     over = [f"out_dir={tmp_path}", f"data.eval_resize={resize}"]
     held = build.datasets_for(config.load("digits_moco.yaml", ["data.resident=device", *over]))
     ref = build.datasets_for(config.load("digits_moco.yaml", over))
-    assert held.resident == "device" and ref.resident == "off"
+    assert held.pipeline == "resident" and ref.pipeline == "loader"
     std = min(config.load("digits_moco.yaml").data.std)
     for a, b in ((held.test_loader, ref.test_loader), (held.bank_loader, ref.bank_loader)):
         xa, ya = zip(*a)
@@ -77,7 +77,7 @@ def test_resident_held_out_images_of_another_size_are_evaluated_as_the_loader_do
             "data.eval_resize=16", f"out_dir={tmp_path / 'run'}", "train.batch_size=4"]  # fmt: skip
     held = build.datasets_for(config.load("digits_moco.yaml", ["data.resident=device", *over]))
     ref = build.datasets_for(config.load("digits_moco.yaml", ["data.resident=off", *over]))
-    assert held.resident == "device"
+    assert held.pipeline == "resident"
     assert isinstance(held.train_loader, resident.ResidentViews)
     for a, b in ((held.test_loader, ref.test_loader), (held.bank_loader, ref.bank_loader)):
         xa, ya = zip(*a)
