@@ -25,8 +25,14 @@ def test_the_pins_are_built_ins():
     assert set(op_table.DEVICE_OPS) == set(count_ops.RECIPES)
 
 
-@pytest.mark.early  # ~2 min for cifar10_moco on 2 cores (tests/conftest.py)
-@pytest.mark.parametrize("recipe", list(count_ops.RECIPES))
+# cifar10_moco's case (160 s on 2 cores, 2026-11-27) needs --runslow: the digits case pins the
+# same ops per step of every strategy on the device path in the default suite
+@pytest.mark.early
+@pytest.mark.parametrize(
+    "recipe",
+    [pytest.param(r, marks=pytest.mark.slow) if r == "cifar10_moco" else r
+     for r in count_ops.RECIPES],  # fmt: skip
+)
 def test_device_path_counts_equal_the_pins_or_meet_the_bound(recipe):
     """Every registered strategy on the device path (split BN's Triton kernels, MiOC's Triton fit:
     both in Triton's interpreter, in one fresh process per recipe): a built-in equals its pin,
