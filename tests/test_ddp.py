@@ -4,11 +4,14 @@ variables.
 The equivalence test runs ``tests/ddp_worker.py`` (the engine's own ``setup`` and ``train_step``)
 once as one process with a global batch of 16 and ``model.bn_splits=2`` (two splits of 8) and
 once under ``torchrun --nproc_per_node 2`` (gloo) with plain BatchNorm on each rank's 8 images,
-and compares loss, all-reduced gradients, queue and pointer after each of 3 steps.
+and compares loss, all-reduced gradients, queue and pointer after each of 3 steps. Every variant
+runs in the same two launches (``ddp_worker.py --plan``: one process, then one torchrun), one
+after the other, each from its own ``setup``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -150,10 +153,16 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
+    """Every variant at 2 ranks: one process of all, then one torchrun of all (``--plan``)."""
+    return plan_runs(tmp_path_factory, 2, {k: [*TINY, *v] for k, v in VARIANTS.items()})
+
+
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
-def runs(request, tmp_path_factory) -> tuple[dict, list[dict]]:
+def runs(request, all_runs) -> tuple[dict, list[dict]]:
     """(one process with 2 BN splits, [rank 0, rank 1] of the torchrun run)."""
-    return one_and_ranks(tmp_path_factory, 2, [*TINY, *VARIANTS[request.param]])
+    return variant(all_runs, request.param)
 
 
 # 3 ranks differ from 2 (an odd split of the global batch, a rank with neither end of it): the
@@ -164,21 +173,51 @@ THREE_RANKS = {"adco": [], "fnc": [], "imix": []}
 TINY3 = [*TINY, "train.batch_size=24", "moco.queue_size=48"]
 
 
+@pytest.fixture(scope="module")
+def all_runs3(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
+    """The variants of THREE_RANKS: one process of all, then one 3-rank torchrun of all."""
+    plans = {k: [*TINY3, *VARIANTS[k], *v] for k, v in THREE_RANKS.items()}
+    return plan_runs(tmp_path_factory, 3, plans)
+
+
 @pytest.fixture(scope="module", params=sorted(THREE_RANKS))
-def runs3(request, tmp_path_factory) -> tuple[dict, list[dict]]:
+def runs3(request, all_runs3) -> tuple[dict, list[dict]]:
     """(one process with 3 BN splits, [rank 0, 1, 2] of a 3-rank torchrun run)."""
-    extra = [*VARIANTS[request.param], *THREE_RANKS[request.param]]
-    return one_and_ranks(tmp_path_factory, 3, [*TINY3, *extra])
+    return variant(all_runs3, request.param)
 
 
-def one_and_ranks(factory, world: int, args: list[str]) -> tuple[dict, list[dict]]:
+def plan_runs(factory, world: int, plans: dict[str, list[str]]) -> dict:
+    """``{name: (one process's record, [each rank's record])}`` or ``{name: error text}``: every
+    plan as one process with ``world`` BN splits, then all under one torchrun of ``world`` ranks.
+    One launch of each kind for all plans: a launch and its imports cost ~10x a run's 3 steps."""
     single, ddp = factory.mktemp("single"), factory.mktemp("ddp")
-    run_worker(sys.executable, str(WORKER), str(single), *args, f"model.bn_splits={world}")
+    for folder, bn_splits in ((single, world), (ddp, 1)):
+        split = {k: [*v, f"model.bn_splits={bn_splits}"] for k, v in plans.items()}
+        (folder / "plan.json").write_text(json.dumps(split))
+    run_worker(sys.executable, str(WORKER), "--plan", str(single / "plan.json"), str(single),
+               timeout=60 + 30 * len(plans))  # fmt: skip
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
     torchrun += ["--nproc_per_node", str(world), "--master_addr", "127.0.0.1"]
     torchrun += ["--master_port", str(free_port())]
-    run_worker(*torchrun, str(WORKER), str(ddp), *args, "model.bn_splits=1")
-    return torch.load(single / "rank0.pt"), [torch.load(ddp / f"rank{r}.pt") for r in range(world)]
+    run_worker(*torchrun, str(WORKER), "--plan", str(ddp / "plan.json"), str(ddp),
+               timeout=60 + 60 * len(plans))  # fmt: skip
+    results: dict = {}
+    for name in plans:
+        errors = [f / name / "error.txt" for f in (single, ddp)]
+        errors = [e for e in errors if e.exists()]
+        if errors:
+            results[name] = "\n".join(f"{e.parent.parent.name}: {e.read_text()}" for e in errors)
+            continue
+        ranks = [torch.load(ddp / name / f"rank{r}.pt") for r in range(world)]
+        results[name] = (torch.load(single / name / "rank0.pt"), ranks)
+    return results
+
+
+def variant(results: dict, name: str) -> tuple[dict, list[dict]]:
+    got = results[name]
+    if isinstance(got, str):
+        pytest.fail(f"variant {name!r} failed in the worker:\n{got}")
+    return got
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
