@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import inproc
 import pytest
 from test_engine import ROOT, TINY, lines
 
@@ -57,8 +58,7 @@ def test_sigkill_during_the_knn_monitor_leaves_the_epochs_checkpoint(tmp_path):
     assert state["epoch"] == 1 and state["step_in_epoch"] == 0  # epoch 1 done, kNN not logged
     assert state["epoch_record"]["epoch"] == 1
     assert not lines(out, "epoch")
-    done = subprocess.run([sys.executable, "-m", "pretrain", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = inproc.pretrain(*args)  # the rerun, in this process (tests/inproc.py)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [r["epoch"] for r in lines(out, "epoch")] == [1, 2]
     assert all("knn_top1" in r for r in lines(out, "epoch"))

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import inproc
 import pytest
 import torch
 
@@ -32,24 +33,21 @@ TINY = [
 
 
 def pretrain(
-    out: Path, *extra: str, wait: bool = True
+    out: Path, *extra: str, wait: bool = True, process: bool = False
 ) -> subprocess.Popen | subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pretrain",
-        "--cfg",
-        "digits_moco.yaml",
-        f"out_dir={out}",
-        *TINY,
-        *extra,
-    ]
+    """``python -m pretrain --cfg digits_moco.yaml out_dir=OUT TINY EXTRA``: run to its end in this
+    process (``tests/inproc.py``: what a CLI run sets process-wide is put back), or as a process of
+    its own: to its end (``process=True``) or started (``wait=False``) for a test that signals or
+    watches it."""
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", *TINY, *extra]
+    if wait and not process:
+        return inproc.pretrain(*args)
+    cmd = [sys.executable, "-m", "pretrain", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
-    )
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)  # fmt: skip
 
 
 def lines(run: Path, kind: str) -> list[dict]:
@@ -125,8 +123,8 @@ def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path, augment_on
 
 
 def test_smoke_run_writes_run_dir_and_evaluates(tmp_path):
-    run = tmp_path / "run"
-    done = pretrain(run, "train.epochs=1", "model.bn_splits=1")
+    run = tmp_path / "run"  # python -m pretrain as a user runs it, then its evaluation
+    done = pretrain(run, "train.epochs=1", "model.bn_splits=1", process=True)
     assert done.returncode == 0, done.stderr
     for name in ("config.yaml", "derived.yaml", "metrics.jsonl", "checkpoints/last.pt"):
         assert (run / name).exists(), name
@@ -140,24 +138,8 @@ def test_smoke_run_writes_run_dir_and_evaluates(tmp_path):
     step = lines(run, "step")[0]
     assert {"loss", "lr", "images_per_s", "step_time_s"} <= step.keys()
 
-    ev = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "linear_eval",
-            "--ckpt",
-            str(run / "checkpoints/last.pt"),
-            "--epochs",
-            "5",
-            "--milestones",
-            "3",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    ev = inproc.linear_eval("--ckpt", str(run / "checkpoints/last.pt"), "--epochs", "5",
+                            "--milestones", "3", "4")  # fmt: skip
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout.strip().splitlines()[-1])
     # the evaluator's kNN is the monitor's computation on the same checkpoint
@@ -201,13 +183,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     bad = pretrain(run, "train.epochs=1")
     assert bad.returncode == 1
     assert "corrupt" in bad.stderr and "Traceback" not in bad.stderr
-    ev = subprocess.run(
-        [sys.executable, "-m", "linear_eval", "--ckpt", str(run / "checkpoints/last.pt")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    ev = inproc.linear_eval("--ckpt", str(run / "checkpoints/last.pt"))
     assert ev.returncode == 1 and "corrupt" in ev.stderr and "Traceback" not in ev.stderr
 
 

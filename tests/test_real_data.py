@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import inproc
 import pytest
 import torch
 from PIL import Image
@@ -133,10 +132,9 @@ def test_divergence_before_any_checkpoint_names_none(folder, tmp_path, monkeypat
 
 
 def cli(out: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={out}",
-           f"data.root={root}", *TINY, *extra]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    """``python -m pretrain`` on the image folder, in this process (``tests/inproc.py``)."""
+    return inproc.pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", f"data.root={root}",
+                           *TINY, *extra)  # fmt: skip
 
 
 def test_errors_before_anything_starts_exit_2_naming_the_path(folder, tmp_path):

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import inproc
 import pytest
 import torch
 from fakedata import random_images, write_png
@@ -56,12 +57,18 @@ def image_folder(root: Path, bad_test: bool = False, bad_train: bool = False) ->
 
 
 def pretrain(
-    out: Path, data: Path, *extra: str, wait: bool = True, timeout: float = 240
-) -> subprocess.Popen | subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={out}",
-           f"data.root={data}", *SMALL, *extra]  # fmt: skip
+    out: Path, data: Path, *extra: str, wait: bool = True, process: bool = False,
+    timeout: float = 240,
+) -> subprocess.Popen | subprocess.CompletedProcess:  # fmt: skip
+    """A CLI run on the small image folder: to its end in this process (``tests/inproc.py``), or
+    as a process of its own, to its end within ``timeout`` (``process=True``: a hang fails the test
+    instead of blocking it) or started (``wait=False``) for a test that signals it."""
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", f"data.root={data}", *SMALL, *extra]
+    if wait and not process:
+        return inproc.pretrain(*args)
+    cmd = [sys.executable, "-m", "pretrain", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    if wait:  # a timeout, so a hang fails the test instead of blocking it
+    if wait:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                               cwd=ROOT)  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -100,7 +107,7 @@ def test_failed_evaluation_keeps_the_epoch_ends_the_run_and_the_rerun_evaluates_
     epoch and ends bit-identical to a run that never failed."""
     data = image_folder(tmp_path / "data", bad_test=True)
     run = tmp_path / "run"
-    failed = pretrain(run, data, "train.epochs=2", "data.num_workers=1", timeout=120)
+    failed = pretrain(run, data, "train.epochs=2", "data.num_workers=1", process=True, timeout=120)
     assert failed.returncode == 1, failed.stderr
     assert "cannot read image" in failed.stderr and "zz_bad.jpg" in failed.stderr
     assert "Traceback" not in failed.stderr
@@ -110,14 +117,14 @@ def test_failed_evaluation_keeps_the_epoch_ends_the_run_and_the_rerun_evaluates_
     assert records(run, "epoch") == []  # its record waits for the evaluation
 
     (data / "test" / "c0" / "zz_bad.jpg").unlink()
-    again = pretrain(run, data, "train.epochs=2", "data.num_workers=1", timeout=120)
+    again = pretrain(run, data, "train.epochs=2", "data.num_workers=1")
     assert again.returncode == 0, again.stderr
     assert "resuming at epoch 2 step 0" in again.stdout
     got = records(run, "epoch")
     assert [r["epoch"] for r in got] == [1, 2] and all("knn_top1" in r for r in got)
 
     full = tmp_path / "full"
-    done = pretrain(full, data, "train.epochs=2", "data.num_workers=1", timeout=120)
+    done = pretrain(full, data, "train.epochs=2", "data.num_workers=1")
     assert done.returncode == 0, done.stderr
     keys = ("model", "queue", "optimizer", "epoch_stats")  # numpy's global RNG is never seeded
     a, b = (flat({k: last_state(r)[k] for k in keys}) for r in (full, run))
@@ -132,7 +139,7 @@ def test_failed_evaluation_keeps_the_epoch_ends_the_run_and_the_rerun_evaluates_
 def test_failed_evaluation_of_an_epoch_without_a_scheduled_checkpoint_writes_one(tmp_path):
     data = image_folder(tmp_path / "data", bad_test=True)
     run = tmp_path / "run"
-    failed = pretrain(run, data, "train.epochs=3", "train.ckpt_every=2", timeout=120)
+    failed = pretrain(run, data, "train.epochs=3", "train.ckpt_every=2")
     assert failed.returncode == 1, failed.stderr
     assert "checkpoint of epoch 1 is saved" in failed.stderr
     state = last_state(run)
@@ -142,7 +149,8 @@ def test_failed_evaluation_of_an_epoch_without_a_scheduled_checkpoint_writes_one
 
 def test_bad_training_image_with_workers_ends_the_run(tmp_path):
     data = image_folder(tmp_path / "data", bad_train=True)
-    bad = pretrain(tmp_path / "run", data, "train.epochs=1", "data.num_workers=1", timeout=120)
+    bad = pretrain(tmp_path / "run", data, "train.epochs=1", "data.num_workers=1", process=True,
+                   timeout=120)  # fmt: skip
     assert bad.returncode == 1 and "05_bad.jpg" in bad.stderr, bad.stderr
 
 
