@@ -3,9 +3,10 @@
 A CLI run in a subprocess spends ~4 s of a core importing torch before its first line (2-core CI,
 2026-11-27); a test that only reads the exit status, the output and the files proves the same with
 ``main(argv)`` here. What such a run changes in the process is put back afterwards (torch's thread
-count, deterministic mode and RNG, the environment, the working directory), so the next test in
-this worker starts as it would have. Tests that need a process of their own keep one: a signal to
-the run, a hang to time out, several ranks, a fresh interpreter's imports (plugins, sys.path).
+count and deterministic mode, the RNGs of torch, numpy and random, the environment, the working
+directory), so the next test in this worker starts as it would have. Tests that need a process of
+their own keep one: a signal to the run, a hang to time out, several ranks, a fresh interpreter's
+imports (plugins, sys.path), a resume that must start from nothing but the checkpoint.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import subprocess
 from collections.abc import Callable
 
+import numpy
 import torch
 
 
@@ -27,6 +30,7 @@ def isolated() -> object:
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
     rng, env, cwd = torch.get_rng_state(), dict(os.environ), os.getcwd()
+    np_rng, py_rng = numpy.random.get_state(), random.getstate()
     try:
         yield
     finally:
@@ -35,6 +39,8 @@ def isolated() -> object:
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
         torch.set_rng_state(rng)
+        numpy.random.set_state(np_rng)
+        random.setstate(py_rng)
         os.environ.clear()
         os.environ.update(env)
         os.chdir(cwd)

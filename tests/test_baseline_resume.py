@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import inproc
 import pytest
 import torch
 
@@ -18,10 +19,15 @@ TINY = ["model.width=8", "model.bn_splits=2", "train.batch_size=32", "moco.queue
         "data.num_workers=0", "train.epochs=1"]  # fmt: skip
 
 
-def pretrain(cfg: str, out: Path, *extra: str) -> None:
-    cmd = [sys.executable, "-m", "pretrain", "--cfg", cfg, f"out_dir={out}", *TINY, *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+def pretrain(cfg: str, out: Path, *extra: str, process: bool = False) -> None:
+    """A run to its end: in this process (``tests/inproc.py``), or in a fresh one (``process``)."""
+    args = ["--cfg", cfg, f"out_dir={out}", *TINY, *extra]
+    if process:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "pretrain", *args], capture_output=True,
+                              text=True, timeout=300, env=env, cwd=ROOT)  # fmt: skip
+    else:
+        done = inproc.pretrain(*args)
     assert done.returncode == 0, done.stderr
 
 
@@ -39,7 +45,7 @@ def test_stop_and_resume_equals_uninterrupted(tmp_path, cfg, extra):
     full, cut = tmp_path / "full", tmp_path / "cut"
     pretrain(cfg, full, *extra, "train.max_steps=4")
     pretrain(cfg, cut, *extra, "train.max_steps=2")
-    pretrain(cfg, cut, *extra, "train.max_steps=4")
+    pretrain(cfg, cut, *extra, "train.max_steps=4", process=True)  # all it has is the checkpoint
     a = torch.load(full / "checkpoints" / "last.pt", weights_only=True)
     b = torch.load(cut / "checkpoints" / "last.pt", weights_only=True)
     assert a["global_step"] == b["global_step"] == 4

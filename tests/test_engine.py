@@ -102,7 +102,7 @@ def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(tmp_path, augment_on
         mid["step_in_epoch"],
     )
 
-    resumed = pretrain(cut, *epochs)
+    resumed = pretrain(cut, *epochs, process=True)  # a fresh process: all it has is the checkpoint
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming at epoch 2" in resumed.stdout
 
