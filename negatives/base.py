@@ -10,6 +10,8 @@ import torch
 import torch.distributed as td
 from torch import nn
 
+from negatives.contract import Contract
+
 # Label conventions shared by the queue, the strategies and the losses (one place):
 #   labels >= 0      real images of a known class (in-distribution)
 #   NO_LABEL (-1)    unknown: an unlabelled image, or a queue slot not yet filled
@@ -101,7 +103,7 @@ class ExtraNegatives:
     per_query: torch.Tensor | None = None
 
 
-class NegativeStrategy(nn.Module):
+class NegativeStrategy(Contract, nn.Module):
     """Base class: identity on the batch and no extra negatives.
 
     State that must survive a resume (refit counters, cached support vectors) lives in registered
@@ -116,25 +118,8 @@ class NegativeStrategy(nn.Module):
     same synthetic points.
     """
 
-    # -- The contract: declared here, measured by the test suite for every registered strategy
-    # (plugins included) and read by the CUDA-graph refusal and the generated docs. The defaults
-    # are the safe ones: no host sync allowed, not captured in a CUDA graph.
-
-    #: Host-device syncs per training step (a ``.item()``, a boolean mask's size, a host branch
-    #: on a device value): the sync test counts them and fails when the count differs.
-    syncs_per_step: ClassVar[int] = 0
-    #: Where the syncs come from (docs/step_counts.md shows it).
-    syncs_why: ClassVar[str] = ""
-    #: True once the step with this strategy is known to be capturable in a CUDA graph
-    #: (``train.cuda_graphs``); False refuses the key with ``why_not_capturable``.
-    capturable: ClassVar[bool] = False
-    why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
-    #: Python state that changes between steps (a counter, a schedule read as a float), which a
-    #: CUDA graph would freeze: what it is, or empty. Non-empty refuses ``train.cuda_graphs``.
-    step_state: ClassVar[str] = ""
-    #: ``negatives.kwargs`` of the contract tests: the smallest sizes that make the strategy add
-    #: negatives with a queue of 32 and a batch of 8 (and a 64-key queue, batch 16), warm-ups off.
-    contract_kwargs: ClassVar[dict[str, Any]] = {}
+    # -- The contract (negatives.contract.Contract: syncs_per_step, syncs_why, capturable,
+    # why_not_capturable, step_state, contract_kwargs), and for strategies only:
     #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain
     #: MoCo's; None: no such limit (the contract test says so and skips).
     zero_kwargs: ClassVar[dict[str, Any] | None] = None

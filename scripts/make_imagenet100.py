@@ -146,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train", required=True, type=Path,
                    help="ILSVRC-2012 train: <wnid>/ folders or <wnid>.tar files")  # fmt: skip
-    p.add_argument("--val", required=True, type=Path,
-                   help="ILSVRC-2012 val: <wnid>/ folders, or the flat folder with --val-labels")
+    p.add_argument(
+        "--val",
+        required=True,
+        type=Path,
+        help="ILSVRC-2012 val: <wnid>/ folders, or the flat folder with --val-labels",
+    )
     p.add_argument("--val-labels", type=Path, default=None,
                    help="LOC_val_solution.csv, or a file of 'FILENAME WNID' lines")  # fmt: skip
     p.add_argument("--copy", action="store_true", help="copy the images instead of linking them")

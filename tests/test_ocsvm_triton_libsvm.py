@@ -166,4 +166,3 @@ def test_cases_exercise_what_they_claim(monkeypatch):
             val = gd.square() / torch.where(quad > 0, quad, smo._TAU)
             ties = torch.nonzero(val == val.max())
         assert len(X) > 1024 and ties.flatten().tolist() in ([0, 1024], [500, 1025]), ties
-

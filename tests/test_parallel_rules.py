@@ -56,8 +56,13 @@ def test_threads_are_the_workers_share():
 
 def run_probe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_probe.py").write_text(PROBE)
-    drop = ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
-            "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # a top-level run, not one inside a worker
+    drop = (
+        "PYTEST_CURRENT_TEST",
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_XDIST_WORKER_COUNT",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    )  # a top-level run, not one inside a worker
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]),
                NEGMINE_TEST_WORKERS="2")  # fmt: skip

@@ -94,8 +94,8 @@ def test_summary_says_mixed_when_segments_ran_on_different_hardware():
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(None, "-"), (59.4, "59 s"), (193.4, "3 min 13 s"), (3600, "1 h 00 min"),
-     (7322, "2 h 02 min")],  # fmt: skip
-)
+     (7322, "2 h 02 min")],
+)  # fmt: skip
 def test_duration(seconds, text):
     assert provenance.duration(seconds) == text
 

@@ -31,8 +31,8 @@ def test_the_pins_are_built_ins():
 @pytest.mark.parametrize(
     "recipe",
     [pytest.param(r, marks=pytest.mark.slow) if r == "cifar10_moco" else r
-     for r in count_ops.RECIPES],  # fmt: skip
-)
+     for r in count_ops.RECIPES],
+)  # fmt: skip
 def test_device_path_counts_equal_the_pins_or_meet_the_bound(recipe):
     """Every registered strategy on the device path (split BN's Triton kernels, MiOC's Triton fit:
     both in Triton's interpreter, in one fresh process per recipe): a built-in equals its pin,

@@ -43,8 +43,10 @@ def test_a_resume_on_a_shrunk_training_set_is_refused_unless_overridden(tmp_path
     done = pretrain(out, f"data.root={root}", *RUN)
     assert done.returncode == 2, done.stderr[-2000:]
     message = done.stderr.strip().splitlines()[-1].removeprefix("error: ")
-    assert message.startswith(f"{out}: the training set changed since the checkpoint (96 images "
-                              "then, 70 now; another size): ")
+    assert message.startswith(
+        f"{out}: the training set changed since the checkpoint (96 images "
+        "then, 70 now; another size): "
+    )
     assert_documented(message)
     assert (out / "derived.yaml").read_text() == before  # nothing rewritten
     assert not lines(out, "epoch")

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.contract import Contract
 from negatives.registry import Registry
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
@@ -110,7 +111,7 @@ def contrast_set(
     return torch.cat(parts), torch.cat(labels)
 
 
-class Loss(nn.Module):
+class Loss(Contract, nn.Module):
     """Base class. ``forward(step: StepTensors) -> scalar loss``.
 
     Attributes:
@@ -134,22 +135,8 @@ class Loss(nn.Module):
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
 
-    # -- The contract: declared here, measured by the test suite for every registered loss
-    # (plugins included) and read by the CUDA-graph refusal and the generated docs; the same
-    # attributes as a negative strategy's (negatives.base.NegativeStrategy), the same safe
-    # defaults: no host sync allowed, not captured in a CUDA graph.
-
-    #: Host-device syncs per training step; the sync test fails when the count differs.
-    syncs_per_step: ClassVar[int] = 0
-    #: Where the syncs come from (docs/step_counts.md shows it).
-    syncs_why: ClassVar[str] = ""
-    #: True once the step with this loss is known to be capturable in a CUDA graph.
-    capturable: ClassVar[bool] = False
-    why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
-    #: Python state that changes between steps, which a CUDA graph would freeze, or empty.
-    step_state: ClassVar[str] = ""
-    #: ``loss.kwargs`` of the contract tests (tiny runs: a 64-key queue, a batch of 16).
-    contract_kwargs: ClassVar[dict[str, Any]] = {}
+    # -- The contract: negatives.contract.Contract (syncs_per_step, syncs_why, capturable,
+    # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
 
     needs_class_means: bool = False
     accepts_strategies: tuple[str, ...] | None = None

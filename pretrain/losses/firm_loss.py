@@ -11,10 +11,8 @@ and unlabelled images only their own key.
 
 from __future__ import annotations
 
-import torch
-
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive, in_distribution
+from pretrain.losses.queue_layout import QueueContrastive
 
 
 @register("firm")
@@ -29,7 +27,5 @@ class Firm(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    def positives(
-        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
-    ) -> torch.Tensor:
-        return in_distribution(anchor_labels, candidate_labels, own)
+    positives_from = "in_distribution"
+    reduction = "every_positive"

@@ -9,10 +9,8 @@ MoCo's layout: each query's own key is its only positive, against the batch keys
 
 from __future__ import annotations
 
-import torch
-
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive, own_only, own_positive
+from pretrain.losses.queue_layout import QueueContrastive
 
 
 @register("nt_xent")
@@ -23,16 +21,5 @@ class NTXent(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    def positives(
-        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
-    ) -> torch.Tensor:
-        return own_only(anchor_labels, candidate_labels, own)
-
-    def reduce(
-        self,
-        logits: torch.Tensor,
-        positive: torch.Tensor,
-        contrast: torch.Tensor | None,
-        own: torch.Tensor,
-    ) -> torch.Tensor:
-        return own_positive(logits, positive, contrast, own)
+    positives_from = "own_key"
+    reduction = "own_key"

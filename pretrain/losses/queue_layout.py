@@ -27,7 +27,7 @@ batch (see ``pretrain.losses.multiview``).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -191,6 +191,12 @@ def sincere_reduce(
 REDUCTIONS = {"nt_xent": own_positive, "supcon": every_positive, "sincere": sincere_reduce,
               "firm": every_positive}  # fmt: skip
 
+#: The values of :attr:`QueueContrastive.positives_from` and what each selects: P(i).
+POSITIVE_SETS = {"own_key": own_only, "same_label": same_label, "in_distribution": in_distribution}
+#: The values of :attr:`QueueContrastive.reduction` and what each selects: the loss from P(i).
+REDUCTION_FORMS = {"own_key": own_positive, "every_positive": every_positive,
+                   "sincere": sincere_reduce}  # fmt: skip
+
 
 def queue_contrastive(
     q: torch.Tensor,
@@ -287,9 +293,20 @@ class QueueContrastive(Loss):
     """The shared body of NT-Xent / SupCon / SINCERE / FIRM (one file each): MoCo's layout
     (query anchors against the gathered batch keys + the queue + the strategy's extras, see
     ``pretrain.losses.base``), or with ``StepTensors.q2`` the papers' symmetric 2N x 2N layout
-    (+ the queue unless ``contrast_queue`` is False). A subclass overrides :meth:`positives`
-    (which candidates are each anchor's positives) and, where its denominator differs,
-    :meth:`reduce`.
+    (+ the queue unless ``contrast_queue`` is False). A subclass states its paper's choice in two
+    class attributes (or, for a choice not listed, overrides :meth:`positives` / :meth:`reduce`):
+
+    Attributes:
+        positives_from: which candidates are each anchor's positives P(i) (:data:`POSITIVE_SETS`):
+            ``"own_key"`` its own key only (NT-Xent, eq. 1 of SimCLR); ``"same_label"`` the own
+            key and every candidate with the anchor's label (SupCon eq. 2, SINCERE eq. 12);
+            ``"in_distribution"`` the own key, and every in-distribution candidate for an
+            in-distribution anchor (FIRM eq. 2). None: the subclass overrides :meth:`positives`.
+        reduction: the loss from P(i) (:data:`REDUCTION_FORMS`): ``"every_positive"`` (the
+            default) each positive against the whole contrast set, the mean over positives then
+            anchors (SupCon eq. 2, FIRM eq. 2); ``"own_key"`` the same when P(i) is the own key
+            alone, by a gather (NT-Xent eq. 1); ``"sincere"`` each positive's denominator is
+            itself + the anchor's negatives (SINCERE eq. 12).
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (no queue); the trainer
@@ -303,6 +320,22 @@ class QueueContrastive(Loss):
     can_drop_queue = True
     reference_scale = False  # x T/0.07 (SupContrast's hidden factor): supcon's option
 
+    positives_from: ClassVar[str | None] = None
+    reduction: ClassVar[str] = "every_positive"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a ``positives_from`` or ``reduction`` outside the listed choices at class
+        definition, naming the class and the choices."""
+        super().__init_subclass__(**kwargs)
+        for attribute, choices in (("positives_from", POSITIVE_SETS),
+                                   ("reduction", REDUCTION_FORMS)):  # fmt: skip
+            value = getattr(cls, attribute)
+            if value not in choices and not (attribute == "positives_from" and value is None):
+                raise TypeError(
+                    f"{cls.__module__}.{cls.__qualname__}.{attribute} = {value!r}: one of "
+                    f"{', '.join(map(repr, choices))}"
+                )
+
     def __init__(self, temperature: float, contrast_queue: bool = True) -> None:
         super().__init__(temperature)
         self.contrast_queue = contrast_queue
@@ -310,9 +343,15 @@ class QueueContrastive(Loss):
     def positives(
         self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
     ) -> torch.Tensor:
-        """(N, M) bool mask P(i) of each anchor's positives among the candidates; ``own`` (N,)
-        is the index of each anchor's own key (its view pair). No host sync."""
-        raise NotImplementedError
+        """(N, M) bool mask P(i) of each anchor's positives among the candidates, as
+        :attr:`positives_from` says; ``own`` (N,) is the index of each anchor's own key (its view
+        pair). No host sync."""
+        if self.positives_from is None:
+            raise NotImplementedError(
+                f"{type(self).__qualname__}: set positives_from (one of "
+                f"{', '.join(map(repr, POSITIVE_SETS))}) or override positives()"
+            )
+        return POSITIVE_SETS[self.positives_from](anchor_labels, candidate_labels, own)
 
     def reduce(
         self,
@@ -322,9 +361,9 @@ class QueueContrastive(Loss):
         own: torch.Tensor,
     ) -> torch.Tensor:
         """The loss from the logits (N, M + S) / T, the positive mask and the contrast mask
-        (None = every column): by default every positive against the whole contrast set (the
-        mean over anchors of the mean over their positives)."""
-        return every_positive(logits, positive, contrast, own)
+        (None = every column), as :attr:`reduction` says: by default every positive against the
+        whole contrast set (the mean over anchors of the mean over their positives)."""
+        return REDUCTION_FORMS[self.reduction](logits, positive, contrast, own)
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         n, b = s.q.shape[0], s.k_all.shape[0]

@@ -11,10 +11,8 @@ negatives only, so same-class keys are never pushed apart.
 
 from __future__ import annotations
 
-import torch
-
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive, same_label, sincere_reduce
+from pretrain.losses.queue_layout import QueueContrastive
 
 
 @register("sincere")
@@ -26,16 +24,5 @@ class Sincere(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    def positives(
-        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
-    ) -> torch.Tensor:
-        return same_label(anchor_labels, candidate_labels, own)
-
-    def reduce(
-        self,
-        logits: torch.Tensor,
-        positive: torch.Tensor,
-        contrast: torch.Tensor | None,
-        own: torch.Tensor,
-    ) -> torch.Tensor:
-        return sincere_reduce(logits, positive, contrast, own)
+    positives_from = "same_label"
+    reduction = "sincere"

@@ -12,10 +12,8 @@ In a config: ``loss: {name: supcon, kwargs: {reference_scale: true}}``.
 
 from __future__ import annotations
 
-import torch
-
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive, same_label
+from pretrain.losses.queue_layout import QueueContrastive
 
 
 @register("supcon")
@@ -28,13 +26,11 @@ class SupCon(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
+    positives_from = "same_label"
+    reduction = "every_positive"
+
     def __init__(
         self, temperature: float, contrast_queue: bool = True, *, reference_scale: bool = False
     ) -> None:
         super().__init__(temperature, contrast_queue)
         self.reference_scale = reference_scale
-
-    def positives(
-        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
-    ) -> torch.Tensor:
-        return same_label(anchor_labels, candidate_labels, own)

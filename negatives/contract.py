@@ -1,0 +1,40 @@
+"""The step contract that a negative strategy and a loss both declare on their class, declared once
+here: ``negatives.base.NegativeStrategy`` and ``pretrain.losses.Loss`` mix it in. A leaf module
+(imports only the standard library); ``negatives`` sits below ``pretrain.losses`` in the import
+layers, so the losses import it from here, as they do the registry (``negatives.registry``).
+
+The test suite measures it for every registered strategy and loss (plugins included), the
+CUDA-graph refusal (``pretrain.engine.cuda_graphs``) and the generated docs
+(``scripts/gen_config_docs.py``, ``scripts/gen_step_counts.py``) read it. The defaults are the safe
+ones: no host sync allowed, not captured in a CUDA graph.
+
+    @register("mine")
+    class Mine(NegativeStrategy):   # or Loss
+        capturable = True
+        contract_kwargs = {"num_mix": 4}
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class Contract:
+    """The class attributes of the step contract (docs/plugins.md shows what measures each)."""
+
+    #: Host-device syncs per training step (a ``.item()``, a boolean mask's size, a host branch
+    #: on a device value): the sync test counts them and fails when the count differs.
+    syncs_per_step: ClassVar[int] = 0
+    #: Where the syncs come from (docs/step_counts.md shows it).
+    syncs_why: ClassVar[str] = ""
+    #: True once the step with this strategy or loss is known to be capturable in a CUDA graph
+    #: (``train.cuda_graphs``); False refuses the key with ``why_not_capturable``.
+    capturable: ClassVar[bool] = False
+    why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
+    #: Python state that changes between steps (a counter, a schedule read as a float), which a
+    #: CUDA graph would freeze: what it is, or empty. Non-empty refuses ``train.cuda_graphs``.
+    step_state: ClassVar[str] = ""
+    #: ``negatives.kwargs`` / ``loss.kwargs`` of the contract tests' tiny runs (a 64-key queue, a
+    #: batch of 16; a strategy's also a queue of 32 and a batch of 8), warm-ups off: a strategy's
+    #: are the smallest sizes that make it add negatives.
+    contract_kwargs: ClassVar[dict[str, Any]] = {}
