@@ -29,15 +29,18 @@ from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
 
 C = 5
 # name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
-# the module's own choice (one chunk, one channel block when interpreted)
+# the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
+# interpreter runs each tile's loop in Python (s3_chunks4_uneven: 75 values a split, 38 tiles of
+# 2 x 4 in 4 chunks of 20, 20, 20, 15, and 2 channel blocks, the second of 1; s4_chunks3_tile16:
+# 54 values a split, 27 tiles of 2 x 8 in 3 chunks)
 CASES = {
     "s2_nchw": (16, 3, 2, "nchw", torch.float64, None, None, None),
     "s8_nchw": (16, 3, 8, "nchw", torch.float64, None, None, None),
     "s2_cl": (16, 3, 2, "channels_last", torch.float64, None, None, None),
     "s8_cl": (16, 3, 8, "channels_last", torch.float64, None, None, None),
-    "s4_chunks3_tile16": (12, 5, 2, "nchw", torch.float64, 3, 16, None),
+    "s4_chunks3_tile16": (12, 3, 2, "nchw", torch.float64, 3, 16, None),
     "s2_chunks5_cblocks": (12, 5, 2, "channels_last", torch.float64, 5, 64, 2),
-    "s3_chunks4_uneven": (9, 7, 3, "nchw", torch.float64, 4, 8, 4),
+    "s3_chunks4_uneven": (9, 5, 3, "nchw", torch.float64, 4, 8, 4),
     "s2_strided": (8, 4, 2, "strided", torch.float64, None, None, None),
     "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, 2, 16, None),
     "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, 2, 16, None),
