@@ -111,15 +111,26 @@ if [ ${#QUICK[@]} -gt 0 ]; then  # a CPU runner is slower than a GPU host: 3x th
   if [ "$TOTAL_GIVEN" = 0 ]; then TOTAL=$((3 * TOTAL)); fi
 fi
 START=$SECONDS
+VERSIONS=""
 if [ "$DRY" = 1 ] && [ -n "$FORCE_DEVICE" ]; then  # the plan for that device, whatever is here
   DEVICE="$FORCE_DEVICE"; NAME="(dry run)"
 else
   if [ -n "$FORCE_DEVICE" ]; then export NEGMINE_DEVICE="$FORCE_DEVICE"; fi  # cuda: checked here
-  { read -r DEVICE; read -r NAME; } < <("$PY" -c "import platform, torch
+  # one interpreter for the device and the versions (a torch import costs seconds on a CPU)
+  PROBE="$("$PY" -c "import platform, sys, torch
 from pretrain.runtime import dist
 cuda = dist.device_type() == 'cuda'  # CUDA if visible, unless NEGMINE_DEVICE=cpu
 print('cuda' if cuda else 'cpu')
-print(torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine())")
+print(torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine())
+print('python:', sys.version.split()[0], platform.platform())
+print('torch:', torch.__version__, 'cuda', torch.version.cuda)
+for name in ('triton', 'torchvision'):
+    try:
+        print(name + ':', __import__(name).__version__)
+    except ImportError:
+        print(name + ': not installed')")" || PROBE=""
+  { read -r DEVICE; read -r NAME; } <<< "$PROBE"
+  VERSIONS="$(tail -n +3 <<< "$PROBE")"
   if [ -z "${DEVICE:-}" ]; then echo "gpu_suite: no device from $PY (the error above)" >&2; exit 2; fi
 fi
 if [ -z "$RESULTS" ]; then  # with --report, the tables go in it; else where they always went
@@ -155,14 +166,7 @@ else
     echo "device: ${DEVICE} (${NAME})"
     echo "commit: ${NEGMINE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo 'unknown (no git here; set NEGMINE_COMMIT)')}"
     git status --short 2>/dev/null | head -20 | sed 's/^/changed: /'
-    "$PY" -c "import platform, sys, torch
-print('python:', sys.version.split()[0], platform.platform())
-print('torch:', torch.__version__, 'cuda', torch.version.cuda)
-try:
-    import triton; print('triton:', triton.__version__)
-except ImportError:
-    print('triton: not installed')
-import torchvision; print('torchvision:', torchvision.__version__)" 2>&1
+    echo "$VERSIONS"
     nvidia-smi 2>/dev/null || echo "nvidia-smi: not available"
   } > "$REPORT/env.txt"
   note "report folder ${REPORT} (results ${RESULTS})"

@@ -100,12 +100,16 @@ def kernels_case(case: dict, dev: str) -> dict:
 
     from negatives.ocsvm import kernels_triton as kt
 
-    kt.INTERPRET_SCALE = 1  # the GPU's tiles, several per input (the cases are small)
+    scale, kt.INTERPRET_SCALE = kt.INTERPRET_SCALE, 1  # the GPU's tiles, several per input (the
+    # cases are small); put back after, or the fits after it run on the GPU's tiles, interpreted
     t = {k: v.to(dev) for k, v in kernel_inputs(case).items()}
     gamma = torch.tensor([case["gamma"]], dtype=torch.float64, device=dev)
-    with OpCounter() as ops, SyncCounter() as syncs:
-        Q, sq, bad = kt.gram(t["X"], gamma, case.get("linear", False))
-        f, mask = kt.score(t["Y"], t["X"], sq, t["coef"], t["rho"], gamma)
+    try:
+        with OpCounter() as ops, SyncCounter() as syncs:
+            Q, sq, bad = kt.gram(t["X"], gamma, case.get("linear", False))
+            f, mask = kt.score(t["Y"], t["X"], sq, t["coef"], t["rho"], gamma)
+    finally:
+        kt.INTERPRET_SCALE = scale
     out = {"Q": Q, "sq": sq, "bad": bad, "f": f, "mask": mask}
     return {k: v.cpu() for k, v in out.items()} | {"ops": ops.count, "syncs": syncs.count}
 

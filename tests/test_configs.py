@@ -4,10 +4,9 @@ an epoch on tiny data written in the true on-disk format."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import inproc
 import pytest
 from fakedata import write_cifar10, write_imagenet100
 
@@ -63,18 +62,10 @@ def test_paper_settings():
 
 
 def run_one_epoch(cfg_name: str, root: Path, out: Path, *extra: str) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pretrain",
-        "--cfg",
-        cfg_name,
-        f"data.root={root}",
-        f"out_dir={out}",
-        *SHRINK,
-        *extra,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    """The recipe shrunk, one epoch through ``python -m pretrain`` in this process
+    (``tests/inproc.py``); its last metrics record."""
+    args = ["--cfg", cfg_name, f"data.root={root}", f"out_dir={out}", *SHRINK, *extra]
+    done = inproc.pretrain(*args)
     assert done.returncode == 0, done.stderr
     last = (out / "metrics.jsonl").read_text().splitlines()[-1]
     return json.loads(last)

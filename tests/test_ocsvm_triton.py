@@ -52,11 +52,8 @@ CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory) -> dict[str, dict]:
-    cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in CASES.values()]
-    cases.append({"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}})
-    results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("triton"))
-    return dict(zip([*CASES, "nonfinite"], results, strict=True))
+def fitted(all_fits) -> dict[str, dict]:
+    return all_fits["fits"]
 
 
 def sklearn_fit(recipe: dict, kwargs: dict) -> tuple[SkOneClassSVM, torch.Tensor]:
@@ -135,12 +132,32 @@ KERNEL_CASES = {  # name: kernel_inputs' case; sizes off the kernels' tiles (64 
 
 
 @pytest.fixture(scope="module")
-def kernel_results(tmp_path_factory) -> dict[str, dict]:
-    cases = [{"kernels": case | {"seed": i, "gamma": 0.3}} for i, case in
-             enumerate(KERNEL_CASES.values())]  # fmt: skip
-    results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("kernels"))
-    return {name: (case["kernels"], got) for name, case, got in
-            zip(KERNEL_CASES, cases, results, strict=True)}  # fmt: skip
+def kernel_results(all_fits) -> dict[str, tuple[dict, dict]]:
+    return all_fits["kernels"]
+
+
+@pytest.fixture(scope="module")
+def all_fits(tmp_path_factory) -> dict[str, dict]:
+    """Every fit of CASES (and non-finite input), every kernel case and MiOC's fit at the sizes
+    of SIZES not marked slow, in one worker process: its start and triton's interpreted setup
+    cost more than most cases (~10 s on 2 cores). Named to sort first, so that every test using
+    one of its parts runs on the pytest-xdist worker that built it (tests/conftest.py)."""
+    fits = [{"recipe": recipe, "kwargs": kw} for recipe, kw in CASES.values()]
+    fits.append({"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}})
+    kernels = [{"kernels": case | {"seed": i, "gamma": 0.3}} for i, case in
+               enumerate(KERNEL_CASES.values())]  # fmt: skip
+    sizes = [n for n, slow in SIZES.items() if not slow]
+    mioc = [{"recipe": mioc_recipe(n), "kwargs": MIOC_KWARGS} for n in sizes]
+    results = ocsvm_triton_worker.run([*fits, *kernels, *mioc], tmp_path_factory.mktemp("triton"))
+    got_fits, got_kernels = results[: len(fits)], results[len(fits) : len(fits) + len(kernels)]
+    return {
+        "fits": dict(zip([*CASES, "nonfinite"], got_fits, strict=True)),
+        "kernels": {
+            name: (case["kernels"], got)
+            for name, case, got in zip(KERNEL_CASES, kernels, got_kernels, strict=True)
+        },  # fmt: skip
+        "mioc": dict(zip(sizes, results[len(fits) + len(kernels) :], strict=True)),
+    }
 
 
 @pytest.mark.parametrize("name", list(KERNEL_CASES))
@@ -194,17 +211,25 @@ SIZES = {  # MiOC's fit sizes: the CIFAR recipe's 2 x 512, 16 GPUs x 256, 64 GPU
     4096: True,  # ~25 s
     16384: True,  # ~2 min and a 1 GiB kernel matrix
 }
+MIOC_KWARGS = {"nu": 0.01, "gamma": 0.01}
+
+
+def mioc_recipe(n: int) -> dict:
+    return {"n_fit": n, "n_queue": 4096, "seed": 0}
 
 
 @pytest.mark.parametrize(
     "n", [pytest.param(n, marks=[pytest.mark.slow] if slow else []) for n, slow in SIZES.items()]
 )
-def test_matches_sklearn_at_mioc_sizes(tmp_path, n):
+def test_matches_sklearn_at_mioc_sizes(tmp_path, n, all_fits):
     """MiOC's defaults (nu = gamma = 0.01) on n fitted points: scikit-learn's iterations,
     support set and decision values on 4,096 queue keys (max |df| was 1.6e-14 at 1,024, 7.1e-14
     at 4,096 and 2.8e-13 at 16,384 with 90, 164 and 156 iterations)."""
-    recipe, kwargs = {"n_fit": n, "n_queue": 4096, "seed": 0}, {"nu": 0.01, "gamma": 0.01}
-    (got,) = ocsvm_triton_worker.run([{"recipe": recipe, "kwargs": kwargs}], tmp_path)
+    recipe, kwargs = mioc_recipe(n), MIOC_KWARGS
+    if SIZES[n]:  # a slow size: its own worker
+        (got,) = ocsvm_triton_worker.run([{"recipe": recipe, "kwargs": kwargs}], tmp_path)
+    else:
+        got = all_fits["mioc"][n]
     sk, Y = sklearn_fit(recipe, kwargs)
     assert got["n_iter"] == sk.n_iter_
     assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
