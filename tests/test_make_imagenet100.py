@@ -5,12 +5,14 @@ is written."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import inproc
 import numpy as np
 from PIL import Image
 
@@ -58,16 +60,23 @@ def fake_ilsvrc(root: Path, as_tars: int = 30) -> dict[str, list[str]]:
     return val_of
 
 
-def make(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)  # fmt: skip
+def make(*args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """The script with ``args``: as a process (``process``: the command a user types), else its
+    ``main`` in this process (``tests/inproc.py``)."""
+    if process:
+        return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                              text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    spec = importlib.util.spec_from_file_location("make_imagenet100", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return inproc.run(script.main, list(args))
 
 
 def test_builds_the_subset_that_the_training_reader_reads(tmp_path):
     src, dest = tmp_path / "ilsvrc", tmp_path / "in100"
     val_of = fake_ilsvrc(src)
     done = make("--train", str(src / "train"), "--val", str(src / "val"), "--val-labels",
-                str(src / "LOC_val_solution.csv"), str(dest))  # fmt: skip
+                str(src / "LOC_val_solution.csv"), str(dest), process=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "100 classes, 200 train and 100 val images" in done.stdout
     assert f"data.root={dest.resolve()}" in done.stdout
