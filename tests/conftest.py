@@ -8,7 +8,7 @@ starts inherits it, so the DDP tests' ranks form gloo groups on CPU tensors even
 visible (several ranks cannot share one GPU under NCCL). A ``cuda`` test that trains on the GPU asks
 for it with the ``on_cuda`` fixture (or ``NEGMINE_DEVICE=cuda`` in its subprocess's environment).
 
-``python -m pytest -m quick`` is a first check of under a minute (the whole suite takes ~12 minutes
+``python -m pytest -m quick`` is a first check of under a minute (the whole suite takes ~8-9 minutes
 on 2 cores): the tests of ``QUICK_FILES``, in-process unit tests of every package (pretrain,
 negatives, linear_eval, slurm), are marked ``quick``; under ``-m quick`` a test that starts a
 process (``subprocess``, ``multiprocessing``: a CLI run, DDP ranks, loader workers, a SLURM job)
