@@ -17,9 +17,16 @@ import torch
 import torch.nn.functional as F
 from fd_grad import assert_grad_matches_fd, autograd
 
-from pretrain.losses import QUEUE_KINDS, info_nce, moco_logits, queue_contrastive
+from pretrain.losses import (
+    info_nce,
+    moco_logits,
+    queue_contrastive,
+    queue_kinds,
+    queue_positives,
+)
 
 N, D, K, M, S = 4, 8, 10, 3, 2  # queries per rank, dim, queue, shared synthetic, private
+QUEUE_KINDS = ("nt_xent", "supcon", "sincere", "firm")  # the kinds np_queue_loss re-derives
 TOL = 1e-10
 
 
@@ -114,6 +121,14 @@ def test_matches_numpy(batch, kind, per_query, t):
     assert_grad_matches_fd(
         grad, lambda q: reference(batch, kind, t, per_query, q=q), batch["q"].numpy()
     )
+
+
+def test_every_registered_queue_layout_kind_has_a_reference():
+    """The kinds come from the registered classes' positives_from / reduction; each in-tree one
+    is re-derived by np_queue_loss, and a loss without a declared layout is refused by name."""
+    assert set(queue_kinds()) >= set(QUEUE_KINDS)
+    with pytest.raises(ValueError, match=r"kind must be one of .*got 'infonce'"):
+        queue_positives("infonce", torch.zeros(2), torch.zeros(3), torch.zeros(2))
 
 
 def test_kinds_differ_on_repeated_and_outlier_labels(batch):

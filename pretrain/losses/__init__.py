@@ -49,10 +49,10 @@ from pretrain.losses.kappa import KAPPA_KWARGS, WithKappa, kappa_alignment, kapp
 from pretrain.losses.masked import check_temperature
 from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
 from pretrain.losses.queue_layout import (
-    QUEUE_KINDS,
     QueueContrastive,
     contrast_top1,
     queue_contrastive,
+    queue_kinds,
     queue_positives,
 )
 
@@ -69,7 +69,6 @@ __all__ = [
     "list_losses",
     "register",
     "registry",
-    "QUEUE_KINDS",
     "check_temperature",
     "cider",
     "cider_terms",
@@ -81,6 +80,7 @@ __all__ = [
     "nt_xent",
     "contrast_top1",
     "queue_contrastive",
+    "queue_kinds",
     "queue_positives",
     "sequential_ema",
     "sincere",

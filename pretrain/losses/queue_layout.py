@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 
 from negatives.base import NO_LABEL
-from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set
+from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set, registry
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
@@ -40,8 +40,6 @@ from pretrain.losses.masked import (
     denominator_loss,
     sincere_loss,
 )
-
-QUEUE_KINDS = ("nt_xent", "supcon", "sincere", "firm")
 
 
 def _check_shapes(
@@ -111,10 +109,6 @@ def own_only(
     return own_key(own, candidate_labels.shape[0])
 
 
-POSITIVES = {"nt_xent": own_only, "supcon": same_label, "sincere": same_label,
-             "firm": in_distribution}  # fmt: skip
-
-
 def queue_positives(
     kind: str,
     anchor_labels: torch.Tensor,
@@ -122,9 +116,7 @@ def queue_positives(
     own: torch.Tensor,
 ) -> torch.Tensor:
     """(N, M) bool positive mask P(i) of each anchor over the candidates, for ``kind``."""
-    if kind not in QUEUE_KINDS:
-        raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
-    return POSITIVES[kind](anchor_labels, candidate_labels, own)
+    return POSITIVE_SETS[layout_of(kind).positives_from](anchor_labels, candidate_labels, own)
 
 
 def queue_logits(
@@ -188,9 +180,6 @@ def sincere_reduce(
     return sincere_loss(logits, positive, contrast & ~positive)
 
 
-REDUCTIONS = {"nt_xent": own_positive, "supcon": every_positive, "sincere": sincere_reduce,
-              "firm": every_positive}  # fmt: skip
-
 #: The values of :attr:`QueueContrastive.positives_from` and what each selects: P(i).
 POSITIVE_SETS = {"own_key": own_only, "same_label": same_label, "in_distribution": in_distribution}
 #: The values of :attr:`QueueContrastive.reduction` and what each selects: the loss from P(i).
@@ -228,7 +217,8 @@ def queue_contrastive(
         own: (N,) long index in ``candidates`` of each query's own key (its positive pair);
             must lie in [0, M), not checked here to avoid a host sync per step.
         temperature: τ.
-        kind: "nt_xent", "supcon", "sincere" or "firm".
+        kind: the ``loss.name`` of a registered :class:`QueueContrastive` that declares
+            ``positives_from`` (:func:`queue_kinds`: "nt_xent", "supcon", "sincere", "firm").
         per_query: (N, S, D) private negatives of each query (detached, never positives), or None.
         reference_scale: multiply by τ / 0.07 (SupContrast's hidden factor), any kind.
         exclude: (N,) long index in ``candidates`` of each anchor itself, left out of every
@@ -240,13 +230,12 @@ def queue_contrastive(
     """
     check_temperature(temperature)
     _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
-    if kind not in QUEUE_KINDS:
-        raise ValueError(f"kind must be one of {QUEUE_KINDS}, got {kind!r}")
-    positive = POSITIVES[kind](anchor_labels, candidate_labels, own)  # (N, M)
+    layout = layout_of(kind)
+    positive = POSITIVE_SETS[layout.positives_from](anchor_labels, candidate_labels, own)
     logits, positive, contrast = queue_logits(q, candidates, positive, temperature, per_query,
                                               exclude=exclude,
                                               detach_candidates=detach_candidates)  # fmt: skip
-    loss = REDUCTIONS[kind](logits, positive, contrast, own)
+    loss = REDUCTION_FORMS[layout.reduction](logits, positive, contrast, own)
     return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
 
 
@@ -398,3 +387,22 @@ class QueueContrastive(Loss):
             return {}
         a, c, positive, private, exclude = seen
         return {"contrast_top1": top1_of(positive, a, c, private, exclude)}
+
+
+def queue_kinds() -> tuple[str, ...]:
+    """The registered losses (plugins included) whose class states its layout on
+    :class:`QueueContrastive`'s attributes: the ``kind`` values of :func:`queue_contrastive`."""
+    return tuple(name for name in registry.names() if _declares_layout(registry.get(name)))
+
+
+def _declares_layout(cls: type) -> bool:
+    return issubclass(cls, QueueContrastive) and cls.positives_from is not None
+
+
+def layout_of(kind: str) -> type[QueueContrastive]:
+    """The class of the registered loss ``kind``, whose ``positives_from`` and ``reduction`` the
+    functional forms use: the layout is written once, on the class."""
+    cls = registry.get(kind) if kind in registry.names() else None
+    if cls is None or not _declares_layout(cls):
+        raise ValueError(f"kind must be one of {queue_kinds()}, got {kind!r}")
+    return cls
