@@ -336,11 +336,13 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
 SYNTHETIC_CIFAR = 5120  # synthetic CIFAR-10 stand-in: images (the recipe's queue is 4,096)
 
 
-def synthetic_cifar(root: Path, n: int, seed: int = 0) -> Path:
-    """``root/{train,val}/c<k>/*.jpg``: ``n`` random 32x32 JPEGs (quality 95) in 10 classes and
-    a tenth as many held out: CIFAR-10's image size and file format, when no copy is at hand."""
+def synthetic_cifar(root: Path, n: int, seed: int = 0, held_out: str = "val",
+                    held_out_share: int = 10) -> Path:  # fmt: skip
+    """``root/{train,HELD_OUT}/c<k>/*.jpg``: ``n`` random 32x32 JPEGs (quality 95) in 10 classes
+    and 1/``held_out_share`` as many held out: CIFAR-10's image size and file format, when no copy
+    is at hand (benchmarks/train.py's runs read ``test``)."""
     rng = np.random.default_rng(seed)
-    for split, count in (("train", n), ("val", max(10, n // 10))):
+    for split, count in (("train", n), (held_out, max(10, n // held_out_share))):
         for i in range(count):
             folder = root / split / f"c{i % 10}"
             folder.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.input import synthetic_cifar  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
@@ -59,21 +60,6 @@ QUICK = ["model.width=8", "train.batch_size=16", "moco.queue_size=32", "eval.knn
          "train.epochs=1", "data.num_workers=1"]  # fmt: skip
 QUICK_MIOC = ["negatives.kwargs.num_synthetic=16", "negatives.kwargs.num_inlier_synthetic=8"]
 STOP_GRACE_S = 30  # after SIGTERM: the checkpoint, then the process leaves
-
-
-def synthetic_cifar(root: Path, n: int) -> Path:
-    """``root/{train,test}/c<k>/*.jpg``: ``n`` random 32x32 JPEGs, 10 classes, a fifth held out."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for split, count in (("train", n), ("test", max(10, n // 5))):
-        for i in range(count):
-            folder = root / split / f"c{i % 10}"
-            folder.mkdir(parents=True, exist_ok=True)
-            img = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-            Image.fromarray(img).save(folder / f"{i:05d}.jpg", quality=95)
-    return root
 
 
 def read_log(path: Path) -> list[dict]:
@@ -174,7 +160,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="negmine_train_"))
     data = Path(a.data) if a.data else (BUNDLE if BUNDLE.is_dir() and not a.quick else None)
     if data is None:
-        data = synthetic_cifar(work / "cifar10", 64 if a.quick else 5120)
+        data = synthetic_cifar(work / "cifar10", 64 if a.quick else 5120, held_out="test",
+                               held_out_share=5)  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEGMINE_CACHE_DIR": str(work / "cache")}
     if a.device:
         env["NEGMINE_DEVICE"] = a.device
