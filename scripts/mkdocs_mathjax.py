@@ -24,14 +24,15 @@ PARTS = ("a11y", "adaptors", "input", "output", "sre", "ui")  # loaded by ENTRY 
 
 def mathjax_dir() -> Path:
     """The es5 folder of the installed MathJax, or a PluginError saying what to install."""
-    spec = importlib.util.find_spec("mathjax")
-    root = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
-    if root is None or not (root / ENTRY).is_file():
-        raise PluginError(
-            "MathJax for the documentation's equations is not installed: "
-            'pip install -e ".[docs]" (it brings django-static-mathjax, the MathJax files)'
-        )
-    return root
+    spec = importlib.util.find_spec("mathjax")  # a namespace package up to 3.2.2.0: no origin
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        root = Path(base) / "static" / "mathjax" / "es5"
+        if (root / ENTRY).is_file():
+            return root
+    raise PluginError(
+        "MathJax for the documentation's equations is not installed: "
+        'pip install -e ".[docs]" (it brings django-static-mathjax, the MathJax files)'
+    )
 
 
 def on_files(files: Files, config: Any, **kwargs: Any) -> Files:

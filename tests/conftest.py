@@ -15,20 +15,29 @@ process (``subprocess``, ``multiprocessing``: a CLI run, DDP ranks, loader worke
 is skipped when it tries, so a slow test added to one of these files leaves the subset by itself
 (it still runs in the full suite). ``tests/test_quick_subset.py`` checks the list.
 
-The suite runs in parallel by default: ``python -m pytest`` starts one pytest-xdist worker per core
-(``NEGMINE_TEST_WORKERS`` sets the count; ``-n 0`` runs in one process, as does a run of named
-files or tests, ``path.py`` or ``path::test``, or a pytest started by a test) with
-``--dist loadgroup``. Each worker runs torch on its share of the cores (one thread on 2 cores:
-``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and ``torch.set_num_threads``, inherited by the processes
-its tests start). What tests share across workers is kept apart by two rules (``xdist_group``):
+The suite runs in parallel by default, through pytest-xdist's documented interface only:
+pyproject.toml's ``addopts`` gives ``-n auto --dist loadgroup``, and
+:func:`pytest_xdist_auto_num_workers` picks the count (``NEGMINE_TEST_WORKERS``, else one worker per
+core; none for a run of named files or tests, ``path.py`` or ``path::test``, or a pytest started by
+a test; ``-n 0`` on the command line runs in one process). Each worker runs torch on its share of
+the cores (one thread on 2 cores: ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` and
+``torch.set_num_threads``, inherited by the processes
+its tests start).
 
-- a test that uses a module-, class- or session-scoped fixture of this suite runs on the worker
-  that built it (one group per fixture and parameter), so that such a fixture (DDP runs, a site
-  build, a compile, the local SLURM cluster that one worker brings up and down) is built once;
-- a test marked ``exclusive(name)`` runs on the same worker as every other test of that name.
+Distribution is ``--dist loadfile``: every test of a file runs on one worker, so a module-scoped
+fixture (DDP runs, a site build, a compile) is built once. (``loadgroup`` with ``xdist_group``
+marks is not used: with pytest 9.2 and pytest-xdist 3.8 it silently stops grouping,
+pytest-dev/pytest-xdist#1386.) What lives outside a test's process has one owner whatever the
+distribution, and never depends on two tests landing on one worker:
 
-xdist hands out groups first (largest first), then single tests in collection order; a test of
-minutes is marked ``early`` so that it starts first instead of ending the run alone.
+- the local SLURM cluster (``slurm_cluster.py``) is started once per run by the first process that
+  needs it, each user holds a lease on it, and the top-level pytest process stops it at the end of
+  the session; a stop while another process holds a lease is refused with an error naming it;
+- a session-scoped result that several files use (the Triton launches) is computed once per run,
+  under a lock, and read by the other workers (``run_once.py``, pytest-xdist's documented pattern).
+
+xdist hands out files in collection order; a test of minutes is marked ``early`` so that its file
+starts first instead of ending the run alone.
 
 Environment variables and ``NEGMINE_CACHE_DIR`` set by a test are per process, each worker's free
 ports come from its own range (``test_ddp.free_port``), and inductor's and Triton's caches are
@@ -39,6 +48,7 @@ from __future__ import annotations
 import multiprocessing.process
 import os
 import subprocess
+import time
 from pathlib import Path
 
 # Inductor compiles in-process with one thread: no compile-worker pool, whose shutdown at exit is a
@@ -74,6 +84,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from slurm_cluster import RUN_ENV  # noqa: E402
 from teardown_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: E402, F401 (hooks)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -147,71 +158,43 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "exclusive(name): runs on one pytest-xdist worker with every test of that name"
-    )
+    if not hasattr(config, "workerinput") and "PYTEST_CURRENT_TEST" not in os.environ:
+        # the top-level pytest of a run (not an xdist worker, not a pytest started by a test): it
+        # names the run, which its workers inherit, and owns what the run starts outside itself
+        os.environ[RUN_ENV] = f"{os.getpid()}-{time.time_ns()}"
+        config.pluginmanager.register(RunOwner(), "negmine_run_owner")
     config.addinivalue_line(
         "markers", "early: a test of minutes, started first so that it does not end the run alone"
     )
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config):
-    """``python -m pytest`` runs on pytest-xdist workers (one per core, ``--dist loadgroup``)
-    unless ``-n`` was given, xdist is absent or disabled (``-p no:xdist``), the run names files or
-    tests (``path.py``, ``path::test``: run them with ``-n 2`` to spread them), or this pytest runs
-    inside a test (a nested run stays in one process)."""
-    if not config.pluginmanager.has_plugin("xdist") or not hasattr(config.option, "numprocesses"):
-        return
-    if config.option.numprocesses is not None or config.option.collectonly:
-        return
+class RunOwner:
+    """The top-level pytest process's end of session: stop what this run started outside the
+    test processes (the local SLURM cluster), after every worker has exited."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from slurm_cluster import stop_started_by_run
+
+        stop_started_by_run()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (one per core), also when loaded by -p
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The worker count for ``-n auto`` (pyproject.toml's ``addopts``), pytest-xdist's documented
+    hook: ``$NEGMINE_TEST_WORKERS``, else one per core; 0 (one process, no workers) for a run of
+    named files or tests (``path.py``, ``path::test``: run them with ``-n 2`` to spread them), a
+    collection only, a pytest started inside a test, or a single core."""
     nested = "PYTEST_CURRENT_TEST" in os.environ or "PYTEST_XDIST_WORKER" in os.environ
     named = [a for a in config.args if "::" in str(a) or not Path(str(a)).is_dir()]
-    if nested or named:  # some files or tests: workers' start-up (~10 s each) would not pay
-        return
+    if nested or named or config.option.collectonly:  # workers' start-up (~10 s) would not pay
+        return 0
     workers = default_workers()
-    if workers > 1:
-        config.option.numprocesses = workers
-        config.option.tx = ["popen"] * workers  # what xdist makes of it, whichever hook is first
-        if config.option.dist == "no":
-            config.option.dist = "loadgroup"
+    return workers if workers > 1 else 0
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node) -> None:
-    """Tell each worker the distribution mode: a worker parses the command line again, where a
-    ``--dist`` set by :func:`pytest_cmdline_main` is not."""
-    node.workerinput["negmine_dist"] = node.config.option.dist
-
-
-def _shared_fixture_group(item: pytest.Item) -> str | None:
-    """The group of a test that uses a module-, class- or session-scoped fixture of this suite
-    (not one of pytest's own): that fixture's id with its parameter, so that it is built once."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    for name in sorted(info.name2fixturedefs):
-        fixturedef = info.name2fixturedefs[name][-1]
-        if fixturedef.scope == "function" or not fixturedef.baseid:  # "": a plugin's fixture
-            continue
-        param = f"/{params[name]}" if name in params else ""
-        group = f"{fixturedef.baseid}::{name}{param}"  # xdist reads the group after the last
-        return group.replace("[", "(").replace("]", ")")  # "]" of a test id: none after it
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    if getattr(config, "workerinput", {}).get("negmine_dist") == "loadgroup":
-        config.option.loadgroup = True  # xdist's worker hook groups by it
     items.sort(key=lambda item: item.get_closest_marker("early") is None)  # stable: early first
-    for item in items:
-        exclusive = item.get_closest_marker("exclusive")
-        group = exclusive.args[0] if exclusive is not None else _shared_fixture_group(item)
-        if group is not None:
-            group = group.replace("[", "(").replace("]", ")")
-            item.add_marker(pytest.mark.xdist_group(group))
     skip_slow = pytest.mark.skip(reason="needs --runslow")
     run_slow = config.getoption("--runslow")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -229,15 +212,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def triton_launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Every Triton kernel launched through Triton's launch path for sm_90 without a GPU, once per
-    session and triton (``tests/triton_launches.py``): ``None`` (the installed triton) or an older
+    run and triton (``tests/triton_launches.py``): ``None`` (the installed triton) or an older
     triton's folder -> the worker's JSON (launches, warnings, PTX) or its error output."""
     pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
+    from run_once import once
     from triton_launches import OLDER, launch_all
 
     for site in OLDER:
         if not Path(site, "triton").is_dir():
             pytest.fail(f"NEGMINE_TRITON_OLDER names {site}, which holds no triton")
-    return launch_all([None, *OLDER], tmp_path_factory.mktemp("launch"))
+    sites = [None, *OLDER]  # once per run: the files that use it may run on different workers
+    pairs = once("triton_launches", tmp_path_factory, lambda d: list(launch_all(sites, d).items()))
+    return dict(pairs)
 
 
 @pytest.fixture

@@ -201,7 +201,7 @@ def test_the_old_checkpoint_shims_end_at_their_stated_version():
     pyproject.toml reaches that version, so the two shims are removed then, not kept forever."""
     from pathlib import Path
 
-    import tomllib
+    from compat import tomllib
 
     from pretrain.engine import resume
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
+from compat import tomllib
 
 from negatives.registry import Registry
 

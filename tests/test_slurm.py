@@ -127,16 +127,14 @@ DEADLINE_S = 300
 
 @pytest.fixture(scope="module")
 def cluster():
+    """The run's shared cluster (started once per run, stopped by the top-level pytest process
+    at the end of the session: tests/slurm_cluster.py)."""
     from slurm_cluster import ensure_cluster
 
     env = ensure_cluster()
     if isinstance(env, str):
         pytest.skip(f"no local SLURM: {env}")
-    yield {**os.environ, **env}
-    if os.environ.get("CI") != "true":  # CI's .ci/run tears the cluster down itself
-        from slurm_cluster import teardown_cluster
-
-        teardown_cluster()
+    return {**os.environ, **env}
 
 
 def submit(env: dict, *args: str) -> list[int]:
@@ -162,10 +160,12 @@ def wait_done(env: dict, job_ids: list[int], runs: list[Path], epochs: int) -> N
     """Until every run has its last epoch line and SLURM no longer lists the jobs."""
     import time
 
+    from slurm_cluster import Watch
+
+    watch = Watch(env)  # fails within 60 s of the controller going away, with its logs
     deadline = time.time() + DEADLINE_S
     while time.time() < deadline:
-        queued = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True,
-                                env=env, timeout=30).stdout  # fmt: skip
+        queued = watch.check()
         finished = all(len(epoch_lines(r)) >= epochs for r in runs)
         if finished and not any(str(j) in queued for j in job_ids):
             return
@@ -202,9 +202,13 @@ def test_preempted_job_requeues_and_ends_like_an_uninterrupted_run(cluster, tmp_
     run = tmp_path / "preempted"
     (job,) = submit(cluster, "--cfg", "digits_moco.yaml", "--time", "00:30:00", f"out_dir={run}",
                     *common)  # fmt: skip
+    from slurm_cluster import Watch
+
+    watch = Watch(cluster)
     deadline = time.time() + DEADLINE_S
     steps = 1437 // 32
     while time.time() < deadline:  # preempt once a few steps of epoch 2 are logged
+        watch.check()
         m = run / "metrics.jsonl"
         if m.exists() and sum(1 for _ in m.open()) >= steps + 1 + 3:
             break
