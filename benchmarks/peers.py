@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from benchmarks.input import synthetic_cifar  # noqa: E402
 from benchmarks.peers_models import UNMATCHED, Sizes  # noqa: E402
-from benchmarks.peers_run import CONTESTANTS, contest  # noqa: E402
+from benchmarks.peers_run import CONTESTANTS, KNN_K, KNN_T, contest  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
@@ -179,7 +179,12 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
                      f"{ratio} |")  # fmt: skip
         summary.append(f"| peers {name}: images/s, kNN, vs lightly | {ips:.0f}, "
                        f"{statistics.mean(accs):.2f}, {ratio.split(' ')[0]} |")  # fmt: skip
-    lines += ["", *knn_verdict(knn, runs), ""]
+    peak = ("CUDA max_memory_allocated above the block's start" if device == "cuda" else
+            "resident set of the training process above the block's start, loader workers not "
+            "counted")  # fmt: skip
+    lines += ["", f"(medians over the epochs after each run's first when there are more; peak: "
+              f"{peak}; kNN k {KNN_K}, T {KNN_T} on the backbone features)", ""]  # fmt: skip
+    lines += [*knn_verdict(knn, runs), ""]
     lines += ["Not matched (benchmarks/peers_models.py UNMATCHED):", ""]
     lines += [f"- {u}" for u in UNMATCHED] + [""]
     return lines, summary
