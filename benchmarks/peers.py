@@ -65,6 +65,7 @@ from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 BUNDLE = Path("/tmp/data/cifar10")  # where .gpu/setup.sh unpacks CIFAR-10
+ALONE_ROUNDS = 5  # the step alone: rounds of one fixed-batch step per run
 QUICK = {"arch": "resnet-9", "width": 0.125, "batch": 32, "queue": 64, "epochs": 1,
          "train_images": 320, "test_images": 100}  # fmt: skip
 
@@ -152,7 +153,7 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
     root, what = prepare(a, work)
     s = Sizes(arch=a.arch, width=a.width, batch=a.batch, queue=a.queue, epochs=a.epochs or 200)
     runs = [r for r in a.runs.split(",") if r]
-    res = contest(runs, s, root, work, device, a.seeds, a.epochs, a.budget, a.workers)
+    res = contest(runs, s, root, work, device, a.seeds, a.epochs, a.budget, a.workers, ALONE_ROUNDS)
     blocks, knn, meta = res["blocks"], res["knn"], res["meta"]
     lines = [f"data: {what}; device {device}; {meta['epochs']} whole epochs per run, "
              f"{meta['steps']} steps of batch {s.batch} each; seeds {a.seeds}; loader workers "
@@ -162,8 +163,9 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
              f"{meta['params']['negmine']}; K {s.queue}, T {s.temperature}, m {s.momentum}, "
              f"{s.splits} BN splits, lr {s.lr:g}", ""]  # fmt: skip
     lines += ["| run | precision | images/s (median of blocks) | data wait ms/step | compute "
-              "ms/step | peak MiB | kNN top-1 per seed | vs lightly images/s |",
-              "|" + "---|" * 8]  # fmt: skip
+              "ms/step | peak MiB | kNN top-1 per seed | vs lightly images/s | step alone ms | "
+              "vs lightly, step alone |", "|" + "---|" * 10]  # fmt: skip
+    alone = meta["step_alone_ms"]
     summary = []
     for name in runs:
         bl = blocks[name]
@@ -176,14 +178,20 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
         ratio = "1.00x" if name == "lightly" else ratio_line(blocks, name, "lightly")
         lines.append(f"| {name} | {meta['precision'][name]} | {ips:.0f} | {wait:.1f} | "
                      f"{comp:.1f} | {peak:.0f} | {', '.join(f'{x:.2f}' for x in accs)} | "
-                     f"{ratio} |")  # fmt: skip
+                     f"{ratio} | {alone[name]:.1f} | "
+                     f"{alone['lightly'] / alone[name]:.2f}x |")  # fmt: skip
         summary.append(f"| peers {name}: images/s, kNN, vs lightly | {ips:.0f}, "
                        f"{statistics.mean(accs):.2f}, {ratio.split(' ')[0]} |")  # fmt: skip
     peak = ("CUDA max_memory_allocated above the block's start" if device == "cuda" else
             "resident set of the training process above the block's start, loader workers not "
             "counted")  # fmt: skip
     lines += ["", f"(medians over the epochs after each run's first when there are more; peak: "
-              f"{peak}; kNN k {KNN_K}, T {KNN_T} on the backbone features)", ""]  # fmt: skip
+              f"{peak}; kNN k {KNN_K}, T {KNN_T} on the backbone features; step alone: one "
+              f"training step on one fixed batch, no loader, median of {ALONE_ROUNDS} rounds "
+              "interleaved after seed 0's kNN, negmine's with its stage-2 photometric ops (in "
+              "its step by design), lightly's batch augmented by its loader; on a CPU the loader "
+              "workers share the cores, so images/s can differ from the step alone by more than "
+              "the data wait)", ""]  # fmt: skip
     lines += [*knn_verdict(knn, runs), ""]
     lines += ["Not matched (benchmarks/peers_models.py UNMATCHED):", ""]
     lines += [f"- {u}" for u in UNMATCHED] + [""]
@@ -207,8 +215,13 @@ def knn_verdict(knn: dict[str, list[float]], runs: list[str]) -> list[str]:
                        "judge it by; --seeds 2 or more)")  # fmt: skip
         else:
             verdict = "within" if abs(diff) <= spread else "OUTSIDE"
+            overlap = "overlap" if min(accs) <= max(base) and min(base) <= max(accs) else (
+                "do not overlap: " + ("below" if max(accs) < min(base) else "above") +
+                " in every seed")  # fmt: skip
             out.append(f"- kNN {name} - lightly: {diff:+.2f} points, {verdict} the seeds' "
-                       f"spread ({spread:.2f} points)")  # fmt: skip
+                       f"spread ({spread:.2f} points); the seeds' ranges [{min(accs):.2f}, "
+                       f"{max(accs):.2f}] and [{min(base):.2f}, {max(base):.2f}] "
+                       f"{overlap}")  # fmt: skip
     return out
 
 

@@ -32,8 +32,13 @@ UNMATCHED = [
     "stem: lightly's backbone is nn.Sequential(*children[:-1]) of its ResNet, which drops the "
     "ReLU after the first BN (its forward applies F.relu, the Sequential does not); negmine's "
     "has it. Same parameters",
-    "split BN: lightly's SplitBatchNorm normalises the 8 splits in training and keeps one set of "
-    "running statistics; negmine's the same (per_split on a CPU, triton on CUDA by default)",
+    "split BN: lightly's SplitBatchNorm (the MoCo colab's) runs one batch_norm over the batch "
+    "viewed as C x splits channels and averages the per-split running statistics for eval; "
+    "negmine's model.split_bn=auto picks per_split (a batch_norm per split) on a CPU and its "
+    "Triton kernels on CUDA. The same statistics in training",
+    "loader: lightly's DataLoader as its benchmark builds it (shuffle, drop_last, no pinned "
+    "memory, workers started anew every epoch) with negmine's worker count for both (the "
+    "benchmark's is 8); negmine's loader keeps its workers across epochs and pins memory on CUDA",
     "precision: lightly's benchmark trains in fp32 (Lightning's default); negmine's default "
     "train.amp=auto (bf16 autocast on CUDA and on bf16-capable CPUs, fp32 elsewhere) is kept; "
     "the table names each run's precision",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,6 +36,19 @@ from pretrain.runtime import precision as amp
 
 CONTESTANTS = {"lightly": None, "negmine": "off", "negmine_resident": "device"}  # data.resident
 KNN_K, KNN_T = 200, 0.1
+
+
+def top1(
+    bank: torch.Tensor,
+    bank_y: torch.Tensor,
+    test: torch.Tensor,
+    test_y: torch.Tensor,
+    device: torch.device,
+    classes: int,
+) -> float:
+    """negmine's weighted kNN top-1 (%) for both runs, computed on ``device``."""
+    to = [t.to(device) for t in (bank, bank_y, test, test_y)]
+    return knn.knn_top1(*to, KNN_K, KNN_T, classes)
 
 
 class Negmine:
@@ -73,11 +87,17 @@ class Negmine:
             pass
         return waits
 
+    def fixed_step(self) -> Callable[[], None]:
+        """One training step on one batch taken now (no loader): the step alone."""
+        run = self.run
+        batch = Batch.from_loader(next(iter(run.data.train_loader))).to(run.device)
+        return lambda: loop.train_step(run, batch, float(run.state.epoch))
+
     def knn(self) -> float:
         net, d = self.run.moco.encoder_q.backbone, self.run.data
         bank, bank_y = knn.extract(net, d.bank_loader, self.device)
         test, test_y = knn.extract(net, d.test_loader, self.device)
-        return knn.knn_top1(bank, bank_y, test, test_y, KNN_K, KNN_T, d.num_classes)
+        return top1(bank, bank_y, test, test_y, self.device, d.num_classes)
 
     def close(self) -> None:
         self.run.close()
@@ -119,6 +139,17 @@ class Lightly:
         self.sched.step()
         return waits
 
+    def fixed_step(self) -> Callable[[], None]:
+        (x0, x1), _, _ = next(iter(self.train))
+        x0, x1 = x0.to(self.device), x1.to(self.device)
+
+        def step() -> None:
+            self.model.training_step(x0, x1).backward()
+            self.optim.step()
+            self.optim.zero_grad()
+
+        return step
+
     @torch.no_grad()
     def knn(self) -> float:
         self.model.eval()
@@ -130,7 +161,7 @@ class Lightly:
                 labels.append(y)
             out[name] = (torch.cat(feats), torch.cat(labels))
         self.model.train()
-        return knn.knn_top1(*out["bank"], *out["test"], KNN_K, KNN_T, 10)
+        return top1(*out["bank"], *out["test"], self.device, 10)
 
     def close(self) -> None:
         pass
@@ -151,6 +182,25 @@ def block(run: Negmine | Lightly, e: int, batch: int) -> dict:
             "compute_ms": 1e3 * (wall - wait) / n, "peak": mem.peak, "wall": wall}  # fmt: skip
 
 
+def step_alone(runs: dict, rounds: int) -> dict[str, float]:
+    """Each run's training step on one fixed batch (no loader, no data wait), timed round-robin
+    after one warm-up step each: the median ms. The models train on (after their kNN)."""
+    steps = {name: run.fixed_step() for name, run in runs.items()}
+    dev = next(iter(runs.values())).device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds + 1):
+        names = list(steps)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync()
+            tic = time.perf_counter()
+            steps[name]()
+            sync()
+            if r:
+                times[name].append(time.perf_counter() - tic)
+    return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
+
+
 def contest(
     names: list[str],
     s: Sizes,
@@ -161,6 +211,7 @@ def contest(
     epochs: int,
     budget: float,
     workers: int,
+    alone_rounds: int = 5,
 ) -> dict:
     """Every run in ``names`` for ``epochs`` whole epochs (0: as many as fit in ``budget``
     seconds, at least one), interleaved epoch by epoch, for each seed; then each one's kNN."""
@@ -202,6 +253,10 @@ def contest(
         for name, run in runs.items():
             knns[name].append(run.knn())
             print(f"peers: seed {seed} {name}: kNN top-1 {knns[name][-1]:.2f}", flush=True)
+        if seed == 0:
+            meta["step_alone_ms"] = step_alone(runs, alone_rounds)
+            print(f"peers: the step alone, ms: {meta['step_alone_ms']}", flush=True)
+        for run in runs.values():
             run.close()
     meta["block_s"] = {n: statistics.median(b["wall"] for b in bl) for n, bl in blocks.items()}
     return {"blocks": blocks, "knn": knns, "meta": meta}

@@ -6,7 +6,6 @@ quick run checks the moco part's skip note and the OC-SVM table."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -31,7 +30,12 @@ from benchmarks.peers_models import (  # noqa: E402
     parameter_counts,
 )
 
-HAS_LIGHTLY = importlib.util.find_spec("lightly") is not None
+try:
+    import lightly  # noqa: F401
+
+    HAS_LIGHTLY = True
+except ImportError:
+    HAS_LIGHTLY = False
 needs_lightly = pytest.mark.skipif(
     not HAS_LIGHTLY, reason='lightly is not installed (pip install -e ".[bench]")'
 )
@@ -134,10 +138,18 @@ def test_the_ratio_leaves_out_each_runs_first_epoch():
 def test_the_knn_verdict_uses_the_seeds_spread():
     out = peers.knn_verdict({"lightly": [30.0, 34.0], "negmine": [31.0, 32.0]},
                             ["lightly", "negmine"])  # fmt: skip
-    assert out == ["- kNN negmine - lightly: -0.50 points, within the seeds' spread (4.00 points)"]
+    assert out == [
+        "- kNN negmine - lightly: -0.50 points, within the seeds' spread (4.00 "
+        "points); the seeds' ranges [31.00, 32.00] and [30.00, 34.00] overlap"
+    ]
     out = peers.knn_verdict({"lightly": [30.0, 31.0], "negmine": [40.0, 40.5]},
                             ["lightly", "negmine"])  # fmt: skip
     assert "OUTSIDE the seeds' spread (1.00 points)" in out[0]
+    assert out[0].endswith("do not overlap: above in every seed")
+    out = peers.knn_verdict({"lightly": [28.3, 28.1, 28.6], "negmine": [26.5, 26.3, 22.9]},
+                            ["lightly", "negmine"])  # fmt: skip
+    assert "-3.10 points, within the seeds' spread (3.60 points)" in out[0]  # the spread rule
+    assert out[0].endswith("do not overlap: below in every seed")  # but never as high
     out = peers.knn_verdict({"lightly": [30.0], "negmine": [31.0]}, ["lightly", "negmine"])
     assert "one seed: no spread" in out[0]
 
@@ -169,10 +181,12 @@ def test_quick_run_prints_the_table(tmp_path):
     if HAS_LIGHTLY:
         for run in ("lightly", "negmine"):
             row = re.search(rf"^\| {run} \| fp32 \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| "
-                            r"([\d.]+) \| ([\d.]+)x", text, flags=re.M)  # fmt: skip
+                            r"([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
+                            flags=re.M)  # fmt: skip
             assert row, (run, text)
-            ips, wait, compute, _, knn, ratio = (float(g) for g in row.groups())
+            ips, wait, compute, _, knn, ratio, alone, alone_ratio = map(float, row.groups())
             assert ips > 0 and wait >= 0 and compute > 0 and 0 <= knn <= 100 and ratio > 0
+            assert alone > 0 and alone_ratio > 0
         same = re.search(r"parameters \(backbone, head\): lightly (\(\d+, \d+\)), negmine "
                          r"(\(\d+, \d+\))", text)  # fmt: skip
         assert same and same.group(1) == same.group(2), text
