@@ -29,11 +29,17 @@
 #                warm-up: the 25 most expensive CUDA kernels, the step split into convolutions/
 #                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
 #                model's step (on a CPU, --quick: operators' CPU time, tiny model)
-#   train  (210) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
+#   train  (135) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), data.resident on and
 #                off, as many whole epochs as fit: images/s, data-wait, epoch time, kNN at the end,
 #                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each)
-# 705 s of budgets in all, and the whole run is held under --total (720 s): a part gets at most
+#   peers   (90) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
+#                the same settings (ResNet-18, batch 512, the CIFAR-10 images), negmine's loader
+#                and resident paths, interleaved epoch by epoch, as many whole epochs as fit,
+#                kNN at the end; the OC-SVM beside scikit-learn and thundersvm-cpu at n = 256,
+#                1024, 4096 (on a CPU, --quick: tiny model and images, one epoch, n = 256; the
+#                moco half skipped with a note where lightly is not installed)
+# 720 s of budgets in all, and the whole run is held under --total (720 s): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
 # failure). --quick (the CPU mode) triples the budgets and the total that were not given. Every part's whole output (stdout and stderr, unbuffered) goes to REPORT/PART.log;
 # a part that fails or overruns prints its log's last lines, and the next part starts. Each
@@ -60,10 +66,10 @@ REPORT=""
 DRY=0
 FORCE_DEVICE=""
 TOTAL=720
-ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train"
+ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train,peers"
 PARTS="$ALL_PARTS"
 declare -A BUDGET=([tests]=90 [sync]=60 [mioc]=45 [graphs]=60 [splitbn]=25 [ocsvm]=45 [step]=70
-                   [input]=55 [profile]=45 [train]=210)
+                   [input]=55 [profile]=45 [train]=135 [peers]=90)
 CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0
@@ -279,6 +285,15 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
   if [ ${#QUICK[@]} -gt 0 ]; then data=(); fi  # --quick: its own tiny images
   bench_part train benchmarks/train.py "${data[@]}" --budget "$((budget > 20 ? budget - 15 : 5))" \
     --keep "$REPORT/train" --summary "$REPORT/figures.md"
+}
+
+part_peers() {  # the training stops 30 s before the budget: kNN, OC-SVM and the tables
+  local data=() sizes=(--ocsvm-sizes 256,1024,4096) budget
+  budget=$(part_budget peers)
+  if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
+  if [ ${#QUICK[@]} -gt 0 ]; then data=(); sizes=(); fi  # --quick: its own tiny images, n = 256
+  bench_part peers benchmarks/peers.py "${data[@]}" --budget "$((budget > 40 ? budget - 30 : 10))" \
+    "${sizes[@]}"
 }
 
 for part in "${SELECTED[@]}"; do "part_$part"; done

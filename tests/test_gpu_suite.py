@@ -22,7 +22,7 @@ from pretrain import config
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "gpu_suite.sh"
 PARTS = ["tests", "sync", "mioc", "graphs", "splitbn", "ocsvm", "step", "input", "profile",
-         "train"]  # fmt: skip
+         "train", "peers"]  # fmt: skip
 TRAIN_RUNS = ("moco_resident", "moco_loader", "mioc_resident", "mioc_loader")
 CATEGORIES = ("convolutions/matmuls", "split BN", "other elementwise", "optimizer",
               "strategy + loss")  # fmt: skip
@@ -63,7 +63,7 @@ def test_gpu_suite_runs_on_cpu_in_quick_mode(tmp_path):
     parts = part_lines(text)
     for name in ("tests", "sync", "graphs"):
         assert parts[name].startswith("skipped"), parts
-    for name in ("mioc", "splitbn", "ocsvm", "step", "input", "profile", "train"):
+    for name in ("mioc", "splitbn", "ocsvm", "step", "input", "profile", "train", "peers"):
         assert parts[name] == "passed", parts
         log = (report / f"{name}.log").read_text()  # the part's whole output, command first
         assert log.startswith("$ python ") and len(log.splitlines()) > 1, log
@@ -190,6 +190,8 @@ def test_the_cuda_plan_runs_every_part_within_12_minutes(tmp_path):
     assert commands["profile"].startswith("python benchmarks/profile_step.py --device cuda")
     assert commands["train"].startswith("python benchmarks/train.py --device cuda")
     assert f"--budget {budgets['train'] - 15} " in commands["train"]  # stops before its kill
+    assert commands["peers"].startswith("python benchmarks/peers.py --device cuda")
+    assert f"--budget {budgets['peers'] - 30} " in commands["peers"]  # kNN, OC-SVM, tables after
     mioc = commands["mioc"].split()
     assert mioc[:5] == ["python", "-m", "pretrain", "--cfg", "digits_mioc.yaml"]
     cfg = config.load("digits_mioc.yaml", mioc[5:])

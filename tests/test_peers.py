@@ -1,0 +1,202 @@
+"""benchmarks/peers.py sets lightly's benchmark MoCo and negmine's cifar10_moco side by side at the
+same settings (the same parameters in backbone and head, queue, temperature, momentum, BN splits,
+learning rate, a symmetric loss on both), and its --quick mode (CI) prints the whole table.
+Without lightly (``pip install -e ".[bench]"``), the model tests skip with that reason and the
+quick run checks the moco part's skip note and the OC-SVM table."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_ddp import clean_env
+
+from pretrain import config
+from pretrain.model import encoders
+from pretrain.model.split_bn import SplitBatchNorm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts beside the packages
+from benchmarks import peers  # noqa: E402
+from benchmarks.peers_models import (  # noqa: E402
+    ARCHS,
+    LightlyMoco,
+    Sizes,
+    negmine_overrides,
+    parameter_counts,
+)
+
+try:
+    import lightly  # noqa: F401
+
+    HAS_LIGHTLY = True
+except ImportError:
+    HAS_LIGHTLY = False
+needs_lightly = pytest.mark.skipif(
+    not HAS_LIGHTLY, reason='lightly is not installed (pip install -e ".[bench]")'
+)
+SIZES = {
+    "resnet-18, the benchmark's": Sizes(),
+    "resnet-9 width 0.125, --quick's": Sizes(arch="resnet-9", width=0.125, batch=32, queue=64),
+}
+
+
+def negmine_model(s: Sizes) -> tuple[config.Config, encoders.MoCo]:
+    cfg = config.load("cifar10_moco.yaml", negmine_overrides(s, "unused"))
+    m = cfg.model
+    return cfg, encoders.build(arch=m.arch, width=m.width, cifar_stem=m.cifar_stem, dim=m.dim,
+                               mlp=m.mlp, bn_splits=m.bn_splits)  # fmt: skip
+
+
+def count(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@needs_lightly
+@pytest.mark.parametrize("s", SIZES.values(), ids=SIZES.keys())
+def test_both_models_have_the_matched_settings(s):
+    from lightly.models.batchnorm import SplitBatchNorm as LightlySplit
+
+    lightly = LightlyMoco(s)
+    cfg, moco = negmine_model(s)
+    enc = moco.encoder_q
+    # the same parameters, counted here (not by the benchmark's helper) and by the helper
+    assert count(lightly.backbone) == count(enc.backbone) > 0
+    assert count(lightly.projection_head) == count(enc.head) > 0
+    assert parameter_counts(lightly.backbone, lightly.projection_head) == (
+        count(enc.backbone), count(enc.head))  # fmt: skip
+    convs = [tuple(c.weight.shape) for c in lightly.backbone.modules()
+             if isinstance(c, torch.nn.Conv2d)]  # fmt: skip
+    assert convs == [tuple(c.weight.shape) for c in enc.backbone.modules()
+                     if isinstance(c, torch.nn.Conv2d)]  # fmt: skip
+    assert cfg.model.arch == ARCHS[s.arch] and cfg.model.cifar_stem and cfg.model.mlp
+    # queue, temperature, momentum, output dimension
+    assert lightly.criterion.memory_bank.size == (cfg.moco.queue_size, cfg.model.dim)
+    assert cfg.moco.queue_size == s.queue
+    assert lightly.criterion.temperature == cfg.moco.temperature == s.temperature
+    assert lightly.momentum == cfg.moco.momentum == s.momentum
+    # split BN with the same number of splits in every norm layer of both backbones
+    ours = [m for m in enc.backbone.modules() if isinstance(m, SplitBatchNorm)]
+    theirs = [m for m in lightly.backbone.modules() if isinstance(m, LightlySplit)]
+    assert len(ours) == len(theirs) > 0
+    assert {m.num_splits for m in theirs} == {cfg.model.bn_splits} == {s.splits}
+    assert {m.num_splits for m in ours} == {s.splits}
+    # the learning rate: 0.06 x batch / 128 on both, SGD momentum 0.9, weight decay 5e-4
+    optim, _ = lightly.optimizer(s)
+    assert optim.param_groups[0]["lr"] == pytest.approx(config.derived(cfg, 50000).lr)
+    assert config.derived(cfg, 50000).lr == pytest.approx(0.06 * s.batch / 128)
+    group = optim.param_groups[0]
+    assert (group["momentum"], group["weight_decay"]) == (cfg.train.sgd_momentum,
+                                                          cfg.train.weight_decay)  # fmt: skip
+    assert cfg.train.batch_size == s.batch
+
+
+@needs_lightly
+def test_both_losses_are_symmetric():
+    """lightly's step calls its loss twice, (q(x0), k(x1)) then (q(x1), k(x0)); negmine's config
+    is its symmetric layout, which puts both views through the query encoder (q2)."""
+    s = SIZES["resnet-9 width 0.125, --quick's"]
+    torch.manual_seed(0)
+    lightly = LightlyMoco(s)
+    calls = []
+    lightly.criterion.register_forward_hook(lambda m, args, out: calls.append(args))
+    x0, x1 = torch.randn(2, s.batch, 3, 32, 32).unbind(0)
+    lightly.training_step(x0, x1)
+    assert len(calls) == 2
+    (q_a, k_a), (q_b, k_b) = calls
+    with torch.no_grad():  # each call's query is the query encoder's output of the other view
+        lightly.eval()
+        assert not torch.allclose(q_a, q_b)
+        assert q_a.requires_grad and q_b.requires_grad
+        assert not k_a.requires_grad and not k_b.requires_grad
+    cfg, moco = negmine_model(s)
+    assert cfg.loss.symmetric and cfg.loss.name == "nt_xent" and cfg.loss.contrast_queue
+    e = moco.embed(x0, x1, momentum=cfg.moco.momentum, symmetric=cfg.loss.symmetric,
+                   bn_splits=cfg.model.bn_splits)  # fmt: skip
+    assert e.q2 is not None and e.q2.shape == e.q.shape and e.q2.requires_grad
+
+
+def test_a_resnet18_with_a_width_multiplier_is_refused():
+    with pytest.raises(ValueError, match="no width multiplier"):
+        negmine_overrides(Sizes(width=0.5), "unused")
+
+
+def test_the_ratio_leaves_out_each_runs_first_epoch():
+    blocks = {"lightly": [{"ips": 10.0, "epoch": 0}, {"ips": 10.0, "epoch": 1},
+                          {"ips": 20.0, "epoch": 0}, {"ips": 20.0, "epoch": 1}],
+              "negmine": [{"ips": 50.0, "epoch": 0}, {"ips": 15.0, "epoch": 1},
+                          {"ips": 90.0, "epoch": 0}, {"ips": 40.0, "epoch": 1}]}  # fmt: skip
+    assert peers.ratio_line(blocks, "negmine", "lightly") == "1.75x [1.50, 2.00] over 2 blocks"
+    one = {k: v[:1] for k, v in blocks.items()}  # one epoch: the only block counts
+    assert peers.ratio_line(one, "negmine", "lightly") == "5.00x [5.00, 5.00] over 1 blocks"
+
+
+def test_the_knn_verdict_uses_the_seeds_spread():
+    out = peers.knn_verdict({"lightly": [30.0, 34.0], "negmine": [31.0, 32.0]},
+                            ["lightly", "negmine"])  # fmt: skip
+    assert out == [
+        "- kNN negmine - lightly: -0.50 points, within the seeds' spread (4.00 "
+        "points); the seeds' ranges [31.00, 32.00] and [30.00, 34.00] overlap"
+    ]
+    out = peers.knn_verdict({"lightly": [30.0, 31.0], "negmine": [40.0, 40.5]},
+                            ["lightly", "negmine"])  # fmt: skip
+    assert "OUTSIDE the seeds' spread (1.00 points)" in out[0]
+    assert out[0].endswith("do not overlap: above in every seed")
+    out = peers.knn_verdict({"lightly": [28.3, 28.1, 28.6], "negmine": [26.5, 26.3, 22.9]},
+                            ["lightly", "negmine"])  # fmt: skip
+    assert "-3.10 points, within the seeds' spread (3.60 points)" in out[0]  # the spread rule
+    assert out[0].endswith("do not overlap: below in every seed")  # but never as high
+    out = peers.knn_verdict({"lightly": [30.0], "negmine": [31.0]}, ["lightly", "negmine"])
+    assert "one seed: no spread" in out[0]
+
+
+def test_the_subset_takes_the_same_images_of_every_class(tmp_path):
+    src = tmp_path / "src"
+    for c in ("a", "b"):
+        for i in range(5):
+            (src / "train" / c).mkdir(parents=True, exist_ok=True)
+            (src / "train" / c / f"{i}.jpg").write_bytes(bytes([i]))
+    assert peers.subset(src, tmp_path / "dst", "train", 6) == 6
+    got = sorted(p.relative_to(tmp_path / "dst").as_posix()
+                 for p in (tmp_path / "dst").rglob("*.jpg"))  # fmt: skip
+    assert got == [f"train/{c}/{i}.jpg" for c in "ab" for i in range(3)]
+
+
+def test_quick_run_prints_the_table(tmp_path):
+    """The CI run: both models a whole epoch on random JPEGs, interleaved, their kNN, the ratio;
+    the OC-SVM at n = 256 beside scikit-learn, agreeing with it; the results file written."""
+    results = tmp_path / "results.md"
+    proc = subprocess.run([sys.executable, "benchmarks/peers.py", "--quick", "--device", "cpu",
+                           "--results", str(results)], capture_output=True, text=True, cwd=ROOT,
+                          env=clean_env(CUDA_VISIBLE_DEVICES=""), timeout=600)  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    text = results.read_text()
+    assert "## Compared with lightly (MoCo v2, CIFAR-10) and OC-SVM peers" in text
+    assert "command: python benchmarks/peers.py --quick" in text and "commit " in text
+    if HAS_LIGHTLY:
+        for run in ("lightly", "negmine"):
+            row = re.search(rf"^\| {run} \| fp32 \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| "
+                            r"([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
+                            flags=re.M)  # fmt: skip
+            assert row, (run, text)
+            ips, wait, compute, _, knn, ratio, alone, alone_ratio = map(float, row.groups())
+            assert ips > 0 and wait >= 0 and compute > 0 and 0 <= knn <= 100 and ratio > 0
+            assert alone > 0 and alone_ratio > 0
+        same = re.search(r"parameters \(backbone, head\): lightly (\(\d+, \d+\)), negmine "
+                         r"(\(\d+, \d+\))", text)  # fmt: skip
+        assert same and same.group(1) == same.group(2), text
+        assert "- kNN negmine - lightly: " in text and "Not matched" in text
+    else:
+        assert "moco part skipped: lightly is not installed" in text
+    rows = re.findall(r"^\| 256 \| (.+?) \| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text,
+                      flags=re.M)  # fmt: skip
+    names = [r[0] for r in rows]
+    assert names[:2] == ["scikit-learn", "torch (cpu)"], text
+    for _, n_sv, fit, score, agree in rows:
+        assert int(n_sv) > 0 and float(fit) > 0 and float(score) > 0
+        assert float(agree) >= 99.0  # the same decisions as scikit-learn on held-out points
