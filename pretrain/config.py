@@ -364,13 +364,15 @@ def from_dict(
     raw: dict[str, Any], source: str = "checkpoint", *, encoder_only: bool = False
 ) -> Config:
     """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
-    are migrated (:func:`pretrain.config_files.migrate`). ``encoder_only`` (evaluation, export):
-    a loss or strategy that is a plugin not installed here is not needed, so a warning names it
+    are migrated (:func:`pretrain.config_files.migrate`). The ``plugins`` it names are kept as
+    text and never imported: a checkpoint's config is data, and a file or module named there
+    would run its code (only the config the user gives, :func:`load`, imports plugins; a resume
+    compares the lists first, :mod:`pretrain.engine.resume`). ``encoder_only`` (evaluation,
+    export): a loss or strategy that is not registered here is not needed, so a warning names it
     and the config is returned unchecked."""
     cfg = merge(Config(), config_files.migrate(raw, source), source=source)
-    cfg, missing = config_plugins.load_plugins(cfg, source, missing_ok=encoder_only)
     if encoder_only:
-        missing += config_plugins.missing_plugins(cfg)
+        missing = config_plugins.missing_plugins(cfg)
         if missing:
             print(
                 f"warning: {source}: trained with {'; '.join(missing)}; the encoder does not "

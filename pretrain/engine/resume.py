@@ -3,6 +3,7 @@ back (:func:`restore`), with the config changes a resume may make (:data:`RESUMA
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,7 @@ def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
 def check_same_config(run: Run, state: dict[str, Any]) -> None:
     """The checkpoint's config equals the run's but for :data:`RESUMABLE_CHANGES` and what the
     world-size rule (:mod:`pretrain.engine.world`) allows; else a :class:`ConfigError`."""
+    check_same_plugins(run, state["config"].get("plugins") or [])
     # no augment_on: the per-sample path (OLD_CHECKPOINTS_READ_UNTIL)
     raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
     saved = config.from_dict(raw, source="the checkpoint's config")
@@ -144,6 +146,19 @@ def check_same_config(run: Run, state: dict[str, Any]) -> None:
         raise ConfigError(
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
             "resume with the same settings or choose a new out_dir"
+        )
+
+
+def check_same_plugins(run: Run, saved: Any) -> None:
+    """The checkpoint's ``plugins`` equal the run's (which :func:`pretrain.config.load` imported
+    from the config given), compared as text before anything else: nothing the checkpoint names
+    is imported, so a planted ``last.pt`` cannot run a file or module of its choosing."""
+    if list(saved) != list(run.cfg.plugins):
+        raise ConfigError(
+            f"{run.run_dir} holds a run trained with plugins={json.dumps(saved, default=str)} "
+            f"but the config gives plugins={json.dumps(list(run.cfg.plugins))}; a checkpoint's "
+            "plugins are never imported from it: give the same plugins in the config to resume, "
+            "or choose a new out_dir"
         )
 
 

@@ -1,0 +1,85 @@
+"""Files a user was handed are data, never code (issue 52, items 1 and 2): a checkpoint whose
+config names ``plugins`` (an absolute path, a path relative to the working directory, a module
+on the path) imports none of them when it is evaluated, exported or resumed onto; a CIFAR batch
+whose pickle names a callable is refused before the callable runs. Each planted file or pickle
+writes a marker file when it runs, and the marker must not exist afterwards."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from fakeckpt import make_checkpoint
+from inproc import pretrain
+
+from pretrain import config
+from pretrain.config import ConfigError
+from pretrain.engine import checkpoint, export
+from tests.test_troubleshooting_data import assert_documented
+
+PAYLOAD = "from pathlib import Path\nPath({marker!r}).write_text('ran')\n"
+
+
+def planted(tmp: Path) -> tuple[Path, list[str]]:
+    """A marker path and three plugin specs that would each write it when imported: an absolute
+    file, a file relative to the working directory, a module name found on ``sys.path``."""
+    marker = tmp / "marker"
+    tag = uuid.uuid4().hex[:8]
+    for name in (f"gift_abs_{tag}.py", f"gift_rel_{tag}.py", f"gift_mod_{tag}.py"):
+        (tmp / name).write_text(PAYLOAD.format(marker=str(marker)))
+    return marker, [str(tmp / f"gift_abs_{tag}.py"), f"gift_rel_{tag}.py", f"gift_mod_{tag}"]
+
+
+def with_plugins(path: Path, plugins: list[str]) -> None:
+    state = checkpoint.load(path)
+    state["config"]["plugins"] = plugins
+    checkpoint.save(state, path)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["absolute", "relative", "module"])
+def test_evaluation_and_export_import_no_plugin_named_by_a_checkpoint(tmp_path, monkeypatch, which):
+    from linear_eval.inputs.features import load_model
+
+    marker, specs = planted(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ckpt = make_checkpoint(tmp_path / "run", "model.arch=resnet18", "model.cifar_stem=false")
+    with_plugins(ckpt, [specs[which]])
+    model = load_model(ckpt)
+    assert model.cfg.plugins == [specs[which]]  # kept as text, for the record
+    export.export(ckpt, "torchvision", tmp_path / "r.pth")
+    config.from_dict(checkpoint.load(ckpt)["config"], source="x")  # the resume's reading too
+    assert not marker.exists(), "a plugin named by the checkpoint's config was imported"
+    assert not any(k.startswith(("negmine_plugin_gift", "gift_")) for k in sys.modules)
+
+
+def test_a_resume_onto_a_planted_checkpoint_refuses_its_plugins_without_importing_them(tmp_path):
+    marker, specs = planted(tmp_path)
+    run = tmp_path / "run"
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={run}", "model.width=8", "train.max_steps=1",
+            "eval.knn_every=0", "train.progress_bar=false", "data.num_workers=0",
+            "train.batch_size=32", "moco.queue_size=64"]  # fmt: skip
+    assert pretrain(*args).returncode == 0
+    with_plugins(run / "checkpoints" / "last.pt", [specs[0]])
+    done = pretrain(*args, "train.max_steps=2")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (
+        f'error: {run} holds a run trained with plugins=["{specs[0]}"] but the config gives '
+        "plugins=[]; a checkpoint's plugins are never imported from it: give the same plugins in "
+        "the config to resume, or choose a new out_dir"
+    ) in done.stderr, done.stderr[-2000:]
+    assert_documented(done.stderr.strip().splitlines()[-1].removeprefix("error: "))
+    assert not marker.exists(), "a plugin named by the checkpoint's config was imported"
+
+
+def test_from_dict_of_a_config_naming_an_unregistered_loss_is_refused_not_imported(tmp_path):
+    """Without the encoder-only leniency, a strategy only a checkpoint's plugin would register is
+    an error naming the key (the plugin stays unimported)."""
+    marker, specs = planted(tmp_path)
+    raw = config.to_dict(config.load("digits_moco.yaml", [f"out_dir={tmp_path}"]))
+    raw["plugins"], raw["negatives"]["name"] = [specs[0]], "gift_strategy"
+    with pytest.raises(ConfigError, match="negatives.name"):
+        config.from_dict(raw, source="the checkpoint's config")
+    assert not marker.exists()
