@@ -6,16 +6,21 @@ writes a marker file when it runs, and the marker must not exist afterwards."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fakeckpt import make_checkpoint
+from fakedata import write_cifar10
 from inproc import pretrain
 
 from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.data import datasets
+from pretrain.data.imagefiles import DatasetError
 from pretrain.engine import checkpoint, export
 from tests.test_troubleshooting_data import assert_documented
 
@@ -83,3 +88,61 @@ def test_from_dict_of_a_config_naming_an_unregistered_loss_is_refused_not_import
     with pytest.raises(ConfigError, match="negatives.name"):
         config.from_dict(raw, source="the checkpoint's config")
     assert not marker.exists()
+
+
+class Payload:
+    """Unpickles as a call of ``exec`` that writes the marker (what a crafted batch would do)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return exec, (f"open({str(self.marker)!r}, 'w').write('ran')",)
+
+
+@pytest.mark.parametrize("name", ["data_batch_1", "batches.meta"])
+def test_a_crafted_cifar_pickle_is_refused_before_its_payload_runs(tmp_path, name):
+    marker = tmp_path / "marker"
+    folder = tmp_path / "cifar-10-batches-py"
+    write_cifar10(tmp_path, per_batch=4, test=4)
+    key = "data" if name == "data_batch_1" else "label_names"
+    (folder / name).write_bytes(pickle.dumps({key: Payload(marker), "labels": [0]}, protocol=4))
+    with pytest.raises(DatasetError) as info:
+        datasets.build("cifar10", str(tmp_path), "train")
+    assert str(info.value) == (
+        f"{folder / name} is not a CIFAR {'batch' if key == 'data' else 'meta'} file (it names "
+        "builtins.exec, which a data file has no use for (only numpy arrays, lists, dicts, text "
+        "and numbers are read); it was not run); replace it with the file of the dataset's "
+        "download"
+    )
+    assert_documented(str(info.value))
+    assert not marker.exists(), "the crafted pickle's payload ran"
+    done = pretrain("--cfg", "cifar10_moco.yaml", f"data.root={tmp_path}", f"out_dir={tmp_path}/r",
+                    "data.num_workers=0", "train.progress_bar=false")  # fmt: skip
+    assert done.returncode == 2 and "it was not run" in done.stderr, done.stderr[-2000:]
+    assert not marker.exists(), "the crafted pickle's payload ran"
+
+
+def test_the_restricted_unpickler_reads_cifar_as_torchvision_does(tmp_path):
+    """The real files' shape of data (protocol 2, text labels as latin-1 bytes, numpy 1's
+    global names) and a protocol-5 pickle of numpy 2 read to the same arrays as pickle.load."""
+    rows = np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072)
+    entry = {"data": rows, "labels": [3, 4], "batch_label": "training batch 1 of 5",
+             "filenames": [b"a.png", b"b.png"]}  # fmt: skip
+    for protocol in (2, 5):
+        blob = pickle.dumps(entry, protocol=protocol)
+        renamed = blob.replace(b"numpy._core", b"numpy.core")  # GLOBAL: text to a newline
+        for text in (blob, renamed) if protocol == 2 else (blob,):
+            (tmp_path / "x").write_bytes(text)
+            got = datasets.read_pickle(tmp_path / "x", "CIFAR batch")
+            assert np.array_equal(got["data"], rows) and got["data"].dtype == np.uint8
+            assert {k: v for k, v in got.items() if k != "data"} == {
+                k: v for k, v in entry.items() if k != "data"
+            }
+    ds = datasets.build("cifar10", str(write_root(tmp_path)), "train")
+    assert np.array_equal(ds.data, write_cifar10(tmp_path / "ref", per_batch=4, test=4)["train"])
+
+
+def write_root(tmp: Path) -> Path:
+    write_cifar10(tmp / "ds", per_batch=4, test=4)
+    return tmp / "ds"

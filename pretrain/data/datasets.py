@@ -4,15 +4,22 @@ Every reader returns ``(image, label)``, the image a PIL image or a uint8 ``tv_t
 and never downloads: a missing dataset raises :class:`DatasetNotFoundError` naming the expected path
 and layout. The torchvision readers are used as they are, except that file presence is checked
 instead of the upstream md5 sums (hashing 160 MB at every start buys nothing on a cluster where the
-files do not change, and it lets the tests load files they write in the true format).
+files do not change, and it lets the tests load files they write in the true format), and that the
+CIFAR pickles are read by :class:`DataUnpickler`, which builds numpy arrays, lists, dicts, text and
+numbers and nothing else: a crafted batch file cannot run code (a pickle may name any callable).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import importlib
+import io
+import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset
@@ -71,13 +78,97 @@ def _presence_only(files: list[tuple[str, str]]) -> list[tuple[str, None]]:
     return [(name, None) for name, _ in files]
 
 
-class CIFAR10(tvd.CIFAR10):
+def _numpy(module: str, name: str) -> Any:
+    """numpy's ``_core.<module>.<name>`` (numpy 2), or ``core.<module>.<name>`` (numpy 1)."""
+    for package in ("numpy._core", "numpy.core"):
+        try:
+            return getattr(importlib.import_module(f"{package}.{module}"), name)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError(f"numpy has no {module}.{name}")
+
+
+class DataUnpickler(pickle.Unpickler):
+    """Unpickles numpy arrays, lists, dicts, text, bytes and numbers only: any other global a
+    pickle names (``os.system``, a class whose ``__reduce__`` runs code) is refused before it is
+    looked up, so it never runs."""
+
+    ALLOWED = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        # what an array pickles as, under numpy 1 (numpy.core) and 2 (numpy._core) alike
+        **{
+            (f"numpy.{core}.multiarray", "_reconstruct"): _numpy("multiarray", "_reconstruct")
+            for core in ("core", "_core")
+        },
+        **{
+            (f"numpy.{core}.numeric", "_frombuffer"): _numpy("numeric", "_frombuffer")
+            for core in ("core", "_core")
+        },
+        ("_codecs", "encode"): codecs.encode,  # bytes in protocol-2 pickles
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = self.ALLOWED.get((module, name))
+        if found is None:
+            raise pickle.UnpicklingError(
+                f"it names {module}.{name}, which a data file has no use for (only numpy arrays, "
+                "lists, dicts, text and numbers are read); it was not run"
+            )
+        return found
+
+
+def read_pickle(path: Path, what: str) -> Any:
+    """The data pickled in ``path`` (:class:`DataUnpickler`); a file that is no such pickle is a
+    :class:`imagefiles.DatasetError` naming it."""
+    try:
+        data = DataUnpickler(io.BytesIO(path.read_bytes()), encoding="latin1").load()
+    except Exception as e:  # noqa: BLE001  (pickle, EOF, value errors: a file that is not one)
+        raise imagefiles.DatasetError(
+            f"{path} is not a {what} file ({e}); replace it with the file of the dataset's download"
+        ) from None
+    if not isinstance(data, dict):
+        raise imagefiles.DatasetError(
+            f"{path} is not a {what} file (it holds a {type(data).__name__}, not a dict); "
+            "replace it with the file of the dataset's download"
+        )
+    return data
+
+
+class _SafeCIFAR:
+    """torchvision's CIFAR reading (``__init__`` and ``_load_meta`` as upstream) with the batch
+    files read by :func:`read_pickle` instead of ``pickle.load``."""
+
+    base_folder: str
+    train_list: list[tuple[str, None]]
+    test_list: list[tuple[str, None]]
+    meta: dict[str, Any]
+
+    def __init__(self, root: str, train: bool = True) -> None:
+        tvd.VisionDataset.__init__(self, root)  # type: ignore[arg-type]
+        self.train = train
+        folder = Path(self.root) / self.base_folder
+        data, self.targets = [], []
+        for name, _ in self.train_list if train else self.test_list:
+            entry = read_pickle(folder / name, "CIFAR batch")
+            data.append(entry["data"])
+            self.targets.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+        self.data = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))
+        self._load_meta()
+
+    def _load_meta(self) -> None:
+        meta = read_pickle(Path(self.root) / self.base_folder / self.meta["filename"], "CIFAR meta")
+        self.classes = meta[self.meta["key"]]
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+
+class CIFAR10(_SafeCIFAR, tvd.CIFAR10):
     train_list = _presence_only(tvd.CIFAR10.train_list)
     test_list = _presence_only(tvd.CIFAR10.test_list)
     meta = {**tvd.CIFAR10.meta, "md5": None}
 
 
-class CIFAR100(tvd.CIFAR100):
+class CIFAR100(_SafeCIFAR, tvd.CIFAR100):
     train_list = _presence_only(tvd.CIFAR100.train_list)
     test_list = _presence_only(tvd.CIFAR100.test_list)
     meta = {**tvd.CIFAR100.meta, "md5": None}
@@ -169,7 +260,7 @@ def _build(name: str, root: str, split: str, classes: list[str] | None = None) -
                 f"download the 'python version' tarball from https://www.cs.toronto.edu/~kriz/cifar.html"
                 f" and extract it in {base}",
             )
-        return cls(str(base), train=train, download=False)
+        return cls(str(base), train=train)
     if name == "stl10":
         folder = base / "stl10_binary"
         need = ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin", "unlabeled_X.bin"]
