@@ -115,8 +115,7 @@ class Rule:
     when: str = ""
 
     def value(self, cfg: Any) -> Any:
-        section, name = self.key.split(".")
-        return getattr(getattr(cfg, section), name)
+        return _value(cfg, self.key)
 
     def condition(self, names: dict[str, tuple[str, ...]]) -> str:
         """``when`` with the registries' lists written out as tuples."""
@@ -153,6 +152,18 @@ class _Fill(string.Formatter):
         return obj, field_name
 
 
+def _value(cfg: Any, key: str) -> Any:
+    """The value of dotted ``key`` (``seed``, ``train.epochs``) in ``cfg``."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _num(x: float) -> str:
+    """A bound as the message prints it: whole numbers in full (4294967295, not 4.29497e+09)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def bound(
     key: str,
     low: float | None = None,
@@ -166,20 +177,20 @@ def bound(
     predicate and the message from the same two numbers."""
 
     def holds(cfg: Any, _: Facts) -> bool:
-        section, name = key.split(".")
-        v = getattr(getattr(cfg, section), name)
+        v = _value(cfg, key)
         above = low is None or (v > low if low_open else v >= low)
         below = high is None or (v < high if high_open else v <= high)
         return above and below
 
     if low is not None and high is not None:
-        why = f"must lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        why = f"must lie in {'(' if low_open else '['}{_num(low)}, {_num(high)}"
+        why += ")" if high_open else "]"
     elif low == 0 and low_open:
         why = "must be positive"
     elif low is not None:
-        why = f"must be {'above' if low_open else '>='} {low:g}"
+        why = f"must be {'above' if low_open else '>='} {_num(low)}"
     else:
-        why = f"must be {'below' if high_open else '<='} {high:g}"
+        why = f"must be {'below' if high_open else '<='} {_num(high)}"
     return Rule(key=key, holds=holds, why=why + (f" ({note})" if note else ""))
 
 
@@ -188,6 +199,7 @@ def _whole_or_fraction(subset: float) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
+    bound("seed", 0, 2**32 - 1, note="numpy's generators take 32-bit seeds"),
     bound("moco.queue_size", 0, low_open=True),
     bound("moco.momentum", 0, 1),
     bound("moco.temperature", 1e-3, low_open=True),
@@ -223,12 +235,16 @@ RULES: tuple[Rule, ...] = (
           note="the votes are weighted by exp(similarity / T)"),
     bound("eval.batch_size", 0, low_open=True),
     bound("data.image_size", 0, low_open=True),
+    bound("data.image_size", 2, note="a 1-pixel crop has nothing to resize"),
     bound("data.hflip_prob", 0, 1),
     bound("data.grayscale_prob", 0, 1),
     bound("data.jitter_prob", 0, 1),
     bound("data.blur_prob", 0, 1),
     bound("data.jitter_strength", 0, 2, note="ColorJitter's hue, strength / 4, is at most 0.5"),
     bound("data.eval_resize", 0, low_open=True),
+    bound("data.eval_resize", 2, note="a 1-pixel short side has nothing to resize"),
+    bound("data.affine_degrees", 0, 180,
+          note="RandomAffine rotates by an angle in [-degrees, degrees]"),
     Rule(key="data.std", holds=lambda c, f: all(s > 0 for s in c.data.std),
          why="must be positive (images are divided by it)"),
     bound("model.width", 0, low_open=True),
@@ -246,6 +262,8 @@ RULES: tuple[Rule, ...] = (
          when="not data.augment_compile or data.augment_on == 'device'",
          why="compiles stage 2, which only data.augment_on=device has; set it false for workers"),
     bound("train.max_steps", 0, note="0 = no limit"),
+    bound("train.keep_every", 0, note="0 = never"),
+    bound("train.max_requeues", 0),
     bound("data.num_workers", -1, note="-1 = automatic"),
     Rule(key="data.decode_on",
          when="data.decode_on != 'device' or (data.augment_on == 'device' and data.name in "

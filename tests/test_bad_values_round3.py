@@ -1,0 +1,71 @@
+"""Values that passed validation and then crashed or were taken silently (issue 52, items 7, 10
+and 11): each is refused with a message naming the key (exit 2 from the command line), or, for
+a null in ``loss.kwargs``, means the default as it does in ``negatives.kwargs``."""
+
+from __future__ import annotations
+
+import pytest
+from fakeckpt import make_checkpoint
+from inproc import linear_eval, pretrain
+
+from pretrain import config
+from pretrain.config import ConfigError
+from pretrain.engine import build
+from tests.test_troubleshooting_data import assert_documented
+
+TINY = ["model.width=8", "train.max_steps=1", "train.progress_bar=false", "data.num_workers=0",
+        "train.batch_size=32", "moco.queue_size=64"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("seed=-1", "config key 'seed' = -1 must lie in [0, 4294967295] (numpy's generators "
+         "take 32-bit seeds)"),
+        (f"seed={2**64}", f"config key 'seed' = {2**64} must lie in [0, 4294967295]"),
+        ("data.affine_degrees=-10", "config key 'data.affine_degrees' = -10.0 must lie in "
+         "[0, 180] (RandomAffine rotates by an angle in [-degrees, degrees])"),
+        ("data.image_size=1", "config key 'data.image_size' = 1 must be >= 2 (a 1-pixel crop "
+         "has nothing to resize)"),
+        ("data.eval_resize=1", "config key 'data.eval_resize' = 1 must be >= 2 (a 1-pixel short "
+         "side has nothing to resize)"),
+        ("train.keep_every=-1", "config key 'train.keep_every' = -1 must be >= 0 (0 = never)"),
+        ("train.max_requeues=-1", "config key 'train.max_requeues' = -1 must be >= 0"),
+    ],
+)  # fmt: skip
+def test_values_that_crashed_later_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        config.load("digits_moco.yaml", [override])
+    assert str(info.value).startswith(message), str(info.value)
+    assert_documented(str(info.value))
+
+
+def test_a_null_loss_kwarg_takes_the_default_as_a_strategy_kwarg_does():
+    cfg = config.load("digits_debiased.yaml", ["loss.kwargs.tau_plus=null"])
+    default = config.load("digits_debiased.yaml", ["loss.kwargs={}"])
+    made, ref = build.loss_fn(cfg, 10), build.loss_fn(default, 10)
+    assert made.tau_plus == ref.tau_plus and made.tau_plus is not None
+
+
+def test_a_knn_k_above_the_bank_is_named_in_pretraining_and_refused_in_linear_eval(tmp_path):
+    """Pretraining warns (the shipped one-class config's 142 images are below the default 200:
+    the monitor votes over all of them); linear_eval's explicit --k is refused, and the k it
+    records is the one used."""
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={tmp_path / 'r'}", *TINY,
+                    "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
+                    "eval.knn_every=1", "eval.knn_k=100000")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    warned = [x for x in done.stderr.splitlines() if "eval.knn_k" in x]
+    assert warned == [
+        "warning: eval.knn_k = 100000 exceeds the kNN bank (40 training images after "
+        "data.subset/data.in_classes): the monitor votes over all 40; give eval.knn_k=40 or less "
+        "to say so"
+    ], done.stderr[-2000:]
+    assert_documented(warned[0].removeprefix("warning: "))
+    ckpt = make_checkpoint(tmp_path / "run")
+    done = linear_eval("--ckpt", str(ckpt), "--k", "100000", "--epochs", "1")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "--k 100000 exceeds the 1437 training images (the kNN bank); give --k 1437 or less" in (
+        done.stderr
+    ), done.stderr[-2000:]
+    assert_documented(done.stderr.strip().splitlines()[-1].removeprefix("error: "))
