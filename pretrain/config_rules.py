@@ -245,6 +245,8 @@ RULES: tuple[Rule, ...] = (
     bound("data.eval_resize", 2, note="a 1-pixel short side has nothing to resize"),
     bound("data.affine_degrees", 0, 180,
           note="RandomAffine rotates by an angle in [-degrees, degrees]"),
+    bound("data.affine_translate", 0, 1,
+          note="a fraction of the image: above 1 most views would hold no image pixel"),
     Rule(key="data.std", holds=lambda c, f: all(s > 0 for s in c.data.std),
          why="must be positive (images are divided by it)"),
     bound("model.width", 0, low_open=True),

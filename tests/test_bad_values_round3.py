@@ -29,6 +29,10 @@ TINY = ["model.width=8", "train.max_steps=1", "train.progress_bar=false", "data.
          "has nothing to resize)"),
         ("data.eval_resize=1", "config key 'data.eval_resize' = 1 must be >= 2 (a 1-pixel short "
          "side has nothing to resize)"),
+        ("data.affine_translate=5", "config key 'data.affine_translate' = 5.0 must lie in "
+         "[0, 1] (a fraction of the image: above 1 most views would hold no image pixel)"),
+        ("data.affine_translate=-0.1", "config key 'data.affine_translate' = -0.1 must lie in "
+         "[0, 1]"),
         ("train.keep_every=-1", "config key 'train.keep_every' = -1 must be >= 0 (0 = never)"),
         ("train.max_requeues=-1", "config key 'train.max_requeues' = -1 must be >= 0"),
     ],
