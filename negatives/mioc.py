@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
 
@@ -130,6 +130,11 @@ class MiOC(NegativeStrategy):
                             ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+            if value > MAX_SYNTHETIC:
+                raise ValueError(
+                    f"{name} must be at most {MAX_SYNTHETIC} (synthetic points per query and "
+                    f"step; the paper uses 1024 or fewer), got {value}"
+                )
         if warmup not in ("paper", "code"):
             raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
         if empty_inliers not in ("queue", "skip"):

@@ -201,6 +201,9 @@ def _whole_or_fraction(subset: float) -> bool:
 RULES: tuple[Rule, ...] = (
     bound("seed", 0, 2**32 - 1, note="numpy's generators take 32-bit seeds"),
     bound("moco.queue_size", 0, low_open=True),
+    Rule(key="moco.queue_size", when="moco.queue_size * model.dim <= 2**32",
+         why="x model.dim = {model.dim} floats exceed 16 GiB (2**32 float32 values) for the "
+         "queue; a queue is at most the training set (checked once the data is read)"),
     bound("moco.momentum", 0, 1),
     bound("moco.temperature", 1e-3, low_open=True),
     bound("train.epochs", 0, low_open=True),
@@ -236,6 +239,7 @@ RULES: tuple[Rule, ...] = (
     bound("eval.batch_size", 0, low_open=True),
     bound("data.image_size", 0, low_open=True),
     bound("data.image_size", 2, note="a 1-pixel crop has nothing to resize"),
+    bound("data.image_size", high=4096, note="a training view of image_size**2 pixels"),
     bound("data.hflip_prob", 0, 1),
     bound("data.grayscale_prob", 0, 1),
     bound("data.jitter_prob", 0, 1),
@@ -243,6 +247,7 @@ RULES: tuple[Rule, ...] = (
     bound("data.jitter_strength", 0, 2, note="ColorJitter's hue, strength / 4, is at most 0.5"),
     bound("data.eval_resize", 0, low_open=True),
     bound("data.eval_resize", 2, note="a 1-pixel short side has nothing to resize"),
+    bound("data.eval_resize", high=4096, note="the eval images' short side"),
     bound("data.affine_degrees", 0, 180,
           note="RandomAffine rotates by an angle in [-degrees, degrees]"),
     bound("data.affine_translate", 0, 1,
@@ -250,7 +255,10 @@ RULES: tuple[Rule, ...] = (
     Rule(key="data.std", holds=lambda c, f: all(s > 0 for s in c.data.std),
          why="must be positive (images are divided by it)"),
     bound("model.width", 0, low_open=True),
+    bound("model.width", high=1024, note="resnet_small's first stage; its last has 8x"),
     bound("model.dim", 0, low_open=True),
+    bound("model.dim", high=65536, note="the projection head's output"),
+    bound("data.support_views", high=64, note="extra views per image; FNC's official count is 8"),
     Rule(key="data.support_views",
          when="data.support_views == 0 or (data.support_views > 0 and data.augment_on == "
          "'device')",
@@ -281,7 +289,7 @@ RULES: tuple[Rule, ...] = (
          "or cpu; use auto or off"),
     Rule(key="data.subset", holds=lambda c, f: _whole_or_fraction(c.data.subset),
          why="must be 0 (all), a fraction in (0, 1) or a whole number of images per class"),
-    bound("model.kappa_hidden", 0, note="0 = no head"),
+    bound("model.kappa_hidden", 0, 65536, note="0 = no head; vMF-kappa uses 512"),
     Rule(key="data.in_classes",
          holds=lambda c, f: all(x >= 0 for x in c.data.in_classes)
          and len(set(c.data.in_classes)) == len(c.data.in_classes),

@@ -73,3 +73,48 @@ def test_a_knn_k_above_the_bank_is_named_in_pretraining_and_refused_in_linear_ev
         done.stderr
     ), done.stderr[-2000:]
     assert_documented(done.stderr.strip().splitlines()[-1].removeprefix("error: "))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["moco.queue_size=1000000000"], "config key 'moco.queue_size' = 1000000000 x model.dim = "
+         "128 floats exceed 16 GiB (2**32 float32 values) for the queue; a queue is at most the "
+         "training set (checked once the data is read)"),
+        (["model.width=100000"], "config key 'model.width' = 100000 must be <= 1024 "
+         "(resnet_small's first stage; its last has 8x)"),
+        (["model.kappa_hidden=1000000000"], "config key 'model.kappa_hidden' = 1000000000 must "
+         "lie in [0, 65536] (0 = no head; vMF-kappa uses 512)"),
+        (["data.image_size=100000"], "config key 'data.image_size' = 100000 must be <= 4096 (a "
+         "training view of image_size**2 pixels)"),
+        (["data.eval_resize=100000"], "config key 'data.eval_resize' = 100000 must be <= 4096 "
+         "(the eval images' short side)"),
+        (["model.dim=10000000"], "config key 'model.dim' = 10000000 must be <= 65536 (the "
+         "projection head's output)"),
+        (["data.support_views=1000000"], "config key 'data.support_views' = 1000000 must be <= 64 "
+         "(extra views per image; FNC's official count is 8)"),
+        (["negatives.name=mochi", "negatives.kwargs.num_mix=1000000000"], "negatives: num_mix "
+         "must be at most 16384 (synthetic points per query and step; the paper uses 1024 or "
+         "fewer), got 1000000000"),
+        (["negatives.name=mioc", "negatives.kwargs.num_synthetic=1000000000"], "negatives: "
+         "num_synthetic must be at most 16384 (synthetic points per query and step; the paper "
+         "uses 1024 or fewer), got 1000000000"),
+    ],
+)  # fmt: skip
+def test_sizes_that_would_take_memory_before_failing_are_refused_first(
+    overrides, message, tmp_path, monkeypatch
+):
+    """Each is refused before its memory is taken: the config's bounds (before anything is
+    built), or the strategy's constructor check (before its buffers are allocated)."""
+    with pytest.raises(ConfigError) as info:
+        cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *overrides])
+        build.strategy(cfg)
+    assert str(info.value) == message
+    assert_documented(message)
+
+
+def test_the_queue_is_checked_against_the_training_set_before_it_is_allocated(monkeypatch):
+    cfg = config.load("digits_moco.yaml", ["moco.queue_size=100000000", "model.dim=8"])
+    monkeypatch.setattr(build, "LabeledQueue", lambda *a: pytest.fail("allocated first"))
+    with pytest.raises(ConfigError, match=r"moco.queue_size \(100000000\) exceeds the training"):
+        build.queue(cfg, 1437)

@@ -385,17 +385,18 @@ def resident_data(
 
 
 def queue(cfg: Config, train_size: int) -> LabeledQueue:
-    q = LabeledQueue(cfg.moco.queue_size, cfg.model.dim)
-    try:
-        q.check_batch(cfg.train.batch_size)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    """The queue, its size checked against the training set before its memory is taken."""
     if cfg.moco.queue_size > train_size:
         raise ConfigError(
             f"moco.queue_size ({cfg.moco.queue_size}) exceeds the training set ({train_size} "
             "images): the queue would hold keys of the anchor's own image as negatives. Use a "
             f"queue below {train_size} (at most about a fifth of it works best on small data)."
         )
+    q = LabeledQueue(cfg.moco.queue_size, cfg.model.dim)
+    try:
+        q.check_batch(cfg.train.batch_size)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return q
 
 
