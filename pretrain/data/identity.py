@@ -47,12 +47,22 @@ def train_set_identity(ds: Dataset, root: str | Path) -> dict[str, Any]:
 def resume_problem(saved: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
     """Why a checkpoint of training set ``saved`` cannot resume on ``now`` (None: it can; a
     checkpoint from before the identity was recorded is not checked)."""
+    what = change(saved, now)
+    if what is None:
+        return None
+    return (
+        f"{what}: the resumed epoch would read other images than the run's. Restore the training "
+        "data, choose a new out_dir, or set data.resume_on_changed_data=true to resume anyway"
+    )
+
+
+def change(saved: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
+    """What changed between a checkpoint's training set ``saved`` and ``now``, with both sizes
+    (None: nothing, or a checkpoint from before the identity was recorded)."""
     if not saved or saved == now:
         return None
     what = "their digests differ" if saved["size"] == now["size"] else "another size"
     return (
         f"the training set changed since the checkpoint ({saved['size']} images then, "
-        f"{now['size']} now; {what}): the resumed epoch would read other images than the run's. "
-        "Restore the training data, choose a new out_dir, or set "
-        "data.resume_on_changed_data=true to resume anyway"
+        f"{now['size']} now; {what})"
     )
