@@ -41,6 +41,10 @@ from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, Stra
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
 
+#: The largest RBF gamma MiOC takes: on unit vectors the float64 kernel's rounding (|x - y|^2 to
+#: about 1e-16) times gamma stays below 1e-6 (gamma=1e300 made the host solver spin on NaN).
+MAX_GAMMA = 1e9
+
 
 def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """normalize(w * a + (1 - w) * b) row-wise, computed as b + w (a - b) (``torch.lerp``, one
@@ -143,6 +147,13 @@ class MiOC(NegativeStrategy):
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
         if not 0 <= warmup_epochs < math.inf:
             raise ValueError(f"warmup_epochs must be a finite number >= 0, got {warmup_epochs}")
+        if isinstance(gamma, (int, float)) and gamma > MAX_GAMMA:
+            raise ValueError(
+                f"gamma must be at most {MAX_GAMMA:g} for MiOC, got {gamma:g}: its points are "
+                "unit vectors, and above that the rounding of their squared distance (about "
+                "1e-16) times gamma makes the RBF kernel wrong, then overflow, and the solver "
+                "spins on NaN (the paper uses 0.01)"
+            )
         if nu == 1:  # OneClassSVM takes (0, 1], but every fit it is given would fail at once
             raise ValueError(
                 "nu must lie in (0, 1) for MiOC, got 1: at nu = 1 every alpha sits at its bound "

@@ -118,3 +118,19 @@ def test_the_queue_is_checked_against_the_training_set_before_it_is_allocated(mo
     monkeypatch.setattr(build, "LabeledQueue", lambda *a: pytest.fail("allocated first"))
     with pytest.raises(ConfigError, match=r"moco.queue_size \(100000000\) exceeds the training"):
         build.queue(cfg, 1437)
+
+
+def test_a_mioc_gamma_whose_kernel_overflows_is_refused_naming_the_key():
+    """Issue 52 item 9: gamma=1e300 made the host solver spin on NaN (no step in 60 s, SIGTERM
+    ignored); it is exit 2 before anything runs."""
+    with pytest.raises(ConfigError) as info:
+        cfg = config.load("digits_mioc.yaml", ["negatives.kwargs.gamma=1e300"])
+        build.strategy(cfg)
+    message = str(info.value)
+    assert message == (
+        "negatives: gamma must be at most 1e+09 for MiOC, got 1e+300: its points are unit vectors, "
+        "and above that the rounding of their squared distance (about 1e-16) times gamma makes the "
+        "RBF kernel wrong, then overflow, and the solver spins on NaN (the paper uses 0.01)"
+    )
+    assert_documented(message)
+    build.strategy(config.load("digits_mioc.yaml", ["negatives.kwargs.gamma=1e9"]))  # the edge
