@@ -154,6 +154,11 @@ class MiOC(NegativeStrategy):
                 "1e-16) times gamma makes the RBF kernel wrong, then overflow, and the solver "
                 "spins on NaN (the paper uses 0.01)"
             )
+        if isinstance(nu, (int, float)) and not isinstance(nu, bool) and not 0 < nu <= 1:
+            raise ValueError(  # the range MiOC takes (OneClassSVM's own message says (0, 1])
+                f"nu must lie in (0, 1) for MiOC, got {nu}: the share of points the one-class SVM "
+                "may call outliers (the paper uses 0.01)"
+            )
         if nu == 1:  # OneClassSVM takes (0, 1], but every fit it is given would fail at once
             raise ValueError(
                 "nu must lie in (0, 1) for MiOC, got 1: at nu = 1 every alpha sits at its bound "

@@ -221,6 +221,9 @@ def import_plugin(spec: str) -> tuple[str, list[Any]]:
     already loaded is not loaded twice. PluginError names the plugin and the cause."""
     path = Path(spec).expanduser()
     if spec.endswith(".py") or path.suffix == ".py":
+        if path.is_dir():
+            raise PluginError(f"plugin {spec!r} is a folder, not a Python file: name the .py file "
+                              "(or give a package as a module name, without .py)")  # fmt: skip
         if not path.is_file():
             raise PluginError(f"plugin {spec!r}: no such file")
         path = path.resolve()
