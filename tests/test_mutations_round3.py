@@ -28,3 +28,36 @@ def test_the_kappa_heads_weights_are_typed_like_the_losses_own():
     cfg = config.load("digits_kappa.yaml", ["loss.kwargs.kappa_lambda_align=1e-2"])
     value = cfg.loss.kwargs["kappa_lambda_align"]
     assert value == 0.01 and isinstance(value, float)
+
+
+SMALL = ["model.width=8", "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
+         "eval.knn_k=5", "train.progress_bar=false", "data.num_workers=0"]  # fmt: skip
+
+
+def test_the_last_epoch_is_saved_and_evaluated_when_the_intervals_do_not_divide_it(tmp_path):
+    """E09 (the last epoch saved only when ``train.ckpt_every`` divides it: ``last.pt`` held
+    epoch 2 of 3) and E10 (evaluated only when ``eval.knn_every`` divides it)."""
+    from inproc import pretrain
+    from test_engine import lines
+
+    from pretrain.engine import checkpoint
+
+    out = tmp_path / "run"
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", *SMALL, "train.epochs=3",
+                    "train.ckpt_every=2", "eval.knn_every=2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
+    assert ["knn_top1" in r for r in lines(out, "epoch")] == [False, True, True]
+
+
+def test_skip_bad_images_may_change_on_resume(tmp_path):
+    """E06: without ``data.skip_bad_images`` among the resumable keys, the documented resume
+    that turns it on (after an unreadable image stopped the run) exits 2."""
+    from inproc import pretrain
+
+    out = tmp_path / "run"
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", *SMALL, "train.epochs=1"]
+    assert pretrain(*args, "train.max_steps=2").returncode == 0
+    done = pretrain(*args, "data.skip_bad_images=true")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming at epoch 1 step 2" in done.stdout
