@@ -61,3 +61,33 @@ def test_skip_bad_images_may_change_on_resume(tmp_path):
     done = pretrain(*args, "data.skip_bad_images=true")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming at epoch 1 step 2" in done.stdout
+
+
+TWO_OF_ONE_NAME = """
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives()
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):  # noqa: F811
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k.detach())
+"""
+
+
+def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monkeypatch):
+    """N02: ``same_class`` compared ``inspect.getsourcelines``, which (Python < 3.13) finds the
+    first class of that name for both, so the second registered silently."""
+    from negatives.registry import PluginError, import_plugin, strategies
+
+    strategies.names()  # scanned, then the registry put back after the test
+    monkeypatch.setattr(strategies, "_classes", dict(strategies._classes))
+
+    (tmp_path / "two.py").write_text(TWO_OF_ONE_NAME)
+    with pytest.raises(PluginError, match="negative strategy 'twice_in_one_file' is already "):
+        import_plugin(str(tmp_path / "two.py"))
