@@ -12,6 +12,7 @@ import torch
 from test_resident_cache import _cache_file, expected, folder, warnings_of
 from test_troubleshooting_data import assert_documented
 
+from pretrain.config import ConfigError
 from pretrain.data import datasets, imagefiles, resident
 
 
@@ -51,3 +52,19 @@ def test_a_reordered_cached_image_is_caught_and_decoded_again(tmp_path, capsys, 
         "decoding the training images again and rewriting it"
     )
     assert_documented(warning)
+
+
+def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Issue 52 item 15: a full disk while the cache was written left resident-*.npy.tmpPID."""
+    folder(tmp_path / "d")
+    ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
+    held = resident.load(ds, tmp_path / "first", workers=0)
+
+    def full(f, array) -> None:
+        f.write(b"\x93NUMPY partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(resident.np, "save", full)
+    with pytest.raises(ConfigError, match="cannot hold the decoded training images"):
+        resident._write_cache(tmp_path / "cache" / "resident-x.npy", held)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []

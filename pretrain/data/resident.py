@@ -220,9 +220,12 @@ def _write_cache(path: Path, held: Held) -> None:
         for target, array in ((labels_path, held.labels), (check_path, check),
                               (path, held.images)):  # fmt: skip
             tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                np.save(f, array.numpy())
-            os.replace(tmp, target)
+            try:
+                with open(tmp, "wb") as f:
+                    np.save(f, array.numpy())
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no partial file behind
     except OSError as e:
         where = (f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV)
                  else f"the run's cache folder {path.parent}")  # fmt: skip
