@@ -19,6 +19,10 @@ from negatives.contract import Contract
 #                    shared outlier class, or rotation_label(r) = -1 - r for r quarter turns
 #                    (90 deg -> -2, 180 deg -> -3, 270 deg -> -4) when each rotation is a class
 NO_LABEL = -1
+#: The most synthetic points a strategy makes per query and step (MoCHi's num_mix and
+#: num_query_mix, MiOC's counts): the papers use 1024 or fewer, and a count far above it
+#: would take its memory before the first step could fail.
+MAX_SYNTHETIC = 16384
 OUTLIER_LABEL = -2
 
 

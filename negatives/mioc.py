@@ -37,9 +37,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
+
+#: The largest RBF gamma MiOC takes: on unit vectors the float64 kernel's rounding (|x - y|^2 to
+#: about 1e-16) times gamma stays below 1e-6 (gamma=1e300 made the host solver spin on NaN).
+MAX_GAMMA = 1e9
 
 
 def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -130,6 +134,11 @@ class MiOC(NegativeStrategy):
                             ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+            if value > MAX_SYNTHETIC:
+                raise ValueError(
+                    f"{name} must be at most {MAX_SYNTHETIC} (synthetic points per query and "
+                    f"step; the paper uses 1024 or fewer), got {value}"
+                )
         if warmup not in ("paper", "code"):
             raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
         if empty_inliers not in ("queue", "skip"):
@@ -138,6 +147,18 @@ class MiOC(NegativeStrategy):
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
         if not 0 <= warmup_epochs < math.inf:
             raise ValueError(f"warmup_epochs must be a finite number >= 0, got {warmup_epochs}")
+        if isinstance(gamma, (int, float)) and gamma > MAX_GAMMA:
+            raise ValueError(
+                f"gamma must be at most {MAX_GAMMA:g} for MiOC, got {gamma:g}: its points are "
+                "unit vectors, and above that the rounding of their squared distance (about "
+                "1e-16) times gamma makes the RBF kernel wrong, then overflow, and the solver "
+                "spins on NaN (the paper uses 0.01)"
+            )
+        if isinstance(nu, (int, float)) and not isinstance(nu, bool) and not 0 < nu <= 1:
+            raise ValueError(  # the range MiOC takes (OneClassSVM's own message says (0, 1])
+                f"nu must lie in (0, 1) for MiOC, got {nu}: the share of points the one-class SVM "
+                "may call outliers (the paper uses 0.01)"
+            )
         if nu == 1:  # OneClassSVM takes (0, 1], but every fit it is given would fail at once
             raise ValueError(
                 "nu must lie in (0, 1) for MiOC, got 1: at nu = 1 every alpha sits at its bound "

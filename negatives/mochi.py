@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.registry import strategies
 
 
@@ -167,6 +167,11 @@ class MoCHi(NegativeStrategy):
         for name, value in counts.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+            if name != "num_hard" and value > MAX_SYNTHETIC:
+                raise ValueError(
+                    f"{name} must be at most {MAX_SYNTHETIC} (synthetic points per query and "
+                    f"step; the paper uses 1024 or fewer), got {value}"
+                )
         if num_hard < 1:
             raise ValueError(f"num_hard must be >= 1 (the hard set size N), got {num_hard}")
         if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, (int, float)):

@@ -221,6 +221,9 @@ def import_plugin(spec: str) -> tuple[str, list[Any]]:
     already loaded is not loaded twice. PluginError names the plugin and the cause."""
     path = Path(spec).expanduser()
     if spec.endswith(".py") or path.suffix == ".py":
+        if path.is_dir():
+            raise PluginError(f"plugin {spec!r} is a folder, not a Python file: name the .py file "
+                              "(or give a package as a module name, without .py)")  # fmt: skip
         if not path.is_file():
             raise PluginError(f"plugin {spec!r}: no such file")
         path = path.resolve()
@@ -268,9 +271,23 @@ def same_class(a: Any, b: Any) -> bool:
     try:
         return (a.__qualname__ == b.__qualname__ and inspect.getsourcefile(a) is not None
                 and inspect.getsourcefile(a) == inspect.getsourcefile(b)
-                and inspect.getsourcelines(a)[1] == inspect.getsourcelines(b)[1])  # fmt: skip
+                and definition_line(a) == definition_line(b))  # fmt: skip
     except (TypeError, OSError):
         return False
+
+
+def definition_line(cls: Any) -> int:
+    """The line of ``cls``'s own definition: ``__firstlineno__`` (Python >= 3.13), else its first
+    method's; ``inspect.getsourcelines`` before 3.13 finds the first class of that name in the
+    file, the same line for two classes of one qualname."""
+    line = getattr(cls, "__firstlineno__", None)
+    if line is not None:
+        return line
+    for value in vars(cls).values():
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        if code is not None:
+            return code.co_firstlineno
+    return inspect.getsourcelines(cls)[1]
 
 
 #: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.

@@ -277,26 +277,24 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     return dataclasses.replace(base, **changes)
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: Config, *, encoder_only: bool = False) -> None:
     """Value checks that the types alone cannot express: the choices, the registries' keyword
-    arguments, then the rules of :mod:`pretrain.config_rules`."""
+    arguments, then the rules of :mod:`pretrain.config_rules`. ``encoder_only``: the loss and
+    strategy are not checked (:func:`from_dict` puts the defaults in their place)."""
     import negatives
     from pretrain import losses
 
+    if encoder_only:
+        facts = config_rules.Facts(loss=None, strategy=None, names=config_rules.registry_names())
+        _check_choices(cfg, CHOICES)
+        _check_rules(cfg, facts)
+        return
     for key, registry in (("negatives.name", negatives.strategies), ("loss.name", losses.registry)):
         section, name = key.split(".")
         why = registry.problem(getattr(getattr(cfg, section), name))
         if why:
             raise ConfigError(f"config key {key!r}: {why}")
-    for key, allowed in {**CHOICES, **registered_choices()}.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
-        if value not in allowed:
-            close = difflib.get_close_matches(str(value), allowed, n=1)
-            raise ConfigError(
-                f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)}"
-                + (f" (did you mean {close[0]!r}?)" if close else "")
-            )
+    _check_choices(cfg, {**CHOICES, **registered_choices()})
     from negatives.registry import strategies
     from pretrain.losses import registry as losses_registry
 
@@ -305,7 +303,22 @@ def validate(cfg: Config) -> None:
         strategies.check_kwargs(cfg.negatives.name, dict(cfg.negatives.kwargs))
     except ValueError as e:
         raise ConfigError(f"config key 'negatives.kwargs': {e}") from None
-    facts = config_rules.facts(cfg.loss.name, cfg.negatives.name)
+    _check_rules(cfg, config_rules.facts(cfg.loss.name, cfg.negatives.name))
+
+
+def _check_choices(cfg: Config, choices: dict[str, Any]) -> None:
+    for key, allowed in choices.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            raise ConfigError(
+                f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
+
+
+def _check_rules(cfg: Config, facts: config_rules.Facts) -> None:
     for rule in config_rules.RULES:  # in order: the first that fails is the error
         error = rule.error(cfg, facts)
         if error:
@@ -368,8 +381,10 @@ def from_dict(
     text and never imported: a checkpoint's config is data, and a file or module named there
     would run its code (only the config the user gives, :func:`load`, imports plugins; a resume
     compares the lists first, :mod:`pretrain.engine.resume`). ``encoder_only`` (evaluation,
-    export): a loss or strategy that is not registered here is not needed, so a warning names it
-    and the config is returned unchecked."""
+    export): the encoder needs no loss and no strategy, so their names and settings are kept as
+    the run's record and not checked (a setting an older version migrated, a plugin not
+    installed here or claiming a built-in's name), a warning naming a loss or strategy that
+    cannot be used here; the rest is checked with the default loss and strategy in their place."""
     cfg = merge(Config(), config_files.migrate(raw, source), source=source)
     if encoder_only:
         missing = config_plugins.missing_plugins(cfg)
@@ -379,7 +394,9 @@ def from_dict(
                 "need it: evaluation and export go on without it",
                 file=sys.stderr,
             )
-            return cfg
+        stand_in = dataclasses.replace(cfg, loss=LossConfig(), negatives=NegativesConfig())
+        validate(stand_in, encoder_only=True)
+        return cfg
     cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg

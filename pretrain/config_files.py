@@ -107,7 +107,9 @@ def moved_message(key: str, value: Any, source: str) -> str:
 
 def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
-    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning."""
+    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning, if the
+    saved loss takes it (:func:`takes`); one it does not take had no effect and is dropped, with
+    a note."""
     loss = raw.get("loss")
     if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
         return raw
@@ -116,10 +118,29 @@ def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
     for key in [k for k in loss if f"loss.{k}" in MOVED]:
         value = loss.pop(key)
         new, default = MOVED[f"loss.{key}"]
-        if value != default:
-            kwargs[new.rsplit(".", 1)[1]] = value
+        arg = new.rsplit(".", 1)[1]
+        if value != default and takes(raw, arg):
+            kwargs[arg] = value
             notes.append(f"loss.{key} -> {new}")
+        elif value != default:
+            why = ("the model has no kappa head" if arg.startswith("kappa_")
+                   else f"loss {loss.get('name', 'infonce')!r} does not take it")  # fmt: skip
+            notes.append(f"loss.{key} dropped ({why}: it had no effect)")
     loss["kwargs"] = kwargs
     if notes:
         warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
     return {**raw, "loss": loss}
+
+
+def takes(raw: dict[str, Any], arg: str) -> bool:
+    """Whether the run of config ``raw`` used the moved setting ``arg``: the kappa head's weights
+    with a kappa head, any other if its loss's constructor takes it (a loss not registered here:
+    kept, for the checks to name)."""
+    if arg.startswith("kappa_"):
+        return (raw.get("model") or {}).get("kappa_hidden", 0) > 0
+    from pretrain.losses import registry  # the registries import torch; config stays light
+
+    name = (raw.get("loss") or {}).get("name", "infonce")
+    if name not in registry or registry.problem(name):
+        return True
+    return arg in registry.parameters(name)

@@ -52,6 +52,6 @@ def missing_plugins(cfg: Any) -> list[str]:
     out = []
     for kind, name, registry in (("negative strategy", cfg.negatives.name, negatives.strategies),
                                  ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
-        if name not in registry:
+        if name not in registry or registry.problem(name):
             out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
     return out

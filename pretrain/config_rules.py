@@ -49,7 +49,11 @@ def registry_names() -> dict[str, tuple[str, ...]]:
         "per_query_strategies": (strategies, "symmetric_ok", False),
     }
     return {
-        key: tuple(n for n in reg.names() if bool(getattr(reg.get(n), flag)) == value)
+        key: tuple(
+            n
+            for n in reg.names()  # a name claimed twice is named by validate()
+            if not reg.problem(n) and bool(getattr(reg.get(n), flag)) == value
+        )
         for key, (reg, flag, value) in flagged.items()
     }
 
@@ -115,8 +119,7 @@ class Rule:
     when: str = ""
 
     def value(self, cfg: Any) -> Any:
-        section, name = self.key.split(".")
-        return getattr(getattr(cfg, section), name)
+        return _value(cfg, self.key)
 
     def condition(self, names: dict[str, tuple[str, ...]]) -> str:
         """``when`` with the registries' lists written out as tuples."""
@@ -153,6 +156,18 @@ class _Fill(string.Formatter):
         return obj, field_name
 
 
+def _value(cfg: Any, key: str) -> Any:
+    """The value of dotted ``key`` (``seed``, ``train.epochs``) in ``cfg``."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _num(x: float) -> str:
+    """A bound as the message prints it: whole numbers in full (4294967295, not 4.29497e+09)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def bound(
     key: str,
     low: float | None = None,
@@ -166,20 +181,20 @@ def bound(
     predicate and the message from the same two numbers."""
 
     def holds(cfg: Any, _: Facts) -> bool:
-        section, name = key.split(".")
-        v = getattr(getattr(cfg, section), name)
+        v = _value(cfg, key)
         above = low is None or (v > low if low_open else v >= low)
         below = high is None or (v < high if high_open else v <= high)
         return above and below
 
     if low is not None and high is not None:
-        why = f"must lie in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        why = f"must lie in {'(' if low_open else '['}{_num(low)}, {_num(high)}"
+        why += ")" if high_open else "]"
     elif low == 0 and low_open:
         why = "must be positive"
     elif low is not None:
-        why = f"must be {'above' if low_open else '>='} {low:g}"
+        why = f"must be {'above' if low_open else '>='} {_num(low)}"
     else:
-        why = f"must be {'below' if high_open else '<='} {high:g}"
+        why = f"must be {'below' if high_open else '<='} {_num(high)}"
     return Rule(key=key, holds=holds, why=why + (f" ({note})" if note else ""))
 
 
@@ -188,7 +203,11 @@ def _whole_or_fraction(subset: float) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
+    bound("seed", 0, 2**32 - 1, note="numpy's generators take 32-bit seeds"),
     bound("moco.queue_size", 0, low_open=True),
+    Rule(key="moco.queue_size", when="moco.queue_size * model.dim <= 2**32",
+         why="x model.dim = {model.dim} floats exceed 16 GiB (2**32 float32 values) for the "
+         "queue; a queue is at most the training set (checked once the data is read)"),
     bound("moco.momentum", 0, 1),
     bound("moco.temperature", 1e-3, low_open=True),
     bound("train.epochs", 0, low_open=True),
@@ -223,16 +242,27 @@ RULES: tuple[Rule, ...] = (
           note="the votes are weighted by exp(similarity / T)"),
     bound("eval.batch_size", 0, low_open=True),
     bound("data.image_size", 0, low_open=True),
+    bound("data.image_size", 2, note="a 1-pixel crop has nothing to resize"),
+    bound("data.image_size", high=4096, note="a training view of image_size**2 pixels"),
     bound("data.hflip_prob", 0, 1),
     bound("data.grayscale_prob", 0, 1),
     bound("data.jitter_prob", 0, 1),
     bound("data.blur_prob", 0, 1),
     bound("data.jitter_strength", 0, 2, note="ColorJitter's hue, strength / 4, is at most 0.5"),
     bound("data.eval_resize", 0, low_open=True),
+    bound("data.eval_resize", 2, note="a 1-pixel short side has nothing to resize"),
+    bound("data.eval_resize", high=4096, note="the eval images' short side"),
+    bound("data.affine_degrees", 0, 180,
+          note="RandomAffine rotates by an angle in [-degrees, degrees]"),
+    bound("data.affine_translate", 0, 1,
+          note="a fraction of the image: above 1 most views would hold no image pixel"),
     Rule(key="data.std", holds=lambda c, f: all(s > 0 for s in c.data.std),
          why="must be positive (images are divided by it)"),
     bound("model.width", 0, low_open=True),
+    bound("model.width", high=1024, note="resnet_small's first stage; its last has 8x"),
     bound("model.dim", 0, low_open=True),
+    bound("model.dim", high=65536, note="the projection head's output"),
+    bound("data.support_views", high=64, note="extra views per image; FNC's official count is 8"),
     Rule(key="data.support_views",
          when="data.support_views == 0 or (data.support_views > 0 and data.augment_on == "
          "'device')",
@@ -246,6 +276,8 @@ RULES: tuple[Rule, ...] = (
          when="not data.augment_compile or data.augment_on == 'device'",
          why="compiles stage 2, which only data.augment_on=device has; set it false for workers"),
     bound("train.max_steps", 0, note="0 = no limit"),
+    bound("train.keep_every", 0, note="0 = never"),
+    bound("train.max_requeues", 0),
     bound("data.num_workers", -1, note="-1 = automatic"),
     Rule(key="data.decode_on",
          when="data.decode_on != 'device' or (data.augment_on == 'device' and data.name in "
@@ -261,7 +293,7 @@ RULES: tuple[Rule, ...] = (
          "or cpu; use auto or off"),
     Rule(key="data.subset", holds=lambda c, f: _whole_or_fraction(c.data.subset),
          why="must be 0 (all), a fraction in (0, 1) or a whole number of images per class"),
-    bound("model.kappa_hidden", 0, note="0 = no head"),
+    bound("model.kappa_hidden", 0, 65536, note="0 = no head; vMF-kappa uses 512"),
     Rule(key="data.in_classes",
          holds=lambda c, f: all(x >= 0 for x in c.data.in_classes)
          and len(set(c.data.in_classes)) == len(c.data.in_classes),

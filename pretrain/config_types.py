@@ -99,8 +99,8 @@ def typed_kwargs(cfg: Any) -> Any:
     changes = {}
     for section, registry in (("negatives", negatives.strategies), ("loss", losses.registry)):
         sub = getattr(cfg, section)
-        if sub.name not in registry or not sub.kwargs:
-            continue
+        if sub.name not in registry or registry.problem(sub.name) or not sub.kwargs:
+            continue  # validate() names the problem
         hints = registry.annotations(sub.name)
         if section == "loss":  # the kappa head's weights sit beside the loss's own
             kappa = typing.get_type_hints(losses.WithKappa.__init__)

@@ -279,7 +279,8 @@ def init_checks(init: object, params: list[str]) -> dict[str, list[str]]:
             # a clause with a value in it ("must be one of {...}") is left to the docstring, and
             # a boolean's "true or false" to the type
             if name in params and rest and "\0" not in clause and "true or false" not in clause:
-                out.setdefault(name, []).append(cell(clause))
+                if cell(clause) not in out.get(name, []):  # two raises may state one range
+                    out.setdefault(name, []).append(cell(clause))
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -42,8 +43,27 @@ def slurm_flags() -> argparse.ArgumentParser:
 
 
 def resources(a: argparse.Namespace) -> Resources:
+    """The SLURM flags as :class:`Resources`, each checked first (sbatch would take a negative
+    count or a misspelt unit, and the job would fail after queueing)."""
+    counts = [("--nodes", a.nodes, 1), ("--gpus-per-node", a.gpus_per_node, 0)]
+    counts += [("--cpus-per-task", a.cpus_per_task, 1)] if a.cpus_per_task is not None else []
+    for flag, value, low in counts:
+        if value < low:
+            raise SlurmError(f"{flag} {value}: give a whole number >= {low}"
+                             + (" (0 = a CPU job)" if low == 0 else ""))  # fmt: skip
+    if a.mem is not None and not re.fullmatch(r"[1-9][0-9]*[KMGT]?", a.mem):
+        raise SlurmError(
+            f"--mem {a.mem!r}: give a whole number with an optional unit K, M, G or T (e.g. 200G; "
+            "no unit = megabytes)"
+        )
     return Resources(a.nodes, a.gpus_per_node, a.partition, a.time, a.account, a.qos,
                      a.constraint, a.mem, a.cpus_per_task)  # fmt: skip
+
+
+def absolute(path: str) -> str:
+    """``path`` with ``~`` expanded and made absolute here, on the login node (the job's
+    working directory and home may differ, and a literal ``~`` would be a folder named so)."""
+    return str(Path(path).expanduser().resolve())
 
 
 def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -> list[tuple]:
@@ -61,12 +81,12 @@ def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -
     out = []
     for i, extra in enumerate(sets):
         cfg = config.load(cfg_path, [*overrides, *extra])
-        run_dir = Path(cfg.out_dir).resolve()
+        run_dir = Path(absolute(cfg.out_dir))
         if len(sets) > 1 and not any(o.startswith("out_dir=") for o in extra):
             run_dir = run_dir / f"sweep_{i}"
         extra = [*extra, f"out_dir={run_dir}"]
-        if not Path(cfg.data.root).is_absolute():
-            extra.append(f"data.root={Path(cfg.data.root).resolve()}")
+        if absolute(cfg.data.root) != cfg.data.root:
+            extra.append(f"data.root={absolute(cfg.data.root)}")
         if cfg.plugins:  # plugin files as absolute paths (config.load resolved them)
             extra.append(f"plugins={json.dumps(cfg.plugins)}")
         out.append((config.load(cfg_path, [*overrides, *extra]), [*overrides, *extra]))
@@ -88,8 +108,13 @@ def submit_pretrain(argv: list[str]) -> int:
                    help="one array task per --sweep, each adding these overrides")  # fmt: skip
     p.add_argument("overrides", nargs="*", metavar="key=value")
     a = p.parse_args(argv)
-    cfgs = task_configs(a.cfg, a.overrides, [shlex.split(s) for s in a.sweep])
     res = resources(a)
+    from pretrain import config, config_files
+
+    # the job reads the config where it runs: a relative path (or ~) is made absolute here
+    a.cfg = str(config_files.resolve_path(str(Path(a.cfg).expanduser()), config.CONFIG_DIR))
+    a.cfg = absolute(a.cfg)
+    cfgs = task_configs(a.cfg, a.overrides, [shlex.split(s) for s in a.sweep])
     res.timeout_min()  # a bad --time is bad input
     check_cluster(a.partition)
     base = cfgs[0][0]
@@ -110,21 +135,46 @@ def submit_eval(argv: list[str]) -> int:
     head, sep, tail = (argv[: argv.index("--")], "--", argv[argv.index("--") + 1 :]) if (
         "--" in argv) else (argv, "", [])  # fmt: skip
     p = argparse.ArgumentParser(prog="python -m slurm linear_eval", parents=[slurm_flags()])
-    a = p.parse_args(head)
-    if not sep or "--ckpt" not in tail:
+    a, unknown = p.parse_known_args(head)
+    if unknown and sep:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    tail = eval_paths(tail)
+    if not sep or "--ckpt" not in tail or tail.index("--ckpt") + 1 >= len(tail):
         raise SlurmError(
             "give the evaluation's arguments after '--', e.g. -- --ckpt RUN/checkpoints/last.pt"
         )
-    ckpt = Path(tail[tail.index("--ckpt") + 1]).resolve()
+    res = resources(a)
+    ckpt = Path(tail[tail.index("--ckpt") + 1])
     if not ckpt.is_file():
         raise SlurmError(f"checkpoint {ckpt} does not exist")
-    res = resources(a)
     res.timeout_min()
     check_cluster(a.partition)
     folder = Path(a.log_dir or ckpt.parent.parent / "slurm").resolve()
     ex = executor(a.name or "linear_eval", folder, res, max_requeues=0)
     report([ex.submit(EvalTask(tail))], folder, [str(ckpt.parent.parent)])
     return 0
+
+
+#: linear_eval's flags that name a path, made absolute before the job gets them
+EVAL_PATHS = ("--ckpt", "--data-root", "--out")
+
+
+def eval_paths(argv: list[str]) -> list[str]:
+    """``argv`` with the value of each of :data:`EVAL_PATHS` made absolute by :func:`absolute`
+    (``--flag=V`` becomes ``--flag V``)."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        flag, eq, value = word.partition("=")
+        if flag in EVAL_PATHS and eq:
+            out += [flag, absolute(value)]
+        elif word in EVAL_PATHS:
+            out.append(word)
+            value = next(words, None)
+            out += [] if value is None else [absolute(value)]
+        else:
+            out.append(word)
+    return out
 
 
 def report(jobs: list, folder: Path, run_dirs: list[str]) -> None:

@@ -43,6 +43,10 @@ def test_every_rule_names_real_keys_and_the_defaults_pass():
         for s in dataclasses.fields(default)
         if dataclasses.is_dataclass(getattr(default, s.name))
         for f in dataclasses.fields(getattr(default, s.name))
+    } | {  # the top-level keys (seed)
+        s.name
+        for s in dataclasses.fields(default)
+        if not dataclasses.is_dataclass(getattr(default, s.name))
     }
     names = config_rules.registry_names()
     facts = config_rules.facts(default.loss.name, default.negatives.name)

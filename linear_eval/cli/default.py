@@ -141,6 +141,12 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         else {"k": cfg.eval.knn_k, "temperature": cfg.eval.knn_temperature}
     )
     k = preset["k"] if args.k is None else args.k
+    if args.k is not None and k > train.labels.numel():
+        raise guards.UsageError(
+            f"--k {k} exceeds the {train.labels.numel()} training images (the kNN bank); give "
+            f"--k {train.labels.numel()} or less"
+        )
+    k = min(k, int(train.labels.numel()))  # what knn_votes uses, and so what is recorded
     t = preset["temperature"] if args.temperature is None else args.temperature
     votes = knn_votes(train.backbone, train.labels, test.backbone, k, t, num_classes)
     recipe = probe.Protocol(

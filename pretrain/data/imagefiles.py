@@ -94,6 +94,8 @@ def read_image(path: str | Path) -> torch.Tensor:
     """
     path = str(path)
     data = _read_bytes(path)
+    if not data:  # the decoders' own words: "buffer length (0) and count (-1) must not be 0"
+        raise BadImageError(f"cannot read image {path}: the file is empty (0 bytes)")
     try:
         if path.lower().endswith(DECODE_IMAGE):
             raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -109,6 +111,8 @@ def read_pil(path: str | Path) -> Image.Image:
     ``pil_loader`` with 16-bit grey levels scaled as :func:`pil_rgb` does, and an unreadable or
     corrupt file a :class:`BadImageError` naming it."""
     data = _read_bytes(str(path))
+    if not data:
+        raise BadImageError(f"cannot read image {path}: the file is empty (0 bytes)")
     try:
         with Image.open(io.BytesIO(data)) as img:
             return pil_rgb(img)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -185,7 +186,7 @@ def cache_key(files: list[tuple[str, int]]) -> str:
     """sha256 over every file's path, label, size, mtime, inode and ctime (ns): any change
     re-decodes, a file replaced with the same size and its mtime set back included (the
     replacement has a new inode or, rewritten in place, a new ctime, which no user can set)."""
-    h = hashlib.sha256()
+    h = hashlib.sha256(b"crc32\n")  # the check file's kind: caches of word sums are not read
     for path, label in files:
         st = os.stat(path)
         h.update(f"{path}\t{label}\t{st.st_size}\t{st.st_mtime_ns}\t{st.st_ino}\t"
@@ -198,15 +199,11 @@ def cache_dir(out_dir: str | Path) -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(out_dir) / "cache")
 
 
-def checksums(images: torch.Tensor) -> torch.Tensor:
-    """Per image, the sum of its bytes read as 64-bit words, modulo 2**64 (int64): the content
-    check of the cache at each load; a zeroed or overwritten image, or a shifted array, changes
-    it. Words, not bytes: 50,000 CIFAR images in ~50 ms (a byte sum to int64 took 6 s)."""
-    rows = images.reshape(images.shape[0], -1).numpy()
-    if rows.shape[1] % 8:  # pad each row to whole words (a copy, for odd sizes only)
-        rows = np.pad(rows, ((0, 0), (0, -rows.shape[1] % 8)))
-    words = np.ascontiguousarray(rows).view(np.uint64)
-    return torch.from_numpy(words.sum(1, dtype=np.uint64).view(np.int64))
+def image_crc32(images: torch.Tensor) -> torch.Tensor:
+    """Per image, the CRC-32 of its bytes (int64), the cache's check at each load: unlike a sum
+    of words (``identity.checksums``) it changes when an image is flipped or its R and B are
+    swapped."""
+    return torch.tensor([zlib.crc32(r) for r in images.flatten(1).numpy()], dtype=torch.int64)
 
 
 def _companions(path: Path) -> tuple[Path, Path]:
@@ -217,15 +214,18 @@ def _companions(path: Path) -> tuple[Path, Path]:
 def _write_cache(path: Path, held: Held) -> None:
     """The three files, each atomically, the images last: their presence marks a whole cache."""
     labels_path, check_path = _companions(path)
-    check = torch.stack([checksums(held.images), held.skips], dim=1)
+    check = torch.stack([image_crc32(held.images), held.skips], dim=1)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for target, array in ((labels_path, held.labels), (check_path, check),
                               (path, held.images)):  # fmt: skip
             tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-            with open(tmp, "wb") as f:
-                np.save(f, array.numpy())
-            os.replace(tmp, target)
+            try:
+                with open(tmp, "wb") as f:
+                    np.save(f, array.numpy())
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no partial file behind
     except OSError as e:
         where = (f"{CACHE_ENV}={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV)
                  else f"the run's cache folder {path.parent}")  # fmt: skip
@@ -254,10 +254,10 @@ def _read_cache(path: Path, files: list[tuple[str, int]]) -> Held | None:
         own = check[:, 1] == 0  # a substitute carries the label of the image it replaces
         if not torch.equal(labels[own], torch.tensor([y for _, y in files])[own]):
             raise ValueError("its labels are not those of the training files")
-        wrong = torch.nonzero(checksums(images) != check[:, 0]).flatten().tolist()
+        wrong = torch.nonzero(image_crc32(images) != check[:, 0]).flatten().tolist()
         if wrong:
             raise ValueError(f"{len(wrong)} image(s) differ from their checksum (the first: "
-                             f"{files[wrong[0]][0]}), e.g. zeroed")  # fmt: skip
+                             f"{files[wrong[0]][0]}; zeroed, flipped or overwritten)")  # fmt: skip
         return Held(images, labels, check[:, 1].clone())
     except Exception as e:  # noqa: BLE001 - any unusable cache file is rebuilt, none is fatal
         reason = (str(e).split(". ")[0] or type(e).__name__).strip()[:200]

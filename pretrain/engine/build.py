@@ -192,6 +192,12 @@ def pipeline_data(cfg: Config, device: torch.device | str, s: Splits) -> Data:
             f"train.batch_size {cfg.train.batch_size} exceeds the training set "
             f"({len(s.train)} images after data.subset/data.in_classes)"
         )
+    if cfg.eval.knn_every > 0 and cfg.eval.knn_k > len(s.bank):
+        imagefiles.warn(
+            f"eval.knn_k = {cfg.eval.knn_k} exceeds the kNN bank ({len(s.bank)} training images "
+            f"after data.subset/data.in_classes): the monitor votes over all {len(s.bank)}; give "
+            f"eval.knn_k={len(s.bank)} or less to say so"
+        )
     sampler = loaders.ResumableSampler(
         len(s.train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(),
         world_size=dist.world_size(),
@@ -379,17 +385,18 @@ def resident_data(
 
 
 def queue(cfg: Config, train_size: int) -> LabeledQueue:
-    q = LabeledQueue(cfg.moco.queue_size, cfg.model.dim)
-    try:
-        q.check_batch(cfg.train.batch_size)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    """The queue, its size checked against the training set before its memory is taken."""
     if cfg.moco.queue_size > train_size:
         raise ConfigError(
             f"moco.queue_size ({cfg.moco.queue_size}) exceeds the training set ({train_size} "
             "images): the queue would hold keys of the anchor's own image as negatives. Use a "
             f"queue below {train_size} (at most about a fifth of it works best on small data)."
         )
+    q = LabeledQueue(cfg.moco.queue_size, cfg.model.dim)
+    try:
+        q.check_batch(cfg.train.batch_size)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     return q
 
 
@@ -400,6 +407,7 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
     own = dict(loss.kwargs)  # the loss's own settings (checked by config.validate)
     kappa = {k: own.pop(k) for k in losses.KAPPA_KWARGS if k in own}  # the kappa head's weights
+    kappa = {k: v for k, v in kappa.items() if v is not None}  # null: the default, as the loss's
     kwargs.update(own)
     try:
         made = losses.create(loss.name, **kwargs)

@@ -185,7 +185,9 @@ def epoch_record(run: Run, seconds: float) -> dict[str, Any]:
         "kind": "epoch",
         "epoch": st.epoch + 1,
         "global_step": st.global_step,
-        "loss": st.loss_sum.item() / run.derived.steps_per_epoch,
+        # the mean over the steps that ran: the epoch's steps, or (a resume on a changed
+        # training set, data.resume_on_changed_data) those before and after the resume
+        "loss": st.loss_sum.item() / max(st.step_in_epoch, 1),
         "epoch_time_s": seconds,
     }
     if run.data.skipped is not None:  # data.skip_bad_images: also when no step line printed it

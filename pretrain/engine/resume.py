@@ -10,6 +10,7 @@ from typing import Any
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.data import identity
+from pretrain.data.imagefiles import warn
 from pretrain.engine import checkpoint, world
 from pretrain.engine.report import check_finite
 from pretrain.engine.run import Run
@@ -108,6 +109,14 @@ def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:
     changed_data = identity.resume_problem(state.get("train_set"), run.data.identity or {})
     if changed_data and not run.cfg.data.resume_on_changed_data:
         raise ConfigError(f"{run.run_dir}: {changed_data}")
+    if changed_data:
+        warn(
+            f"{run.run_dir}: {identity.change(state.get('train_set'), run.data.identity or {})}; "
+            "resuming anyway (data.resume_on_changed_data=true) at epoch "
+            f"{state['epoch'] + 1} step {state['step_in_epoch']}, where an epoch is now "
+            f"{run.derived.steps_per_epoch} steps: the epoch in progress ends with the steps it "
+            "ran, and its loss is their mean"
+        )
     checkpoint.load_module(run.moco, state["model"], "model")
     checkpoint.load_module(run.queue, state["queue"], "queue")
     checkpoint.load_module(run.strategy, state.get("strategy", {}), "negative strategy")

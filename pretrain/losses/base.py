@@ -194,8 +194,9 @@ class Loss(Contract, nn.Module):
 
 #: The losses (``loss.name``), owned by ``pretrain.losses``, in the registry class the negative
 #: strategies use.
-#: Installed packages add their own through the entry point group ``negmine.losses``.
-registry: Registry[Loss] = Registry("loss", group="negmine.losses")
+#: Installed packages add their own through the entry point group ``negmine.losses``. A kwarg
+#: left null in ``loss.kwargs`` takes the loss's default, as in ``negatives.kwargs``.
+registry: Registry[Loss] = Registry("loss", drop_none=True, group="negmine.losses")
 register = registry.register
 
 

@@ -1,0 +1,93 @@
+"""Tests for mutations the round-3 audit found surviving (issue 52, items 16-20): each fails
+when its mutation is applied (see the test's docstring for which)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pretrain import config
+from pretrain.config import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("data.crop_scale=[0.2, 1.5]", "data.crop_scale"),  # C01: the upper bound of 1
+     ("data.subset=1.5", "data.subset")],  # C02: a fraction must lie below 1
+)  # fmt: skip
+def test_crop_scale_above_1_and_a_fractional_subset_above_1_are_refused(override, key):
+    """C01 (``crop_scale[1] <= 1`` dropped) and C02 (a fractional ``data.subset`` above 1
+    accepted) make these load."""
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        config.load("digits_moco.yaml", [override])
+    config.load("digits_moco.yaml", [override.replace("1.5", "1")])  # the edge is valid
+
+
+def test_the_kappa_heads_weights_are_typed_like_the_losses_own():
+    """C04: without the kappa head's annotations in ``typed_kwargs``, YAML's ``1e-2`` (a string
+    to YAML 1.1) stays a string."""
+    cfg = config.load("digits_kappa.yaml", ["loss.kwargs.kappa_lambda_align=1e-2"])
+    value = cfg.loss.kwargs["kappa_lambda_align"]
+    assert value == 0.01 and isinstance(value, float)
+
+
+SMALL = ["model.width=8", "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
+         "eval.knn_k=5", "train.progress_bar=false", "data.num_workers=0"]  # fmt: skip
+
+
+def test_the_last_epoch_is_saved_and_evaluated_when_the_intervals_do_not_divide_it(tmp_path):
+    """E09 (the last epoch saved only when ``train.ckpt_every`` divides it: ``last.pt`` held
+    epoch 2 of 3) and E10 (evaluated only when ``eval.knn_every`` divides it)."""
+    from inproc import pretrain
+    from test_engine import lines
+
+    from pretrain.engine import checkpoint
+
+    out = tmp_path / "run"
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", *SMALL, "train.epochs=3",
+                    "train.ckpt_every=2", "eval.knn_every=2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
+    assert ["knn_top1" in r for r in lines(out, "epoch")] == [False, True, True]
+
+
+def test_skip_bad_images_may_change_on_resume(tmp_path):
+    """E06: without ``data.skip_bad_images`` among the resumable keys, the documented resume
+    that turns it on (after an unreadable image stopped the run) exits 2."""
+    from inproc import pretrain
+
+    out = tmp_path / "run"
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", *SMALL, "train.epochs=1"]
+    assert pretrain(*args, "train.max_steps=2").returncode == 0
+    done = pretrain(*args, "data.skip_bad_images=true")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming at epoch 1 step 2" in done.stdout
+
+
+TWO_OF_ONE_NAME = """
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives()
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):  # noqa: F811
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k.detach())
+"""
+
+
+def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monkeypatch):
+    """N02: ``same_class`` compared ``inspect.getsourcelines``, which (Python < 3.13) finds the
+    first class of that name for both, so the second registered silently."""
+    from negatives.registry import PluginError, import_plugin, strategies
+
+    strategies.names()  # scanned, then the registry put back after the test
+    monkeypatch.setattr(strategies, "_classes", dict(strategies._classes))
+
+    (tmp_path / "two.py").write_text(TWO_OF_ONE_NAME)
+    with pytest.raises(PluginError, match="negative strategy 'twice_in_one_file' is already "):
+        import_plugin(str(tmp_path / "two.py"))
