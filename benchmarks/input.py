@@ -56,10 +56,10 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.data import device_decode, imagefiles, loaders, views  # noqa: E402
 from pretrain.engine import build, loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 
 # imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
 CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",

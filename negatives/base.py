@@ -11,6 +11,7 @@ import torch.distributed as td
 from torch import nn
 
 from negatives.contract import Contract
+from negmine_core.step import ONE_PROCESS, StepContext
 
 # Label conventions shared by the queue, the strategies and the losses (one place):
 #   labels >= 0      real images of a known class (in-distribution)
@@ -55,11 +56,8 @@ class StrategyInputs:
         queue_labels: the labels beside the queue keys (K,), NO_LABEL (-1) where unknown.
         labels: class labels of q's rows (N,) (or (B,)), NO_LABEL where unknown; None outside
             the trainer. For diagnostics (false-negative fractions), never for the negatives.
-        epoch: fractional epoch of this step (warm-up schedules).
-        global_step: optimizer steps done before this one.
-        rank: this process's rank (0 in one process).
-        world_size: the number of ranks (1 in one process); a strategy that draws for the global
-            batch and keeps its own rows reads (rank, world_size) here.
+        ctx: the step's context (epoch, global_step, rank, world_size), the losses' too; read
+            as ``s.epoch``, ``s.rank``, ... as well.
     """
 
     q: torch.Tensor
@@ -67,10 +65,12 @@ class StrategyInputs:
     queue: torch.Tensor
     queue_labels: torch.Tensor
     labels: torch.Tensor | None = None
-    epoch: float = 0.0
-    global_step: int = 0
-    rank: int = 0
-    world_size: int = 1
+    ctx: StepContext = ONE_PROCESS
+
+    epoch = property(lambda s: s.ctx.epoch, doc="fractional epoch of this step (warm-ups)")
+    global_step = property(lambda s: s.ctx.global_step, doc="optimizer steps before this one")
+    rank = property(lambda s: s.ctx.rank, doc="this process's rank (0 in one process)")
+    world_size = property(lambda s: s.ctx.world_size, doc="the number of ranks (1: one process)")
 
     @classmethod
     def single(
@@ -80,14 +80,17 @@ class StrategyInputs:
         *,
         queue: torch.Tensor,
         queue_labels: torch.Tensor | None = None,
-        **optional: Any,
+        labels: torch.Tensor | None = None,
+        **context: Any,
     ) -> StrategyInputs:
-        """One process, rank 0 of 1; the queue labels default to NO_LABEL (unknown).
-        ``optional``: labels, epoch, global_step."""
+        """One process, rank 0 of 1 unless ``context`` says otherwise (epoch, global_step, rank,
+        world_size); the queue labels default to NO_LABEL (unknown)."""
         if queue_labels is None:
-            queue_labels = torch.full((queue.shape[0],), NO_LABEL, dtype=torch.long,
-                                      device=queue.device)  # fmt: skip
-        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, **optional)
+            queue_labels = torch.full(
+                (queue.shape[0],), NO_LABEL, dtype=torch.long, device=queue.device
+            )
+        ctx = StepContext(**context)
+        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, labels=labels, ctx=ctx)
 
 
 @dataclass
@@ -123,10 +126,6 @@ class NegativeStrategy(Contract, nn.Module):
     #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain
     #: MoCo's; None: no such limit (the contract test says so and skips).
     zero_kwargs: ClassVar[dict[str, Any] | None] = None
-
-    #: This process's (rank, world size): strategies that draw for the global batch and keep
-    #: their own rows read them here (one helper for the whole code base).
-    rank_and_world = staticmethod(rank_and_world)
 
     #: False when the strategy's negatives belong to the first view's queries only (per-query
     #: negatives), so ``loss.symmetric`` is refused with it.
@@ -164,14 +163,19 @@ class NegativeStrategy(Contract, nn.Module):
         strategies that make images (outlier exposure); a no-op by default."""
 
     def transform_batch(
-        self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor
+        self,
+        x1: torch.Tensor,
+        x2: torch.Tensor,
+        labels: torch.Tensor,
+        ctx: StepContext = ONE_PROCESS,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Data-level negatives (e.g. rotated or pasted outliers); identity by default."""
+        """Data-level negatives (e.g. rotated or pasted outliers) for the step of ``ctx``;
+        identity by default."""
         return x1, x2, labels
 
     def negatives(self, s: StrategyInputs) -> ExtraNegatives:
         """Extra negatives for this step, from the step's :class:`StrategyInputs` (q, k, queue,
-        queue_labels, labels, epoch, global_step, rank, world_size): none by default."""
+        queue_labels, labels and the step's context): none by default."""
         return ExtraNegatives()
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
 from negatives.oe_images import OE_HELP, load_oe_images
 from negatives.registry import strategies
+from negmine_core.step import ONE_PROCESS, StepContext
 
 KINDS = ("rotate", "cutpaste", "oe")
 
@@ -293,7 +294,11 @@ class Outliers(NegativeStrategy):
 
     @torch.no_grad()
     def transform_batch(
-        self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor
+        self,
+        x1: torch.Tensor,
+        x2: torch.Tensor,
+        labels: torch.Tensor,
+        ctx: StepContext = ONE_PROCESS,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         N = x1.shape[0]
         m = num_outliers(self.ratio, N)
@@ -309,9 +314,9 @@ class Outliers(NegativeStrategy):
         # Every kind is made for all m slots, then selected per slot: shapes (and the RNG stream)
         # never depend on the draws, so there is no host sync. ``kind`` is drawn with one kind
         # too (the same RNG stream); the first kind's outliers are the base the others overwrite.
-        o1, o2, y = self.make(self.kinds[0], a1, a2, labels.dtype)
+        o1, o2, y = self.make(self.kinds[0], a1, a2, labels.dtype, ctx)
         for i, name in enumerate(self.kinds[1:], start=1):
-            b1, b2, yb = self.make(name, a1, a2, labels.dtype)
+            b1, b2, yb = self.make(name, a1, a2, labels.dtype, ctx)
             chosen = kind == i  # (m,)
             o1 = torch.where(chosen[:, None, None, None], b1, o1)
             o2 = torch.where(chosen[:, None, None, None], b2, o2)
@@ -329,7 +334,12 @@ class Outliers(NegativeStrategy):
         )
 
     def make(
-        self, name: str, a1: torch.Tensor, a2: torch.Tensor, label_dtype: torch.dtype
+        self,
+        name: str,
+        a1: torch.Tensor,
+        a2: torch.Tensor,
+        label_dtype: torch.dtype,
+        ctx: StepContext,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Outliers of kind ``name`` for every slot: both views (m, C, H, W) and labels (m,)."""
         m, dev = a1.shape[0], a1.device
@@ -346,7 +356,7 @@ class Outliers(NegativeStrategy):
         if name == "cutpaste":  # each view gets its own patch
             b1 = cutpaste(a1, self.patch_area, self.patch_aspect)[0]
             return b1, cutpaste(a2, self.patch_area, self.patch_aspect)[0], shared
-        return (*self.oe_views(m, a1), shared)
+        return (*self.oe_views(m, a1, ctx), shared)
 
     def turn_table(self, height: int, width: int, device: torch.device) -> torch.Tensor:
         """:func:`turn_index` of the configured angles, built once per image size and device."""
@@ -355,10 +365,12 @@ class Outliers(NegativeStrategy):
             self._turn_index[key] = turn_index(height, width, self.quarter_turns, device)
         return self._turn_index[key]
 
-    def oe_views(self, m: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def oe_views(
+        self, m: int, like: torch.Tensor, ctx: StepContext = ONE_PROCESS
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Two normalised views (m, C, S, S) of m random OE images, dtype/device of ``like``."""
         self.follow(like.device)
-        rank, world = self.rank_and_world()
+        rank, world = ctx.rank, ctx.world_size
         # (world, m) draws keep the ranks' RNGs in step while each rank takes its own images.
         index = torch.randint(len(self.oe_images), (world, m), device=like.device)[rank]  # (m,)
         images = self.oe_images[index].to(like.dtype) / 255.0  # (m, C, S, S) in [0, 1]

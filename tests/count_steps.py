@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sync_counter import SyncCounter  # noqa: E402
 
 import negatives  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 WARM, COUNTED = 2, 2

@@ -23,9 +23,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 
 PINNED = Path(__file__).with_name("pinned_losses.json")
 SHRINK = [

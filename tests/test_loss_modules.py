@@ -5,6 +5,7 @@ data in the true on-disk format."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
 from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
+from negmine_core.step import Embeddings, StepContext
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import build, checkpoint, knn, loop
@@ -42,15 +44,14 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
     q = unit(n, d, seed=2).requires_grad_()
     off = rank * n
     return losses.StepTensors(
-        q=q,
-        k=k_all[off : off + n],
+        emb=Embeddings(q=q, k=k_all[off : off + n]),
         k_all=k_all,
         labels=labels_all[off : off + n],
         labels_all=labels_all,
-        offset=off,
         queue=unit(k_size, d, seed=3),
         queue_labels=torch.full((k_size,), NO_LABEL),
         extra=ExtraNegatives(shared, per_query),
+        ctx=StepContext(rank=rank, world_size=world),
     )
 
 
@@ -162,8 +163,8 @@ def test_cider_subset_classes_map_labels_to_their_prototypes():
 
 def test_kappa_terms_are_added_to_any_objective():
     s = step_tensors()
-    s.kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
-    s.kappa_k = torch.rand(4, dtype=torch.float64)
+    kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    s.emb = replace(s.emb, kappa_q=kappa_q, kappa_k=torch.rand(4, dtype=torch.float64))
     base = losses.create("supcon", temperature=0.1)
     both = losses.WithKappa(base, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
     got = both(s)
@@ -172,7 +173,7 @@ def test_kappa_terms_are_added_to_any_objective():
     got.backward()
     assert s.kappa_q.grad.abs().sum() > 0
     assert set(both.diagnostics()) >= {"kappa_mean", "kappa_std", "base", "kappa_terms"}
-    s.kappa_q = None
+    s.emb = replace(s.emb, kappa_q=None)
     with pytest.raises(ValueError, match="kappa head"):
         both(s)
 
@@ -317,7 +318,7 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     2N x 2N equation (pretrain.losses.multiview), in value and gradient."""
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
-    s.q2 = unit(4, 8, seed=9).requires_grad_()
+    s.emb = replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_())
     got = losses.create(name, temperature=0.2, contrast_queue=False)(s)
     z = torch.cat([s.q, s.q2]).detach().requires_grad_()
     y = torch.cat([labels, labels])
@@ -335,9 +336,10 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
 
 def test_symmetric_cider_and_kappa_use_both_query_views():
     s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
-    s.q2 = unit(4, 8, seed=9).requires_grad_()
-    s.kappa_q, s.kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
-    s.kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
+    kappa_q, kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
+    kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
+    q2 = unit(4, 8, seed=9).requires_grad_()
+    s.emb = replace(s.emb, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k)
     cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
@@ -378,7 +380,7 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
 def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
     q, k, queue = unit(4, 8, seed=2), unit(4, 8, seed=1), unit(6, 8, seed=3)
     with pytest.raises(TypeError):
-        losses.StepTensors(q, k, k, None, None, 0, queue, None, ExtraNegatives())  # noqa
+        losses.StepTensors(Embeddings(q=q, k=k), k, None, None, queue, None, ExtraNegatives())  # noqa
     s = losses.StepTensors.single(q, k, queue=queue)
     assert s.k_all is k and s.offset == 0 and s.extra.shared is None
     assert (s.labels == NO_LABEL).all() and (s.queue_labels == NO_LABEL).all()

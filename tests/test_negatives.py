@@ -139,7 +139,7 @@ def test_negatives_contract(name):
     # A queue that tracks gradients catches a strategy that forgets to detach what it builds.
     queue.requires_grad_(True)
     extra = strategy.negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
     )
     assert isinstance(extra, ExtraNegatives)
     check_extra(extra.shared, (), queue)
@@ -159,7 +159,7 @@ def test_negatives_are_seeded_deterministic(name):
         q, k, queue, labels = inputs(1)
         results.append(
             strategy.negatives(
-                StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+                StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
             )
         )
     for a, b in (
@@ -186,7 +186,7 @@ def test_none_strategy_is_plain_moco():
     strategy = negatives.create("none")
     q, k, queue, labels = inputs(2)
     extra = strategy.negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
     )
     assert extra.shared is None and extra.per_query is None
     x1, x2, y = torch.randn(N, 3, 4, 4), torch.randn(N, 3, 4, 4), torch.arange(N)
@@ -205,7 +205,7 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
     extra = negatives.create(name, **zero).negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
     )
     for t in (extra.shared, extra.per_query):
         assert t is None or t.shape[-2] == 0
@@ -218,9 +218,9 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
+    from negmine_core.step import Batch
     from pretrain import config
     from pretrain.engine import loop
-    from pretrain.engine.step import Batch
 
     kwargs = ", ".join(f"{k}: {json.dumps(v)}" for k, v in
                        negatives.strategies.get(name).contract_kwargs.items())  # fmt: skip

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 import torch
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
-from pretrain.engine.step import Batch
 from pretrain.losses import infonce
 from pretrain.runtime import precision
 

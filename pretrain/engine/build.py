@@ -21,11 +21,14 @@ from pretrain.data.identity import train_set_identity
 from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
-from pretrain.runtime import cores, dist
+from pretrain.runtime import cores, dist, precision
 
 
-def model(cfg: Config) -> model_lib.MoCo:
-    m = cfg.model
+def model(cfg: Config, device: torch.device | None = None) -> model_lib.MoCo:
+    """The MoCo module with the run's constants; ``device``: the training device, which decides
+    ``train.channels_last`` (None: outside training, contiguous)."""
+    m, t = cfg.model, cfg.train
+    last = device is not None and precision.channels_last(t.channels_last, t.amp, device)
     net = model_lib.build(
         arch=m.arch,
         width=m.width,
@@ -34,6 +37,10 @@ def model(cfg: Config) -> model_lib.MoCo:
         mlp=m.mlp,
         bn_splits=m.bn_splits,
         kappa_hidden=m.kappa_hidden,
+        momentum=cfg.moco.momentum,
+        symmetric=cfg.loss.symmetric,
+        channels_last=last,
+        keep_features=cfg.eval.online_probe,
     )
     split_bn.use_path(net, None if m.split_bn == "auto" else m.split_bn)
     return net

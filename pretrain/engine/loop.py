@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
 from pretrain.engine import checkpoint, closing, knn
@@ -32,7 +33,7 @@ from pretrain.engine.resume import check_epochs_left, restore, save, write_check
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
-from pretrain.engine.step import Batch, train_step
+from pretrain.engine.step import train_step
 from pretrain.runtime import dist, provenance
 from pretrain.runtime.progress import Progress
 

@@ -50,8 +50,8 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
     if derived.steps_per_epoch < 1:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    moco = build.model(cfg).to(device)
-    if precision.channels_last(cfg.train.channels_last, cfg.train.amp, device):
+    moco = build.model(cfg, device).to(device)
+    if moco.channels_last:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, derived.train_size).to(device)
     strategy = build.strategy(cfg).to(device)
@@ -60,16 +60,13 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
     if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
         moco = torch.nn.SyncBatchNorm.convert_sync_batchnorm(moco)
         moco.shuffle_keys = False
-    query = moco.encoder_q
-    if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
-        query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
-        query.register_comm_hook(None, dist.allreduce_per_parameter)  # exact resume at 3+ ranks
+    if dist.world_size() > 1:
+        moco.wrap_for_ddp()
     return Run(
         cfg=cfg,
         derived=derived,
         device=device,
         moco=moco,
-        query=query,
         queue=queue,
         strategy=strategy,
         loss_fn=build.loss_fn(cfg, data.num_classes).to(device),
@@ -152,17 +149,15 @@ def check_run_dir(cfg: Config) -> None:
 def online_probe(
     cfg: Config, moco: torch.nn.Module, num_classes: int, device: torch.device
 ) -> OnlineProbe | None:
-    """``eval.online_probe``: the probe on the query backbone (hooked after the key encoder was
-    copied, so the key encoder carries no hook); same initial weights on every rank."""
+    """``eval.online_probe``: the probe on the query backbone's features (which the model keeps,
+    ``MoCo.keep_features``); same initial weights on every rank."""
     if not cfg.eval.online_probe:
         return None
-    backbone = moco.encoder_q.backbone
+    dim = moco.encoder_q.backbone.feature_dim
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        probe = OnlineProbe(feature_dim=backbone.feature_dim, num_classes=num_classes,
-                            lr=cfg.eval.online_probe_lr).to(device)  # fmt: skip
-    probe.attach(backbone)
-    return probe
+        probe = OnlineProbe(feature_dim=dim, num_classes=num_classes, lr=cfg.eval.online_probe_lr)
+    return probe.to(device)
 
 
 def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:

@@ -24,6 +24,7 @@ from torch import nn
 from negatives.base import NO_LABEL, ExtraNegatives
 from negatives.contract import Contract
 from negatives.registry import Registry
+from negmine_core.step import ONE_PROCESS, Batch, Embeddings, StepContext
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
 
@@ -33,7 +34,9 @@ NUM_CLASSES = "(the training set's class count)"
 
 @dataclass(kw_only=True)
 class StepTensors:
-    """What a loss sees of one training step (all on the device), by keyword only.
+    """What a loss sees of one training step (all on the device), by keyword only: the model's
+    :class:`~negmine_core.step.Embeddings` (held, not copied: ``s.q`` is ``s.emb.q``), what the
+    ranks and the queue add, and the step's :class:`~negmine_core.step.StepContext`.
 
     ``StepTensors.single(q, k, queue=...)`` fills in the one-process defaults, so any loss can be
     tried in two lines::
@@ -42,22 +45,29 @@ class StepTensors:
         loss = losses.create("supcon", temperature=0.1)(step)
     """
 
-    q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
-    k: torch.Tensor  # (N, D) this rank's keys, unit norm, constants
+    emb: Embeddings  # q (N, D) with gradient, k (N, D) constants, q2, kappa_*, support (N, V, D)
     k_all: torch.Tensor  # (B, D) the keys of every rank in rank order (k in one process)
     labels: torch.Tensor  # (N,) this rank's labels (negatives.base conventions)
     labels_all: torch.Tensor  # (B,)
-    offset: int  # index of this rank's first key in k_all
     queue: torch.Tensor  # (K, D) before this step's enqueue
     queue_labels: torch.Tensor  # (K,)
     extra: ExtraNegatives
-    kappa_q: torch.Tensor | None = None  # (N,) with gradient, when the model has a kappa head
-    kappa_k: torch.Tensor | None = None  # (N,)
-    q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
-    kappa_q2: torch.Tensor | None = None  # (N,)
-    support: torch.Tensor | None = None  # (N, V, D) support views' keys (data.support_views)
-    epoch: float = 0.0  # fractional epoch of this step (annealed losses: ring, hard)
-    global_step: int = 0  # steps done before this one
+    ctx: StepContext = ONE_PROCESS  # epoch (annealed losses: ring, hard), global_step, rank
+
+    q = property(lambda s: s.emb.q, doc="(N, D) this rank's queries, unit norm, with gradient")
+    k = property(lambda s: s.emb.k, doc="(N, D) this rank's keys, unit norm, constants")
+    q2 = property(lambda s: s.emb.q2, doc="(N, D) symmetric layout: view 2's queries, or None")
+    kappa_q = property(lambda s: s.emb.kappa_q, doc="(N,) with a kappa head, else None")
+    kappa_k = property(lambda s: s.emb.kappa_k, doc="(N,) with a kappa head, else None")
+    kappa_q2 = property(lambda s: s.emb.kappa_q2, doc="(N,) symmetric layout with a kappa head")
+    support = property(lambda s: s.emb.support, doc="(N, V, D) support views' keys, or None")
+    epoch = property(lambda s: s.ctx.epoch, doc="fractional epoch of this step")
+    global_step = property(lambda s: s.ctx.global_step, doc="steps done before this one")
+
+    @property
+    def offset(self) -> int:
+        """Index of this rank's first key in k_all."""
+        return self.ctx.rank * self.q.shape[0]
 
     @classmethod
     def single(
@@ -69,17 +79,31 @@ class StepTensors:
         labels: torch.Tensor | None = None,
         queue_labels: torch.Tensor | None = None,
         extra: ExtraNegatives | None = None,
-        **optional: Any,
+        epoch: float = 0.0,
+        global_step: int = 0,
+        **embeddings: torch.Tensor | None,
     ) -> StepTensors:
-        """One process: k_all = k, labels_all = labels, offset 0; labels default to NO_LABEL
-        (unknown: no label-positives), queue labels likewise, no extra negatives. ``optional``:
-        kappa_q, kappa_k, q2, kappa_q2, epoch, global_step."""
+        """One process: k_all = k, labels_all = labels, rank 0; labels default to NO_LABEL
+        (unknown: no label-positives), queue labels likewise, no extra negatives.
+        ``embeddings``: kappa_q, kappa_k, q2, kappa_q2, support."""
         n, K = q.shape[0], queue.shape[0]
-        unknown = lambda m: torch.full((m,), NO_LABEL, dtype=torch.long, device=q.device)  # noqa: E731
-        labels = unknown(n) if labels is None else labels
-        return cls(q=q, k=k, k_all=k, labels=labels, labels_all=labels, offset=0, queue=queue,
-                   queue_labels=unknown(K) if queue_labels is None else queue_labels,
-                   extra=extra or ExtraNegatives(), **optional)  # fmt: skip
+        labels = unknown(n, q.device) if labels is None else labels
+        queue_labels = unknown(K, q.device) if queue_labels is None else queue_labels
+        return cls(
+            emb=Embeddings(q=q, k=k, **embeddings),
+            k_all=k,
+            labels=labels,
+            labels_all=labels,
+            queue=queue,
+            queue_labels=queue_labels,
+            extra=extra or ExtraNegatives(),
+            ctx=StepContext(epoch=epoch, global_step=global_step),
+        )
+
+
+def unknown(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` labels NO_LABEL (-1): unknown."""
+    return torch.full((n,), NO_LABEL, dtype=torch.long, device=device)
 
 
 def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,10 +200,10 @@ class Loss(Contract, nn.Module):
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
         """Initialise state from features (n, D) and labels (n,) of the training set."""
 
-    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
-        """The query images (N, C, H, W) before the query encoder: identity, except for losses
-        that change the input (i-Mix mixes it and keeps the mixing for its targets)."""
-        return x1
+    def transform_batch(self, batch: Batch) -> Batch:
+        """The batch before the encoders: identity, except for losses that change the input
+        (i-Mix mixes the query images and keeps the mixing for its targets)."""
+        return batch
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Statistics of the latest step, read at log steps only (device tensors, no sync)."""

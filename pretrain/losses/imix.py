@@ -30,6 +30,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from negmine_core.step import Batch
 from pretrain.losses.base import Loss, StepTensors, contrast_set, register
 from pretrain.runtime import dist
 
@@ -91,6 +92,10 @@ class IMix(Loss):
             raise ValueError(f"bn_splits must be at least 1, got {bn_splits}")
         self.alpha, self.bn_splits = alpha, bn_splits
         self._draw: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def transform_batch(self, batch: Batch) -> Batch:
+        """The batch with its query images mixed (:meth:`transform_queries`)."""
+        return batch.replace(x1=self.transform_queries(batch.x1))
 
     def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
         """Mix this rank's query images (N, ...) with partners of its own BN group."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from negmine_core.step import Batch
 from pretrain.losses.base import Loss, StepTensors
 
 
@@ -105,8 +106,8 @@ class WithKappa(Loss):
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
         self.base.init_class_means(z, labels)
 
-    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
-        return self.base.transform_queries(x1)
+    def transform_batch(self, batch: Batch) -> Batch:
+        return self.base.transform_batch(batch)
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.kappa_q is None or s.kappa_k is None:

@@ -18,6 +18,7 @@ import contextlib
 
 import torch
 
+from negmine_core.step import full  # noqa: F401  (float32 of the encoders' outputs)
 from pretrain.errors import ConfigError
 
 CHOICES = ("auto", "bf16", "fp16", "off")
@@ -69,10 +70,3 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
-
-
-def full(x: torch.Tensor | None) -> torch.Tensor | None:
-    """``x`` in at least float32 (bf16/fp16 encoder outputs upcast; float64 kept)."""
-    if x is None or not x.is_floating_point():
-        return x
-    return x.to(torch.promote_types(x.dtype, torch.float32))
