@@ -44,7 +44,7 @@ def registry_names() -> dict[str, tuple[str, ...]]:
         "batch_losses": (losses, "batch_layout", True),
         "queue_optional": (losses, "can_drop_queue", True),
         "label_losses": (losses, "needs_labels", True),
-        "support_losses": (losses, "needs_support", True),
+        "support_losses": (losses, "extra_views", True),
         "queue_replacing": (strategies, "replaces_queue", True),
         "per_query_strategies": (strategies, "symmetric_ok", False),
     }

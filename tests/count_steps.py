@@ -78,7 +78,7 @@ def loss_overrides(name: str) -> list[str]:
     out = [f"loss.name={name}"]
     if cls.contract_kwargs:
         out.append(f"loss.kwargs={yaml_kwargs(cls.contract_kwargs)}")
-    if cls.needs_support:
+    if cls.extra_views:
         out.append("data.support_views=2")
     return out
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from queue_forms import contrast_top1
 
 from negatives.base import NO_LABEL, ExtraNegatives
 from pretrain import losses
-from pretrain.losses import contrast_top1
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import multiview
 import numpy as np
 import pytest
 import torch
@@ -315,7 +316,7 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
 @pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere", "firm"])
 def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     """loss.symmetric + contrast_queue false: anchors [q1; q2] against each other only, i.e. the
-    2N x 2N equation (pretrain.losses.multiview), in value and gradient."""
+    2N x 2N equation (tests/multiview.py), in value and gradient."""
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
     s.emb = replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_())
@@ -323,11 +324,11 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     z = torch.cat([s.q, s.q2]).detach().requires_grad_()
     y = torch.cat([labels, labels])
     if name == "nt_xent":
-        ref = losses.nt_xent(z, 0.2)
+        ref = multiview.nt_xent(z, 0.2)
     elif name == "firm":
-        ref = losses.firm(z, y >= 0, 0.2)
+        ref = multiview.firm(z, y >= 0, 0.2)
     else:
-        ref = getattr(losses, name)(z, y, 0.2)
+        ref = getattr(multiview, name)(z, y, 0.2)
     assert torch.allclose(got, ref, atol=1e-12)
     got.backward()
     ref.backward()

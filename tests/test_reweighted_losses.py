@@ -4,6 +4,7 @@ DCL/DCLW losses (decoupled), in the papers' 2N x 2N layout and in MoCo's layout.
 
 from __future__ import annotations
 
+import multiview
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,7 @@ from fd_grad import assert_grad_matches_fd, autograd
 
 from negatives.base import NO_LABEL, ExtraNegatives
 from pretrain import losses
-from pretrain.losses import multiview, reweighted
+from pretrain.losses import reweighted
 
 
 def unit(*shape: int, seed: int, dtype=torch.float64) -> torch.Tensor:

@@ -14,6 +14,7 @@ from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
 from pretrain.engine.step import train_step
+from pretrain.losses import SetupContext
 from pretrain.runtime import dist, precision, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.triton_env import triton_interpreted
@@ -174,8 +175,13 @@ def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
 
 
 def init_loss(run: Run) -> None:
-    """Class prototypes (CIDER) from the normalised head outputs of the training images, in
-    eval mode, before the first step of a fresh run (every rank computes the same means)."""
-    if run.loss_fn.needs_class_means:
+    """The loss's setup hook, before the first step of a fresh run: the training images'
+    normalised head outputs, in eval mode, when it asks for them (CIDER's class prototypes;
+    every rank computes the same)."""
+
+    def features() -> tuple[torch.Tensor, torch.Tensor]:
         z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
-        run.loss_fn.init_class_means(z.to(run.device), y.to(run.device))
+        return z.to(run.device), y.to(run.device)
+
+    ctx = SetupContext(num_classes=run.data.num_classes, device=run.device, features=features)
+    run.loss_fn.setup(ctx)

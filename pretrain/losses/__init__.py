@@ -10,8 +10,7 @@ only pretrain.runtime and negatives below it (never data, model, engine or confi
   ``nt_xent_loss``, ``supcon_loss``, ``sincere_loss``, ``firm_loss`` (on ``queue_layout``'s
   ``QueueContrastive``), ``debiased``, ``hard``, ``decoupled`` (on ``negative_weighting``),
   ``ring``, ``imix``, ``fnc``, ``cider``; ``kappa`` holds the kappa head's terms (``WithKappa``).
-- pure functions: ``multiview`` (the papers' 2N x 2N forms), ``queue_layout`` (MoCo's layout),
-  ``reweighted``, ``masked``.
+- pure functions: ``queue_layout`` (MoCo's layout), ``reweighted``, ``masked``.
 
 A new loss is one file and its name in the import line below.
 """
@@ -32,6 +31,7 @@ from pretrain.losses import (  # noqa: F401  (registers the losses)
 )
 from pretrain.losses.base import (
     Loss,
+    SetupContext,
     StepTensors,
     create,
     list_losses,
@@ -47,22 +47,15 @@ from pretrain.losses.cider import (
 from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
 from pretrain.losses.kappa import KAPPA_KWARGS, WithKappa, kappa_alignment, kappa_terms
 from pretrain.losses.masked import check_temperature
-from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
-from pretrain.losses.queue_layout import (
-    QueueContrastive,
-    contrast_top1,
-    queue_contrastive,
-    queue_kinds,
-    queue_positives,
-)
+from pretrain.losses.queue_layout import QueueContrastive
 
 __all__ = [
-    "FIRM_LAYOUTS",
     "KAPPA_KWARGS",
     "Cider",
     "InfoNCE",
     "Loss",
     "QueueContrastive",
+    "SetupContext",
     "StepTensors",
     "WithKappa",
     "create",
@@ -72,17 +65,9 @@ __all__ = [
     "check_temperature",
     "cider",
     "cider_terms",
-    "firm",
     "info_nce",
     "kappa_alignment",
     "kappa_terms",
     "moco_logits",
-    "nt_xent",
-    "contrast_top1",
-    "queue_contrastive",
-    "queue_kinds",
-    "queue_positives",
     "sequential_ema",
-    "sincere",
-    "supcon",
 ]

@@ -15,6 +15,7 @@ config keys are named in :attr:`Loss.from_config`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -135,21 +136,50 @@ def contrast_set(
     return torch.cat(parts), torch.cat(labels)
 
 
+#: The class attributes a loss declares (:class:`Loss`), which a wrapper declares the same.
+DECLARED = (
+    "name",
+    "accepts_strategies",
+    "why_strategies",
+    "batch_layout",
+    "can_drop_queue",
+    "needs_labels",
+    "extra_views",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetupContext:
+    """What :meth:`Loss.setup` may read of the run, once before its first step.
+
+    Attributes:
+        num_classes: the training set's class count.
+        device: the training device.
+        features: the normalised head outputs (n, D) of the training images under the eval
+            transform, in eval mode, and their labels (n,), on ``device``; computed when called.
+    """
+
+    num_classes: int
+    device: torch.device
+    features: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+
+
 class Loss(Contract, nn.Module):
     """Base class. ``forward(step: StepTensors) -> scalar loss``.
 
     Attributes:
         from_config: constructor arguments the trainer fills in from other config keys
             (argument -> dotted key, or :data:`NUM_CLASSES`); ``loss.kwargs`` may not set them.
-        needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
-            of a fresh run, with the normalised head outputs of the training images (CIDER).
         accepts_strategies: negative strategies this loss can be combined with (None = any).
         batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
         can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
         needs_labels: needs a label on every training image (refuses unlabelled splits).
-        needs_support: needs ``data.support_views`` (FNC).
+        extra_views: the support views (``data.support_views``) it needs at least; their keys
+            come in ``StepTensors.support`` (FNC: 1).
 
-    ``config.validate`` and the builder read these attributes, never a loss's name. The class
+    ``config.validate`` and the builder read these attributes, never a loss's name. What else a
+    loss needs happens in its own methods: :meth:`setup` (once, before the first step of a fresh
+    run) and :meth:`transform_batch` (each step, before the encoders). The class
     docstring's ``Args:`` section documents every constructor argument (the configuration
     reference is generated from it: ``scripts/gen_config_docs.py``).
 
@@ -162,13 +192,12 @@ class Loss(Contract, nn.Module):
     # -- The contract: negatives.contract.Contract (syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
 
-    needs_class_means: bool = False
     accepts_strategies: tuple[str, ...] | None = None
     why_strategies: str = ""
     batch_layout: bool = True
     can_drop_queue: bool = False
     needs_labels: bool = False
-    needs_support: bool = False
+    extra_views: int = 0
 
     @classmethod
     def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
@@ -197,8 +226,9 @@ class Loss(Contract, nn.Module):
                 f"{self.why_strategies} (allowed: {', '.join(self.accepts_strategies)})"
             )
 
-    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
-        """Initialise state from features (n, D) and labels (n,) of the training set."""
+    def setup(self, ctx: SetupContext) -> None:
+        """Called once before the first step of a fresh run (a resumed run restores the state
+        from its checkpoint instead); a no-op by default. CIDER starts its prototypes here."""
 
     def transform_batch(self, batch: Batch) -> Batch:
         """The batch before the encoders: identity, except for losses that change the input

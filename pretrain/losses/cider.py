@@ -36,7 +36,14 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses.base import NUM_CLASSES, Loss, StepTensors, both_views, register
+from pretrain.losses.base import (
+    NUM_CLASSES,
+    Loss,
+    SetupContext,
+    StepTensors,
+    both_views,
+    register,
+)
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
@@ -210,7 +217,6 @@ class Cider(Loss):
         "of (labels valid?, rounds) to the host"
     )
 
-    needs_class_means = True
     needs_labels = True
     accepts_strategies = ("none",)
     why_strategies = (
@@ -252,8 +258,13 @@ class Cider(Loss):
         self.register_buffer("class_index", index, persistent=False)
         self.register_buffer("prototypes", torch.zeros(len(classes), dim))
 
+    def setup(self, ctx: SetupContext) -> None:
+        """The prototypes start as the class means of the training images' embeddings."""
+        self.init_class_means(*ctx.features())
+
     @torch.no_grad()
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """Prototypes from normalised features (n, D) and labels (n,) of the training set."""
         c, d = self.prototypes.shape
         labels = self.class_index[labels.clamp(min=0)].where(labels >= 0, -1)
         keep = labels >= 0

@@ -82,7 +82,7 @@ class FNC(Loss):
     capturable = True
 
     batch_layout = False  # MoCo's layout
-    needs_support = True
+    extra_views = 1  # data.support_views: the support set's keys (StepTensors.support)
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ Each view has a mean direction μ (unit norm) and a concentration κ = softplus(
 - L_reg (eq. 11) = λ_reg · (mean_i κ1_i² + mean_i κ2_i²)   (eq. 7's minus sign is a typo).
 
 The total objective (eq. 12) adds SimCLR's NT-Xent on (μ1, μ2), in which κ does not enter
-(``pretrain.losses.multiview.nt_xent``).
+(``tests/multiview.py``'s ``nt_xent``).
 
 NOTE: the seed's appendix code computes L_align as −λ·log(exp((κ1+κ2)cos) + 1e-6), which equals
 eq. 10 only while exp neither underflows nor overflows: it saturates at −λ·log(1e-6) ≈ 13.8λ
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from negmine_core.step import Batch
-from pretrain.losses.base import Loss, StepTensors
+from pretrain.losses.base import DECLARED, Loss, SetupContext, StepTensors
 
 
 def _flat_kappa(name: str, kappa: torch.Tensor, n: int) -> torch.Tensor:
@@ -97,14 +97,13 @@ class WithKappa(Loss):
         lambda_align, lambda_reg = kappa_lambda_align, kappa_lambda_reg
         super().__init__(base.temperature)
         self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
-        self.needs_class_means = base.needs_class_means
-        self.accepts_strategies, self.why_strategies = base.accepts_strategies, base.why_strategies
-        self.name = base.name
+        for declared in DECLARED:  # what the wrapped loss declares, it declares
+            setattr(self, declared, getattr(base, declared))
         self._kappa: torch.Tensor | None = None
         self._terms: dict[str, torch.Tensor] = {}
 
-    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
-        self.base.init_class_means(z, labels)
+    def setup(self, ctx: SetupContext) -> None:
+        self.base.setup(ctx)
 
     def transform_batch(self, batch: Batch) -> Batch:
         return self.base.transform_batch(batch)
