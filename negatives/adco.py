@@ -32,7 +32,7 @@ W, its momentum v and the fill count are in the checkpoint.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -92,10 +92,10 @@ class AdCo(NegativeStrategy):
     def __init__(
         self,
         *,
-        bank_size: int = 65536,
+        bank_size: Annotated[int, "must be a positive integer"] = 65536,
         mem_t: float = 0.02,
         memory_lr: float = 3.0,
-        mem_wd: float = 1e-4,
+        mem_wd: Annotated[float, "must be >= 0"] = 1e-4,
         momentum: float = 0.9,
         ad_init: bool = True,
     ) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,9 @@ import torch.nn.functional as F
 from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.ocsvm.svm import OneClassSVM
 from negatives.registry import strategies
+
+Warmup = Literal["paper", "code"]  # warmup: the paper's schedule or the code's
+EmptyInliers = Literal["queue", "skip"]  # empty_inliers: what an empty inlier set does
 
 
 def mix(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -114,25 +117,25 @@ class MiOC(NegativeStrategy):
         num_synthetic: int = 1024,
         num_inlier_synthetic: int = 512,
         num_queue_mix: int = 0,
-        nu: float = 0.01,
+        nu: Annotated[float, "must lie in (0, 1) for MiOC"] = 0.01,
         gamma: float = 0.01,
         tol: float = 1e-3,
         solver: str = "libsvm",
         backend: str = "torch",
         loop: str = "auto",
-        warmup_epochs: float = 10.0,
-        warmup: str = "paper",
-        empty_inliers: str = "queue",
-        beta_max: float = 0.5,
+        warmup_epochs: Annotated[float, "must be a finite number >= 0"] = 10.0,
+        warmup: Warmup = "paper",
+        empty_inliers: EmptyInliers = "queue",
+        beta_max: Annotated[float, "must lie in [0, 1]"] = 0.5,
     ) -> None:
         super().__init__()
         for name, value in (("num_synthetic", num_synthetic), ("num_queue_mix", num_queue_mix),
                             ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        if warmup not in ("paper", "code"):
+        if warmup not in get_args(Warmup):
             raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
-        if empty_inliers not in ("queue", "skip"):
+        if empty_inliers not in get_args(EmptyInliers):
             raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
         if not 0.0 <= beta_max <= 1.0:
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")

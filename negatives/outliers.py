@@ -47,6 +47,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +56,8 @@ from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
 from negatives.oe_images import OE_HELP, load_oe_images
 from negatives.registry import strategies
 from negmine_core.step import ONE_PROCESS, StepContext
+
+RotationLabels = Literal["separate", "shared"]  # one class per rotation, or one for all
 
 KINDS = ("rotate", "cutpaste", "oe")
 
@@ -207,16 +210,20 @@ class Outliers(NegativeStrategy):
     def __init__(
         self,
         *,
-        ratio: float = 0.75,
+        ratio: Annotated[float, "must lie in [0, 1) (an image must stay inlier)"] = 0.75,
         kinds: Sequence[str] = ("rotate",),
-        angles: Sequence[int] = (90, 180, 270),
-        rotation_labels: str = "separate",
+        angles: Annotated[Sequence[int], "must be distinct values of [90, 180, 270]"] = (
+            90,
+            180,
+            270,
+        ),
+        rotation_labels: RotationLabels = "separate",
         patch_area: Sequence[float] = (0.02, 0.15),
         patch_aspect: Sequence[float] = (0.3, 3.3),
         oe_path: str | None = None,
-        oe_max_images: int = 50000,
+        oe_max_images: Annotated[int, "must be a positive int"] = 50000,
         oe_crop_scale: Sequence[float] = (0.5, 1.0),
-        oe_flip_prob: float = 0.5,
+        oe_flip_prob: Annotated[float, "must lie in [0, 1]"] = 0.5,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -227,7 +234,7 @@ class Outliers(NegativeStrategy):
             raise ValueError(f"kinds must be distinct names from {list(KINDS)}, got {list(kinds)}")
         if not angles or len(set(angles)) != len(angles) or not set(angles) <= {90, 180, 270}:
             raise ValueError(f"angles must be distinct values of [90, 180, 270], got {angles}")
-        if rotation_labels not in ("separate", "shared"):
+        if rotation_labels not in get_args(RotationLabels):
             raise ValueError(f"rotation_labels must be 'separate' or 'shared': {rotation_labels!r}")
         if rotation_labels == "separate" and "rotate" in kinds and len(kinds) > 1:
             raise ValueError(

@@ -31,7 +31,7 @@ Implementation based on [1] (``utils/losses.py`` ``DisLoss`` / ``CompLoss``, ``t
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -234,8 +234,8 @@ class Cider(Loss):
         *,
         num_classes: int,
         dim: int,
-        lambda_c: float = 2.0,
-        alpha: float = 0.95,
+        lambda_c: Annotated[float, "must be non-negative"] = 2.0,
+        alpha: Annotated[float, "must lie in [0, 1) (the old prototype's weight)"] = 0.95,
         comp_scale: bool = False,
         dis_scale: bool = False,
         classes: list[int] | None = None,

@@ -30,12 +30,15 @@ variants in this order; the PDF itself was not reachable from here.)
 
 from __future__ import annotations
 
+from typing import Annotated, Literal, get_args
+
 import torch
 
 from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
 
-MODES = ("attraction", "elimination")
+Mode = Literal["attraction", "elimination"]
+MODES = get_args(Mode)
 
 
 def detect(
@@ -88,8 +91,8 @@ class FNC(Loss):
         self,
         temperature: float,
         *,
-        mode: str = "attraction",
-        fn_topk: int = 10,
+        mode: Mode = "attraction",
+        fn_topk: Annotated[int, "must be a positive integer"] = 10,
         fn_threshold: float = 0.7,
     ) -> None:
         super().__init__(temperature)

@@ -13,7 +13,7 @@ In a config: ``loss: {name: hard, kwargs: {beta: 1.0, anneal: down}}``.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ class Hard(Reweighted):
 
     def __init__(
         self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS,
-        beta: float = reweighted.BETA, anneal: str | None = None, epochs: int = 1,
+        beta: float = reweighted.BETA, anneal: Literal["down"] | None = None, epochs: int = 1,
     ) -> None:  # fmt: skip
         super().__init__(temperature)
         reweighted.check(tau_plus, beta)

@@ -25,7 +25,7 @@ further negatives.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -84,7 +84,13 @@ class IMix(Loss):
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
                                              "bn_splits": "model.bn_splits"}  # fmt: skip
 
-    def __init__(self, temperature: float, *, alpha: float = 1.0, bn_splits: int = 1) -> None:
+    def __init__(
+        self,
+        temperature: float,
+        *,
+        alpha: Annotated[float, "must be positive"] = 1.0,
+        bn_splits: Annotated[int, "must be at least 1"] = 1,
+    ) -> None:
         super().__init__(temperature)
         if not alpha > 0:
             raise ValueError(f"alpha must be positive, got {alpha}")

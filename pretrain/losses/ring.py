@@ -27,6 +27,7 @@ t_out, decay 0.1 per *iteration* as the official code has it, so the ring is nea
 from __future__ import annotations
 
 import math
+from typing import Annotated, Literal, get_args
 
 import numpy as np
 import torch
@@ -36,7 +37,8 @@ from pretrain.losses import reweighted
 from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
 
-ANNEALS = ("none", "linear", "step", "exponential")
+Anneal = Literal["none", "linear", "step", "exponential"]
+ANNEALS = get_args(Anneal)
 
 
 def band(m: int, thres_outer: float, thres_inner: float, dynamic_inner: bool) -> tuple[int, int]:
@@ -114,11 +116,11 @@ class Ring(Loss):
         self,
         temperature: float,
         *,
-        thres_outer: float = 0.1,
-        thres_inner: float = 0.1,
+        thres_outer: Annotated[float, "must lie in (0, 1]"] = 0.1,
+        thres_inner: Annotated[float, "must lie in [0, 1)"] = 0.1,
         dynamic_inner: bool = True,
         self_negative: bool = True,
-        anneal: str = "none",
+        anneal: Anneal = "none",
         max_anneal_epoch: float = 100.0,
         anneal_decay: float = 0.1,
     ) -> None:
