@@ -232,26 +232,6 @@ def config_sources(cls: type) -> dict[str, str]:
     }
 
 
-def kappa_settings() -> list[str]:
-    """The kappa head's two weights, set in ``loss.kwargs`` beside any loss's own."""
-    from pretrain.losses import KAPPA_KWARGS, WithKappa
-
-    sig, docs = inspect.signature(WithKappa.__init__).parameters, doc_args(WithKappa)
-    summary = prose(inspect.cleandoc(WithKappa.__doc__ or "").split("\n\n")[0])
-    parts = [
-        f"\n### kappa head\n\n{summary}\n\n`WithKappa` in `pretrain/losses/kappa.py`, "
-        "with `model.kappa_hidden` > 0 only.\n\n",
-        "| argument | type | default | accepts | description |\n|---|---|---|---|---|\n",
-    ]
-    for arg in KAPPA_KWARGS:
-        p = sig[arg]
-        parts.append(
-            f"| `{arg}` | `{p.annotation}` | `{yaml_value(p.default)}` |  "
-            f"| {prose(docs.get(arg) or '-')} |\n"
-        )
-    return parts
-
-
 def contract(cls: type) -> str:
     """The class's contract (its declared attributes, measured by the tests) in one sentence."""
     syncs = f"{cls.syncs_per_step} host sync(s) per step"
@@ -379,7 +359,6 @@ def render() -> str:
     parts += settings("strategy", "negatives", strategies)
     parts.append(LOSS_INTRO)
     parts += settings("loss", "loss", losses.registry)
-    parts += kappa_settings()
     return "".join(parts)
 
 

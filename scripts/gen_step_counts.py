@@ -41,7 +41,7 @@ def sync_rows() -> list[str]:
             cls = registry.get(name)
             rows.append(f"| `{name}` | {cls.syncs_per_step} | {cls.syncs_why} |")
     rows.append(f"| `kappa` | {sync_table.KAPPA_SYNCS[0]} | the kappa head "
-                "(`model.kappa_hidden`), any loss |")  # fmt: skip
+                "(`kappa.hidden`), any loss |")  # fmt: skip
     rows.append(f"| `split_bn` | {sync_table.SPLIT_BN_SYNCS[0]} | `model.split_bn=triton`, any "
                 "loss: the kernels read (eps, momentum) from a float64 buffer built with the "
                 "layer and moved by `.to()` |")  # fmt: skip

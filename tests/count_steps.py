@@ -85,7 +85,7 @@ def loss_overrides(name: str) -> list[str]:
 
 VARIANTS = {  # split BN on its CUDA path (Triton kernels; Triton's interpreter on a CPU)
     "": [],
-    "+kappa": ["model.kappa_hidden=16"],
+    "+kappa": ["kappa.hidden=16"],
     "+split_bn": ["model.bn_splits=2", "model.split_bn=triton"],
 }
 KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss

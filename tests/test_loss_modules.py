@@ -167,7 +167,7 @@ def test_kappa_terms_are_added_to_any_objective():
     kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
     s.emb = replace(s.emb, kappa_q=kappa_q, kappa_k=torch.rand(4, dtype=torch.float64))
     base = losses.create("supcon", temperature=0.1)
-    both = losses.WithKappa(base, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
+    both = losses.WithKappa(base, lambda_align=0.05, lambda_reg=0.005)
     got = both(s)
     kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
     assert torch.allclose(got, base(s) + kappa, atol=1e-12)
@@ -185,7 +185,8 @@ def test_kappa_terms_are_added_to_any_objective():
         (["loss.name=cider", "negatives.name=mochi"], "cannot be combined with negative strategy"),
         (["loss.name=cider", "negatives.name=outliers"], "synthetic outliers have no prototype"),
         (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
-        (["loss.kwargs.kappa_lambda_align=0.1"], "no kappa head"),
+        (["loss.kwargs.kappa_lambda_align=0.1"], r"moved: write kappa.lambda_align=0.1 \(in YAML"),
+        (["model.kappa_hidden=512"], r"moved: write kappa.hidden=512 \(in YAML: kappa: \{hidden"),
         (["loss.supcon_reference_scale=true"], r"moved: write loss.kwargs.reference_scale=True"),
         (["loss.kwargs.reference_scale=true"], "no argument 'reference_scale'"),
         (["loss.kwargs.temperature=0.5"], "takes temperature from moco.temperature"),
@@ -276,7 +277,7 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
     epoch, steps = read_epoch(tmp_path)
     assert steps and all(np.isfinite(r["loss"]) for r in steps)
     assert ("oc_auroc" if cfg.data.in_classes else "knn_top1") in epoch
-    if cfg.model.kappa_hidden:
+    if cfg.kappa.hidden:
         assert all(r["loss_kappa_mean"] > 0 for r in steps)
         events = list((tmp_path / "tensorboard").glob("events.*"))
         assert events and b"train/kappa" in events[0].read_bytes()  # the histogram
@@ -292,7 +293,7 @@ def test_the_issue4_configs_are_shipped():
 @pytest.mark.parametrize(
     ("name", "extra"),
     [
-        ("digits_cider.yaml", CONFIG_RUNS["digits_cider.yaml"] + ["model.kappa_hidden=8"]),
+        ("digits_cider.yaml", CONFIG_RUNS["digits_cider.yaml"] + ["kappa.hidden=8"]),
         ("digits_firm.yaml", ["train.epochs=2"]),
     ],
 )
@@ -344,7 +345,7 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
     cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
-    obj = losses.WithKappa(cider, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
+    obj = losses.WithKappa(cider, lambda_align=0.05, lambda_reg=0.005)
     got = obj(s)
     z = torch.cat([s.q, s.q2])
     ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
@@ -370,7 +371,7 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
             *CONFIG_RUNS["digits_supcon.yaml"],
             "loss.symmetric=true",
             "model.bn_splits=2",
-            "model.kappa_hidden=8",
+            "kappa.hidden=8",
         ],  # fmt: skip
     )
     assert loop.main(cfg) == 0
@@ -404,8 +405,11 @@ def test_moved_loss_keys_and_kwargs_messages_are_quoted_in_troubleshooting(tmp_p
     with pytest.raises(ConfigError) as e:
         config.load("run.yaml")
     found.append(str(e.value))
-    for overrides in (["loss.name=supcon", "loss.kwargs.temperature=0.5"],
-                      ["loss.kwargs.kappa_lambda_align=0.1"]):  # fmt: skip
+    for overrides in (
+        ["loss.name=supcon", "loss.kwargs.temperature=0.5"],
+        ["loss.kwargs.kappa_lambda_align=0.1"],
+        ["model.kappa_hidden=512"],
+    ):
         with pytest.raises(ConfigError) as e:
             config.load("digits_moco.yaml", overrides)
         found.append(str(e.value))
@@ -420,7 +424,25 @@ def test_an_old_checkpoint_config_is_migrated_with_a_warning():
     raw["loss"].pop("kwargs")
     raw["loss"].update(cider_lambda_c=1.5, cider_alpha=0.95, supcon_reference_scale=False,
                        kappa_lambda_align=0.05, kappa_lambda_reg=0.005)  # fmt: skip
+    raw.pop("kappa")
+    raw["model"]["kappa_hidden"] = 0
     with pytest.warns(UserWarning, match=r"migrated: loss.cider_lambda_c -> loss.kwargs.lambda_c$"):
         cfg = config.from_dict(raw, source="old.pt (config)")
     assert cfg.loss.kwargs == {"lambda_c": 1.5}
     assert build.loss_fn(cfg, 10).lambda_c == 1.5
+
+
+def test_an_old_kappa_config_is_migrated_to_the_kappa_section():
+    """A kappa run's config from before the kappa section: model.kappa_hidden and the weights in
+    loss.kwargs move to kappa.* with a warning naming each; the built loss is the same."""
+    raw = config.to_dict(config.load("digits_kappa.yaml"))
+    raw.pop("kappa")
+    raw["model"]["kappa_hidden"] = 512
+    raw["loss"]["kwargs"] = {"kappa_lambda_align": 0.1, "kappa_lambda_reg": 0.005}
+    with pytest.warns(UserWarning, match=r"loss.kwargs.kappa_lambda_align -> kappa.lambda_align, "
+                                         r"model.kappa_hidden -> kappa.hidden$"):  # fmt: skip
+        cfg = config.from_dict(raw, source="old.pt (config)")
+    assert (cfg.kappa.hidden, cfg.kappa.lambda_align, cfg.kappa.lambda_reg) == (512, 0.1, 0.005)
+    assert cfg.loss.kwargs == {}
+    made = build.loss_fn(cfg, 10)
+    assert isinstance(made, losses.WithKappa) and made.lambda_align == 0.1

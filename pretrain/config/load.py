@@ -90,6 +90,9 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
                 )
             changes[key] = merge(current, value, source, prefix=f"{dotted}.")
         elif isinstance(current, dict) and isinstance(value, dict):
+            for name in value:
+                if f"{dotted}.{name}" in files.MOVED:  # a setting that moved out of kwargs
+                    raise ConfigError(files.moved_message(f"{dotted}.{name}", value[name], source))
             # dict fields (negatives.kwargs) merge key by key: an override of one keyword keeps
             # the file's others
             changes[key] = {**current, **coerce(value, hints[key], dotted, source, CHOICES)}

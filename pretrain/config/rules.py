@@ -68,27 +68,16 @@ def registry_names() -> dict[str, tuple[str, ...]]:
 
 def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
     """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
-    other keys, ``Loss.from_config``), plus the kappa head's two weights with a kappa head."""
-    from pretrain.losses import KAPPA_KWARGS
-    from pretrain.losses import registry as losses_registry
-
+    other keys, ``Loss.from_config``)."""
     own = dict(cfg.loss.kwargs)
-    for key in own:
-        if key in loss_cls.from_config:
+    for name in own:
+        if name in loss_cls.from_config:
             raise ConfigError(
-                f"config key 'loss.kwargs.{key}': loss {cfg.loss.name!r} takes {key} from "
-                f"{loss_cls.from_config[key]}, not from loss.kwargs; set that instead"
+                f"config key 'loss.kwargs.{name}': loss {cfg.loss.name!r} takes {name} from "
+                f"{loss_cls.from_config[name]}, not from loss.kwargs; set that instead"
             )
-    for key in KAPPA_KWARGS:
-        if key in own:
-            if cfg.model.kappa_hidden <= 0:
-                raise ConfigError(
-                    f"config key 'loss.kwargs.{key}' is set but the model has no kappa head "
-                    "(set model.kappa_hidden, e.g. 512)"
-                )
-            own.pop(key)
     try:
-        losses_registry.check_kwargs(cfg.loss.name, own)
+        registries()["loss.name"].check_kwargs(cfg.loss.name, own)
     except ValueError as e:
         raise ConfigError(f"config key 'loss.kwargs': {e}") from None
 
@@ -364,7 +353,7 @@ RULES: tuple[Rule, ...] = (
          "or cpu; use auto or off"),
     Rule(key="data.subset", holds=check("whole_or_fraction", _whole_or_fraction, "data.subset"),
          why="must be 0 (all), a fraction in (0, 1) or a whole number of images per class"),
-    bound("model.kappa_hidden", 0, note="0 = no head"),
+    bound("kappa.hidden", 0, note="0 = no head"),
     Rule(key="data.in_classes", holds=check("distinct", _distinct_classes, "data.in_classes"),
          why="must be distinct non-negative class indices"),
     Rule(key="loss.symmetric",

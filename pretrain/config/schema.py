@@ -101,7 +101,6 @@ class ModelConfig:
         split_bn: bn_splits > 1, its training kernels: auto (triton on CUDA, per_split on a CPU),
             triton (4 launches per layer), fused (aten ops), per_split (a batch_norm per split)
         sync_bn: DDP: SyncBatchNorm in both encoders instead of shuffle-BN
-        kappa_hidden: >0: a kappa (concentration) head with this hidden width (vMF-κ: 512)
     """
 
     arch: str = "resnet50"
@@ -112,7 +111,6 @@ class ModelConfig:
     bn_splits: int = 1
     split_bn: str = "auto"
     sync_bn: bool = False
-    kappa_hidden: int = 0
 
 
 @dataclass
@@ -234,14 +232,28 @@ class LossConfig:
         contrast_queue: False: the batch alone is the contrast set (no queue); with symmetric it is
             the papers' equation exactly, without it FIRM's authors' N x N training loss
         kwargs: the loss's own settings (its constructor's keyword arguments, checked against its
-            signature and typed by its annotations), plus kappa_lambda_align / kappa_lambda_reg with
-            a kappa head
+            signature and typed by its annotations)
     """
 
     name: str = "infonce"
     symmetric: bool = False
     contrast_queue: bool = True
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class KappaConfig:
+    """``kappa.*``: the kappa (concentration) head of vMF-κ and its two loss terms, beside any loss.
+
+    Keys:
+        hidden: >0: a kappa head with this hidden width (vMF-κ: 512); 0 = no head
+        lambda_align: λ_align of L_align (eq. 10 of vMF-κ: 0.05), with a kappa head
+        lambda_reg: λ_reg of L_reg (eq. 11 of vMF-κ: 0.005), with a kappa head
+    """
+
+    hidden: int = 0
+    lambda_align: float = 0.05
+    lambda_reg: float = 0.005
 
 
 @dataclass
@@ -278,6 +290,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    kappa: KappaConfig = field(default_factory=KappaConfig)
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
     plugins: list[str] = field(default_factory=list)
 

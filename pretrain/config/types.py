@@ -93,7 +93,6 @@ def typed_kwargs(cfg: Any) -> Any:
     """``negatives.kwargs`` and ``loss.kwargs`` coerced by their constructor's annotations, as the
     typed keys are (YAML reads ``1e-3`` as a string: ``gamma: 1e-3`` becomes 0.001); a value that
     does not fit is a :class:`ConfigError`. Unknown names and keys are left to :func:`validate`."""
-    from pretrain import losses
     from pretrain.config.rules import registries
 
     changes = {}
@@ -103,9 +102,6 @@ def typed_kwargs(cfg: Any) -> Any:
         if sub.name not in registry or not sub.kwargs:
             continue
         hints = registry.annotations(sub.name)
-        if section == "loss":  # the kappa head's weights sit beside the loss's own
-            kappa = typing.get_type_hints(losses.WithKappa.__init__)
-            hints.update({k: kappa[k] for k in losses.KAPPA_KWARGS})
         typed = {}
         for key, value in sub.kwargs.items():
             hint = _plain_hint(hints.get(key, Any))

@@ -36,7 +36,7 @@ def model(cfg: Config, device: torch.device | None = None) -> model_lib.MoCo:
         dim=m.dim,
         mlp=m.mlp,
         bn_splits=m.bn_splits,
-        kappa_hidden=m.kappa_hidden,
+        kappa_hidden=cfg.kappa.hidden,
         momentum=cfg.moco.momentum,
         symmetric=cfg.loss.symmetric,
         channels_last=last,
@@ -401,17 +401,17 @@ def queue(cfg: Config, train_size: int) -> LabeledQueue:
 
 
 def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
-    """The loss named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
-    checked against the negative strategy it is combined with."""
-    loss = cfg.loss
+    """The loss named by ``loss.name`` (+ the kappa terms of ``kappa.*`` when the model has a
+    kappa head), checked against the negative strategy it is combined with."""
+    loss, kappa = cfg.loss, cfg.kappa
     kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
-    own = dict(loss.kwargs)  # the loss's own settings (checked by config.validate)
-    kappa = {k: own.pop(k) for k in losses.KAPPA_KWARGS if k in own}  # the kappa head's weights
-    kwargs.update(own)
+    kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
     try:
         made = losses.create(loss.name, **kwargs)
-        if cfg.model.kappa_hidden > 0:
-            made = losses.WithKappa(made, **kappa)
+        if kappa.hidden > 0:
+            made = losses.WithKappa(
+                made, lambda_align=kappa.lambda_align, lambda_reg=kappa.lambda_reg
+            )
         made.check_strategy(cfg.negatives.name)
     except ValueError as e:
         raise ConfigError(f"loss: {e}") from e

@@ -45,12 +45,11 @@ from pretrain.losses.cider import (
     sequential_ema,
 )
 from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
-from pretrain.losses.kappa import KAPPA_KWARGS, WithKappa, kappa_alignment, kappa_terms
+from pretrain.losses.kappa import WithKappa, kappa_alignment, kappa_terms
 from pretrain.losses.masked import check_temperature
 from pretrain.losses.queue_layout import QueueContrastive
 
 __all__ = [
-    "KAPPA_KWARGS",
     "Cider",
     "InfoNCE",
     "Loss",

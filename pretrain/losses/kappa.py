@@ -71,30 +71,23 @@ def kappa_alignment(
     return l_align + l_reg
 
 
-#: The kappa head's settings, beside the loss's own in ``loss.kwargs`` (:class:`WithKappa`).
-KAPPA_KWARGS = ("kappa_lambda_align", "kappa_lambda_reg")
-
-
 class WithKappa(Loss):
     """Any loss + vMF-κ's L_align (eq. 10) + L_reg (eq. 11) on the kappa head: what the
-    trainer builds when the model has one (``model.kappa_hidden`` > 0), in MoCo's layout (q,
+    trainer builds when the model has one (``kappa.hidden`` > 0), in MoCo's layout (q,
     kappa_q) from the query encoder and (k, kappa_k) from the momentum encoder, so only the query
-    side carries gradient. Its two weights are ``loss.kwargs.kappa_lambda_align`` and
-    ``loss.kwargs.kappa_lambda_reg``, beside the loss's own::
+    side carries gradient. Its two weights are the config's ``kappa`` section, beside any loss::
 
-        loss:
-          name: nt_xent
-          kwargs: {kappa_lambda_align: 0.05, kappa_lambda_reg: 0.005}
+        kappa: {hidden: 512, lambda_align: 0.05, lambda_reg: 0.005}
 
     Args:
-        kappa_lambda_align: λ_align of eq. 10 (vMF-κ: 0.05).
-        kappa_lambda_reg: λ_reg of eq. 11 (vMF-κ: 0.005).
+        base: the loss the kappa terms are added to.
+        lambda_align: λ_align of eq. 10 (vMF-κ: 0.05).
+        lambda_reg: λ_reg of eq. 11 (vMF-κ: 0.005).
     """
 
     def __init__(
-        self, base: Loss, *, kappa_lambda_align: float = 0.05, kappa_lambda_reg: float = 0.005
+        self, base: Loss, *, lambda_align: float = 0.05, lambda_reg: float = 0.005
     ) -> None:
-        lambda_align, lambda_reg = kappa_lambda_align, kappa_lambda_reg
         super().__init__(base.temperature)
         self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
         for declared in DECLARED:  # what the wrapped loss declares, it declares

@@ -52,7 +52,7 @@ TF_12 = v2.Compose(
 
 @pytest.fixture(scope="module")
 def kappa_ckpt(tmp_path_factory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("kappa"), "model.kappa_hidden=16")
+    return make_checkpoint(tmp_path_factory.mktemp("kappa"), "kappa.hidden=16")
 
 
 def test_encode_matches_the_modules_called_directly(kappa_ckpt):

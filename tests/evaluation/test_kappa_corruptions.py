@@ -42,7 +42,7 @@ def cifar_checkpoint(run: Path, data_root: Path) -> Path:
         "data.eval_resize=32",
         f"data.mean={list(MEAN)}",
         f"data.std={list(STD)}",
-        "model.kappa_hidden=8",
+        "kappa.hidden=8",
     )
 
 
@@ -148,7 +148,7 @@ def test_a_missing_corruptions_root_is_exit_2_naming_the_path(tmp_path, clean_ro
         assert main([command, "--ckpt", str(ckpt), "--corruptions-root", str(missing)]) == 2
         assert str(missing) in capsys.readouterr().err
     assert not (tmp_path / "run" / "eval").exists()
-    digits = make_checkpoint(tmp_path / "digits", "model.kappa_hidden=8")
+    digits = make_checkpoint(tmp_path / "digits", "kappa.hidden=8")
     assert main(["kappa", "--ckpt", str(digits), "--corruptions-root", str(tmp_path)]) == 2
     assert "this run's dataset is digits" in capsys.readouterr().err
 
@@ -190,7 +190,7 @@ def test_a_cifar100_run_reads_cifar100_c(tmp_path):
     write_cifar_c(tmp_path, "gaussian_blur", 2, folder="CIFAR-100-C")
     write_cifar_c(tmp_path, "gaussian_noise", 2, folder="CIFAR-10-C")  # not this one
     ckpt = make_checkpoint(
-        tmp_path / "run", "data.name=cifar100", f"data.root={tmp_path}", "model.kappa_hidden=8"
+        tmp_path / "run", "data.name=cifar100", f"data.root={tmp_path}", "kappa.hidden=8"
     )
     source = detection.corruption_source(Session(ckpt, Options()))
     assert source.files == (tmp_path / "CIFAR-100-C").resolve() and source.note is None

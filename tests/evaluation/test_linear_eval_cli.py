@@ -98,7 +98,7 @@ def test_all_writes_every_result_with_intervals_and_a_report(ckpt, capsys):
 
 
 def test_kappa_model_gets_kappa_detectors_analyses_and_report_sections(tmp_path, capsys):
-    ckpt = make_checkpoint(tmp_path / "run", "model.kappa_hidden=16")
+    ckpt = make_checkpoint(tmp_path / "run", "kappa.hidden=16")
     args = ["--ckpt", str(ckpt)]
     assert main(["ood", *args, "--detectors", "s_con,kappa,knn_kappa"]) == 0
     assert main(["kappa", *args]) == 0
