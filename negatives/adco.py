@@ -36,8 +36,7 @@ from typing import Annotated, Any
 
 import torch
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.registry import strategies
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
 
 
 def normalize_columns(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

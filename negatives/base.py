@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as td
 from torch import nn
 
-from negatives.contract import Contract
+from negmine_core.contract import Contract
+from negmine_core.conventions import NO_LABEL
+from negmine_core.registry import Registry
 from negmine_core.step import ONE_PROCESS, StepContext
 
-# Label conventions shared by the queue, the strategies and the losses (one place):
-#   labels >= 0      real images of a known class (in-distribution)
-#   NO_LABEL (-1)    unknown: an unlabelled image, or a queue slot not yet filled
-#   <= -2            synthetic outliers made by a data-level strategy: OUTLIER_LABEL (-2) for one
-#                    shared outlier class, or rotation_label(r) = -1 - r for r quarter turns
-#                    (90 deg -> -2, 180 deg -> -3, 270 deg -> -4) when each rotation is a class
-NO_LABEL = -1
-OUTLIER_LABEL = -2
-
-
-def rotation_label(quarter_turns: int) -> int:
-    """Label of an outlier rotated by ``quarter_turns`` * 90 degrees (1, 2 or 3)."""
-    if quarter_turns not in (1, 2, 3):
-        raise ValueError(f"quarter_turns must be 1, 2 or 3, got {quarter_turns}")
-    return -1 - quarter_turns
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This process's rank and the world size, (0, 1) without torch.distributed: the one helper
-    the strategies (as :meth:`NegativeStrategy.rank_and_world`) and the trainer
-    (``pretrain.runtime.dist.rank`` / ``world_size``) read them from."""
-    if td.is_available() and td.is_initialized():
-        return td.get_rank(), td.get_world_size()
-    return 0, 1
+#: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
+#: Installed packages add their own through the entry point group ``negmine.strategies``.
+strategies: Registry[Any] = Registry(
+    "negative strategy", drop_none=True, group="negmine.strategies"
+)
 
 
 @dataclass(kw_only=True)
@@ -121,7 +102,7 @@ class NegativeStrategy(Contract, nn.Module):
     same synthetic points.
     """
 
-    # -- The contract (negatives.contract.Contract: syncs_per_step, syncs_why, capturable,
+    # -- The contract (negmine_core.contract.Contract: syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), and for strategies only:
     #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain
     #: MoCo's; None: no such limit (the contract test says so and skips).
@@ -138,21 +119,6 @@ class NegativeStrategy(Contract, nn.Module):
     #: True when the strategy's shared negatives take the queue's place (AdCo's learnable bank):
     #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
     replaces_queue: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse an override of ``negatives`` in the old positional form (q, k, queue,
-        queue_labels, epoch, labels) at class definition, naming the class and the new form."""
-        super().__init_subclass__(**kwargs)
-        hook = vars(cls).get("negatives")
-        if hook is not None:
-            params = list(inspect.signature(hook).parameters)
-            if len(params) != 2:
-                raise TypeError(
-                    f"{cls.__module__}.{cls.__qualname__}.negatives{inspect.signature(hook)}: "
-                    "the hook takes one argument, the step's inputs: "
-                    "def negatives(self, s: StrategyInputs) -> ExtraNegatives (s.q, s.k, s.queue, "
-                    "s.queue_labels, s.labels, s.epoch, s.global_step, s.rank, s.world_size)"
-                )
 
     def bind_model(self, dim: int) -> None:
         """Called once at setup with the embedding size, before a checkpoint is loaded, for

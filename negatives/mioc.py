@@ -37,9 +37,8 @@ from typing import Annotated, Any, Literal, get_args
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
 from negatives.ocsvm.svm import OneClassSVM
-from negatives.registry import strategies
 
 Warmup = Literal["paper", "code"]  # warmup: the paper's schedule or the code's
 EmptyInliers = Literal["queue", "skip"]  # empty_inliers: what an empty inlier set does

@@ -8,8 +8,7 @@ from typing import Annotated, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.registry import strategies
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
 
 
 class Draws(NamedTuple):

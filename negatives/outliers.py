@@ -52,9 +52,9 @@ from typing import Annotated, Literal, get_args
 import torch
 import torch.nn.functional as F
 
-from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
+from negatives.base import NegativeStrategy, strategies
 from negatives.oe_images import OE_HELP, load_oe_images
-from negatives.registry import strategies
+from negmine_core.conventions import OUTLIER_LABEL, rotation_label
 from negmine_core.step import ONE_PROCESS, StepContext
 
 RotationLabels = Literal["separate", "shared"]  # one class per rotation, or one for all

@@ -110,7 +110,7 @@ def message(template: str, names: dict[str, tuple[str, ...]]) -> str:
 def rules() -> list[tuple[str, str, str]]:
     """[(key, condition, message)] of the rules across keys (:attr:`Rule.across`), in the
     order ``validate()`` runs them, the registries' lists written out."""
-    from negatives.registry import strategies
+    from negatives.base import strategies
     from pretrain import losses
     from pretrain.config import rules as config_rules
 
@@ -309,7 +309,7 @@ def settings(kind: str, key: str, registry: object) -> list[str]:
 def render() -> str:
     """The page, from the live dataclasses, rules and registries."""
     sys.path.insert(0, str(ROOT))
-    from negatives.registry import strategies
+    from negatives.base import strategies
     from pretrain import config, losses
 
     anchors = {"loss.name": "loss", "negatives.name": "strategy"}

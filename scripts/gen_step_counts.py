@@ -1,6 +1,6 @@
 """Generate the tables of docs/step_counts.md from the code: the host syncs per step that every
 registered loss and strategy of this tree declares (``syncs_per_step``, ``syncs_why``: the
-contract ``negatives.contract.Contract`` that strategies and losses share, which
+contract ``negmine_core.contract.Contract`` that strategies and losses share, which
 ``tests/test_step_syncs.py`` measures), and the pinned aten ops per step of the built-ins
 (``tests/op_table.py``, which ``tests/test_step_ops.py`` measures).
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import negatives
-from negatives.registry import strategies
+from negatives.base import strategies
 from pretrain import config, losses
 
 ROOT = Path(__file__).resolve().parent.parent

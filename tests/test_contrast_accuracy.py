@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from queue_forms import contrast_top1
 
-from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.base import ExtraNegatives
+from negmine_core.conventions import NO_LABEL
 from pretrain import losses
 
 

@@ -17,7 +17,8 @@ from fakedata import write_cifar10, write_imagenet100
 from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
-from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
+from negatives.base import ExtraNegatives
+from negmine_core.conventions import NO_LABEL, OUTLIER_LABEL
 from negmine_core.step import Embeddings, StepContext
 from pretrain import config, losses
 from pretrain.config import ConfigError

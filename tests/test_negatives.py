@@ -90,17 +90,6 @@ def test_duplicate_registration_is_refused():
     assert type(negatives.create("none")) is NoNegatives
 
 
-def test_the_old_positional_hook_is_refused_at_class_definition():
-    """A strategy written against the old hook fails when its class is defined, naming the class
-    and the one-argument form, not with a TypeError deep in the first training step."""
-    with pytest.raises(TypeError, match=r"Old\.negatives\(self, q, k, queue, queue_labels, epoch, "
-                       r"labels=None\): the hook takes one argument.*StrategyInputs"):  # fmt: skip
-
-        class Old(NegativeStrategy):
-            def negatives(self, q, k, queue, queue_labels, epoch, labels=None):
-                return ExtraNegatives()
-
-
 def test_strategy_inputs_are_keyword_only_with_one_process_defaults():
     q = torch.zeros(2, 3)
     with pytest.raises(TypeError):

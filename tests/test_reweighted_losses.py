@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from fd_grad import assert_grad_matches_fd, autograd
 
-from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.base import ExtraNegatives
+from negmine_core.conventions import NO_LABEL
 from pretrain import losses
 from pretrain.losses import reweighted
 

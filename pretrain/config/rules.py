@@ -35,7 +35,7 @@ class Facts:
 def registries() -> dict[str, Any]:
     """The registries the config names, by the key that names them: the one list of them
     (imported when asked: they import torch, and the config stays light)."""
-    from negatives.registry import strategies
+    from negatives.base import strategies
     from pretrain.losses import registry as losses
 
     return {"negatives.name": strategies, "loss.name": losses}

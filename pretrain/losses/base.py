@@ -22,9 +22,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from negatives.base import NO_LABEL, ExtraNegatives
-from negatives.contract import Contract
-from negatives.registry import Registry
+from negatives.base import ExtraNegatives
+from negmine_core.contract import Contract
+from negmine_core.conventions import NO_LABEL
+from negmine_core.registry import Registry
 from negmine_core.step import ONE_PROCESS, Batch, Embeddings, StepContext
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
@@ -189,7 +190,7 @@ class Loss(Contract, nn.Module):
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
 
-    # -- The contract: negatives.contract.Contract (syncs_per_step, syncs_why, capturable,
+    # -- The contract: negmine_core.contract.Contract (syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
 
     accepts_strategies: tuple[str, ...] | None = None

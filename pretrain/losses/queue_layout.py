@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import torch
 
-from negatives.base import NO_LABEL
+from negmine_core.conventions import NO_LABEL
 from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,

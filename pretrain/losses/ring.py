@@ -32,7 +32,7 @@ from typing import Annotated, Literal, get_args
 import numpy as np
 import torch
 
-from negatives.base import NO_LABEL
+from negmine_core.conventions import NO_LABEL
 from pretrain.losses import reweighted
 from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as td
 
-from negatives.base import rank_and_world
+from negmine_core.conventions import rank_and_world
 from pretrain.errors import ConfigError
 
 _control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)

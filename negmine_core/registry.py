@@ -1,8 +1,8 @@
-"""One registry class for everything the YAML names: negative strategies (``negatives.name``) and
-losses (``loss.name``). A leaf module (imports only the standard library), so strategy and loss
-modules import it without a cycle; ``negatives`` never imports ``pretrain``, so it lives here and
-``pretrain.losses.modules`` imports it (as timm keeps its registry in a leaf module that model files
-import).
+"""One registry class for everything the YAML names: negative strategies (``negatives.name``,
+``negatives.strategies``), losses (``loss.name``, ``pretrain.losses.registry``) and detectors
+(``linear_eval.detect``). A leaf module (imports only the standard library), so strategy, loss and
+detector modules import it without a cycle (as timm keeps its registry in a leaf module that model
+files import).
 
     strategies = Registry("negative strategy")
 
@@ -271,9 +271,3 @@ def same_class(a: Any, b: Any) -> bool:
                 and inspect.getsourcelines(a)[1] == inspect.getsourcelines(b)[1])  # fmt: skip
     except (TypeError, OSError):
         return False
-
-
-#: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
-#: Installed packages add their own through the entry point group ``negmine.strategies``.
-strategies: Registry[Any] = Registry("negative strategy", drop_none=True,
-                                     group="negmine.strategies")  # fmt: skip
