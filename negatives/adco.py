@@ -37,6 +37,7 @@ from typing import Annotated, Any
 import torch
 
 from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
+from negmine_core.step import SetupContext
 
 
 def normalize_columns(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,6 +113,9 @@ class AdCo(NegativeStrategy):
         self.mem_wd, self.momentum, self.ad_init = mem_wd, momentum, ad_init
         self.filled = 0 if ad_init else bank_size  # columns written with keys (extra state)
         self._latest: tuple[torch.Tensor, torch.Tensor | None, int] | None = None
+
+    def setup(self, ctx: SetupContext) -> None:
+        self.bind_model(ctx.dim)
 
     def bind_model(self, dim: int) -> None:
         """The bank W ~ N(0, 1) (official init) and its momentum, (dim, K)."""

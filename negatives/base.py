@@ -11,7 +11,7 @@ from torch import nn
 from negmine_core.contract import Contract
 from negmine_core.conventions import NO_LABEL
 from negmine_core.registry import Registry
-from negmine_core.step import ONE_PROCESS, StepContext
+from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
 
 #: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
 #: Installed packages add their own through the entry point group ``negmine.strategies``.
@@ -120,13 +120,11 @@ class NegativeStrategy(Contract, nn.Module):
     #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
     replaces_queue: bool = False
 
-    def bind_model(self, dim: int) -> None:
-        """Called once at setup with the embedding size, before a checkpoint is loaded, for
-        strategies that own embedding-sized state (AdCo's bank); a no-op by default."""
-
-    def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        """Called once at setup with the training images' size and normalisation, for
-        strategies that make images (outlier exposure); a no-op by default."""
+    def setup(self, ctx: SetupContext) -> None:
+        """Called once at build time, before a checkpoint is loaded, with the run's
+        :class:`~negmine_core.step.SetupContext`: for strategies that own state of the embedding's
+        size (AdCo's bank) or make images of the training size (outlier exposure); a no-op by
+        default."""
 
     def transform_batch(
         self,

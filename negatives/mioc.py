@@ -104,8 +104,13 @@ class MiOC(NegativeStrategy):
         "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
         "refused until it is measured there"
     )
-    contract_kwargs = {"num_synthetic": 16, "num_inlier_synthetic": 8, "nu": 0.1, "gamma": 0.1,
-                       "warmup_epochs": 0}  # fmt: skip
+    contract_kwargs = {
+        "num_synthetic": 16,
+        "num_inlier_synthetic": 8,
+        "nu": 0.1,
+        "gamma": 0.1,
+        "warmup_epochs": 0,
+    }
     zero_kwargs = {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0}
 
     needs_global_batch = True
@@ -128,8 +133,11 @@ class MiOC(NegativeStrategy):
         beta_max: Annotated[float, "must lie in [0, 1]"] = 0.5,
     ) -> None:
         super().__init__()
-        for name, value in (("num_synthetic", num_synthetic), ("num_queue_mix", num_queue_mix),
-                            ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
+        for name, value in (
+            ("num_synthetic", num_synthetic),
+            ("num_queue_mix", num_queue_mix),
+            ("num_inlier_synthetic", num_inlier_synthetic),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if warmup not in get_args(Warmup):
@@ -147,7 +155,7 @@ class MiOC(NegativeStrategy):
             )
         self.svm = OneClassSVM(
             nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
-        )  # fmt: skip  (validates nu, gamma, solver, loop)
+        )  # validates nu, gamma, solver, loop
         self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol

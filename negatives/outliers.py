@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from negatives.base import NegativeStrategy, strategies
 from negatives.oe_images import OE_HELP, load_oe_images
 from negmine_core.conventions import OUTLIER_LABEL, rotation_label
-from negmine_core.step import ONE_PROCESS, StepContext
+from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
 
 RotationLabels = Literal["separate", "shared"]  # one class per rotation, or one for all
 
@@ -268,6 +268,9 @@ class Outliers(NegativeStrategy):
         self._turn_index: dict[tuple, torch.Tensor] = {}  # turn_index per (H, W, device), lazily
         self._stats: dict[str, torch.Tensor | float] = {}
 
+    def setup(self, ctx: SetupContext) -> None:
+        self.bind_data(ctx.image_size, ctx.mean, ctx.std)
+
     def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         """Store the normalisation; with kind ``oe`` load the OE images (once per image size and
         channel count), so that a bad ``oe_path`` fails at setup, not at the first step."""
@@ -283,8 +286,9 @@ class Outliers(NegativeStrategy):
         shape = (len(mean), image_size, image_size)
         if "oe" in self.kinds and (self.oe_images is None or self.oe_images.shape[1:] != shape):
             path = Path(str(self.oe_path)).expanduser()
-            self.oe_images = load_oe_images(path, image_size, len(mean), self.oe_max_images,
-                                            self.seed)  # fmt: skip
+            self.oe_images = load_oe_images(
+                path, image_size, len(mean), self.oe_max_images, self.seed
+            )
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:
         self.check_batch_size(batch_size)

@@ -107,9 +107,14 @@ class Registry(Generic[T]):
                 elif not same_class(self._classes[ep.name], cls):
                     self.register(ep.name)(cls)  # raises, naming both
             except Exception as e:  # noqa: BLE001  (any failure in a plugin's import: named)
-                why = str(e) if isinstance(e, ValueError) and "already registered" in str(e) else (
-                    f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
-                    f"{type(e).__name__}: {e}")  # fmt: skip
+                why = (
+                    str(e)
+                    if isinstance(e, ValueError) and "already registered" in str(e)
+                    else (
+                        f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
+                        f"{type(e).__name__}: {e}"
+                    )
+                )
                 self._problems[ep.name] = why
             finally:
                 self._loading = ""
@@ -266,8 +271,11 @@ def same_class(a: Any, b: Any) -> bool:
     if a is b:
         return True
     try:
-        return (a.__qualname__ == b.__qualname__ and inspect.getsourcefile(a) is not None
-                and inspect.getsourcefile(a) == inspect.getsourcefile(b)
-                and inspect.getsourcelines(a)[1] == inspect.getsourcelines(b)[1])  # fmt: skip
+        return (
+            a.__qualname__ == b.__qualname__
+            and inspect.getsourcefile(a) is not None
+            and inspect.getsourcefile(a) == inspect.getsourcefile(b)
+            and inspect.getsourcelines(a)[1] == inspect.getsourcelines(b)[1]
+        )
     except (TypeError, OSError):
         return False

@@ -3,7 +3,9 @@
 - :class:`StepContext`: where the step is (epoch, global step, rank, world size), one per step,
   read by the strategies and the losses alike;
 - :class:`Batch`: one batch, in one form from the loader to the loss;
-- :class:`Embeddings`: what the model makes of it (``pretrain.model.encoders.MoCo.embed``).
+- :class:`Embeddings`: what the model makes of it (``pretrain.model.encoders.MoCo.embed``);
+
+and, once per run, :class:`SetupContext`: what a strategy's or a loss's setup hook may read.
 
 A leaf module (imports only torch), so the model, the losses and the strategies all read the same
 records without importing each other.
@@ -111,3 +113,33 @@ class Embeddings:
     def float32(self) -> Embeddings:
         """Every tensor in float32 (the encoders may run under reduced-precision autocast)."""
         return Embeddings(**{f.name: full(getattr(self, f.name)) for f in fields(self)})
+
+
+def _no_features() -> tuple[torch.Tensor, torch.Tensor]:
+    raise RuntimeError("the training images' features are given to a loss's setup only")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetupContext:
+    """What a strategy's or a loss's ``setup`` hook may read of the run, once: a strategy's at
+    build time, before a checkpoint is loaded (state of the embedding's size: AdCo's bank; images
+    of the training size: outlier exposure), a loss's before the first step of a fresh run (a
+    resumed run restores its state instead: CIDER's prototypes).
+
+    Attributes:
+        dim: the embedding size (the projection head's output).
+        num_classes: the training set's class count (0 where not known yet).
+        image_size: the training views' size.
+        mean, std: the normalisation of the training images (per channel).
+        device: the training device.
+        features: the normalised head outputs (n, D) of the training images under the eval
+            transform, in eval mode, and their labels (n,), on ``device``; computed when called.
+    """
+
+    dim: int
+    num_classes: int = 0
+    image_size: int = 0
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    device: torch.device = torch.device("cpu")
+    features: Callable[[], tuple[torch.Tensor, torch.Tensor]] = _no_features

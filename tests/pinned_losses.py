@@ -1,4 +1,4 @@
-"""The first three training losses of every shipped config, at a shared tiny size (issue 16).
+"""The first three training losses of every shipped config, at a shared tiny size.
 
 Each config runs in one CPU process on the embedded digits with the same shrink: resnet_small
 width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past its warm-up

@@ -75,7 +75,7 @@ def test_the_page_is_what_the_generator_writes():
 def test_every_key_has_a_row_with_its_default():
     rows = _rows(PAGE.read_text())
     keys = dict(_keys(config.Config()))
-    assert len(keys) >= 75  # 7 per-loss keys moved into loss.kwargs (issue 39)
+    assert len(keys) >= 75  # 7 per-loss keys moved into loss.kwargs
     missing = sorted(set(keys) - set(rows))
     assert not missing, f"keys missing from {PAGE.name}: {missing}"
     assert not set(rows) - set(keys), "rows for keys that no longer exist"

@@ -1,4 +1,4 @@
-"""Contrast accuracy (issue 16, item 7): top-1 of a positive among the contrast set, logged as
+"""Contrast accuracy: top-1 of a positive among the contrast set, logged as
 ``loss_contrast_top1`` for every objective where it is defined (moco main_moco.py: Acc@1)."""
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def data_roots(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG_RUNS))
-def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
+def test_each_recipe_config_runs_an_epoch(name, data_roots, tmp_path):
     dataset = name.split("_")[0]
     cfg = config.load(
         name, [f"out_dir={tmp_path}", f"data.root={data_roots[dataset]}", *TINY, *CONFIG_RUNS[name]]
@@ -286,7 +286,7 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
     assert state["config"]["loss"]["name"] == cfg.loss.name
 
 
-def test_the_issue4_configs_are_shipped():
+def test_the_recipe_configs_are_shipped():
     shipped = {p.name for p in config.CONFIG_DIR.glob("*.yaml")}
     assert set(CONFIG_RUNS) <= shipped
 

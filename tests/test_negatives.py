@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import negatives
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.none import NoNegatives
+from negmine_core.step import SetupContext
 
 N, D, K = 8, 16, 32
 
@@ -27,7 +28,8 @@ def small(name: str) -> NegativeStrategy:
         strategy = negatives.create(name, **negatives.strategies.get(name).contract_kwargs)
     except (TypeError, ValueError) as e:
         raise AssertionError(f"{where(name, 'contract_kwargs')}: {e}") from None
-    strategy.bind_model(D)  # what build.strategy does once the embedding size is known
+    # what build.strategy does: the embedding size and the training images' size and statistics
+    strategy.setup(SetupContext(dim=D, image_size=16, mean=(0.5,) * 3, std=(0.25,) * 3))
     return strategy
 
 

@@ -1,4 +1,4 @@
-"""Plugins (issue 39): a strategy or loss of one's own, from an installed package's entry points
+"""Plugins: a strategy or loss of one's own, from an installed package's entry points
 (``negmine.strategies`` / ``negmine.losses``) or a file named by the ``plugins:`` config key, is
 found by name, gets the built-ins' checks, and a broken one is named, not a traceback. The worked
 example, ``examples/plugin``, trains on digits by name, and a checkpoint trained with it evaluates

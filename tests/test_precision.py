@@ -1,5 +1,5 @@
 """train.amp on CPU: the policy (pretrain/runtime/precision.py), the encoders alone under autocast
-(issue 17: negatives and loss ran in bf16 under autocast), and the bf16 loss against fp32 over a
+(negatives and loss once ran in bf16 under autocast), and the bf16 loss against fp32 over a
 few steps."""
 
 from __future__ import annotations

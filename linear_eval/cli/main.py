@@ -45,9 +45,18 @@ from pretrain.data.imagefiles import BadImageError, bad_image_line
 from pretrain.engine.checkpoint import CheckpointError
 
 COMMANDS = (
-    "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare",
+    "all",
+    "linear",
+    "knn",
+    "transfer",
+    "limited",
+    "ood",
+    "openood",
+    "kappa",
+    "report",
+    "compare",
     "table",
-)  # fmt: skip
+)
 
 
 def _csv(text: str) -> list[str]:

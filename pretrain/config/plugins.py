@@ -50,8 +50,10 @@ def missing_plugins(cfg: Any) -> list[str]:
     from pretrain import losses
 
     out = []
-    for kind, name, registry in (("negative strategy", cfg.negatives.name, negatives.strategies),
-                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+    for kind, name, registry in (
+        ("negative strategy", cfg.negatives.name, negatives.strategies),
+        ("loss", cfg.loss.name, losses.registry),
+    ):
         if name not in registry:
             out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
     return out

@@ -379,8 +379,8 @@ RULES: tuple[Rule, ...] = (
     bound("eval.knn_every", 0, note="0 = never"),
     bound("eval.online_probe_lr", 0, low_open=True),
     Rule(key="eval.online_probe", holds=~(K("eval.online_probe") & K("train.compile")),
-         why="cannot be combined with train.compile (the probe reads the backbone through a "
-         "hook)"),
+         why="cannot be combined with train.compile (the probe's backbone features have not "
+         "been checked under a compiled encoder)"),
     Rule(key="model.sync_bn", holds=~(K("model.sync_bn") & (K("model.bn_splits") > 1)),
          why="and model.bn_splits > 1 exclude each other (split BN emulates per-GPU BN)"),
     Rule(key="model.bn_splits", holds=K("train.batch_size") // K("model.bn_splits") >= 2,

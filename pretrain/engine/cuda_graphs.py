@@ -8,9 +8,8 @@ capture): warm-up steps on a side stream, ``torch.cuda.graph`` around forward, b
 it changes, i.e. once per epoch with ``train.lr_per_epoch``; eager during ``train.warmup_epochs``,
 whose lr changes every step), the whole epoch number (re-captured
 at each epoch, for epoch-indexed branches such as MoCHi's warm-up) and the input shapes (a batch
-of another shape raises). Experimental: its one GPU run (an H200, 2026-11-26, code 0862ff6,
-cifar10_moco) crashed with a CUDA kernel error whose message was not kept, so eager stays the
-default until a GPU run verifies it (``benchmarks/graphs_check.py``, the GPU suite's ``graphs``).
+of another shape raises). Experimental: eager stays the default until a GPU run verifies it
+(``benchmarks/graphs_check.py``, the GPU suite's ``graphs``).
 
 :func:`refusal` lists what cannot be captured (a config error, exit 2, naming the key and why).
 """

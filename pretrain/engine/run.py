@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from pretrain.config import Config, Derived
-from pretrain.engine import build, cuda_graphs, runlock
+from pretrain.data.pipeline import Data
+from pretrain.engine import cuda_graphs, runlock
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.losses import Loss
 from pretrain.model.encoders import MoCo
@@ -46,7 +47,7 @@ class Run:
     loss_fn: Loss
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    data: build.Data
+    data: Data
     log: MetricsLog
     state: State
     probe: OnlineProbe | None = None  # eval.online_probe

@@ -10,11 +10,11 @@ import torch
 
 from pretrain import config
 from pretrain.config import Config, ConfigError
+from pretrain.data.pipeline import Data
 from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
 from pretrain.engine.step import train_step
-from pretrain.losses import SetupContext
 from pretrain.runtime import dist, precision, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.triton_env import triton_interpreted
@@ -26,11 +26,16 @@ def setup(cfg: Config) -> Run:
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
     if refused:
-        raise ConfigError(f"config key 'train.cuda_graphs' = True is refused: {refused}; "
-                          "set train.cuda_graphs=false")  # fmt: skip
+        raise ConfigError(
+            f"config key 'train.cuda_graphs' = True is refused: {refused}; "
+            "set train.cuda_graphs=false"
+        )
     if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
-        raise ConfigError(f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
-                          f"is on {device.type}); set model.split_bn=auto")  # fmt: skip
+        raise ConfigError(
+            f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+            f"is on {device.type}); set model.split_bn=auto"
+        )
+    build.check_pairing(cfg)  # the loss's declared strategies, before any data is read
     check_run_dir(cfg)  # every rank, before any data is read
     lock = lock_run_dir(cfg)
     try:
@@ -98,7 +103,7 @@ def seed_and_kernels(cfg: Config) -> None:
     torch.manual_seed(cfg.seed + dist.rank())
 
 
-def read_data(cfg: Config, device: torch.device) -> build.Data:
+def read_data(cfg: Config, device: torch.device) -> Data:
     """The run's datasets and loaders; an unreadable ``data.root`` is a config error (exit 2)."""
     try:
         data = build.datasets_for(cfg, device)
@@ -128,8 +133,9 @@ def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
         else:
             checkpoint.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
     if dist.any_rank(bool(refused)):
-        raise ConfigError(refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 "
-                          "names it)")  # fmt: skip
+        raise ConfigError(
+            refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 names it)"
+        )
     return lock
 
 
@@ -183,5 +189,7 @@ def init_loss(run: Run) -> None:
         z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
         return z.to(run.device), y.to(run.device)
 
-    ctx = SetupContext(num_classes=run.data.num_classes, device=run.device, features=features)
+    ctx = build.setup_context(
+        run.cfg, num_classes=run.data.num_classes, device=run.device, features=features
+    )
     run.loss_fn.setup(ctx)

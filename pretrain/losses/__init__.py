@@ -15,6 +15,7 @@ only pretrain.runtime and negatives below it (never data, model, engine or confi
 A new loss is one file and its name in the import line below.
 """
 
+from negmine_core.step import SetupContext
 from pretrain.losses import (  # noqa: F401  (registers the losses)
     cider,
     debiased,
@@ -31,7 +32,6 @@ from pretrain.losses import (  # noqa: F401  (registers the losses)
 )
 from pretrain.losses.base import (
     Loss,
-    SetupContext,
     StepTensors,
     create,
     list_losses,

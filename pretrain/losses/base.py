@@ -15,7 +15,6 @@ config keys are named in :attr:`Loss.from_config`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,7 +25,7 @@ from negatives.base import ExtraNegatives
 from negmine_core.contract import Contract
 from negmine_core.conventions import NO_LABEL
 from negmine_core.registry import Registry
-from negmine_core.step import ONE_PROCESS, Batch, Embeddings, StepContext
+from negmine_core.step import ONE_PROCESS, Batch, Embeddings, SetupContext, StepContext
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
 
@@ -149,22 +148,6 @@ DECLARED = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class SetupContext:
-    """What :meth:`Loss.setup` may read of the run, once before its first step.
-
-    Attributes:
-        num_classes: the training set's class count.
-        device: the training device.
-        features: the normalised head outputs (n, D) of the training images under the eval
-            transform, in eval mode, and their labels (n,), on ``device``; computed when called.
-    """
-
-    num_classes: int
-    device: torch.device
-    features: Callable[[], tuple[torch.Tensor, torch.Tensor]]
-
-
 class Loss(Contract, nn.Module):
     """Base class. ``forward(step: StepTensors) -> scalar loss``.
 
@@ -219,12 +202,14 @@ class Loss(Contract, nn.Module):
         check_temperature(temperature)
         self.temperature = temperature
 
-    def check_strategy(self, name: str) -> None:
-        """ValueError if this loss cannot be combined with negative strategy ``name``."""
-        if self.accepts_strategies is not None and name not in self.accepts_strategies:
+    @classmethod
+    def check_strategy(cls, name: str) -> None:
+        """ValueError if this loss cannot be combined with negative strategy ``name``: a class
+        declaration, checked before any data is read."""
+        if cls.accepts_strategies is not None and name not in cls.accepts_strategies:
             raise ValueError(
-                f"loss {self.name!r} cannot be combined with negative strategy {name!r}: "
-                f"{self.why_strategies} (allowed: {', '.join(self.accepts_strategies)})"
+                f"loss {cls.name!r} cannot be combined with negative strategy {name!r}: "
+                f"{cls.why_strategies} (allowed: {', '.join(cls.accepts_strategies)})"
             )
 
     def setup(self, ctx: SetupContext) -> None:

@@ -224,9 +224,12 @@ class Cider(Loss):
         "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
     )
 
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
-                                             "num_classes": NUM_CLASSES, "dim": "model.dim",
-                                             "classes": "data.in_classes"}  # fmt: skip
+    from_config: ClassVar[dict[str, str]] = {
+        "temperature": "moco.temperature",
+        "num_classes": NUM_CLASSES,
+        "dim": "model.dim",
+        "classes": "data.in_classes",
+    }
 
     def __init__(
         self,

@@ -107,8 +107,7 @@ class FNC(Loss):
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.support is None:
             raise ValueError("fnc needs the support views' keys (data.support_views > 0)")
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
-                             s.extra.per_query)  # fmt: skip
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         views = torch.cat([s.k.unsqueeze(1), s.support], dim=1).detach()  # (N, 1 + V, D)
         false_neg = detect(views, s.queue, self.fn_topk, self.fn_threshold)
         self._seen = (logits.detach(), false_neg, s.labels, s.queue_labels.clone())

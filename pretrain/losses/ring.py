@@ -147,11 +147,16 @@ class Ring(Loss):
         )
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
-                             s.extra.per_query)  # fmt: skip
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         m = logits.shape[1] - 1
-        t_out = outer_threshold(self.anneal, self.thres_outer, s.epoch, s.global_step,
-                                self.max_anneal_epoch, self.anneal_decay)  # fmt: skip
+        t_out = outer_threshold(
+            self.anneal,
+            self.thres_outer,
+            s.epoch,
+            s.global_step,
+            self.max_anneal_epoch,
+            self.anneal_decay,
+        )
         inner, outer = band(m, t_out, self.thres_inner, self.dynamic_inner)
         if outer <= inner:
             raise ValueError(
@@ -172,6 +177,6 @@ class Ring(Loss):
         neg_labels = torch.cat([queue_labels, unknown])[ring_idx]  # (N, band)
         out = reweighted.diagnostics(
             torch.zeros_like(ring_idx, dtype=torch.float32), 0.0, labels, neg_labels
-        )  # fmt: skip  (uniform weights over the ring)
+        )  # uniform weights over the ring
         out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
         return out

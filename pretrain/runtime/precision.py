@@ -57,7 +57,7 @@ def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
 def channels_last(flag: bool, amp: str, device: torch.device) -> bool:
     """Whether ``train.channels_last`` applies: on CUDA always, on a CPU only where the encoders
     run in bf16 (oneDNN's bf16/AMX convolutions prefer NHWC: ResNet-18 at 32 px, batch 128,
-    forward + backward on a 2-core Xeon with AMX, 2026-11-24: bf16 159 -> bf16 + channels_last 205
+    forward + backward on a 2-core Xeon with AMX: bf16 159 -> bf16 + channels_last 205
     images/s; in fp32 71 -> 79, and 0.95x under load on an AVX2 EPYC, so fp32 CPU runs stay
     contiguous)."""
     if not flag:

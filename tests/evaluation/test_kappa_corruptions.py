@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from linear_eval.__main__ import main
 from linear_eval.cli import detection
-from linear_eval.inputs import features
+from linear_eval.inputs import checkpoints
 from linear_eval.inputs.features import FeatureStore
 from linear_eval.inputs.session import Options, Session
 
@@ -62,7 +62,7 @@ def encoded(ckpt: Path, hwc: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         hwc = hwc.astype(np.float32) / 255  # ToDtype(float32, scale=True)
     x = torch.from_numpy(np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))).float()
     x = (x - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
-    encoder = features.load_model(ckpt).encoder
+    encoder = checkpoints.load_model(ckpt).encoder
     with torch.no_grad():
         _, kappa = encoder(x, with_kappa=True)
         return encoder.backbone(x), kappa
@@ -169,7 +169,7 @@ def test_incomplete_or_misshapen_files_are_exit_2(tmp_path, capsys):
 def test_rewritten_files_are_not_read_from_the_cache(tmp_path, clean_root):
     data, _ = clean_root
     ckpt = cifar_checkpoint(tmp_path / "run", data)
-    store = FeatureStore(features.load_model(ckpt), tmp_path / "cache", torch.device("cpu"))
+    store = FeatureStore(checkpoints.load_model(ckpt), tmp_path / "cache", torch.device("cpu"))
     folder = tmp_path / "c"
     first, _ = write_c(tmp_path, "c", seed=400)
     a = store.features(None, "test", corruption=("gaussian_noise", 2), corruption_files=folder)

@@ -127,7 +127,7 @@ def test_compare_gives_paired_differences_of_the_two_checkpoints(ckpt, tmp_path,
         accs.append(
             pretrain_knn.knn_top1(tr.backbone, tr.labels, te.backbone, te.labels, 200, 0.1, 10)
         )
-    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A (issue 43)
+    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A
     low, high = out["knn_top1"]["ci"]
     assert low <= out["knn_top1"]["b_minus_a"] <= high
     assert {"b_minus_a", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()
