@@ -19,7 +19,7 @@ from pretrain.runtime import dist
 from pretrain.runtime import threads as pretrain_threads
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
     """Settings every subcommand shares (the CLI's common flags)."""
 
