@@ -56,10 +56,10 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
-from pretrain.data import device_decode, imagefiles, loaders, views  # noqa: E402
-from pretrain.engine import build, loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
+from pretrain.data import device_decode, imagefiles, loaders, pipeline, views  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
 
 # imagenet100_moco.yaml on a CPU (part 2 with --imagenet-trainer): a small model, small batches
 CPU_IN100 = ["model.arch=resnet_small", "model.width=16", "train.batch_size=32",
@@ -154,7 +154,7 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
 
 
 def old_path(files: list[Path], d: config.DataConfig) -> dict[str, float]:
-    ds = loaders.TwoViews(Files(files, pil_loader), build.train_transform(d), seed=0)
+    ds = loaders.TwoViews(Files(files, pil_loader), pipeline.train_transform(d), seed=0)
     t0 = cpu_clock()
     for f in files:
         pil_loader(f)
@@ -169,7 +169,7 @@ def old_path(files: list[Path], d: config.DataConfig) -> dict[str, float]:
 def new_path(
     files: list[Path], d: config.DataConfig, device: torch.device, batch: int, stage2
 ) -> dict[str, float]:
-    ds = views.CropViews(Files(files, views.read_image), build.view_spec(d), seed=0)
+    ds = views.CropViews(Files(files, views.read_image), pipeline.view_spec(d), seed=0)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t0 = cpu_clock()
     for f in files:
@@ -208,8 +208,8 @@ def pipeline_rows(
     old: list[dict] = []
     new: list[dict] = []
     fused: list[dict] = []
-    eager = build.photometric(d).to(device)
-    compiled = build.photometric(dataclasses.replace(d, augment_compile=True)).to(device)
+    eager = pipeline.photometric(d).to(device)
+    compiled = pipeline.photometric(dataclasses.replace(d, augment_compile=True)).to(device)
     if compile_stage2:
         new_path(files[: 2 * batch], d, device, batch, compiled)  # compile outside the timing
     for _ in range(rounds):  # interleaved
@@ -243,7 +243,7 @@ def decode_crop(files: list[Path], device: torch.device, rounds: int, batch: int
     """Per-image times (ms) of decode + RandomResizedCrop (both views, 224 px, MoCo v2 scale)."""
     d = config.DataConfig()
     base = imagefiles.ImageFiles([(str(f), 0) for f in files], ["0"])
-    cpu = views.CropViews(base, build.view_spec(d), seed=0)
+    cpu = views.CropViews(base, pipeline.view_spec(d), seed=0)
     enc = device_decode.EncodedViews(cpu, base.samples)
     crops, collate = device_decode.DeviceCrops(enc, device), device_decode.Collate(enc)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
 from benchmarks.step import bare_step, build, model_views  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 CATEGORIES = (

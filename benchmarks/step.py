@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 from pretrain.runtime import precision as amp  # noqa: E402 (step.py has a precision mode)
 
@@ -132,7 +132,7 @@ def bare_step(run, x1: torch.Tensor, x2: torch.Tensor) -> None:
     encoder's forward on ``x2`` (both under the trainer's autocast; no strategy, loss, queue,
     optimizer or input pipeline). ``x1``, ``x2`` from :func:`model_views`."""
     with run.autocast():
-        q = run.query(x1)
+        q = run.moco.query_encoder(x1)
         with torch.no_grad():
             run.moco.encoder_k(x2)
     q.float().square().sum().backward()

@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import cores, threads  # noqa: E402
 
 

@@ -4,8 +4,9 @@
     negatives.list_strategies()  # ['mioc', 'mochi', ...]
 
 Registration is explicit: each strategy module registers its class with
-``@strategies.register("name")`` (``negatives.registry``, a leaf module, so there is no import
-cycle) and is imported once below. Adding a strategy is one file plus one name in that import line.
+``@strategies.register("name")`` (``negatives.base.strategies``, an instance of the leaf package's
+``negmine_core.registry.Registry``) and is imported once below. Adding a strategy is one file
+plus one name in that import line.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from negatives import adco, mioc, mochi, none, outliers  # noqa: F401  (registers the strategies)
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.registry import Registry, strategies
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
+from negmine_core.registry import Registry
 
 register = strategies.register
 

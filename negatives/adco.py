@@ -32,12 +32,12 @@ W, its momentum v and the fill count are in the checkpoint.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.registry import strategies
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
+from negmine_core.step import SetupContext
 
 
 def normalize_columns(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,10 +92,10 @@ class AdCo(NegativeStrategy):
     def __init__(
         self,
         *,
-        bank_size: int = 65536,
+        bank_size: Annotated[int, "must be a positive integer"] = 65536,
         mem_t: float = 0.02,
         memory_lr: float = 3.0,
-        mem_wd: float = 1e-4,
+        mem_wd: Annotated[float, "must be >= 0"] = 1e-4,
         momentum: float = 0.9,
         ad_init: bool = True,
     ) -> None:
@@ -113,6 +113,9 @@ class AdCo(NegativeStrategy):
         self.mem_wd, self.momentum, self.ad_init = mem_wd, momentum, ad_init
         self.filled = 0 if ad_init else bank_size  # columns written with keys (extra state)
         self._latest: tuple[torch.Tensor, torch.Tensor | None, int] | None = None
+
+    def setup(self, ctx: SetupContext) -> None:
+        self.bind_model(ctx.dim)
 
     def bind_model(self, dim: int) -> None:
         """The bank W ~ N(0, 1) (official init) and its momentum, (dim, K)."""

@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as td
 from torch import nn
 
-from negatives.contract import Contract
+from negmine_core.contract import Contract
+from negmine_core.conventions import NO_LABEL
+from negmine_core.registry import Registry
+from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
 
-# Label conventions shared by the queue, the strategies and the losses (one place):
-#   labels >= 0      real images of a known class (in-distribution)
-#   NO_LABEL (-1)    unknown: an unlabelled image, or a queue slot not yet filled
-#   <= -2            synthetic outliers made by a data-level strategy: OUTLIER_LABEL (-2) for one
-#                    shared outlier class, or rotation_label(r) = -1 - r for r quarter turns
-#                    (90 deg -> -2, 180 deg -> -3, 270 deg -> -4) when each rotation is a class
-NO_LABEL = -1
+#: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
+#: Installed packages add their own through the entry point group ``negmine.strategies``.
+strategies: Registry[Any] = Registry(
+    "negative strategy", drop_none=True, group="negmine.strategies"
+)
 #: The most synthetic points a strategy makes per query and step (MoCHi's num_mix and
 #: num_query_mix, MiOC's counts): the papers use 1024 or fewer, and a count far above it
 #: would take its memory before the first step could fail.
 MAX_SYNTHETIC = 16384
-OUTLIER_LABEL = -2
-
-
-def rotation_label(quarter_turns: int) -> int:
-    """Label of an outlier rotated by ``quarter_turns`` * 90 degrees (1, 2 or 3)."""
-    if quarter_turns not in (1, 2, 3):
-        raise ValueError(f"quarter_turns must be 1, 2 or 3, got {quarter_turns}")
-    return -1 - quarter_turns
-
-
-def rank_and_world() -> tuple[int, int]:
-    """This process's rank and the world size, (0, 1) without torch.distributed: the one helper
-    the strategies (as :meth:`NegativeStrategy.rank_and_world`) and the trainer
-    (``pretrain.runtime.dist.rank`` / ``world_size``) read them from."""
-    if td.is_available() and td.is_initialized():
-        return td.get_rank(), td.get_world_size()
-    return 0, 1
 
 
 @dataclass(kw_only=True)
@@ -59,11 +41,8 @@ class StrategyInputs:
         queue_labels: the labels beside the queue keys (K,), NO_LABEL (-1) where unknown.
         labels: class labels of q's rows (N,) (or (B,)), NO_LABEL where unknown; None outside
             the trainer. For diagnostics (false-negative fractions), never for the negatives.
-        epoch: fractional epoch of this step (warm-up schedules).
-        global_step: optimizer steps done before this one.
-        rank: this process's rank (0 in one process).
-        world_size: the number of ranks (1 in one process); a strategy that draws for the global
-            batch and keeps its own rows reads (rank, world_size) here.
+        ctx: the step's context (epoch, global_step, rank, world_size), the losses' too; read
+            as ``s.epoch``, ``s.rank``, ... as well.
     """
 
     q: torch.Tensor
@@ -71,10 +50,12 @@ class StrategyInputs:
     queue: torch.Tensor
     queue_labels: torch.Tensor
     labels: torch.Tensor | None = None
-    epoch: float = 0.0
-    global_step: int = 0
-    rank: int = 0
-    world_size: int = 1
+    ctx: StepContext = ONE_PROCESS
+
+    epoch = property(lambda s: s.ctx.epoch, doc="fractional epoch of this step (warm-ups)")
+    global_step = property(lambda s: s.ctx.global_step, doc="optimizer steps before this one")
+    rank = property(lambda s: s.ctx.rank, doc="this process's rank (0 in one process)")
+    world_size = property(lambda s: s.ctx.world_size, doc="the number of ranks (1: one process)")
 
     @classmethod
     def single(
@@ -84,14 +65,17 @@ class StrategyInputs:
         *,
         queue: torch.Tensor,
         queue_labels: torch.Tensor | None = None,
-        **optional: Any,
+        labels: torch.Tensor | None = None,
+        **context: Any,
     ) -> StrategyInputs:
-        """One process, rank 0 of 1; the queue labels default to NO_LABEL (unknown).
-        ``optional``: labels, epoch, global_step."""
+        """One process, rank 0 of 1 unless ``context`` says otherwise (epoch, global_step, rank,
+        world_size); the queue labels default to NO_LABEL (unknown)."""
         if queue_labels is None:
-            queue_labels = torch.full((queue.shape[0],), NO_LABEL, dtype=torch.long,
-                                      device=queue.device)  # fmt: skip
-        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, **optional)
+            queue_labels = torch.full(
+                (queue.shape[0],), NO_LABEL, dtype=torch.long, device=queue.device
+            )
+        ctx = StepContext(**context)
+        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, labels=labels, ctx=ctx)
 
 
 @dataclass
@@ -122,15 +106,11 @@ class NegativeStrategy(Contract, nn.Module):
     same synthetic points.
     """
 
-    # -- The contract (negatives.contract.Contract: syncs_per_step, syncs_why, capturable,
+    # -- The contract (negmine_core.contract.Contract: syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), and for strategies only:
     #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain
     #: MoCo's; None: no such limit (the contract test says so and skips).
     zero_kwargs: ClassVar[dict[str, Any] | None] = None
-
-    #: This process's (rank, world size): strategies that draw for the global batch and keep
-    #: their own rows read them here (one helper for the whole code base).
-    rank_and_world = staticmethod(rank_and_world)
 
     #: False when the strategy's negatives belong to the first view's queries only (per-query
     #: negatives), so ``loss.symmetric`` is refused with it.
@@ -144,38 +124,26 @@ class NegativeStrategy(Contract, nn.Module):
     #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
     replaces_queue: bool = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse an override of ``negatives`` in the old positional form (q, k, queue,
-        queue_labels, epoch, labels) at class definition, naming the class and the new form."""
-        super().__init_subclass__(**kwargs)
-        hook = vars(cls).get("negatives")
-        if hook is not None:
-            params = list(inspect.signature(hook).parameters)
-            if len(params) != 2:
-                raise TypeError(
-                    f"{cls.__module__}.{cls.__qualname__}.negatives{inspect.signature(hook)}: "
-                    "the hook takes one argument, the step's inputs: "
-                    "def negatives(self, s: StrategyInputs) -> ExtraNegatives (s.q, s.k, s.queue, "
-                    "s.queue_labels, s.labels, s.epoch, s.global_step, s.rank, s.world_size)"
-                )
-
-    def bind_model(self, dim: int) -> None:
-        """Called once at setup with the embedding size, before a checkpoint is loaded, for
-        strategies that own embedding-sized state (AdCo's bank); a no-op by default."""
-
-    def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        """Called once at setup with the training images' size and normalisation, for
-        strategies that make images (outlier exposure); a no-op by default."""
+    def setup(self, ctx: SetupContext) -> None:
+        """Called once at build time, before a checkpoint is loaded, with the run's
+        :class:`~negmine_core.step.SetupContext`: for strategies that own state of the embedding's
+        size (AdCo's bank) or make images of the training size (outlier exposure); a no-op by
+        default."""
 
     def transform_batch(
-        self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor
+        self,
+        x1: torch.Tensor,
+        x2: torch.Tensor,
+        labels: torch.Tensor,
+        ctx: StepContext = ONE_PROCESS,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Data-level negatives (e.g. rotated or pasted outliers); identity by default."""
+        """Data-level negatives (e.g. rotated or pasted outliers) for the step of ``ctx``;
+        identity by default."""
         return x1, x2, labels
 
     def negatives(self, s: StrategyInputs) -> ExtraNegatives:
         """Extra negatives for this step, from the step's :class:`StrategyInputs` (q, k, queue,
-        queue_labels, labels, epoch, global_step, rank, world_size): none by default."""
+        queue_labels, labels and the step's context): none by default."""
         return ExtraNegatives()
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:

@@ -32,14 +32,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.base import (
+    MAX_SYNTHETIC,
+    ExtraNegatives,
+    NegativeStrategy,
+    StrategyInputs,
+    strategies,
+)
 from negatives.ocsvm.svm import OneClassSVM
-from negatives.registry import strategies
+
+Warmup = Literal["paper", "code"]  # warmup: the paper's schedule or the code's
+EmptyInliers = Literal["queue", "skip"]  # empty_inliers: what an empty inlier set does
 
 #: The largest RBF gamma MiOC takes: on unit vectors the float64 kernel's rounding (|x - y|^2 to
 #: about 1e-16) times gamma stays below 1e-6 (gamma=1e300 made the host solver spin on NaN).
@@ -106,8 +114,13 @@ class MiOC(NegativeStrategy):
         "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
         "refused until it is measured there"
     )
-    contract_kwargs = {"num_synthetic": 16, "num_inlier_synthetic": 8, "nu": 0.1, "gamma": 0.1,
-                       "warmup_epochs": 0}  # fmt: skip
+    contract_kwargs = {
+        "num_synthetic": 16,
+        "num_inlier_synthetic": 8,
+        "nu": 0.1,
+        "gamma": 0.1,
+        "warmup_epochs": 0,
+    }
     zero_kwargs = {"num_synthetic": 0, "num_inlier_synthetic": 0, "warmup_epochs": 0.0}
 
     needs_global_batch = True
@@ -118,20 +131,23 @@ class MiOC(NegativeStrategy):
         num_synthetic: int = 1024,
         num_inlier_synthetic: int = 512,
         num_queue_mix: int = 0,
-        nu: float = 0.01,
+        nu: Annotated[float, "must lie in (0, 1) for MiOC"] = 0.01,
         gamma: float = 0.01,
         tol: float = 1e-3,
         solver: str = "libsvm",
         backend: str = "torch",
         loop: str = "auto",
-        warmup_epochs: float = 10.0,
-        warmup: str = "paper",
-        empty_inliers: str = "queue",
-        beta_max: float = 0.5,
+        warmup_epochs: Annotated[float, "must be a finite number >= 0"] = 10.0,
+        warmup: Warmup = "paper",
+        empty_inliers: EmptyInliers = "queue",
+        beta_max: Annotated[float, "must lie in [0, 1]"] = 0.5,
     ) -> None:
         super().__init__()
-        for name, value in (("num_synthetic", num_synthetic), ("num_queue_mix", num_queue_mix),
-                            ("num_inlier_synthetic", num_inlier_synthetic)):  # fmt: skip
+        for name, value in (
+            ("num_synthetic", num_synthetic),
+            ("num_queue_mix", num_queue_mix),
+            ("num_inlier_synthetic", num_inlier_synthetic),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
             if value > MAX_SYNTHETIC:
@@ -139,9 +155,9 @@ class MiOC(NegativeStrategy):
                     f"{name} must be at most {MAX_SYNTHETIC} (synthetic points per query and "
                     f"step; the paper uses 1024 or fewer), got {value}"
                 )
-        if warmup not in ("paper", "code"):
+        if warmup not in get_args(Warmup):
             raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
-        if empty_inliers not in ("queue", "skip"):
+        if empty_inliers not in get_args(EmptyInliers):
             raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
         if not 0.0 <= beta_max <= 1.0:
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
@@ -166,7 +182,7 @@ class MiOC(NegativeStrategy):
             )
         self.svm = OneClassSVM(
             nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
-        )  # fmt: skip  (validates nu, gamma, solver, loop)
+        )  # validates nu, gamma, solver, loop
         self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from negatives.base import MAX_SYNTHETIC, ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.registry import strategies
+from negatives.base import (
+    MAX_SYNTHETIC,
+    ExtraNegatives,
+    NegativeStrategy,
+    StrategyInputs,
+    strategies,
+)
 
 
 class Draws(NamedTuple):
@@ -156,10 +161,10 @@ class MoCHi(NegativeStrategy):
     def __init__(
         self,
         *,
-        num_hard: int = 1024,
+        num_hard: Annotated[int, "must be >= 1 (the hard set size N)"] = 1024,
         num_mix: int = 512,
         num_query_mix: int = 128,
-        warmup_epochs: float = 10.0,
+        warmup_epochs: Annotated[float, "must be >= 0 (0 mixes from the start)"] = 10.0,
         distinct_pair: bool = False,
     ) -> None:
         super().__init__()

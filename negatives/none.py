@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from negatives.base import NegativeStrategy
-from negatives.registry import strategies
+from negatives.base import NegativeStrategy, strategies
 
 
 @strategies.register("none")

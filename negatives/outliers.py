@@ -47,13 +47,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from negatives.base import OUTLIER_LABEL, NegativeStrategy, rotation_label
+from negatives.base import NegativeStrategy, strategies
 from negatives.oe_images import OE_HELP, load_oe_images
-from negatives.registry import strategies
+from negmine_core.conventions import OUTLIER_LABEL, rotation_label
+from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
+
+RotationLabels = Literal["separate", "shared"]  # one class per rotation, or one for all
 
 KINDS = ("rotate", "cutpaste", "oe")
 
@@ -206,16 +210,20 @@ class Outliers(NegativeStrategy):
     def __init__(
         self,
         *,
-        ratio: float = 0.75,
+        ratio: Annotated[float, "must lie in [0, 1) (an image must stay inlier)"] = 0.75,
         kinds: Sequence[str] = ("rotate",),
-        angles: Sequence[int] = (90, 180, 270),
-        rotation_labels: str = "separate",
+        angles: Annotated[Sequence[int], "must be distinct values of [90, 180, 270]"] = (
+            90,
+            180,
+            270,
+        ),
+        rotation_labels: RotationLabels = "separate",
         patch_area: Sequence[float] = (0.02, 0.15),
         patch_aspect: Sequence[float] = (0.3, 3.3),
         oe_path: str | None = None,
-        oe_max_images: int = 50000,
+        oe_max_images: Annotated[int, "must be a positive int"] = 50000,
         oe_crop_scale: Sequence[float] = (0.5, 1.0),
-        oe_flip_prob: float = 0.5,
+        oe_flip_prob: Annotated[float, "must lie in [0, 1]"] = 0.5,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -226,7 +234,7 @@ class Outliers(NegativeStrategy):
             raise ValueError(f"kinds must be distinct names from {list(KINDS)}, got {list(kinds)}")
         if not angles or len(set(angles)) != len(angles) or not set(angles) <= {90, 180, 270}:
             raise ValueError(f"angles must be distinct values of [90, 180, 270], got {angles}")
-        if rotation_labels not in ("separate", "shared"):
+        if rotation_labels not in get_args(RotationLabels):
             raise ValueError(f"rotation_labels must be 'separate' or 'shared': {rotation_labels!r}")
         if rotation_labels == "separate" and "rotate" in kinds and len(kinds) > 1:
             raise ValueError(
@@ -260,6 +268,9 @@ class Outliers(NegativeStrategy):
         self._turn_index: dict[tuple, torch.Tensor] = {}  # turn_index per (H, W, device), lazily
         self._stats: dict[str, torch.Tensor | float] = {}
 
+    def setup(self, ctx: SetupContext) -> None:
+        self.bind_data(ctx.image_size, ctx.mean, ctx.std)
+
     def bind_data(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         """Store the normalisation; with kind ``oe`` load the OE images (once per image size and
         channel count), so that a bad ``oe_path`` fails at setup, not at the first step."""
@@ -275,8 +286,9 @@ class Outliers(NegativeStrategy):
         shape = (len(mean), image_size, image_size)
         if "oe" in self.kinds and (self.oe_images is None or self.oe_images.shape[1:] != shape):
             path = Path(str(self.oe_path)).expanduser()
-            self.oe_images = load_oe_images(path, image_size, len(mean), self.oe_max_images,
-                                            self.seed)  # fmt: skip
+            self.oe_images = load_oe_images(
+                path, image_size, len(mean), self.oe_max_images, self.seed
+            )
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:
         self.check_batch_size(batch_size)
@@ -293,7 +305,11 @@ class Outliers(NegativeStrategy):
 
     @torch.no_grad()
     def transform_batch(
-        self, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor
+        self,
+        x1: torch.Tensor,
+        x2: torch.Tensor,
+        labels: torch.Tensor,
+        ctx: StepContext = ONE_PROCESS,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         N = x1.shape[0]
         m = num_outliers(self.ratio, N)
@@ -309,9 +325,9 @@ class Outliers(NegativeStrategy):
         # Every kind is made for all m slots, then selected per slot: shapes (and the RNG stream)
         # never depend on the draws, so there is no host sync. ``kind`` is drawn with one kind
         # too (the same RNG stream); the first kind's outliers are the base the others overwrite.
-        o1, o2, y = self.make(self.kinds[0], a1, a2, labels.dtype)
+        o1, o2, y = self.make(self.kinds[0], a1, a2, labels.dtype, ctx)
         for i, name in enumerate(self.kinds[1:], start=1):
-            b1, b2, yb = self.make(name, a1, a2, labels.dtype)
+            b1, b2, yb = self.make(name, a1, a2, labels.dtype, ctx)
             chosen = kind == i  # (m,)
             o1 = torch.where(chosen[:, None, None, None], b1, o1)
             o2 = torch.where(chosen[:, None, None, None], b2, o2)
@@ -329,7 +345,12 @@ class Outliers(NegativeStrategy):
         )
 
     def make(
-        self, name: str, a1: torch.Tensor, a2: torch.Tensor, label_dtype: torch.dtype
+        self,
+        name: str,
+        a1: torch.Tensor,
+        a2: torch.Tensor,
+        label_dtype: torch.dtype,
+        ctx: StepContext,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Outliers of kind ``name`` for every slot: both views (m, C, H, W) and labels (m,)."""
         m, dev = a1.shape[0], a1.device
@@ -346,7 +367,7 @@ class Outliers(NegativeStrategy):
         if name == "cutpaste":  # each view gets its own patch
             b1 = cutpaste(a1, self.patch_area, self.patch_aspect)[0]
             return b1, cutpaste(a2, self.patch_area, self.patch_aspect)[0], shared
-        return (*self.oe_views(m, a1), shared)
+        return (*self.oe_views(m, a1, ctx), shared)
 
     def turn_table(self, height: int, width: int, device: torch.device) -> torch.Tensor:
         """:func:`turn_index` of the configured angles, built once per image size and device."""
@@ -355,10 +376,12 @@ class Outliers(NegativeStrategy):
             self._turn_index[key] = turn_index(height, width, self.quarter_turns, device)
         return self._turn_index[key]
 
-    def oe_views(self, m: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def oe_views(
+        self, m: int, like: torch.Tensor, ctx: StepContext = ONE_PROCESS
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Two normalised views (m, C, S, S) of m random OE images, dtype/device of ``like``."""
         self.follow(like.device)
-        rank, world = self.rank_and_world()
+        rank, world = ctx.rank, ctx.world_size
         # (world, m) draws keep the ranks' RNGs in step while each rank takes its own images.
         index = torch.randint(len(self.oe_images), (world, m), device=like.device)[rank]  # (m,)
         images = self.oe_images[index].to(like.dtype) / 255.0  # (m, C, S, S) in [0, 1]

@@ -56,8 +56,10 @@ def registered() -> str:
 
     lines = []
     for key, registry in (("negatives.name", negatives.strategies), ("loss.name", losses.registry)):
-        names = [n + (f" [plugin: {registry.origin(n)}]" if registry.origin(n) else "")
-                 for n in registry.names()]  # fmt: skip
+        names = [
+            n + (f" [plugin: {registry.origin(n)}]" if registry.origin(n) else "")
+            for n in registry.names()
+        ]
         lines.append(f"{key}: " + ", ".join(names))
         lines += [f"  broken plugin: {why}" for why in registry.problems().values()]
     lines.append(

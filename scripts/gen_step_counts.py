@@ -1,6 +1,6 @@
 """Generate the tables of docs/step_counts.md from the code: the host syncs per step that every
 registered loss and strategy of this tree declares (``syncs_per_step``, ``syncs_why``: the
-contract ``negatives.contract.Contract`` that strategies and losses share, which
+contract ``negmine_core.contract.Contract`` that strategies and losses share, which
 ``tests/test_step_syncs.py`` measures), and the pinned aten ops per step of the built-ins
 (``tests/op_table.py``, which ``tests/test_step_ops.py`` measures).
 
@@ -41,7 +41,7 @@ def sync_rows() -> list[str]:
             cls = registry.get(name)
             rows.append(f"| `{name}` | {cls.syncs_per_step} | {cls.syncs_why} |")
     rows.append(f"| `kappa` | {sync_table.KAPPA_SYNCS[0]} | the kappa head "
-                "(`model.kappa_hidden`), any loss |")  # fmt: skip
+                "(`kappa.hidden`), any loss |")  # fmt: skip
     rows.append(f"| `split_bn` | {sync_table.SPLIT_BN_SYNCS[0]} | `model.split_bn=triton`, any "
                 "loss: the kernels read (eps, momentum) from a float64 buffer built with the "
                 "layer and moved by `.to()` |")  # fmt: skip

@@ -101,11 +101,17 @@ def task_configs(cfg_path: str, overrides: list[str], sweeps: list[list[str]]) -
 
 
 def submit_pretrain(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m slurm", parents=[slurm_flags()],
-                                description=__doc__.split("\n")[0])  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m slurm", parents=[slurm_flags()], description=__doc__.split("\n")[0]
+    )
     p.add_argument("--cfg", required=True)
-    p.add_argument("--sweep", action="append", default=[], metavar="'k=v k=v'",
-                   help="one array task per --sweep, each adding these overrides")  # fmt: skip
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="'k=v k=v'",
+        help="one array task per --sweep, each adding these overrides",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value")
     a = p.parse_args(argv)
     res = resources(a)
@@ -118,8 +124,9 @@ def submit_pretrain(argv: list[str]) -> int:
     res.timeout_min()  # a bad --time is bad input
     check_cluster(a.partition)
     base = cfgs[0][0]
-    folder = Path(a.log_dir or Path(base.out_dir if len(cfgs) == 1 else Path(base.out_dir).parent)
-                  / "slurm").resolve()  # fmt: skip
+    folder = Path(
+        a.log_dir or Path(base.out_dir if len(cfgs) == 1 else Path(base.out_dir).parent) / "slurm"
+    ).resolve()
     ex = executor(a.name or Path(a.cfg).stem, folder, res, base.train.max_requeues)
     tasks = [PretrainTask(a.cfg, ov, cfg.train.max_requeues) for cfg, ov in cfgs]
     if len(tasks) == 1:
@@ -132,8 +139,11 @@ def submit_pretrain(argv: list[str]) -> int:
 
 
 def submit_eval(argv: list[str]) -> int:
-    head, sep, tail = (argv[: argv.index("--")], "--", argv[argv.index("--") + 1 :]) if (
-        "--" in argv) else (argv, "", [])  # fmt: skip
+    head, sep, tail = (
+        (argv[: argv.index("--")], "--", argv[argv.index("--") + 1 :])
+        if ("--" in argv)
+        else (argv, "", [])
+    )
     p = argparse.ArgumentParser(prog="python -m slurm linear_eval", parents=[slurm_flags()])
     a, unknown = p.parse_known_args(head)
     if unknown and sep:

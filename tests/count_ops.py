@@ -37,9 +37,9 @@ from fakedata import write_cifar10  # noqa: E402
 from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.model.split_bn import use_path  # noqa: E402
 
 WARM = 2

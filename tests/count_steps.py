@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sync_counter import SyncCounter  # noqa: E402
 
 import negatives  # noqa: E402
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config, losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 WARM, COUNTED = 2, 2
@@ -78,14 +78,14 @@ def loss_overrides(name: str) -> list[str]:
     out = [f"loss.name={name}"]
     if cls.contract_kwargs:
         out.append(f"loss.kwargs={yaml_kwargs(cls.contract_kwargs)}")
-    if cls.needs_support:
+    if cls.extra_views:
         out.append("data.support_views=2")
     return out
 
 
 VARIANTS = {  # split BN on its CUDA path (Triton kernels; Triton's interpreter on a CPU)
     "": [],
-    "+kappa": ["model.kappa_hidden=16"],
+    "+kappa": ["kappa.hidden=16"],
     "+split_bn": ["model.bn_splits=2", "model.split_bn=triton"],
 }
 KAPPA_WITH = ("supcon",)  # the kappa head is loss-agnostic: counted with one loss

@@ -35,9 +35,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 STEPS = 3
@@ -146,7 +146,7 @@ def record_run(out: Path, overrides: list[str]) -> None:
     result = {
         "rank": dist.rank(),
         "world_size": dist.world_size(),
-        "ddp": isinstance(run.query, torch.nn.parallel.DistributedDataParallel),
+        "ddp": isinstance(run.moco.query_encoder, torch.nn.parallel.DistributedDataParallel),
         "shuffle_keys": run.moco.shuffle_keys,
         "steps": record,
         "encoder_q": {k: v.detach().clone() for k, v in run.moco.encoder_q.named_parameters()},

@@ -52,7 +52,7 @@ def mioc_case(case: dict, dev: str) -> dict:
         mask = mioc.fit_inliers(torch.cat([q, k]), queue)
         with SyncCounter() as syncs:
             extra = mioc.negatives(
-                StrategyInputs(
+                StrategyInputs.single(
                     q=q,
                     k=k,
                     queue=queue,

@@ -1,4 +1,4 @@
-"""The first three training losses of every shipped config, at a shared tiny size (issue 16).
+"""The first three training losses of every shipped config, at a shared tiny size.
 
 Each config runs in one CPU process on the embedded digits with the same shrink: resnet_small
 width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past its warm-up
@@ -23,9 +23,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
-from pretrain.engine.step import Batch  # noqa: E402
 
 PINNED = Path(__file__).with_name("pinned_losses.json")
 SHRINK = [

@@ -59,7 +59,7 @@ def test_steps_follow_the_official_sgd_update_and_hand_out_the_old_bank():
     for t in range(3):
         q, k = unit(12, 8, seed=10 + t), unit(12, 8, seed=20 + t)
         extra = s.negatives(
-            StrategyInputs(
+            StrategyInputs.single(
                 q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0), epoch=0.0
             )
         )
@@ -75,7 +75,7 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
     s = make(bank=20)
     k1, k2 = unit(12, 8, seed=30), unit(12, 8, seed=31)
     s.negatives(
-        StrategyInputs(
+        StrategyInputs.single(
             q=unit(12, 8, seed=32),
             k=k1,
             queue=torch.zeros(0, 8),
@@ -85,7 +85,7 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
     )
     assert torch.equal(s.W[:, :12], k1.T) and (s.v[:, :12] == 0).all() and s.filled == 12
     s.negatives(
-        StrategyInputs(
+        StrategyInputs.single(
             q=unit(12, 8, seed=33),
             k=k2,
             queue=torch.zeros(0, 8),
@@ -104,8 +104,9 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
 def test_diagnostics_count_batch_keys_and_bank():
     s = make(bank=30, ad_init=False)
     labels = torch.tensor([0, 0, 1, 1, 1, -1])
-    step = StrategyInputs(q=unit(6, 8, seed=40), k=unit(6, 8, seed=41), queue=torch.zeros(0, 8),
-                          queue_labels=torch.zeros(0), epoch=0.0, labels=labels)  # fmt: skip
+    q, k = unit(6, 8, seed=40), unit(6, 8, seed=41)
+    step = StrategyInputs.single(q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0),
+                                 epoch=0.0, labels=labels)  # fmt: skip
     s.negatives(step)
     d = s.diagnostics()
     assert d["effective_negatives"] == 5 + 30

@@ -472,10 +472,10 @@ def test_deferred_affine_and_crop_equal_torchvision_affine_then_resized_crop():
 
 def test_the_digits_stage2_is_built_with_the_affine():
     from pretrain import config
-    from pretrain.engine import build
+    from pretrain.data import pipeline
 
-    assert build.photometric(config.load("digits_moco.yaml").data).affine
-    assert not build.photometric(config.load("cifar10_moco.yaml").data).affine
+    assert pipeline.photometric(config.load("digits_moco.yaml").data).affine
+    assert not pipeline.photometric(config.load("cifar10_moco.yaml").data).affine
 
 
 @pytest.mark.parametrize("h, w", [(32, 32), (375, 500), (8, 80), (80, 8)])
@@ -498,7 +498,7 @@ def test_compiled_stage2_equals_eager_and_the_config_refuses_it_for_workers():
     grayscale, blur, flip, solarize) through torch.compile equals the eager pass up to float
     rounding; the config builds it only for ``augment_on: device``."""
     from pretrain import config
-    from pretrain.engine import build
+    from pretrain.data import pipeline
 
     n, size = 64, 32
     spec = views.ViewSpec(image_size=size, crop_scale=(0.08, 1.0), affine_degrees=10.0,
@@ -521,7 +521,7 @@ def test_compiled_stage2_equals_eager_and_the_config_refuses_it_for_workers():
     assert out.shape == eager.shape and out.dtype == eager.dtype
     assert (out - eager).abs().max() <= 1e-4  # fused loops round differently (~1e-5 seen)
     on = config.load("cifar10_moco.yaml", ["data.augment_compile=true"]).data
-    assert build.photometric(on).compiled
-    assert not build.photometric(config.load("cifar10_moco.yaml").data).compiled
+    assert pipeline.photometric(on).compiled
+    assert not pipeline.photometric(config.load("cifar10_moco.yaml").data).compiled
     with pytest.raises(config.ConfigError, match="data.augment_compile"):
         config.load("cifar10_moco.yaml", ["data.augment_on=workers", "data.augment_compile=true"])

@@ -1,5 +1,5 @@
 """Values that used to run with exit 0 (meaningless) or end in a traceback are refused at setup with
-a message quoted word for word on docs/troubleshooting.md (issue 43 items 6, 8 and 10): config
+a message quoted word for word on docs/troubleshooting.md: config
 ranges, MiOC's solver settings, a missing optional backend, and a run lock that is not a file."""
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_a_knn_k_above_the_bank_is_named_in_pretraining_and_refused_in_linear_ev
          "training set (checked once the data is read)"),
         (["model.width=100000"], "config key 'model.width' = 100000 must be <= 1024 "
          "(resnet_small's first stage; its last has 8x)"),
-        (["model.kappa_hidden=1000000000"], "config key 'model.kappa_hidden' = 1000000000 must "
+        (["kappa.hidden=1000000000"], "config key 'kappa.hidden' = 1000000000 must "
          "lie in [0, 65536] (0 = no head; vMF-kappa uses 512)"),
         (["data.image_size=100000"], "config key 'data.image_size' = 100000 must be <= 4096 (a "
          "training view of image_size**2 pixels)"),

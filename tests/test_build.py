@@ -7,6 +7,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.data import pipeline
 from pretrain.engine import build
 
 
@@ -57,11 +58,11 @@ def test_strategy_kwargs_are_checked():
 def test_eval_transform_is_deterministic_and_train_transform_is_not():
     cfg = cfg_with()
     image = torch.randint(0, 256, (3, 16, 16), dtype=torch.uint8)
-    ev = build.eval_transform(cfg.data)
+    ev = pipeline.eval_transform(cfg.data)
     assert torch.equal(ev(image), ev(image))
     expected = (image.float() / 255 - 0.5) / 0.5  # 16 px digits: resize/crop to 16 is identity
     assert torch.allclose(ev(image), expected, atol=1e-6)
-    tr = build.train_transform(cfg.data)
+    tr = pipeline.train_transform(cfg.data)
     torch.manual_seed(0)
     a = tr(image)
     assert a.shape == (3, 16, 16) and not torch.equal(a, tr(image))
@@ -80,17 +81,17 @@ def test_kwargs_override_merges_into_the_files_kwargs():
 
 
 def test_the_pipeline_is_chosen_in_one_place(monkeypatch):
-    """build.pipeline: a CPU run reads through the loader unless data.resident=device asks for
+    """pipeline.choose: a CPU run reads through the loader unless data.resident=device asks for
     the resident split; auto on CUDA holds the split when it fits in the free memory, and falls
     to the loader (no image files: no device decode) when it does not."""
     cfg = cfg_with()
-    splits = build.read_splits(cfg)
-    assert build.pipeline(cfg, "cpu", splits) == "loader"
-    assert build.pipeline(cfg_with("data.resident=device"), "cpu", splits) == "resident"
-    assert build.pipeline(cfg_with("data.resident=device"), "cpu", splits, False) == "loader"
-    assert build.pipeline(cfg_with("data.augment_on=workers"), "cuda", splits) == "loader"
+    splits = pipeline.read_splits(build.data_settings(cfg))
+    assert pipeline.choose(cfg.data, "cpu", splits) == "loader"
+    assert pipeline.choose(cfg_with("data.resident=device").data, "cpu", splits) == "resident"
+    assert pipeline.choose(cfg_with("data.resident=device").data, "cpu", splits, False) == "loader"
+    assert pipeline.choose(cfg_with("data.augment_on=workers").data, "cuda", splits) == "loader"
     free = {"bytes": 1 << 40}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free["bytes"], 0))
-    assert build.pipeline(cfg, "cuda", splits) == "resident"
+    assert pipeline.choose(cfg.data, "cuda", splits) == "resident"
     free["bytes"] = 1000  # a few images' worth
-    assert build.pipeline(cfg, "cuda", splits) == "loader"
+    assert pipeline.choose(cfg.data, "cuda", splits) == "loader"

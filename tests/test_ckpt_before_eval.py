@@ -1,4 +1,4 @@
-"""The epoch's checkpoint is written before its evaluation (issue 43 item 13): a run killed with
+"""The epoch's checkpoint is written before its evaluation: a run killed with
 SIGKILL (no handler, no failure path that could write the checkpoint itself) while epoch N's kNN
 monitor runs leaves ``last.pt`` holding epoch N, and the rerun evaluates epoch N and goes on."""
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop, resume, setup
-from pretrain.engine.step import Batch
 
 TINY = [
     "model.width=8",

@@ -1,7 +1,7 @@
-"""The configuration reference (docs/configuration.md) is generated from pretrain/config.py by
-scripts/gen_config_docs.py: it must hold every key of the config dataclasses with its default and
-the comment beside it in the source, and be what the generator writes today (else: run
-``python scripts/gen_config_docs.py``)."""
+"""The configuration reference (docs/configuration.md) is generated from the schema
+(pretrain/config/schema.py) by scripts/gen_config_docs.py: it must hold every key of the config
+dataclasses with its default and its description in the source, and be what the generator writes
+today (else: run ``python scripts/gen_config_docs.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import negatives
-from negatives.registry import strategies
+from negatives.base import strategies
 from pretrain import config, losses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,13 +53,14 @@ def _rows(text):
 
 
 def _source_comments():
-    """{field name of a class: first comment} read with a regex over the source lines."""
+    """{(class, field): first line of its description} read with a regex over the source lines
+    of the schema's ``Keys:`` tables."""
     out, cls = {}, None
-    for line in (ROOT / "pretrain" / "config.py").read_text().splitlines():
+    for line in (ROOT / "pretrain" / "config" / "schema.py").read_text().splitlines():
         m = re.match(r"class (\w+)", line)
         if m:
             cls = m.group(1)
-        m = re.match(r"    (\w+): [^=]+=.*?  # (.+)$", line)
+        m = re.match(r"        (\w+): (.+)$", line)
         if m and cls:
             out[(cls, m.group(1))] = m.group(2).strip()
     return out
@@ -74,7 +75,7 @@ def test_the_page_is_what_the_generator_writes():
 def test_every_key_has_a_row_with_its_default():
     rows = _rows(PAGE.read_text())
     keys = dict(_keys(config.Config()))
-    assert len(keys) >= 75  # 7 per-loss keys moved into loss.kwargs (issue 39)
+    assert len(keys) >= 75  # 7 per-loss keys moved into loss.kwargs
     missing = sorted(set(keys) - set(rows))
     assert not missing, f"keys missing from {PAGE.name}: {missing}"
     assert not set(rows) - set(keys), "rows for keys that no longer exist"
@@ -110,11 +111,11 @@ def test_source_comments_and_choices_reach_the_page():
         assert first in rows[key][4], (key, first, rows[key][4])
         checked += 1
     assert checked > 60
+    registries = {"loss.name": losses.registry, "negatives.name": negatives.strategies}
     in_tree = {  # an installed plugin (an entry point) is left out of the page
-        key: [v for v in values if not registry.origin(v)]
-        for (key, values), registry in zip(config.registered_choices().items(),
-                                           (losses.registry, negatives.strategies), strict=True)
-    }  # fmt: skip
+        key: [v for v in values if not registries[key].origin(v)]
+        for key, values in config.registered_choices().items()
+    }
     for key, values in {**config.CHOICES, **in_tree}.items():
         for v in values:
             assert f"`{v}`" in rows[key][3], (key, v)

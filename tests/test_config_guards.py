@@ -1,4 +1,4 @@
-"""Config values that used to pass or end in a traceback (issue 34, items 8 and 9): each is a
+"""Config values that used to pass or end in a traceback: each is a
 config error (exit 2) naming the key, the file or the path."""
 
 from __future__ import annotations

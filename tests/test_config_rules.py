@@ -1,16 +1,18 @@
-"""The config's rules as data (pretrain/config_rules.py): a bound states its numbers once, every
+"""The config's rules as data (pretrain/config/rules.py): a bound states its numbers once, every
 rule names a real key, and validate() runs them in order."""
 
 from __future__ import annotations
 
 import dataclasses
 import string
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from pretrain import config, config_rules
-from pretrain.config_rules import Facts, bound
+from pretrain import config
+from pretrain.config import rules as config_rules
+from pretrain.config.rules import Facts, bound
 
 
 def cfg_ns(**values: float) -> SimpleNamespace:
@@ -52,7 +54,8 @@ def test_every_rule_names_real_keys_and_the_defaults_pass():
     facts = config_rules.facts(default.loss.name, default.negatives.name)
     for rule in config_rules.RULES:
         assert rule.key in keys, rule.key
-        assert (rule.holds is None) != (not rule.when), rule.key  # one way to hold
+        assert isinstance(rule.holds, config_rules.Cond), rule.key  # one language
+        assert rule.key in rule.holds.keys <= keys, rule.key  # reads its own key, real keys
         fields = [f for _, f, _, _ in string.Formatter().parse(rule.why) if f]
         assert all(f in keys or f in names for f in fields), (rule.key, fields)
         assert rule.error(default, facts) is None, rule.key
@@ -64,3 +67,16 @@ def test_validate_raises_the_first_failing_rule():
                               model=dataclasses.replace(cfg.model, bn_splits=3))  # fmt: skip
     with pytest.raises(config.ConfigError, match=r"^config key 'moco.momentum' = 2.0 must lie"):
         config.validate(bad)  # moco.momentum's rule runs before model.bn_splits' (64 % 3 != 0)
+
+
+def test_conditions_evaluate_without_eval_and_print_what_they_check():
+    """A condition is data: its text is what the page shows, its value computed by the same
+    object (no eval of the text)."""
+    K = config_rules.key
+    cond = ~K("x.a") | ((K("x.b") > 0) & K("x.c").isin(("p", "q")))
+    assert str(cond) == "not x.a or (x.b > 0 and x.c in ('p', 'q'))"
+    ns = lambda a, b, c: SimpleNamespace(x=SimpleNamespace(a=a, b=b, c=c))  # noqa: E731
+    assert cond(ns(False, 0, "z"), {}) and cond(ns(True, 1, "q"), {})
+    assert not cond(ns(True, 0, "q"), {}) and not cond(ns(True, 1, "z"), {})
+    source = (Path(config_rules.__file__)).read_text()
+    assert "eval(" not in source

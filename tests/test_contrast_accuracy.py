@@ -1,4 +1,4 @@
-"""Contrast accuracy (issue 16, item 7): top-1 of a positive among the contrast set, logged as
+"""Contrast accuracy: top-1 of a positive among the contrast set, logged as
 ``loss_contrast_top1`` for every objective where it is defined (moco main_moco.py: Acc@1)."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from queue_forms import contrast_top1
 
-from negatives.base import NO_LABEL, ExtraNegatives
+from negatives.base import ExtraNegatives
+from negmine_core.conventions import NO_LABEL
 from pretrain import losses
-from pretrain.losses import contrast_top1
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

@@ -13,12 +13,12 @@ from count_steps import loss_overrides, strategy_overrides
 from sync_counter import SyncCounter
 
 import negatives
+from negmine_core.step import Batch
 from pretrain import __main__ as cli
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import cuda_graphs, loop
 from pretrain.engine.cuda_graphs import CapturedStep, refusal
-from pretrain.engine.step import Batch
 from pretrain.model.split_bn import use_path
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
@@ -151,12 +151,12 @@ class Recorder:
         self.optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
         self.cfg = load()
 
-        def eager(step: CapturedStep, run: Recorder, tensors: list, epoch: float) -> str:
+        def eager(step: CapturedStep, run: Recorder, batch: Batch, epoch: float) -> str:
             self.eager += 1
             return "eager"
 
-        def capture(step: CapturedStep, run: Recorder, tensors: list, epoch: float) -> None:
-            step.inputs = [t.clone() for t in tensors]
+        def capture(step: CapturedStep, run: Recorder, batch: Batch, epoch: float) -> None:
+            step.inputs = batch.map(torch.clone)
             step.graph, step.loss = FakeGraph(), torch.zeros(())
             self.captured.append((run.optimizer.param_groups[0]["lr"], epoch))
 
@@ -172,7 +172,7 @@ def test_captured_step_warms_up_captures_replays_and_recaptures(monkeypatch):
     for e in (0.2, 0.3, 0.9):  # one capture, then replays, within the epoch and lr
         new = [torch.rand(4, 3) for _ in range(3)]
         step(run, Batch.make(*new), e)
-        assert all(torch.equal(a, b) for a, b in zip(step.inputs, new, strict=True))
+        assert all(torch.equal(a, b) for a, b in zip(step.inputs.tensors(), new, strict=True))
     assert run.captured == [(0.1, 0.2)] and step.graph.replays == 3
     step(run, Batch.make(*batch), 1.0)  # a new epoch: re-captured
     run.optimizer.param_groups[0]["lr"] = 0.05

@@ -99,8 +99,8 @@ def run_worker(*args: str, timeout: float = 120) -> None:
 # candidates with the gradient routed back) and CIDER (prototypes from every rank's views)
 VARIANTS = {
     "infonce": [],
-    "supcon_kappa": ["loss.name=supcon", "model.kappa_hidden=16"],
-    "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "model.kappa_hidden=16"],
+    "supcon_kappa": ["loss.name=supcon", "kappa.hidden=16"],
+    "symmetric_sincere": ["loss.name=sincere", "loss.symmetric=true", "kappa.hidden=16"],
     "cider": ["loss.name=cider"],
     # the negative re-weighting baselines: hard (the debiased estimator + importance weights,
     # per row) and decoupled with DCLW's weights over the global batch: constants (lightly's,

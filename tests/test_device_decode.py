@@ -23,8 +23,9 @@ from torchvision.transforms.v2 import functional as TF
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.data import augment_params as ap
-from pretrain.data import datasets, imagefiles, views
+from pretrain.data import datasets, imagefiles, pipeline, views
 from pretrain.data import device_decode as dd
+from pretrain.data import device_resize as dr
 from pretrain.data.loaders import ResumableSampler, loader
 from pretrain.engine import build, loop
 from tests.fakedata import write_imagenet100
@@ -127,7 +128,7 @@ def test_batched_crop_equals_torchvision_resized_crop(size):
         images.append(torch.from_numpy(rng.integers(0, 256, (3, h, w), dtype=np.uint8)))
         boxes.append([*random_boxes(rng, h, w, 2), (0, 0, h, w)])
     boxes_t = torch.tensor(boxes)
-    ours = dd.resize_crops(images, boxes_t, size)
+    ours = dr.resize_crops(images, boxes_t, size)
     diff, total = [], 0
     for i, img in enumerate(images):
         for k, box in enumerate(boxes[i]):
@@ -137,8 +138,8 @@ def test_batched_crop_equals_torchvision_resized_crop(size):
     d = torch.cat(diff)
     assert d.max() <= 1 and (d == 0).sum() / total > 0.99
     # grouping never changes a crop: one image per chunk, or the images in another batch
-    assert torch.equal(dd.resize_crops(images, boxes_t, size, budget=1), ours)
-    assert torch.equal(dd.resize_crops(images[3:7], boxes_t[3:7], size), ours[3:7])
+    assert torch.equal(dr.resize_crops(images, boxes_t, size, budget=1), ours)
+    assert torch.equal(dr.resize_crops(images[3:7], boxes_t[3:7], size), ours[3:7])
 
 
 def test_imagenet_sized_crops_equal_torchvision_on_every_pixel():
@@ -148,7 +149,7 @@ def test_imagenet_sized_crops_equal_torchvision_on_every_pixel():
               for _ in range(3)]  # fmt: skip
     boxes = [[*[ap.crop_box(rng, height=375, width=500, scale=(0.2, 1.0)) for _ in range(2)],
               (0, 0, 375, 500)] for _ in images]  # fmt: skip
-    ours = dd.resize_crops(images, torch.tensor(boxes), 224)
+    ours = dr.resize_crops(images, torch.tensor(boxes), 224)
     for i, img in enumerate(images):
         for k, box in enumerate(boxes[i]):
             assert torch.equal(ours[i, k], TF.resized_crop(img, *box, [224, 224], antialias=True))
@@ -160,7 +161,7 @@ def test_tf32_is_off_inside_the_crop_and_restored_after():
     old = matmul.fp32_precision
     try:
         torch.set_float32_matmul_precision("high")  # a run that allows TF32 (legacy API)
-        with dd.full_fp32():
+        with dr.full_fp32():
             assert matmul.fp32_precision == "ieee"
         assert matmul.fp32_precision == "tf32"
     finally:  # the defaults again, for the tests that follow
@@ -173,7 +174,7 @@ def test_heavy_downscale_stays_within_one_level():
     """Above aten's 16-bit weights (10x smaller): still within a level of torchvision."""
     img = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (3, 300, 320),
                                                               dtype=np.uint8))  # fmt: skip
-    ours = dd.resize_crops([img], torch.tensor([[[0, 0, 300, 320], [5, 7, 250, 200]]]), 24)
+    ours = dr.resize_crops([img], torch.tensor([[[0, 0, 300, 320], [5, 7, 250, 200]]]), 24)
     for k, box in enumerate([(0, 0, 300, 320), (5, 7, 250, 200)]):
         ref = TF.resized_crop(img, *box, [24, 24], antialias=True)
         d = (ours[0, k].int() - ref.int()).abs()
@@ -263,7 +264,7 @@ def test_the_training_process_side_makes_no_host_sync(tmp_path):
     with SyncCounter() as syncs:
         crops(batch)
     # the one tensor built from host data: resize_crops' group index (from the decoded images'
-    # sizes), uploaded pinned and non-blocking (device_decode.upload): no wait on a GPU
+    # sizes), uploaded pinned and non-blocking (device_resize.upload): no wait on a GPU
     rest = [s for s in syncs.syncs if not (s.kind == "host_data" and "resize_crops" in s.where())]
     assert not rest, syncs.report()
 
@@ -344,15 +345,15 @@ def cfg_with(*over: str) -> config.Config:
 
 def test_auto_picks_the_device_on_cuda_for_image_files_only():
     files = cfg_with("data.name=imagefolder").data
-    assert build.decode_on(files, "cuda:0") == "device"
-    assert build.decode_on(files, "cpu") == "cpu"
-    assert build.decode_on(cfg_with("data.name=cifar10").data, "cuda") == "cpu"
-    assert build.decode_on(cfg_with("data.name=imagenet100").data, "cuda") == "device"
-    assert build.decode_on(cfg_with("data.name=imagefolder", "data.augment_on=workers").data,
+    assert pipeline.decode_on(files, "cuda:0") == "device"
+    assert pipeline.decode_on(files, "cpu") == "cpu"
+    assert pipeline.decode_on(cfg_with("data.name=cifar10").data, "cuda") == "cpu"
+    assert pipeline.decode_on(cfg_with("data.name=imagenet100").data, "cuda") == "device"
+    assert pipeline.decode_on(cfg_with("data.name=imagefolder", "data.augment_on=workers").data,
                            "cuda") == "cpu"  # fmt: skip
     affine = cfg_with("data.name=imagefolder", "data.affine_degrees=10").data
-    assert build.decode_on(affine, "cuda") == "cpu"
-    assert build.decode_on(cfg_with("data.name=imagefolder", "data.decode_on=cpu").data,
+    assert pipeline.decode_on(affine, "cuda") == "cpu"
+    assert pipeline.decode_on(cfg_with("data.name=imagefolder", "data.decode_on=cpu").data,
                            "cuda") == "cpu"  # fmt: skip
     assert config.DataConfig().decode_on == "auto"
 

@@ -159,7 +159,7 @@ def test_resume_with_different_config_is_refused(tmp_path):
     assert "moco.temperature" in bad.stderr and "different config" in bad.stderr
 
 
-@pytest.mark.slow  # 37 s: a checkpoint format from before issue 11 (--runslow)
+@pytest.mark.slow  # 37 s: an older checkpoint format (--runslow)
 def test_checkpoint_from_before_augment_on_resumes_on_the_per_sample_path(tmp_path):
     """A run saved before data.augment_on existed used the per-sample path: resuming it with the
     new default would change its augmentation, so that is refused and workers is accepted."""

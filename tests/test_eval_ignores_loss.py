@@ -10,7 +10,7 @@ import pytest
 from fakeckpt import make_checkpoint
 
 import negatives
-from linear_eval.inputs.features import load_model
+from linear_eval.inputs.checkpoints import load_model
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import checkpoint

@@ -1,5 +1,5 @@
 """Adding a strategy is one file (tests/fixtures/example_strategy.py) plus one import: the config
-accepts its name and checks its kwargs, and the trainer runs it, with no other edit (issue 16).
+accepts its name and checks its kwargs, and the trainer runs it, with no other edit.
 In a subprocess, so the example never joins this process's registry (the contract tests and the
 sync table iterate over every registered strategy)."""
 

@@ -1,4 +1,4 @@
-"""Class folders read as a careful user expects (issue 34): every split labelled by the training
+"""Class folders read as a careful user expects: every split labelled by the training
 split's class names, symbolic links followed without ever entering a folder twice, and unreadable
 folders and files named with the permission problem. Folders are written as PNGs in their true
 format; the expected labels come from the class folder each file was written into."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pretrain import config
-from pretrain.data import datasets, imagefiles
+from pretrain.data import datasets, imagefiles, pipeline
 from pretrain.engine import build
 from tests.fakedata import random_images, write_png
 
@@ -30,7 +30,7 @@ def write_split(root: Path, split: str, counts: dict[str, int], seed: int = 0) -
             i += 1
 
 
-def run_data(root: Path, *extra: str) -> build.Data:
+def run_data(root: Path, *extra: str) -> pipeline.Data:
     """The pretraining datasets and loaders of an imagefolder run on ``root``."""
     cfg = config.load(
         "digits_moco.yaml",

@@ -1,5 +1,5 @@
 """Every generator of the docs (scripts/gen_*.py) writes its pages with no arguments and checks
-them with ``--check``: the checked-in pages are what the code generates (issue 39 item 5)."""
+them with ``--check``: the checked-in pages are what the code generates."""
 
 from __future__ import annotations
 

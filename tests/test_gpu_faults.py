@@ -1,4 +1,4 @@
-"""The CUDA-only and multi-rank faults of issue 17, each emulated on a CPU in one process:
+"""The CUDA-only and multi-rank faults, each emulated on a CPU in one process:
 resume onto a device, channels_last gather, fp16 scaler from a CPU run, process-group timeout,
 exit after a finished run, world-size config rules, the stop signal in an epoch's last step."""
 
@@ -172,7 +172,7 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
 
     monkeypatch.setattr(loop, "train_step", step)
     assert loop.run_training(cfg) == 0  # resume: straight to the epoch's end
-    assert seen == [(1, 0)]  # the epoch's checkpoint is written before its monitor (issue 34)
+    assert seen == [(1, 0)]  # the epoch's checkpoint is written before its monitor
     state = torch.load(last, weights_only=True)
     assert (state["epoch"], state["step_in_epoch"]) == (1, 0)
 

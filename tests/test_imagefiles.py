@@ -156,7 +156,7 @@ def test_loader_workers_never_exceed_the_ranks_cores(monkeypatch):
     assert cores.per_rank() == 8 and cores.loader_workers(8) == 7 and cores.loader_workers(4) == 4
 
 
-# --- valid images that crashed training (issue 34, item 4), written in their true format ------
+# --- valid images that crashed training, written in their true format ------
 
 
 def write_png16_rgb(path, hwc16: np.ndarray) -> None:

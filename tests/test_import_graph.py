@@ -1,4 +1,4 @@
-"""No module of the four packages imports a module that imports it back (issue 35).
+"""No module of the four packages imports a module that imports it back.
 
 import-linter's layers contracts (pyproject.toml, `lint-imports` in CI) forbid upward imports
 between the layers; a cycle inside one layer or room (a package's ``__init__`` and a submodule it

@@ -1,4 +1,4 @@
-"""The monitor's feature choice (issue 15): the MoCo CIFAR colab's kNN reads the projection head's
+"""The monitor's feature choice: the MoCo CIFAR colab's kNN reads the projection head's
 output, ours the pooled backbone; and the colab's per-epoch lr, read with epochs counted from 1."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``negatives.kwargs`` and ``loss.kwargs`` are typed by the constructor's annotations, as the typed
 config keys are: YAML 1.1 reads ``1e-3`` (no dot) as a string, which used to reach the strategy
-and fail with a TypeError deep in the first training step (issue 43 item 7, issue 39)."""
+and fail with a TypeError deep in the first training step."""
 
 from __future__ import annotations
 

@@ -5,8 +5,10 @@ data in the true on-disk format."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import multiview
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,9 @@ from fakedata import write_cifar10, write_imagenet100
 from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
-from negatives.base import NO_LABEL, OUTLIER_LABEL, ExtraNegatives
+from negatives.base import ExtraNegatives
+from negmine_core.conventions import NO_LABEL, OUTLIER_LABEL
+from negmine_core.step import Embeddings, StepContext
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import build, checkpoint, knn, loop
@@ -42,15 +46,14 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
     q = unit(n, d, seed=2).requires_grad_()
     off = rank * n
     return losses.StepTensors(
-        q=q,
-        k=k_all[off : off + n],
+        emb=Embeddings(q=q, k=k_all[off : off + n]),
         k_all=k_all,
         labels=labels_all[off : off + n],
         labels_all=labels_all,
-        offset=off,
         queue=unit(k_size, d, seed=3),
         queue_labels=torch.full((k_size,), NO_LABEL),
         extra=ExtraNegatives(shared, per_query),
+        ctx=StepContext(rank=rank, world_size=world),
     )
 
 
@@ -162,17 +165,17 @@ def test_cider_subset_classes_map_labels_to_their_prototypes():
 
 def test_kappa_terms_are_added_to_any_objective():
     s = step_tensors()
-    s.kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
-    s.kappa_k = torch.rand(4, dtype=torch.float64)
+    kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    s.emb = replace(s.emb, kappa_q=kappa_q, kappa_k=torch.rand(4, dtype=torch.float64))
     base = losses.create("supcon", temperature=0.1)
-    both = losses.WithKappa(base, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
+    both = losses.WithKappa(base, lambda_align=0.05, lambda_reg=0.005)
     got = both(s)
     kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
     assert torch.allclose(got, base(s) + kappa, atol=1e-12)
     got.backward()
     assert s.kappa_q.grad.abs().sum() > 0
     assert set(both.diagnostics()) >= {"kappa_mean", "kappa_std", "base", "kappa_terms"}
-    s.kappa_q = None
+    s.emb = replace(s.emb, kappa_q=None)
     with pytest.raises(ValueError, match="kappa head"):
         both(s)
 
@@ -183,7 +186,8 @@ def test_kappa_terms_are_added_to_any_objective():
         (["loss.name=cider", "negatives.name=mochi"], "cannot be combined with negative strategy"),
         (["loss.name=cider", "negatives.name=outliers"], "synthetic outliers have no prototype"),
         (["loss.name=cider", "data.name=stl10", "data.train_split=train+unlabeled"], "unlabelled"),
-        (["loss.kwargs.kappa_lambda_align=0.1"], "no kappa head"),
+        (["loss.kwargs.kappa_lambda_align=0.1"], r"moved: write kappa.lambda_align=0.1 \(in YAML"),
+        (["model.kappa_hidden=512"], r"moved: write kappa.hidden=512 \(in YAML: kappa: \{hidden"),
         (["loss.supcon_reference_scale=true"], r"moved: write loss.kwargs.reference_scale=True"),
         (["loss.kwargs.reference_scale=true"], "no argument 'reference_scale'"),
         (["loss.kwargs.temperature=0.5"], "takes temperature from moco.temperature"),
@@ -265,7 +269,7 @@ def data_roots(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG_RUNS))
-def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
+def test_each_recipe_config_runs_an_epoch(name, data_roots, tmp_path):
     dataset = name.split("_")[0]
     cfg = config.load(
         name, [f"out_dir={tmp_path}", f"data.root={data_roots[dataset]}", *TINY, *CONFIG_RUNS[name]]
@@ -274,7 +278,7 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
     epoch, steps = read_epoch(tmp_path)
     assert steps and all(np.isfinite(r["loss"]) for r in steps)
     assert ("oc_auroc" if cfg.data.in_classes else "knn_top1") in epoch
-    if cfg.model.kappa_hidden:
+    if cfg.kappa.hidden:
         assert all(r["loss_kappa_mean"] > 0 for r in steps)
         events = list((tmp_path / "tensorboard").glob("events.*"))
         assert events and b"train/kappa" in events[0].read_bytes()  # the histogram
@@ -282,7 +286,7 @@ def test_issue4_config_runs_an_epoch(name, data_roots, tmp_path):
     assert state["config"]["loss"]["name"] == cfg.loss.name
 
 
-def test_the_issue4_configs_are_shipped():
+def test_the_recipe_configs_are_shipped():
     shipped = {p.name for p in config.CONFIG_DIR.glob("*.yaml")}
     assert set(CONFIG_RUNS) <= shipped
 
@@ -290,7 +294,7 @@ def test_the_issue4_configs_are_shipped():
 @pytest.mark.parametrize(
     ("name", "extra"),
     [
-        ("digits_cider.yaml", CONFIG_RUNS["digits_cider.yaml"] + ["model.kappa_hidden=8"]),
+        ("digits_cider.yaml", CONFIG_RUNS["digits_cider.yaml"] + ["kappa.hidden=8"]),
         ("digits_firm.yaml", ["train.epochs=2"]),
     ],
 )
@@ -314,19 +318,19 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
 @pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere", "firm"])
 def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     """loss.symmetric + contrast_queue false: anchors [q1; q2] against each other only, i.e. the
-    2N x 2N equation (pretrain.losses.multiview), in value and gradient."""
+    2N x 2N equation (tests/multiview.py), in value and gradient."""
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
-    s.q2 = unit(4, 8, seed=9).requires_grad_()
+    s.emb = replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_())
     got = losses.create(name, temperature=0.2, contrast_queue=False)(s)
     z = torch.cat([s.q, s.q2]).detach().requires_grad_()
     y = torch.cat([labels, labels])
     if name == "nt_xent":
-        ref = losses.nt_xent(z, 0.2)
+        ref = multiview.nt_xent(z, 0.2)
     elif name == "firm":
-        ref = losses.firm(z, y >= 0, 0.2)
+        ref = multiview.firm(z, y >= 0, 0.2)
     else:
-        ref = getattr(losses, name)(z, y, 0.2)
+        ref = getattr(multiview, name)(z, y, 0.2)
     assert torch.allclose(got, ref, atol=1e-12)
     got.backward()
     ref.backward()
@@ -335,13 +339,14 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
 
 def test_symmetric_cider_and_kappa_use_both_query_views():
     s = step_tensors(labels=torch.tensor([0, 1, 1, 0]))
-    s.q2 = unit(4, 8, seed=9).requires_grad_()
-    s.kappa_q, s.kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
-    s.kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
+    kappa_q, kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
+    kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
+    q2 = unit(4, 8, seed=9).requires_grad_()
+    s.emb = replace(s.emb, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k)
     cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
-    obj = losses.WithKappa(cider, kappa_lambda_align=0.05, kappa_lambda_reg=0.005)
+    obj = losses.WithKappa(cider, lambda_align=0.05, lambda_reg=0.005)
     got = obj(s)
     z = torch.cat([s.q, s.q2])
     ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
@@ -367,7 +372,7 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
             *CONFIG_RUNS["digits_supcon.yaml"],
             "loss.symmetric=true",
             "model.bn_splits=2",
-            "model.kappa_hidden=8",
+            "kappa.hidden=8",
         ],  # fmt: skip
     )
     assert loop.main(cfg) == 0
@@ -378,7 +383,7 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
 def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
     q, k, queue = unit(4, 8, seed=2), unit(4, 8, seed=1), unit(6, 8, seed=3)
     with pytest.raises(TypeError):
-        losses.StepTensors(q, k, k, None, None, 0, queue, None, ExtraNegatives())  # noqa
+        losses.StepTensors(Embeddings(q=q, k=k), k, None, None, queue, None, ExtraNegatives())  # noqa
     s = losses.StepTensors.single(q, k, queue=queue)
     assert s.k_all is k and s.offset == 0 and s.extra.shared is None
     assert (s.labels == NO_LABEL).all() and (s.queue_labels == NO_LABEL).all()
@@ -401,8 +406,11 @@ def test_moved_loss_keys_and_kwargs_messages_are_quoted_in_troubleshooting(tmp_p
     with pytest.raises(ConfigError) as e:
         config.load("run.yaml")
     found.append(str(e.value))
-    for overrides in (["loss.name=supcon", "loss.kwargs.temperature=0.5"],
-                      ["loss.kwargs.kappa_lambda_align=0.1"]):  # fmt: skip
+    for overrides in (
+        ["loss.name=supcon", "loss.kwargs.temperature=0.5"],
+        ["loss.kwargs.kappa_lambda_align=0.1"],
+        ["model.kappa_hidden=512"],
+    ):
         with pytest.raises(ConfigError) as e:
             config.load("digits_moco.yaml", overrides)
         found.append(str(e.value))
@@ -417,7 +425,25 @@ def test_an_old_checkpoint_config_is_migrated_with_a_warning():
     raw["loss"].pop("kwargs")
     raw["loss"].update(cider_lambda_c=1.5, cider_alpha=0.95, supcon_reference_scale=False,
                        kappa_lambda_align=0.05, kappa_lambda_reg=0.005)  # fmt: skip
+    raw.pop("kappa")
+    raw["model"]["kappa_hidden"] = 0
     with pytest.warns(UserWarning, match=r"migrated: loss.cider_lambda_c -> loss.kwargs.lambda_c$"):
         cfg = config.from_dict(raw, source="old.pt (config)")
     assert cfg.loss.kwargs == {"lambda_c": 1.5}
     assert build.loss_fn(cfg, 10).lambda_c == 1.5
+
+
+def test_an_old_kappa_config_is_migrated_to_the_kappa_section():
+    """A kappa run's config from before the kappa section: model.kappa_hidden and the weights in
+    loss.kwargs move to kappa.* with a warning naming each; the built loss is the same."""
+    raw = config.to_dict(config.load("digits_kappa.yaml"))
+    raw.pop("kappa")
+    raw["model"]["kappa_hidden"] = 512
+    raw["loss"]["kwargs"] = {"kappa_lambda_align": 0.1, "kappa_lambda_reg": 0.005}
+    with pytest.warns(UserWarning, match=r"loss.kwargs.kappa_lambda_align -> kappa.lambda_align, "
+                                         r"model.kappa_hidden -> kappa.hidden$"):  # fmt: skip
+        cfg = config.from_dict(raw, source="old.pt (config)")
+    assert (cfg.kappa.hidden, cfg.kappa.lambda_align, cfg.kappa.lambda_reg) == (512, 0.1, 0.005)
+    assert cfg.loss.kwargs == {}
+    made = build.loss_fn(cfg, 10)
+    assert isinstance(made, losses.WithKappa) and made.lambda_align == 0.1

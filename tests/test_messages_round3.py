@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from negatives.registry import PluginError, import_plugin
+from negmine_core.registry import PluginError, import_plugin
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.data import imagefiles

@@ -14,10 +14,10 @@ from pretrain.model.encoders import SplitBatchNorm, backbone, build, projection_
 N, DIM = 8, 16
 
 
-def tiny_moco(bn_splits: int = 1):
+def tiny_moco(bn_splits: int = 1, momentum: float = 0.999):
     torch.manual_seed(0)
     return build(arch="resnet_small", width=8, cifar_stem=True, dim=DIM, mlp=True,
-                 bn_splits=bn_splits)  # fmt: skip
+                 bn_splits=bn_splits, momentum=momentum)  # fmt: skip
 
 
 def images(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -92,12 +92,12 @@ def test_momentum_update_leaves_key_bn_buffers_alone():
 
 
 def test_keys_apply_momentum_first_and_never_receive_gradients():
-    model = tiny_moco()
+    model = tiny_moco(momentum=0.9)
     model.train()
     perturb_query(model)
     k_old, q_before = params_np(model.encoder_k), params_np(model.encoder_q)
     q = model.encoder_q(images(1))
-    k = model.keys(images(2), 0.9)
+    k = model.keys(images(2))
     queue = F.normalize(torch.randn(32, DIM), dim=1)
     InfoNCE(0.2)(q, k, queue).backward()
     # Momentum update ran inside keys() with the query weights of before the backward.

@@ -15,9 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fd_grad import assert_grad_matches_fd, autograd
+from multiview import firm, nt_xent, sincere, supcon
 from pytorch_metric_learning.losses import SupConLoss
-
-from pretrain.losses import firm, nt_xent, sincere, supcon
 
 N, D = 6, 8
 TOL = 1e-10

@@ -23,10 +23,10 @@ def test_crop_scale_above_1_and_a_fractional_subset_above_1_are_refused(override
 
 
 def test_the_kappa_heads_weights_are_typed_like_the_losses_own():
-    """C04: without the kappa head's annotations in ``typed_kwargs``, YAML's ``1e-2`` (a string
-    to YAML 1.1) stays a string."""
-    cfg = config.load("digits_kappa.yaml", ["loss.kwargs.kappa_lambda_align=1e-2"])
-    value = cfg.loss.kwargs["kappa_lambda_align"]
+    """C04: the kappa head's weights (the ``kappa`` section) are typed: YAML's ``1e-2`` (a string
+    to YAML 1.1) becomes a float, as a loss's own setting does."""
+    cfg = config.load("digits_kappa.yaml", ["kappa.lambda_align=1e-2"])
+    value = cfg.kappa.lambda_align
     assert value == 0.01 and isinstance(value, float)
 
 
@@ -83,7 +83,8 @@ class Mine(NegativeStrategy):  # noqa: F811
 def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monkeypatch):
     """N02: ``same_class`` compared ``inspect.getsourcelines``, which (Python < 3.13) finds the
     first class of that name for both, so the second registered silently."""
-    from negatives.registry import PluginError, import_plugin, strategies
+    from negatives.base import strategies
+    from negmine_core.registry import PluginError, import_plugin
 
     strategies.names()  # scanned, then the registry put back after the test
     monkeypatch.setattr(strategies, "_classes", dict(strategies._classes))

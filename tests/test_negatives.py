@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import negatives
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.none import NoNegatives
+from negmine_core.step import SetupContext
 
 N, D, K = 8, 16, 32
 
@@ -27,7 +28,8 @@ def small(name: str) -> NegativeStrategy:
         strategy = negatives.create(name, **negatives.strategies.get(name).contract_kwargs)
     except (TypeError, ValueError) as e:
         raise AssertionError(f"{where(name, 'contract_kwargs')}: {e}") from None
-    strategy.bind_model(D)  # what build.strategy does once the embedding size is known
+    # what build.strategy does: the embedding size and the training images' size and statistics
+    strategy.setup(SetupContext(dim=D, image_size=16, mean=(0.5,) * 3, std=(0.25,) * 3))
     return strategy
 
 
@@ -90,17 +92,6 @@ def test_duplicate_registration_is_refused():
     assert type(negatives.create("none")) is NoNegatives
 
 
-def test_the_old_positional_hook_is_refused_at_class_definition():
-    """A strategy written against the old hook fails when its class is defined, naming the class
-    and the one-argument form, not with a TypeError deep in the first training step."""
-    with pytest.raises(TypeError, match=r"Old\.negatives\(self, q, k, queue, queue_labels, epoch, "
-                       r"labels=None\): the hook takes one argument.*StrategyInputs"):  # fmt: skip
-
-        class Old(NegativeStrategy):
-            def negatives(self, q, k, queue, queue_labels, epoch, labels=None):
-                return ExtraNegatives()
-
-
 def test_strategy_inputs_are_keyword_only_with_one_process_defaults():
     q = torch.zeros(2, 3)
     with pytest.raises(TypeError):
@@ -139,7 +130,7 @@ def test_negatives_contract(name):
     # A queue that tracks gradients catches a strategy that forgets to detach what it builds.
     queue.requires_grad_(True)
     extra = strategy.negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
     )
     assert isinstance(extra, ExtraNegatives)
     check_extra(extra.shared, (), queue)
@@ -159,7 +150,7 @@ def test_negatives_are_seeded_deterministic(name):
         q, k, queue, labels = inputs(1)
         results.append(
             strategy.negatives(
-                StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+                StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
             )
         )
     for a, b in (
@@ -186,7 +177,7 @@ def test_none_strategy_is_plain_moco():
     strategy = negatives.create("none")
     q, k, queue, labels = inputs(2)
     extra = strategy.negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
     )
     assert extra.shared is None and extra.per_query is None
     x1, x2, y = torch.randn(N, 3, 4, 4), torch.randn(N, 3, 4, 4), torch.arange(N)
@@ -205,7 +196,7 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
     extra = negatives.create(name, **zero).negatives(
-        StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
     )
     for t in (extra.shared, extra.per_query):
         assert t is None or t.shape[-2] == 0
@@ -218,9 +209,9 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
+    from negmine_core.step import Batch
     from pretrain import config
     from pretrain.engine import loop
-    from pretrain.engine.step import Batch
 
     kwargs = ", ".join(f"{k}: {json.dumps(v)}" for k, v in
                        negatives.strategies.get(name).contract_kwargs.items())  # fmt: skip

@@ -335,7 +335,7 @@ def test_the_first_shrink_is_at_iteration_n_plus_1():
     """libsvm's shrinking counter starts at ``min(l, 1000) + 1``: 16 points whose fit changes
     when the first ``do_shrinking`` comes one iteration earlier (``min(l, 1000)``: 34 iterations
     instead of scikit-learn's 33). The same case runs the Triton kernel in
-    ``tests/test_ocsvm_triton_libsvm.py`` (``first_shrink``; issue 43 item 15)."""
+    ``tests/test_ocsvm_triton_libsvm.py`` (``first_shrink``)."""
     X, _ = embeddings(n_fit=16, n_queue=50, seed=5)
     sk = sklearn_fit(X, 0.3, 0.1, tol=1e-5)
     ours = OneClassSVM(loop="host", nu=0.3, gamma=0.1, tol=1e-5).fit(X)

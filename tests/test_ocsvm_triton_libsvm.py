@@ -21,10 +21,9 @@ iterations, support set, dual coefficients and rho, as there.
   ``tests/test_ocsvm.py::test_the_first_shrink_is_at_iteration_n_plus_1``, a quick test; 16
   points, ~1 s interpreted).
 
-Each case fails when its detail is changed in the kernel (issue 32, item 8: the table is in
-``docs/ocsvm_gpu.md``); :func:`test_cases_exercise_what_they_claim` checks the claims above with
-the host SMO (``negatives/ocsvm/smo.py``, changed from outside where it can be) and numpy.
-"""
+Each case fails when its detail is changed in the kernel (the table is in ``docs/ocsvm_gpu.md``);
+:func:`test_cases_exercise_what_they_claim` checks the claims above with the host SMO
+(``negatives/ocsvm/smo.py``, changed from outside where it can be) and numpy."""
 
 from __future__ import annotations
 
@@ -72,7 +71,7 @@ CASES = {  # name: (data, OneClassSVM kwargs)
     ),
     "blocks_tie": ({"blocks_tie": "j"}, {"nu": 1024.5 / 1026, "gamma": 1.0}),
     # the first do_shrinking at iteration n + 1 (libsvm's counter min(l, 1000) + 1): one iteration
-    # earlier ends after 34 iterations instead of 33 (issue 43 item 15)
+    # earlier ends after 34 iterations instead of 33
     "first_shrink": (
         {"n_fit": 16, "n_queue": 50, "seed": 5},
         {"nu": 0.3, "gamma": 0.1, "tol": 1e-5},

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
 from pretrain.engine.online_probe import OnlineProbe
-from pretrain.engine.step import Batch
 
 TINY = [
     "model.width=8",

@@ -1,4 +1,4 @@
-"""Tests that catch one-line mutations (issue 43 items 12 and 14): the class order of an image
+"""Tests that catch one-line mutations: the class order of an image
 folder is torchvision ImageFolder's (case-sensitive: ``B`` before ``a``), in the training split
 and in a held-out split labelled by it; the resident path's stage-2 box of an image cropped on
 the device is the whole image, so stage 2 with every op off returns the device crop unchanged."""
@@ -13,7 +13,7 @@ from fakedata import random_images, write_png
 from torchvision.datasets import ImageFolder
 
 from pretrain import config
-from pretrain.data import augment, loaders, resident, views
+from pretrain.data import augment, loaders, resident_views, views
 from pretrain.data import augment_params as ap
 from pretrain.engine import build
 
@@ -52,7 +52,7 @@ def test_resident_stage_2_box_is_the_whole_device_crop():
                           grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5)  # fmt: skip
     images = torch.from_numpy(random_images(n, 20, seed=3)).permute(0, 3, 1, 2).contiguous()
     sampler = loaders.ResumableSampler(n, 8, seed=0)
-    held = resident.ResidentViews(images, torch.zeros(n, dtype=torch.int64), spec, 0, sampler)
+    held = resident_views.ResidentViews(images, torch.zeros(n, dtype=torch.int64), spec, 0, sampler)
     assert not held.at_size
     x1, x2, _, _, rows = held.batch(torch.arange(8), held.uniforms(0))
     box = rows[..., ap.NUM_PARAMS : ap.NUM_PARAMS + 4]

@@ -13,8 +13,8 @@ from PIL import Image
 from scipy import stats
 
 import negatives
-from negatives.base import OUTLIER_LABEL, rotation_label
 from negatives.outliers import Outliers, cutpaste, resized_crop_flip, turn, turn_index
+from negmine_core.conventions import OUTLIER_LABEL, rotation_label
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 

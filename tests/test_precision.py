@@ -1,5 +1,5 @@
 """train.amp on CPU: the policy (pretrain/runtime/precision.py), the encoders alone under autocast
-(issue 17: negatives and loss ran in bf16 under autocast), and the bf16 loss against fp32 over a
+(negatives and loss once ran in bf16 under autocast), and the bf16 loss against fp32 over a
 few steps."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 import torch
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
-from pretrain.engine.step import Batch
 from pretrain.losses import infonce
 from pretrain.runtime import precision
 

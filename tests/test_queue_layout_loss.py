@@ -16,17 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fd_grad import assert_grad_matches_fd, autograd
+from queue_forms import QUEUE_KINDS, queue_contrastive, queue_positives
 
-from pretrain.losses import (
-    info_nce,
-    moco_logits,
-    queue_contrastive,
-    queue_kinds,
-    queue_positives,
-)
+from pretrain import losses
+from pretrain.losses import info_nce, moco_logits
+from pretrain.losses.queue_layout import QueueContrastive
 
 N, D, K, M, S = 4, 8, 10, 3, 2  # queries per rank, dim, queue, shared synthetic, private
-QUEUE_KINDS = ("nt_xent", "supcon", "sincere", "firm")  # the kinds np_queue_loss re-derives
 TOL = 1e-10
 
 
@@ -124,10 +120,16 @@ def test_matches_numpy(batch, kind, per_query, t):
 
 
 def test_every_registered_queue_layout_kind_has_a_reference():
-    """The kinds come from the registered classes' positives_from / reduction; each in-tree one
-    is re-derived by np_queue_loss, and a loss without a declared layout is refused by name."""
-    assert set(queue_kinds()) >= set(QUEUE_KINDS)
-    with pytest.raises(ValueError, match=r"kind must be one of .*got 'infonce'"):
+    """Every in-tree loss on QueueContrastive (its own positives / reduce) is re-derived by
+    np_queue_loss, and a loss outside the queue layout is refused by name."""
+    tree = {
+        name
+        for name in losses.list_losses()
+        if issubclass(losses.registry.get(name), QueueContrastive)
+        and losses.registry.get(name).__module__.startswith("pretrain.")
+    }
+    assert tree == set(QUEUE_KINDS)
+    with pytest.raises(ValueError, match=r"kind must be a queue-layout loss, got 'infonce'"):
         queue_positives("infonce", torch.zeros(2), torch.zeros(3), torch.zeros(2))
 
 
@@ -226,7 +228,7 @@ def test_bfloat16_is_upcast(batch):
 
 
 def test_errors_are_clear(batch):
-    with pytest.raises(ValueError, match="kind must be one of"):
+    with pytest.raises(ValueError, match="kind must be a queue-layout loss"):
         call(batch, "infonce")
     with pytest.raises(ValueError, match="candidate_labels must have shape"):
         batch2 = dict(batch, candidate_labels=batch["candidate_labels"][:-1])
@@ -242,8 +244,8 @@ def test_errors_are_clear(batch):
 @pytest.mark.parametrize("kind", ["nt_xent", "supcon", "sincere", "firm"])
 def test_symmetric_layout_without_queue_is_the_multiview_equation(kind):
     """Anchors z = [view1; view2], candidates z itself (live), own = the other view, exclude = the
-    row itself: the papers' 2N x 2N losses of pretrain.losses.multiview, value and gradient."""
-    from pretrain.losses import firm, nt_xent, sincere, supcon
+    row itself: the papers' 2N x 2N losses of tests/multiview.py, value and gradient."""
+    from multiview import firm, nt_xent, sincere, supcon
 
     g = torch.Generator().manual_seed(3)
     n = 5
@@ -276,9 +278,8 @@ def test_own_key_and_excluded_columns_are_written_without_a_host_scalar(kind):
     CUDA host sync (``x[rows, cols] = True`` copies its host scalar to the device first: CUDA's
     sync-debug mode raised there on an H200), in the loss, its backward and contrast_top1; the
     mask and the accuracy equal a numpy re-derivation."""
+    from queue_forms import contrast_top1
     from sync_counter import SyncCounter
-
-    from pretrain.losses import contrast_top1, queue_positives
 
     g = torch.Generator().manual_seed(4)
     n = 6

@@ -114,8 +114,8 @@ def test_every_command_loads_a_shipped_config_of_its_method(page, command):
     assert all("=" in a and not a.startswith("-") for a in overrides), (page, overrides)
     cfg = config.load(name, overrides)
     trains = {cfg.loss.name, cfg.negatives.name}
-    if cfg.model.kappa_hidden > 0:
-        trains.add("model.kappa_hidden")
+    if cfg.kappa.hidden > 0:
+        trains.add("kappa.hidden")
     names = _heading_names((RECIPES / page).read_text())
     assert trains & names, f"{page}: {command!r} trains {sorted(trains)}, the page is {names}"
 

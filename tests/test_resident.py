@@ -19,13 +19,14 @@ from sync_counter import SyncCounter
 from test_engine import lines, pretrain, tensors
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.data import augment, datasets, imagefiles, loaders, resident, views
 from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
+from pretrain.data.resident_views import EvalBatches, ResidentViews
 from pretrain.engine import build, loop
-from pretrain.engine.step import Batch
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
@@ -74,10 +75,10 @@ def _deferred_row(s: views.ViewSpec, rng, height: int, width: int) -> list[float
     return views.view_params(s, rng) + [float(v) for v in box] + theta
 
 
-def _views(n: int, size: int, seed: int = 3, **kw) -> resident.ResidentViews:
+def _views(n: int, size: int, seed: int = 3, **kw) -> ResidentViews:
     images = torch.zeros(n, 3, size, size, dtype=torch.uint8)
     sampler = loaders.ResumableSampler(n, 64, seed=seed)
-    return resident.ResidentViews(images, torch.zeros(n, dtype=torch.int64), spec(size, **kw),
+    return ResidentViews(images, torch.zeros(n, dtype=torch.int64), spec(size, **kw),
                                   seed, sampler)  # fmt: skip
 
 
@@ -144,7 +145,7 @@ def test_device_crop_equals_the_loader_crop(affine):
     images = torch.from_numpy(random_images(48, 40, seed=1)).permute(0, 3, 1, 2).contiguous()
     images = F.avg_pool2d(images.float(), 3, 1, 1).round().to(torch.uint8)  # smoother: realistic
     s = spec(24, affine, crop_scale=(0.1, 1.0))
-    rv = resident.ResidentViews(images, torch.arange(48), s, 0, loaders.ResumableSampler(48, 16,
+    rv = ResidentViews(images, torch.arange(48), s, 0, loaders.ResumableSampler(48, 16,
                                 seed=0))  # fmt: skip
     u = torch.rand(48, dp.UNIFORMS, dtype=torch.float64)
     rows = dp.view_rows(u, s, height=40, width=40)
@@ -188,7 +189,7 @@ def test_eval_batches_equal_the_eval_transform():
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     for size, rs in ((24, 28), (32, 36)):
         tf = loaders.eval_transform(size, rs, mean, std)
-        ev = resident.EvalBatches(imgs, torch.arange(10), batch=4, size=size, resize=rs,
+        ev = EvalBatches(imgs, torch.arange(10), batch=4, size=size, resize=rs,
                                   mean=mean, std=std)  # fmt: skip
         got = torch.cat([x for x, _ in ev])
         want = torch.stack([tf(views.TF.to_image(i)) for i in imgs])
@@ -266,7 +267,7 @@ def _batches(world: int, rank: int, epoch: int, start: int, n: int = 100, gb: in
     labels = torch.arange(n) % 7
     sampler = loaders.ResumableSampler(n, gb, seed=5, rank=rank, world_size=world)
     sampler.set_epoch(epoch, start)
-    rv = resident.ResidentViews(images.contiguous(), labels, spec(32), 5, sampler)
+    rv = ResidentViews(images.contiguous(), labels, spec(32), 5, sampler)
     return list(rv)
 
 
@@ -293,8 +294,8 @@ def test_support_views_come_with_their_rows_and_leave_the_two_views_unchanged():
     the two views' rows are the first two whatever V (drawn from their own uniform columns)."""
     images = torch.from_numpy(random_images(20, 40, seed=4)).permute(0, 3, 1, 2).contiguous()
     sampler = loaders.ResumableSampler(20, 8, seed=1)
-    plain = next(iter(resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler)))
-    rv = resident.ResidentViews(images, torch.arange(20), spec(24), 1, sampler, support_views=3)
+    plain = next(iter(ResidentViews(images, torch.arange(20), spec(24), 1, sampler)))
+    rv = ResidentViews(images, torch.arange(20), spec(24), 1, sampler, support_views=3)
     x1, x2, y, idx, rows, support = next(iter(rv))
     assert support.shape == (8, 3, 3, 24, 24) and support.dtype == torch.uint8
     assert rows.shape == (8, 5, ap.NUM_COLUMNS)
@@ -363,8 +364,8 @@ def test_a_steady_state_step_has_no_sync_and_no_host_copy(tmp_path):
     cfg = config.load("digits_moco.yaml", overrides)
     run = loop.setup(cfg)
     assert run.data.pipeline == "resident" and isinstance(run.data.train_loader,
-                                                        resident.ResidentViews)  # fmt: skip
-    assert isinstance(run.data.test_loader, resident.EvalBatches)
+                                                        ResidentViews)  # fmt: skip
+    assert isinstance(run.data.test_loader, EvalBatches)
     run.data.sampler.set_epoch(0)
     it = iter(run.data.train_loader)
     x1, x2, y, _, params = next(it)

@@ -1,4 +1,4 @@
-"""The decode-once cache of ``data.resident`` (issue 43 items 4, 9 and 11): a file rewritten with
+"""The decode-once cache of ``data.resident``: a file rewritten with
 its size and mtime kept is decoded again; a zeroed, truncated, foreign or incomplete cache is
 rebuilt with one warning naming it; ``data.skip_bad_images`` holds on reuse (the same per-epoch
 skip count as the loader path, and with skipping off the unreadable file is an error, not a

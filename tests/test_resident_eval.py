@@ -1,5 +1,5 @@
 """The resident path's evaluation images (kNN monitor and online probe) are the loader path's
-(issue 43 items 3 and 11): ``resident.EvalBatches`` against ``loaders.eval_transform`` across
+(``resident_views.EvalBatches`` against ``loaders.eval_transform`` across
 size combinations, ``data.eval_resize`` below ``data.image_size`` (torchvision's CenterCrop pads)
 included, and a held-out split whose images differ in size is evaluated as the loader does."""
 
@@ -12,7 +12,7 @@ import torch
 from fakedata import random_images, write_png
 
 from pretrain import config
-from pretrain.data import loaders, resident, views
+from pretrain.data import loaders, resident_views, views
 from pretrain.engine import build
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
@@ -34,7 +34,7 @@ def test_eval_batches_equal_the_eval_transform_for_every_size(height, width, siz
     imgs = torch.from_numpy(random_images(6, max(height, width), seed=4)).permute(0, 3, 1, 2)
     imgs = imgs[:, :, :height, :width].contiguous()
     tf = loaders.eval_transform(size, resize, MEAN, STD)
-    ev = resident.EvalBatches(imgs, torch.arange(6), batch=4, size=size, resize=resize,
+    ev = resident_views.EvalBatches(imgs, torch.arange(6), batch=4, size=size, resize=resize,
                               mean=MEAN, std=STD)  # fmt: skip
     got = torch.cat([x for x, _ in ev])
     want = torch.stack([tf(views.TF.to_image(i)) for i in imgs])
@@ -78,7 +78,7 @@ def test_resident_held_out_images_of_another_size_are_evaluated_as_the_loader_do
     held = build.datasets_for(config.load("digits_moco.yaml", ["data.resident=device", *over]))
     ref = build.datasets_for(config.load("digits_moco.yaml", ["data.resident=off", *over]))
     assert held.pipeline == "resident"
-    assert isinstance(held.train_loader, resident.ResidentViews)
+    assert isinstance(held.train_loader, resident_views.ResidentViews)
     for a, b in ((held.test_loader, ref.test_loader), (held.bank_loader, ref.bank_loader)):
         xa, ya = zip(*a)
         xb, yb = zip(*b)

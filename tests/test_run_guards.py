@@ -1,4 +1,4 @@
-"""Runs you can trust (issue 34): no epoch lost to a failed evaluation, no hang after an error, one
+"""Runs you can trust: no epoch lost to a failed evaluation, no hang after an error, one
 live run per run folder, a failed checkpoint write that says what survived, and the refusals of a
 run that must not start (exit 2, nothing written)."""
 

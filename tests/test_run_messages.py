@@ -1,4 +1,4 @@
-"""What a run says at its end (issue 43 item 11): one closing line with the final metrics and
+"""What a run says at its end: one closing line with the final metrics and
 the checkpoint's path; the command of a finished run, run again, says the run is complete and
 where its checkpoint and metrics are, and rewrites nothing (it said "resuming at epoch 2")."""
 

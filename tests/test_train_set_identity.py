@@ -1,5 +1,5 @@
 """The checkpoint records the training set's identity and a resume on other data is refused with
-exit 2 unless ``data.resume_on_changed_data=true`` (issue 43 item 5): a folder that shrank or
+exit 2 unless ``data.resume_on_changed_data=true``: a folder that shrank or
 whose images changed class between a stop and its resume; a dataset moved to another data.root
 resumes as before."""
 

@@ -1,4 +1,4 @@
-"""docs/troubleshooting.md quotes the data messages of issue 34 word for word: each message is
+"""docs/troubleshooting.md quotes the data messages word for word: each message is
 produced by the code here and must match one quoted message of the page, whose capitalised
 placeholders (DIR, PATH, N, ...) stand for any text."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from linear_eval.inputs import features
+from linear_eval.inputs import checkpoints, features
 from pretrain.data import imagefiles
 from pretrain.engine import checkpoint
 from tests.fakedata import random_images, write_png
@@ -90,7 +90,7 @@ def test_linear_eval_messages_are_quoted(tmp_path, capsys):
     with torch.no_grad():
         module.weight[0, 0] = float("nan")
     with pytest.raises(checkpoint.CheckpointError) as info:
-        features._refuse_non_finite(module, tmp_path / "last.pt")
+        checkpoints._refuse_non_finite(module, tmp_path / "last.pt")
     assert_documented(str(info.value))
     cache = tmp_path / "run" / "features" / "digits-test-plain-0123.pt"
     cache.parent.mkdir(parents=True)

@@ -45,7 +45,7 @@ def with_plugins(path: Path, plugins: list[str]) -> None:
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["absolute", "relative", "module"])
 def test_evaluation_and_export_import_no_plugin_named_by_a_checkpoint(tmp_path, monkeypatch, which):
-    from linear_eval.inputs.features import load_model
+    from linear_eval.inputs.checkpoints import load_model
 
     marker, specs = planted(tmp_path)
     monkeypatch.chdir(tmp_path)

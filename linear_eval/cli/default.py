@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from linear_eval.classify import probe
 from linear_eval.classify.knn import PRESETS, knn_votes
 from linear_eval.inputs import guards
@@ -132,76 +134,21 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         overrides=tuple(args.set),
     )
     sess = Session(args.ckpt, opts)
-    cfg, device = sess.model.cfg, sess.store.device
     train, test = sess.train(), sess.test()
-    num_classes = sess.num_classes
-    preset = (
-        PRESETS[args.knn_preset]
-        if args.knn_preset
-        else {"k": cfg.eval.knn_k, "temperature": cfg.eval.knn_temperature}
-    )
-    k = preset["k"] if args.k is None else args.k
-    if args.k is not None and k > train.labels.numel():
-        raise guards.UsageError(
-            f"--k {k} exceeds the {train.labels.numel()} training images (the kNN bank); give "
-            f"--k {train.labels.numel()} or less"
-        )
-    k = min(k, int(train.labels.numel()))  # what knn_votes uses, and so what is recorded
-    t = preset["temperature"] if args.temperature is None else args.temperature
-    votes = knn_votes(train.backbone, train.labels, test.backbone, k, t, num_classes)
-    recipe = probe.Protocol(
-        "custom",
-        epochs=args.epochs,
-        lr=args.lr,
-        milestones=tuple(args.milestones),
-        batch_size=args.batch_size,
-        weight_decay=args.weight_decay,
-    )
-    common = dict(
-        epochs=args.epochs,
-        lr=args.lr,
-        milestones=args.milestones,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-    )
-    if args.probe == "features":
-        scores, ran = probe.fit_predict(
-            train.backbone.to(device),
-            train.labels,
-            test.backbone.to(device),
-            num_classes,
-            recipe,
-            args.seed,
-        )
-    else:
-        lr_log: list[float] = []
-        fc = probe.train_on_images(
-            sess.model.encoder.backbone,
-            sess.store.augmented_loader(args.batch_size, args.seed),
-            num_classes,
-            train.backbone.shape[1],
-            device,
-            **common,
-            lr_log=lr_log,
-        )
-        scores = probe.predict(fc, test.backbone.to(device)).cpu()
-        ran = {"lr_by_epoch": probe.lr_changes(lr_log)}
-        sess.model.assert_unchanged()  # the augmented images went through the backbone
-    knn_rec = summary.accuracy(summary.topk_correct(votes, test.labels, 1), "knn_top1")
+    k, t = _knn_setting(args, sess.model.cfg, int(train.labels.numel()))
+    votes = knn_votes(train.backbone, train.labels, test.backbone, k, t, sess.num_classes)
+    scores, ran = _linear_probe(args, sess, train, test)
+    knn_hit = summary.topk_correct(votes, test.labels, 1)  # (N,) bool, once for all its uses
+    lin_hit = summary.topk_correct(scores, test.labels, 1)
     knn5 = summary.accuracy(summary.topk_correct(votes, test.labels, 5), "knn_top5")
-    lin = summary.accuracy(summary.topk_correct(scores, test.labels, 1), "linear_top1")
+    lin = summary.accuracy(lin_hit, "linear_top1")
     lin5 = summary.accuracy(summary.topk_correct(scores, test.labels, 5), "linear_top5")
     return {
-        "checkpoint": str(args.ckpt),
-        "weights": "random" if args.random_init else "pretrained",
-        "epoch": sess.model.epoch,
-        "global_step": sess.model.global_step,
-        "dataset": cfg.data.name,
-        "features": "backbone (pooled, penultimate)",
+        **_run_record(args, sess),
         # the monitor's float32 reduction (pretrain.engine.knn.knn_top1), so the two numbers are
         # equal
-        "knn_top1": 100.0 * summary.topk_correct(votes, test.labels, 1).float().mean().item(),
-        "knn_top1_ci": knn_rec["knn_top1_ci"],
+        "knn_top1": 100.0 * knn_hit.float().mean().item(),
+        "knn_top1_ci": summary.accuracy(knn_hit, "knn_top1")["knn_top1_ci"],
         "knn_top5": knn5["knn_top5"],
         "knn_top5_ci": knn5["knn_top5_ci"],
         "knn": {"k": k, "temperature": t, "distance": "cosine", "weighting": "exp(sim/T)"},
@@ -213,7 +160,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             "mode": args.probe,
             "batch_size": args.batch_size,
             "momentum": probe.MOMENTUM,
-            **common,
+            **_schedule(args),
             **ran,  # the lr the optimizer held, at epoch 0 and wherever it changed
         },
         "frozen_check": (
@@ -225,11 +172,86 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         "test_size": int(test.labels.numel()),
         # per test image, in test order ("1" correct): what `linear_eval table` resamples for
         # intervals over seeds and paired differences against a baseline
-        "per_sample": {
-            "knn_top1": _bits(summary.topk_correct(votes, test.labels, 1)),
-            "linear_top1": _bits(summary.topk_correct(scores, test.labels, 1)),
-        },
+        "per_sample": {"knn_top1": _bits(knn_hit), "linear_top1": _bits(lin_hit)},
     }
+
+
+def _run_record(args: argparse.Namespace, sess: Session) -> dict[str, Any]:
+    """What was evaluated: the checkpoint, its weights, its step and dataset."""
+    return {
+        "checkpoint": str(args.ckpt),
+        "weights": "random" if args.random_init else "pretrained",
+        "epoch": sess.model.epoch,
+        "global_step": sess.model.global_step,
+        "dataset": sess.model.cfg.data.name,
+        "features": "backbone (pooled, penultimate)",
+    }
+
+
+def _knn_setting(args: argparse.Namespace, cfg: Any, bank: int) -> tuple[int, float]:
+    """k and T of the kNN: the flags, else the preset, else the run's monitor settings. A ``--k``
+    above the ``bank`` (the training images) is refused; a preset's or the run's k is clamped to
+    it, which is what :func:`knn_votes` uses and so what is recorded."""
+    preset = (
+        PRESETS[args.knn_preset]
+        if args.knn_preset
+        else {"k": cfg.eval.knn_k, "temperature": cfg.eval.knn_temperature}
+    )
+    k = preset["k"] if args.k is None else args.k
+    if args.k is not None and k > bank:
+        raise guards.UsageError(
+            f"--k {k} exceeds the {bank} training images (the kNN bank); give --k {bank} or less"
+        )
+    t = preset["temperature"] if args.temperature is None else args.temperature
+    return min(k, bank), t
+
+
+def _schedule(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "milestones": args.milestones,
+        "weight_decay": args.weight_decay,
+        "seed": args.seed,
+    }
+
+
+def _linear_probe(
+    args: argparse.Namespace, sess: Session, train: Any, test: Any
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The linear probe's test scores and what ran: on the cached features (``--probe
+    features``) or on augmented images through the frozen backbone (``images``)."""
+    device = sess.store.device
+    if args.probe == "features":
+        recipe = probe.Protocol(
+            "custom",
+            epochs=args.epochs,
+            lr=args.lr,
+            milestones=tuple(args.milestones),
+            batch_size=args.batch_size,
+            weight_decay=args.weight_decay,
+        )
+        return probe.fit_predict(
+            train.backbone.to(device),
+            train.labels,
+            test.backbone.to(device),
+            sess.num_classes,
+            recipe,
+            args.seed,
+        )
+    lr_log: list[float] = []
+    fc = probe.train_on_images(
+        sess.model.encoder.backbone,
+        sess.store.augmented_loader(args.batch_size, args.seed),
+        sess.num_classes,
+        train.backbone.shape[1],
+        device,
+        **_schedule(args),
+        lr_log=lr_log,
+    )
+    scores = probe.predict(fc, test.backbone.to(device)).cpu()
+    sess.model.assert_unchanged()  # the augmented images went through the backbone
+    return scores, {"lr_by_epoch": probe.lr_changes(lr_log)}
 
 
 def _bits(correct: Any) -> str:

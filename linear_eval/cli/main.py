@@ -45,9 +45,18 @@ from pretrain.data.imagefiles import BadImageError, bad_image_line
 from pretrain.engine.checkpoint import CheckpointError
 
 COMMANDS = (
-    "all", "linear", "knn", "transfer", "limited", "ood", "openood", "kappa", "report", "compare",
+    "all",
+    "linear",
+    "knn",
+    "transfer",
+    "limited",
+    "ood",
+    "openood",
+    "kappa",
+    "report",
+    "compare",
     "table",
-)  # fmt: skip
+)
 
 
 def _csv(text: str) -> list[str]:
@@ -230,14 +239,14 @@ def check_numbers(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     check_numbers(args)
     opts = Options(
-        args.data_root,
-        args.batch_size,
-        args.num_workers,
-        not args.no_cache,
-        args.random_init,
-        args.device,
-        args.config,
-        tuple(args.set),
+        data_root=args.data_root,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        cache=not args.no_cache,
+        random_init=args.random_init,
+        device=args.device,
+        config=args.config,
+        overrides=tuple(args.set),
     )
     configure_threads(args.threads, args.device)
     paths = _checkpoints(args.ckpt)

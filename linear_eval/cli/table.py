@@ -40,10 +40,21 @@ from pretrain.runtime import provenance
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
-    "out_dir", "seed", "data.root", "data.num_workers", "train.threads", "train.log_every",
-    "train.progress_bar", "train.ckpt_every", "train.keep_every", "train.max_requeues",
-    "train.dist_timeout_min", "train.compile", "data.skip_bad_images", "eval.",
-)  # fmt: skip
+    "out_dir",
+    "seed",
+    "data.root",
+    "data.num_workers",
+    "train.threads",
+    "train.log_every",
+    "train.progress_bar",
+    "train.ckpt_every",
+    "train.keep_every",
+    "train.max_requeues",
+    "train.dist_timeout_min",
+    "train.compile",
+    "data.skip_bad_images",
+    "eval.",
+)
 #: Numbers in eval JSONs that are bookkeeping, not metrics.
 NOT_METRICS = {"epoch", "global_step", "train_size", "test_size", "seed"}
 DIAGNOSTICS = ("false_negative_fraction", "effective_negatives")
@@ -323,8 +334,9 @@ def main(argv: list[str]) -> int:
         if args.baseline:
             base_path = Path(args.baseline)
             rows, _ = group(runs)
-            baseline = next((g for g in rows if any(r.path.resolve() == base_path.resolve()
-                                                     for r in g)), None)  # fmt: skip
+            baseline = next(
+                (g for g in rows if any(r.path.resolve() == base_path.resolve() for r in g)), None
+            )
             if baseline is None:
                 raise ValueError(
                     f"--baseline {base_path} is not among the finished, evaluated runs"

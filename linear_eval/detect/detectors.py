@@ -29,7 +29,7 @@ import torch
 
 from linear_eval.detect import scores
 from linear_eval.inputs.features import Features
-from negatives.registry import Registry
+from negmine_core.registry import Registry
 
 CIDER_K_FRACTION = 100 / 50_000
 
@@ -112,7 +112,7 @@ def _knn_kappa(bank: ViewSet, test: ViewSet, s: Settings) -> torch.Tensor:
     return scores.knn_with_kappa(b.head, b.kappa, t.head, t.kappa, _k(s.kappa_k, bank))
 
 
-#: The detectors by name, in the one registry class of the code base (``negatives.registry``).
+#: The detectors by name, in the one registry class of the code base (``negmine_core.registry``).
 DETECTORS: Registry[Detector] = Registry("detector")
 for _name, _fn in {
     "s_con": lambda b, t, s: scores.knn_score(b.plain.backbone, t.plain.backbone, _k(s.k, b)),

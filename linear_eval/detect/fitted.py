@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from linear_eval.detect import scores
-from negatives.registry import Registry
+from negmine_core.registry import Registry
 
 Scorer = Callable[[torch.Tensor], torch.Tensor]
 KNN_K = 50  # OpenOOD's knn.yml for CIFAR
@@ -42,7 +42,7 @@ def _center(bank: torch.Tensor, labels: torch.Tensor) -> Scorer:
     return lambda test: scores.center_score(bank, test)
 
 
-#: OpenOOD's detectors by name, in the one registry class (``negatives.registry``).
+#: OpenOOD's detectors by name, in the one registry class (``negmine_core.registry``).
 FITTERS: Registry[Callable[[torch.Tensor, torch.Tensor], Scorer]] = Registry("OpenOOD detector")
 for _name, _fit in {
     "knn": _knn(KNN_K),

@@ -435,6 +435,6 @@ def transfer_transform(name: str, mean: tuple[float, ...], std: tuple[float, ...
     if spec.image_size is None or spec.resize is None:
         raise ValueError(
             f"{name} is an OOD set, read at the in-distribution set's resolution: use that set's "
-            "transform (transfer_transform(<ID set>, ...) or pretrain.engine.build.eval_transform)"
+            "transform (transfer_transform(<ID set>, ...) or pretrain.data.pipeline.eval_transform)"
         )
     return eval_transform(spec.image_size, spec.resize, mean, std)

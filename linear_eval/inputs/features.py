@@ -1,5 +1,5 @@
-"""Frozen features of a checkpoint, extracted once and cached: the only module that touches models
-and datasets.
+"""Frozen features of a checkpoint (:mod:`linear_eval.inputs.checkpoints`), extracted once and
+cached: with that module, the only one that touches models and datasets.
 
 One pass of the query encoder gives, per image, the pooled backbone (penultimate) features h
 (N, F), the unit-norm head output z (N, D), the concentration kappa (N,) when the model has a kappa
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,131 +34,21 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from linear_eval.inputs import corruptions, eval_datasets, foreign
-from pretrain import config
-from pretrain.config import Config, ConfigError
-from pretrain.data import datasets, imagefiles, loaders, views
-from pretrain.engine import build, checkpoint
+from linear_eval.inputs import corruptions, eval_datasets
+from linear_eval.inputs.checkpoints import Model, file_id
+from pretrain.data import datasets, imagefiles, loaders, pipeline, views
+from pretrain.engine import checkpoint
 from pretrain.model.encoders import Encoder
 
 CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.5, 1])
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
 ROTATIONS = (0, 90, 180, 270)
 # bump when the stored layout or meaning changes; 2: an image-folder run's test split labelled by
-# the training split's class names (issue 34: version-1 files may hold shifted labels)
+# the training split's class names (version-1 files may hold shifted labels)
 CACHE_VERSION = 2
 CORRUPT_SOURCE = (
     "linear_eval.inputs.corruptions.corrupt"  # cache-key source of computed corruptions
 )
-
-
-@dataclass
-class Model:
-    """A checkpoint's frozen query encoder and what identifies it."""
-
-    encoder: Encoder  # eval mode, requires_grad False
-    cfg: Config  # the pretraining config stored in the checkpoint
-    epoch: int
-    global_step: int
-    tag: str  # identifies checkpoint + weights in cache keys ("random-seed<s>" for random init)
-    ckpt: Path
-    reference: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)  # loaded weights
-    out_dir: Path | None = None  # results folder of foreign weights (<file>.eval)
-
-    @property
-    def run_dir(self) -> Path:
-        """RUN for ``RUN/checkpoints/<name>.pt`` (``<file>.eval`` for weights made elsewhere)."""
-        return self.out_dir or self.ckpt.resolve().parent.parent
-
-    @property
-    def has_kappa(self) -> bool:
-        return self.encoder.kappa_head is not None
-
-    def assert_unchanged(self) -> None:
-        """Raise RuntimeError if any encoder parameter or buffer (BatchNorm running statistics
-        included) differs from the checkpoint's: MoCo's ``main_lincls.py`` ``sanity_check``."""
-        changed = [
-            k
-            for k, v in self.encoder.state_dict().items()
-            if not torch.equal(v.cpu(), self.reference[k])
-        ]
-        if changed:
-            raise RuntimeError(f"the frozen encoder changed during evaluation: {changed[:5]}")
-
-
-def load_foreign(path: str | Path, cfg_name: str, overrides: list[str] | None = None) -> Model:
-    """Weights made elsewhere (:mod:`linear_eval.inputs.foreign`) as a :class:`Model`."""
-    encoder, cfg, tag = foreign.load(path, cfg_name, overrides)
-    encoder = encoder.eval().requires_grad_(False)
-    _refuse_non_finite(encoder, Path(path))
-    reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
-    p = Path(path)
-    return Model(
-        encoder, cfg, 0, 0, tag, p, reference, out_dir=p.resolve().parent / f"{p.name}.eval"
-    )
-
-
-def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
-    """The query encoder of a checkpoint (or, with ``random_init``, the same architecture with the
-    run's seed and no training: the baseline every number should be read against).
-
-    Raises:
-        pretrain.engine.checkpoint.CheckpointError: missing, corrupt or incompatible checkpoint.
-    """
-    path = Path(ckpt_path)
-    try:
-        state = checkpoint.load(path)
-    except checkpoint.NotNegmineError as e:
-        raise checkpoint.CheckpointError(
-            f"{e}. Weights made elsewhere (an official MoCo v1/v2 checkpoint, a torchvision, timm "
-            "or solo-learn ResNet) need --config CFG, a config naming the dataset and evaluation "
-            f"settings, e.g. python -m linear_eval --ckpt {path} --config cifar10_moco.yaml "
-            "[--set data.root=PATH]"
-        ) from None
-    try:
-        cfg = config.from_dict(state["config"], source=f"{path} (config)", encoder_only=True)
-    except ConfigError as e:
-        raise checkpoint.CheckpointError(f"the config stored in {path} is not usable: {e}") from e
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        moco = build.model(cfg)
-    if random_init:
-        tag = f"random-seed{cfg.seed}"
-    else:
-        checkpoint.load_module(moco, state["model"], "model")
-        tag = f"step{state['global_step']}-{_digest(path)}"
-    encoder = moco.encoder_q.eval().requires_grad_(False)
-    _refuse_non_finite(encoder, path)
-    reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
-    return Model(encoder, cfg, state["epoch"], state["global_step"], tag, path, reference)
-
-
-def _refuse_non_finite(encoder: Encoder, path: Path) -> None:
-    """Raise CheckpointError naming the tensors of ``encoder`` (parameters and BatchNorm
-    statistics) that hold NaN or inf: their features mean nothing, and the frozen-encoder check
-    would call them changed (NaN equals nothing, itself included)."""
-    bad = [
-        k
-        for k, v in encoder.state_dict().items()
-        if v.is_floating_point() and not bool(torch.isfinite(v).all())
-    ]
-    if bad:
-        raise checkpoint.CheckpointError(
-            f"checkpoint {path} holds weights that are not finite (NaN or inf) in {len(bad)} "
-            f"tensor(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; features of these "
-            "weights mean nothing: evaluate an earlier checkpoint (checkpoints/epoch_N.pt, kept "
-            "with train.keep_every=N)"
-        )
-
-
-def _file_id(path: Path) -> str:
-    """``<absolute path>:<size>:<mtime ns>``: changes when the file is rewritten."""
-    st = path.stat()
-    return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha1(_file_id(path).encode()).hexdigest()[:10]
 
 
 @dataclass
@@ -326,7 +216,7 @@ class FeatureStore:
         protocol's resizing for ``dataset`` with the run's normalisation."""
         d = self.model.cfg.data
         if kind == "run":
-            return build.eval_transform(d)
+            return pipeline.eval_transform(d)
         if kind == "transfer":
             return eval_datasets.transfer_transform(dataset, d.mean, d.std)
         raise ValueError(f"transform must be 'run' or 'transfer', got {kind!r}")
@@ -339,7 +229,7 @@ class FeatureStore:
         if (name, split) not in self._datasets:
             if name == self.run_dataset or name == "digits":
                 d, classes = self.model.cfg.data, None
-                if name in build.IMAGE_FILES:  # the run's own splits; labels named by training
+                if name in pipeline.IMAGE_FILES:  # the run's own splits; labels named by training
                     where = {"train": d.train_split, "test": d.test_split}.get(split, split)
                     if split != "train" and name == "imagefolder":
                         classes = self.dataset(name, "train").classes
@@ -356,8 +246,9 @@ class FeatureStore:
         (RandomResizedCrop with the run's crop scale, horizontal flip with the run's
         probability), shuffled by a seeded generator: for the linear probe on images."""
         d = self.model.cfg.data
-        spec = views.ViewSpec(image_size=d.image_size, crop_scale=d.crop_scale,
-                              hflip_prob=d.hflip_prob)  # fmt: skip
+        spec = views.ViewSpec(
+            image_size=d.image_size, crop_scale=d.crop_scale, hflip_prob=d.hflip_prob
+        )
         aug = loaders.train_transform(spec, d.mean, d.std)
         return DataLoader(
             loaders.Transformed(self.dataset(d.name, "train"), aug),
@@ -408,7 +299,7 @@ class FeatureStore:
             "batch_size": self.batch_size,
         }
         if corruption is not None:  # absent from clean keys: their cache files stay valid
-            source = CORRUPT_SOURCE if npy is None else [_file_id(f) for f in npy.files]
+            source = CORRUPT_SOURCE if npy is None else [file_id(f) for f in npy.files]
             key["corruption_source"] = source
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
         suffix = f"-{corruption[0]}{corruption[1]}" if corruption else ""
@@ -443,7 +334,7 @@ class FeatureStore:
             tf = v2.Compose(tf.transforms[:-1])  # images in [0, 1]; normalised after corruption
         size = _output_size(tf)
         ds = Viewed(base, tf, view, image_size=size)
-        loader = build.eval_loader(ds, self.batch_size, self.num_workers)
+        loader = pipeline.eval_loader(ds, self.batch_size, self.num_workers)
         return encode(self.model.encoder, loader, self.device, corruption, normalize)
 
 

@@ -44,20 +44,42 @@ class Benchmark:
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 BENCHMARKS = {
     "cifar10": Benchmark(
-        "cifar10", "images_classic", "cifar10", ("cifar100", "tin"),
-        ("mnist", "svhn", "texture", "places365"), 32, 32,
-        (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 10,
+        "cifar10",
+        "images_classic",
+        "cifar10",
+        ("cifar100", "tin"),
+        ("mnist", "svhn", "texture", "places365"),
+        32,
+        32,
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
+        10,
     ),
     "cifar100": Benchmark(
-        "cifar100", "images_classic", "cifar100", ("cifar10", "tin"),
-        ("mnist", "svhn", "texture", "places365"), 32, 32,
-        (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 100,
+        "cifar100",
+        "images_classic",
+        "cifar100",
+        ("cifar10", "tin"),
+        ("mnist", "svhn", "texture", "places365"),
+        32,
+        32,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+        100,
     ),
     "imagenet200": Benchmark(
-        "imagenet200", "images_largescale", "imagenet200", ("ssb_hard", "ninco"),
-        ("inaturalist", "textures", "openimage_o"), 256, 224, IMAGENET_MEAN, IMAGENET_STD, 200,
+        "imagenet200",
+        "images_largescale",
+        "imagenet200",
+        ("ssb_hard", "ninco"),
+        ("inaturalist", "textures", "openimage_o"),
+        256,
+        224,
+        IMAGENET_MEAN,
+        IMAGENET_STD,
+        200,
     ),
-}  # fmt: skip
+}
 
 
 def transform(b: Benchmark) -> v2.Compose:

@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from linear_eval.detect.detectors import ViewSet
-from linear_eval.inputs import features, guards
+from linear_eval.inputs import checkpoints, features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View
 from linear_eval.records import summary
 from pretrain.runtime import dist
 from pretrain.runtime import threads as pretrain_threads
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Options:
     """Settings every subcommand shares (the CLI's common flags)."""
 
@@ -55,9 +55,9 @@ class Session:
         self.opts = opts
         guards.require_checkpoint(ckpt)
         if opts.config:
-            self.model = features.load_foreign(ckpt, opts.config, list(opts.overrides))
+            self.model = checkpoints.load_foreign(ckpt, opts.config, list(opts.overrides))
         else:
-            self.model = features.load_model(ckpt, opts.random_init)
+            self.model = checkpoints.load_model(ckpt, opts.random_init)
         cfg = self.model.cfg
         for d, what in (
             (self.eval_dir, "the results directory"),

@@ -277,10 +277,15 @@ def selection_sections(ev: Path, sfx: str) -> list[dict[str, Any]]:
             sel = rec["selection"]
             chosen = ", ".join(f"{k}={v}" for k, v in sel["selected"].items() if k != "l2")
             rows.append(
-                {"evaluator": name, "selected": chosen, "val": sel["val"],
-                 "val size": sel["val_size"], "best val top-1": max(sel["val_top1"].values()),
-                 "test top-1": rec["top1"]}
-            )  # fmt: skip
+                {
+                    "evaluator": name,
+                    "selected": chosen,
+                    "val": sel["val"],
+                    "val size": sel["val_size"],
+                    "best val top-1": max(sel["val_top1"].values()),
+                    "test top-1": rec["top1"],
+                }
+            )
     if not rows:
         return []
     text = "Hyper-parameters chosen on a held-out part of the training set; test accuracy once."

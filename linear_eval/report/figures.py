@@ -1,4 +1,6 @@
-"""Evaluation figures: pure functions from feature arrays to PNG + numbers.
+"""Evaluation figures: functions from feature arrays to PNG + numbers. The evaluations of the
+embedding (the t-SNE map and its cluster indices, the nearest-neighbour margins) are computed in
+:mod:`linear_eval.classify.geometry`; this module draws them.
 
 Each plotting function takes arrays (numpy or torch, any device), writes one PNG (dpi 120, closed
 after saving) and returns the numbers it shows as plain Python floats, so a CLI can put them in a
@@ -25,43 +27,13 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a display; must precede the pyplot import
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
 from scipy import stats  # noqa: E402
-from sklearn.manifold import TSNE  # noqa: E402
-from sklearn.metrics import calinski_harabasz_score, davies_bouldin_score  # noqa: E402
+
+from linear_eval.classify import geometry  # noqa: E402
+from linear_eval.classify.geometry import ArrayLike, as_array, same_length  # noqa: E402
 
 DPI = 120
-ArrayLike = Any  # numpy array, torch tensor or nested sequence
-
-
-def _np(x: ArrayLike, name: str, ndim: int, dtype: type = np.float64) -> np.ndarray:
-    a = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-    a = a.astype(dtype) if dtype is not object else a
-    if a.ndim != ndim or a.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty {ndim}-D array, got shape {a.shape}")
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        raise ValueError(f"{name} has NaN or inf entries; drop them before plotting")
-    return a
-
-
-def _tensor(x: ArrayLike, name: str) -> torch.Tensor:
-    """A floating (N, F) tensor; a torch input keeps its device and dtype (GPU-sized banks)."""
-    t = x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x, np.float64))
-    t = t if t.is_floating_point() else t.double()
-    if t.ndim != 2 or t.shape[0] == 0 or not torch.isfinite(t).all():
-        raise ValueError(f"{name} must be a non-empty finite 2-D array, got shape {tuple(t.shape)}")
-    return t
-
-
-def _same_length(**arrays: np.ndarray) -> None:
-    lengths = {k: len(v) for k, v in arrays.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"one value per sample is needed, got lengths {lengths}")
-
-
-def _l2(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def _save(fig: plt.Figure, path: str | Path) -> None:
@@ -87,30 +59,8 @@ def tsne_plot(
     Calinski-Harabasz (higher) are computed on all normalised features as in [001] (keys
     ``davies_bouldin``, ``calinski_harabasz``) and on the plotted 2-D embedding (``*_tsne``).
     """
-    x = _l2(_np(features, "features", 2))
-    y = _np(labels, "labels", 1, np.int64)
-    _same_length(features=x, labels=y)
+    emb, y, sub, out = geometry.tsne_map(features, labels, seed, max_points)
     classes = np.unique(y)
-    if not 2 <= len(classes) < len(y):
-        raise ValueError(f"DB/CH indices need 2 <= classes < samples, got {len(classes)}/{len(y)}")
-    idx = np.arange(len(y))
-    if len(y) > max_points:
-        idx = np.sort(np.random.default_rng(seed).choice(len(y), max_points, replace=False))
-    n = len(idx)
-    emb = TSNE(2, perplexity=min(30.0, (n - 1) / 3), init="pca", random_state=seed).fit_transform(
-        x[idx]
-    )
-    out = {
-        "davies_bouldin": davies_bouldin_score(x, y),
-        "calinski_harabasz": calinski_harabasz_score(x, y),
-    }
-    sub = y[idx]
-    if 2 <= len(np.unique(sub)) < n:
-        out |= {
-            "davies_bouldin_tsne": davies_bouldin_score(emb, sub),
-            "calinski_harabasz_tsne": calinski_harabasz_score(emb, sub),
-        }
-    out = {k: float(v) for k, v in out.items()} | {"n_points": len(y), "n_tsne_points": n}
 
     fig, ax = plt.subplots(figsize=(7.5, 6))
     cmap = plt.get_cmap(
@@ -157,33 +107,7 @@ def nn_margin_histograms(
     target = max_{b in B, y_b = y_z} cos(z, b), noise = max_{b in B, y_b != y_z} cos(z, b),
     margin = target - noise. Returns the means and the fraction of samples with margin > 0.
     """
-    tr = _tensor(train_features, "train_features")
-    te = _tensor(test_features, "test_features").to(tr)
-    ytr = torch.as_tensor(_np(train_labels, "train_labels", 1, np.int64), device=tr.device)
-    yte = torch.as_tensor(_np(test_labels, "test_labels", 1, np.int64), device=tr.device)
-    _same_length(train_features=tr, train_labels=ytr)
-    _same_length(test_features=te, test_labels=yte)
-    missing = set(yte.unique().tolist()) - set(ytr.unique().tolist())
-    if missing or len(ytr.unique()) < 2:
-        raise ValueError(
-            f"every test class needs training samples and the bank needs >= 2 classes; "
-            f"test classes absent from training: {sorted(missing)}"
-        )
-    tr, te = torch.nn.functional.normalize(tr, dim=1), torch.nn.functional.normalize(te, dim=1)
-    target, noise = [], []
-    for rows, y in zip(te.split(chunk), yte.split(chunk)):  # bounded (chunk, N) memory
-        sim = rows @ tr.T  # (c, N)
-        same = y[:, None] == ytr[None, :]  # (c, N)
-        target.append(sim.masked_fill(~same, -math.inf).amax(1))
-        noise.append(sim.masked_fill(same, -math.inf).amax(1))
-    t, n = torch.cat(target).double().cpu().numpy(), torch.cat(noise).double().cpu().numpy()
-    out = {
-        "mean_target": float(t.mean()),
-        "mean_noise": float(n.mean()),
-        "mean_margin": float((t - n).mean()),
-        "frac_positive_margin": float((t > n).mean()),
-        "n_test": len(t),
-    }
+    t, n, out = geometry.nn_margins(train_features, train_labels, test_features, test_labels, chunk)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     bins = np.linspace(min(t.min(), n.min()), max(t.max(), n.max()), 41)
@@ -209,9 +133,9 @@ def kappa_histograms(kappa: ArrayLike, correct: ArrayLike, path: str | Path) -> 
     P(kappa_correct > kappa_wrong) + P(tie) / 2. With an empty group there is no test: ``u`` and
     ``p_value`` are None and ``note`` says why.
     """
-    k = _np(kappa, "kappa", 1)
-    ok = _np(correct, "correct", 1, bool)
-    _same_length(kappa=k, correct=ok)
+    k = as_array(kappa, "kappa", 1)
+    ok = as_array(correct, "correct", 1, bool)
+    same_length(kappa=k, correct=ok)
     kc, kw = k[ok], k[~ok]
     out: dict[str, Any] = {
         "n_correct": len(kc),
@@ -278,9 +202,9 @@ def kappa_vs_severity(
     clean samples (severity 0) belong to every kind, whatever their entry in ``kinds``, so each
     kind's curve and rho start from the same clean set.
     """
-    s = _np(severity, "severity", 1, np.int64)
-    k = _np(kappa, "kappa", 1)
-    _same_length(severity=s, kappa=k)
+    s = as_array(severity, "severity", 1, np.int64)
+    k = as_array(kappa, "kappa", 1)
+    same_length(severity=s, kappa=k)
     if s.min() < 0 or s.max() > 5:
         raise ValueError(f"severity must be in 0..5 (0 = clean), got {s.min()}..{s.max()}")
     rho, p = _spearman(k, s)
@@ -290,8 +214,8 @@ def kappa_vs_severity(
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     if kinds is not None:
-        kd = _np(kinds, "kinds", 1, object).astype(str)
-        _same_length(severity=s, kinds=kd)
+        kd = as_array(kinds, "kinds", 1, object).astype(str)
+        same_length(severity=s, kinds=kd)
         names = sorted(str(n) for n in set(kd[s > 0]))
         colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
         for name, color in zip(names, colors * (len(names) // len(colors) + 1)):
@@ -484,7 +408,7 @@ def auroc_bar_plot(
     """One bar per normal class of the one-class AUROC, with the mean as a dashed line."""
     items = list(per_class.items() if isinstance(per_class, Mapping) else enumerate(per_class))
     names = [str(c) for c, _ in items]
-    v = _np([a for _, a in items], "per_class AUROC", 1)
+    v = as_array([a for _, a in items], "per_class AUROC", 1)
     mean = float(v.mean())
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(v) + 2), 4.5))
     bars = ax.bar(range(len(v)), v, color="tab:blue", label="per class")

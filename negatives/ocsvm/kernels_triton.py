@@ -65,9 +65,18 @@ def _row_tile(X, rows, row_ok, k, d, stride, BLOCK_D: tl.constexpr):
 
 @triton.jit
 def _gram_kernel(
-    X, GAMMA, Q, SQ, BAD, n, d, stride,
-    LINEAR: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    X,
+    GAMMA,
+    Q,
+    SQ,
+    BAD,
+    n,
+    d,
+    stride,
+    LINEAR: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     pi = tl.program_id(0)
     pj = tl.program_id(1)
     ri = pi * BLOCK + tl.arange(0, BLOCK)
@@ -99,9 +108,23 @@ def _gram_kernel(
 
 @triton.jit
 def _score_kernel(
-    Y, SV, SV_SQ, COEF, RHO, GAMMA, F, MASK, m, n, d, stride_y, stride_sv,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    Y,
+    SV,
+    SV_SQ,
+    COEF,
+    RHO,
+    GAMMA,
+    F,
+    MASK,
+    m,
+    n,
+    d,
+    stride_y,
+    stride_sv,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
     g = tl.load(GAMMA)
@@ -143,9 +166,19 @@ def _gram(
     grid = (triton.cdiv(n, block), triton.cdiv(n, block))
     kw = {} if INTERPRET else {"num_warps": 4}
     _gram_kernel[grid](
-        X, gamma, Q, sq, bad, n, d, X.stride(0),
-        LINEAR=linear, BLOCK=block, BLOCK_D=_block_d(d), **kw,
-    )  # fmt: skip
+        X,
+        gamma,
+        Q,
+        sq,
+        bad,
+        n,
+        d,
+        X.stride(0),
+        LINEAR=linear,
+        BLOCK=block,
+        BLOCK_D=_block_d(d),
+        **kw,
+    )
     return Q, sq, bad
 
 
@@ -169,9 +202,24 @@ def _score(
     kw = {} if INTERPRET else {"num_warps": 4}
     block_m, block_n = BLOCK_M * _wide(), BLOCK_N * _wide()
     _score_kernel[(triton.cdiv(m, block_m),)](
-        Y, sv, sv_sq, coef, rho, gamma, f, mask, m, len(sv), d, Y.stride(0), sv.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(d), **kw,
-    )  # fmt: skip
+        Y,
+        sv,
+        sv_sq,
+        coef,
+        rho,
+        gamma,
+        f,
+        mask,
+        m,
+        len(sv),
+        d,
+        Y.stride(0),
+        sv.stride(0),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=_block_d(d),
+        **kw,
+    )
     return f, mask
 
 

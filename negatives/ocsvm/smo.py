@@ -41,8 +41,10 @@ def full_kernel(X: torch.Tensor, kernel: str, gamma: float, round32: bool) -> to
     :func:`negatives.ocsvm.kernels_triton.gram`)."""
     sq = torch.linalg.vecdot(X, X)
     dtype = torch.float32 if round32 else torch.float64
-    blocks = [_torch_formula(kernel, gamma, X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq)
-              for a in range(0, len(X), 1024)]  # fmt: skip
+    blocks = [
+        _torch_formula(kernel, gamma, X[a : a + 1024] @ X.T, sq[a : a + 1024, None], sq)
+        for a in range(0, len(X), 1024)
+    ]
     return blocks[0].to(dtype) if len(blocks) == 1 else torch.cat([b.to(dtype) for b in blocks])
 
 

@@ -359,9 +359,23 @@ def _solve(
     block = min(triton.next_power_of_2(n), 1024)
     kw = {} if INTERPRET else {"enable_fp_fusion": False, "num_warps": 4 if n <= 2048 else 8}
     _smo_kernel[(1,)](
-        Q, QD, alpha0, alpha, scratch, iscratch, params, bad, rho, it, n, n_init, max_iter,
-        SHRINK=shrinking, BLOCK=block, **kw,
-    )  # fmt: skip
+        Q,
+        QD,
+        alpha0,
+        alpha,
+        scratch,
+        iscratch,
+        params,
+        bad,
+        rho,
+        it,
+        n,
+        n_init,
+        max_iter,
+        SHRINK=shrinking,
+        BLOCK=block,
+        **kw,
+    )
     return alpha, rho, it
 
 

@@ -182,8 +182,8 @@ class OneClassSVM:
         self.n_iter_, self.fit_status_ = int(n_iter), int(status)
         self._sv, self._coef, self._dense = self.support_vectors_, self.dual_coef_[0], False
         self._sv_sq = None  # |sv|^2, computed by decision_function
-        self._stats = {"solver_iterations": float(n_iter), "support_vectors": float(len(sv)),
-                       "max_iter_reached": float(status)}  # fmt: skip
+        stats = (float(n_iter), float(len(sv)), float(status))
+        self._stats = dict(zip(("solver_iterations", "support_vectors", "max_iter_reached"), stats))
         self.nonfinite_ = self._constant(dev, "zero", 0)[0]  # checked above
         if status:
             warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
@@ -248,7 +248,7 @@ class OneClassSVM:
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
         alpha, rho, it = smo_triton.solve(
             Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
-        )  # fmt: skip
+        )
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
         self.offset_ = rho

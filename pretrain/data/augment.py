@@ -207,8 +207,11 @@ def fixed_point(w: torch.Tensor) -> torch.Tensor:
     wmax = w.amax(dim=(1, 2)).to(torch.float64)  # (N,)
     bits = torch.arange(23, dtype=torch.float64, device=w.device)
     stop = torch.floor(0.5 + wmax[:, None] * torch.exp2(bits + 1)) >= 2.0**15
-    p = torch.where(stop.any(dim=1), stop.to(torch.uint8).argmax(dim=1).to(torch.float64),
-                    torch.full_like(wmax, 22.0))  # fmt: skip
+    p = torch.where(
+        stop.any(dim=1),
+        stop.to(torch.uint8).argmax(dim=1).to(torch.float64),
+        torch.full_like(wmax, 22.0),
+    )
     scale = torch.exp2(p).view(-1, 1, 1)
     return (torch.floor(w.to(torch.float64) * scale + 0.5) / scale).to(torch.float32)
 

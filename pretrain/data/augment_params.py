@@ -43,7 +43,7 @@ CROP_TRIES = 10  # as RandomResizedCrop.get_params
 class ViewSpec:
     """The augmentation of a training view, one record passed whole to every pipeline (stage 1's
     crops, stage 2's photometric ops, the per-sample torchvision reference, the device-resident
-    views); built from the config's ``data.*`` keys by ``pretrain.engine.build.view_spec``.
+    views); built from the config's ``data.*`` keys by ``pretrain.data.pipeline.view_spec``.
     A probability or strength of 0 turns its op off."""
 
     image_size: int  # output side of the crop

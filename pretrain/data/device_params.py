@@ -26,9 +26,13 @@ UNIFORMS = AFFINE_U + CROP_U + PHOTO_U  # per view
 
 
 def crop_boxes(
-    u: torch.Tensor, *, height: int, width: int, scale: tuple[float, float],
+    u: torch.Tensor,
+    *,
+    height: int,
+    width: int,
+    scale: tuple[float, float],
     ratio: tuple[float, float] = ap.RATIO,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """``augment_params.crop_boxes`` on uniforms ``u`` (n, CROP_U) float64: boxes (n, 4) =
     (top, left, h, w) as float64 whole numbers (RandomResizedCrop.get_params, Szegedy et al.
     2015's scale and aspect-ratio augmentation; first of 10 tries that fits, else the central
@@ -56,8 +60,13 @@ def photometric(u: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
     NUM_PARAMS) float64, the same columns and formulas."""
     s = spec.jitter_strength
     lo, hi = max(0.0, 1.0 - s), 1.0 + s
-    probs = (spec.jitter_prob, spec.grayscale_prob, spec.blur_prob, spec.hflip_prob,
-             spec.solarize_prob)  # fmt: skip
+    probs = (
+        spec.jitter_prob,
+        spec.grayscale_prob,
+        spec.blur_prob,
+        spec.hflip_prob,
+        spec.solarize_prob,
+    )
     # one comparison per column with a Python scalar: a tensor built from the list would be a
     # host-to-device copy every step
     flags = torch.stack([u[:, i] < p for i, p in enumerate(probs)], dim=1).to(u.dtype)
@@ -65,8 +74,19 @@ def photometric(u: torch.Tensor, spec: ViewSpec) -> torch.Tensor:
     hue = s / 4 * (2.0 * u[:, 8] - 1.0)
     order = torch.clamp(torch.floor(u[:, 9] * len(ap.ORDERS)), max=len(ap.ORDERS) - 1)
     sigma = ap.SIGMA_RANGE[0] + (ap.SIGMA_RANGE[1] - ap.SIGMA_RANGE[0]) * u[:, 10]
-    cols = [flags[:, 0], factors[:, 0], factors[:, 1], factors[:, 2], hue, order, flags[:, 1],
-            flags[:, 2], sigma, flags[:, 3], flags[:, 4]]  # fmt: skip
+    cols = [
+        flags[:, 0],
+        factors[:, 0],
+        factors[:, 1],
+        factors[:, 2],
+        hue,
+        order,
+        flags[:, 1],
+        flags[:, 2],
+        sigma,
+        flags[:, 3],
+        flags[:, 4],
+    ]
     return torch.stack(cols, dim=1)
 
 
@@ -96,7 +116,8 @@ def view_rows(u: torch.Tensor, spec: ViewSpec, *, height: int, width: int) -> to
     else:
         one, zero = torch.ones_like(u[:, 0]), torch.zeros_like(u[:, 0])
         theta = torch.stack([one, zero, zero, zero, one, zero], dim=1)  # ap.IDENTITY_THETA
-    box = crop_boxes(u[:, AFFINE_U : AFFINE_U + CROP_U], height=height, width=width,
-                     scale=spec.crop_scale)  # fmt: skip
+    box = crop_boxes(
+        u[:, AFFINE_U : AFFINE_U + CROP_U], height=height, width=width, scale=spec.crop_scale
+    )
     photo = photometric(u[:, AFFINE_U + CROP_U :], spec)
     return torch.cat([photo, box, theta], dim=1).to(torch.float32)

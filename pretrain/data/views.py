@@ -63,8 +63,13 @@ def crop_view(image: torch.Tensor, spec: ViewSpec, rng: np.random.Generator) -> 
         return TF.resized_crop(image, top, left, h, w, size, antialias=True)
     # TF.resized_crop's own call for uint8 on a CPU (native uint8 antialiased bilinear), without
     # its Python dispatch (about 0.5 ms per view; tested equal)
-    out = F.interpolate(crop[None], size=(spec.image_size,) * 2, mode="bilinear",
-                        align_corners=False, antialias=True)  # fmt: skip
+    out = F.interpolate(
+        crop[None],
+        size=(spec.image_size,) * 2,
+        mode="bilinear",
+        align_corners=False,
+        antialias=True,
+    )
     return out[0]
 
 
@@ -87,9 +92,12 @@ def deferred_row(spec: ViewSpec, rng: np.random.Generator) -> list[float]:
     size, theta = spec.image_size, ap.IDENTITY_THETA
     if spec.affine_degrees > 0 or spec.affine_translate > 0:
         angle, shift = ap.affine_params(
-            rng, degrees=spec.affine_degrees, translate=spec.affine_translate, height=size,
+            rng,
+            degrees=spec.affine_degrees,
+            translate=spec.affine_translate,
+            height=size,
             width=size,
-        )  # fmt: skip
+        )
         theta = ap.inverse_affine_matrix(angle, shift)
     box = ap.crop_box(rng, height=size, width=size, scale=spec.crop_scale)
     return view_params(spec, rng) + [float(v) for v in box] + theta

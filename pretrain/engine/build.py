@@ -1,31 +1,32 @@
-"""Thin adapters from the config to the objects of a run: the model, the data, the strategy, the
-loss and the optimizer are built here from plain values and never see the config. Besides this
+"""Thin adapters from the config to the objects of a run: the model, the queue, the strategy, the
+loss and the optimizer are built here from plain values and never see the config; the data through
+:mod:`pretrain.data.pipeline`, which takes the values :func:`data_settings` gives it. Besides this
 module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``train.*`` and
 ``eval.*``), ``Loss.config_kwargs`` (a loss's keys) and ``cuda_graphs.refusal`` read it."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Sized
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
 import negatives
+from negmine_core.step import SetupContext
 from pretrain import losses
-from pretrain.config import Config, ConfigError, DataConfig
-from pretrain.data import augment, datasets, device_decode, imagefiles, loaders, resident, views
-from pretrain.data.identity import train_set_identity
+from pretrain.config import Config, ConfigError
+from pretrain.data import pipeline
+from pretrain.data.pipeline import Data
 from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
-from pretrain.runtime import cores, dist
+from pretrain.runtime import precision
 
 
-def model(cfg: Config) -> model_lib.MoCo:
-    m = cfg.model
+def model(cfg: Config, device: torch.device | None = None) -> model_lib.MoCo:
+    """The MoCo module with the run's constants; ``device``: the training device, which decides
+    ``train.channels_last`` (None: outside training, contiguous)."""
+    m, t = cfg.model, cfg.train
+    last = device is not None and precision.channels_last(t.channels_last, t.amp, device)
     net = model_lib.build(
         arch=m.arch,
         width=m.width,
@@ -33,47 +34,45 @@ def model(cfg: Config) -> model_lib.MoCo:
         dim=m.dim,
         mlp=m.mlp,
         bn_splits=m.bn_splits,
-        kappa_hidden=m.kappa_hidden,
+        kappa_hidden=cfg.kappa.hidden,
+        momentum=cfg.moco.momentum,
+        symmetric=cfg.loss.symmetric,
+        channels_last=last,
+        keep_features=cfg.eval.online_probe,
     )
     split_bn.use_path(net, None if m.split_bn == "auto" else m.split_bn)
     return net
 
 
-def eval_transform(d: DataConfig) -> Any:
-    return loaders.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
-
-
-def view_spec(d: DataConfig) -> views.ViewSpec:
-    """The augmentation keys of ``data.*`` as the one record every pipeline takes whole."""
-    return views.ViewSpec(
-        image_size=d.image_size,
-        crop_scale=d.crop_scale,
-        affine_degrees=d.affine_degrees,
-        affine_translate=d.affine_translate,
-        jitter_strength=d.jitter_strength,
-        jitter_prob=d.jitter_prob,
-        grayscale_prob=d.grayscale_prob,
-        blur_prob=d.blur_prob,
-        hflip_prob=d.hflip_prob,
+def data_settings(cfg: Config) -> pipeline.Settings:
+    """The values of the config the input pipeline reads (:mod:`pretrain.data.pipeline`)."""
+    return pipeline.Settings(
+        data=cfg.data,
+        batch_size=cfg.train.batch_size,
+        eval_batch_size=cfg.eval.batch_size,
+        seed=cfg.seed,
+        out_dir=cfg.out_dir,
+        knn_k=cfg.eval.knn_k if cfg.eval.knn_every > 0 else 0,
     )
 
 
-def train_transform(d: DataConfig) -> Any:
-    """``augment_on: workers``: the whole augmentation per sample (torchvision, the reference)."""
-    return loaders.train_transform(view_spec(d), d.mean, d.std)
+def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
+    """The run's datasets and loaders (:func:`pretrain.data.pipeline.build`)."""
+    return pipeline.build(data_settings(cfg), device)
 
 
-def photometric(d: DataConfig) -> augment.Photometric:
-    """Stage 2 of ``augment_on: device``: the ops of :func:`train_transform` after the crop."""
-    return augment.Photometric.for_views(view_spec(d), d.mean, d.std, d.augment_compile)
+def setup_context(cfg: Config, **run: Any) -> SetupContext:
+    """What a strategy's or a loss's setup hook reads; ``run``: num_classes, device, features."""
+    d = cfg.data
+    mean, std = tuple(d.mean), tuple(d.std)
+    return SetupContext(dim=cfg.model.dim, image_size=d.image_size, mean=mean, std=std, **run)
 
 
 def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
-        made.bind_model(cfg.model.dim)
-        made.bind_data(cfg.data.image_size, tuple(cfg.data.mean), tuple(cfg.data.std))
+        made.setup(setup_context(cfg))
     except (ValueError, ImportError) as e:  # ImportError: an optional backend not installed
         raise ConfigError(f"negatives: {e}") from e
     return made
@@ -95,295 +94,6 @@ def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=lr, momentum=t.sgd_momentum, foreach=True)
 
 
-@dataclass(kw_only=True)
-class Data:
-    """The run's input, whichever pipeline (:func:`pipeline`) made it."""
-
-    pipeline: str  # "loader" | "device_decode" | "resident" (see :func:`pipeline`)
-    train: Sized  # the training views, one item per image (their count sets steps_per_epoch)
-    sampler: loaders.ResumableSampler
-    train_loader: Iterable[Any]  # batches (x1, x2, y, index, *stage-2 rows)
-    bank_loader: Iterable[Any]  # training images, eval transform: the kNN bank; (x, y) batches
-    test_loader: Iterable[Any]  # held-out images, eval transform; (x, y) batches
-    num_classes: int
-    in_classes: list[int]  # one-class / subset training: the in-distribution classes; [] = all
-    num_workers: int = 0  # loader processes per rank after the cap (pretrain.runtime.cores)
-    skipped: torch.Tensor | None = None  # data.skip_bad_images: shared per-worker skip counts
-    augment: augment.Photometric | None = None  # stage 2 (augment_on: device), else None
-    identity: dict[str, Any] | None = None  # the training set's (pretrain/data/identity.py)
-
-    def close(self) -> None:
-        """End the worker processes of every loader now (see
-        :func:`pretrain.data.loaders.shutdown`)."""
-        for loader in (self.train_loader, self.bank_loader, self.test_loader):
-            loaders.shutdown(loader)
-
-
-@dataclass(kw_only=True)
-class Splits:
-    """The datasets a run reads, before any pipeline: training, kNN bank and held-out splits."""
-
-    train: Dataset
-    bank: Dataset  # the labelled training split (stl10 pretrains on train+unlabeled)
-    test: Dataset
-    skipped: torch.Tensor | None  # data.skip_bad_images: shared per-worker skip counts
-
-
-def eval_loader(ds: Dataset, batch_size: int, num_workers: int) -> DataLoader:
-    return loaders.loader(ds, batch_size, None, num_workers)
-
-
-IMAGE_FILES = ("imagefolder", "imagenet100")  # split names are folders or image lists
-
-
-def decode_on(d: DataConfig, device: torch.device | str) -> str:
-    """``data.decode_on`` for a run on ``device``: auto is device on CUDA for image files with
-    the two-stage pipeline and no RandomAffine, else cpu (config.validate refuses an explicit
-    device where it cannot apply)."""
-    if d.decode_on != "auto":
-        return d.decode_on
-    fits = (
-        torch.device(device).type == "cuda"
-        and d.name in IMAGE_FILES
-        and d.augment_on == "device"
-        and d.affine_degrees == 0
-        and d.affine_translate == 0
-    )
-    return "device" if fits else "cpu"
-
-
-def pipeline(
-    cfg: Config, device: torch.device | str, splits: Splits, resident_ok: bool = True
-) -> str:
-    """The one place the input pipeline is chosen, for a run on ``device``:
-
-    - ``resident`` (``data.resident``): the splits held on the device as uint8, batches and both
-      views' augmentation made there, no loader; auto = on CUDA when they fit in the free memory;
-    - ``device_decode`` (``data.decode_on``): loader workers read bytes and draw crops, the
-      training process decodes and crops each batch on the device (:func:`decode_on`);
-    - ``loader``: loader workers decode and crop (and, with ``augment_on: workers``, augment).
-
-    Explicit settings that cannot apply were refused by ``config.validate``. ``resident_ok``
-    False: the resident split could not be made (auto), the next choice."""
-    d = cfg.data
-    if resident_ok and d.augment_on == "device" and d.decode_on != "device":
-        if d.resident == "device" or (d.resident == "auto" and torch.device(device).type == "cuda"):
-            held = [splits.train] + [b for b in (splits.bank, splits.test) if b is not splits.train]
-            need = sum(resident.estimate_bytes(b) for b in held)
-            need += resident.table_bytes(len(splits.train), 2 + d.support_views)
-            if resident.resolve(d.resident, device, need) == "device":
-                return "resident"
-    return "device_decode" if decode_on(d, device) == "device" else "loader"
-
-
-def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
-    """The run's datasets and loaders through the pipeline :func:`pipeline` chooses; ``device``
-    is the training device. The record carries the training set's identity (checked on resume)."""
-    s = read_splits(cfg)
-    data = pipeline_data(cfg, device, s)
-    data.identity = train_set_identity(s.train, cfg.data.root)
-    return data
-
-
-def pipeline_data(cfg: Config, device: torch.device | str, s: Splits) -> Data:
-    """:func:`datasets_for`'s loaders, from the splits."""
-    if len(s.train) < cfg.train.batch_size:
-        raise ConfigError(
-            f"train.batch_size {cfg.train.batch_size} exceeds the training set "
-            f"({len(s.train)} images after data.subset/data.in_classes)"
-        )
-    if cfg.eval.knn_every > 0 and cfg.eval.knn_k > len(s.bank):
-        imagefiles.warn(
-            f"eval.knn_k = {cfg.eval.knn_k} exceeds the kNN bank ({len(s.bank)} training images "
-            f"after data.subset/data.in_classes): the monitor votes over all {len(s.bank)}; give "
-            f"eval.knn_k={len(s.bank)} or less to say so"
-        )
-    sampler = loaders.ResumableSampler(
-        len(s.train), cfg.train.batch_size, seed=cfg.seed, rank=dist.rank(),
-        world_size=dist.world_size(),
-    )  # fmt: skip
-    workers = cores.loader_workers(cfg.data.num_workers)
-    chosen = pipeline(cfg, device, s)
-    if chosen == "resident":
-        try:
-            return resident_data(cfg, s, sampler, device, workers)
-        except resident.NotResidentError as e:
-            if cfg.data.resident == "device":
-                raise ConfigError(f"data.resident=device: {e}; set data.resident=off") from None
-            if dist.is_main():
-                print(f"data.resident=auto: off, {e}", flush=True)
-            chosen = pipeline(cfg, device, s, resident_ok=False)
-    if chosen == "device_decode":
-        return decoded_data(cfg, s, sampler, device, workers)
-    return loader_data(cfg, s, sampler, workers)
-
-
-def read_splits(cfg: Config) -> Splits:
-    """The training, bank and held-out datasets, after ``data.in_classes`` and ``data.subset``."""
-    d = cfg.data
-    skipped = imagefiles.skip_counter() if d.skip_bad_images else None
-    files = d.name in IMAGE_FILES
-    base_train = datasets.build(d.name, d.root, d.train_split, skip_bad=skipped)
-    # the kNN bank is the labelled training split (stl10 pretrains on train+unlabeled)
-    if files or d.train_split == "train":
-        base_bank = base_train
-    else:
-        base_bank = datasets.build(d.name, d.root, "train", skip_bad=skipped)
-    # all classes (one-class: ID and OOD)
-    # labelled by the training split's class names (a class folder missing here shifts nothing)
-    names = getattr(base_train, "classes", None) if d.name == "imagefolder" else None
-    split = d.test_split if files else "test"
-    base_test = datasets.build(d.name, d.root, split, skip_bad=skipped, classes=names)
-    if d.in_classes:
-        try:
-            same = base_bank is base_train
-            base_train = datasets.ClassSubset(base_train, d.in_classes)
-            base_bank = base_train if same else datasets.ClassSubset(base_bank, d.in_classes)
-        except ValueError as e:
-            raise ConfigError(f"data.in_classes: {e}") from e
-    if d.subset:
-        same = base_bank is base_train
-        base_train = datasets.stratified_subset(base_train, d.subset, cfg.seed)
-        base_bank = (
-            base_train if same else datasets.stratified_subset(base_bank, d.subset, cfg.seed)
-        )
-    return Splits(train=base_train, bank=base_bank, test=base_test, skipped=skipped)
-
-
-def two_views(cfg: Config, base: Dataset) -> loaders.TwoViews | views.CropViews:
-    """The training views in the loader workers: crops and stage-2 rows (``augment_on:
-    device``) or the whole augmentation per sample (``workers``)."""
-    d = cfg.data
-    if d.augment_on == "device":  # crops in the workers, photometric ops in the train step
-        return views.CropViews(base, view_spec(d), cfg.seed, d.support_views)
-    return loaders.TwoViews(base, train_transform(d), cfg.seed)
-
-
-def loader_data(cfg: Config, s: Splits, sampler: loaders.ResumableSampler, workers: int) -> Data:
-    """``loader``: every split through DataLoader workers."""
-    d = cfg.data
-    train = two_views(cfg, s.train)
-    pin = dist.device_type() == "cuda"  # pinned batches: the loop's non-blocking upload
-    per_rank = cfg.train.batch_size // dist.world_size()
-    bank, test = eval_loaders(cfg, s, workers)
-    return Data(
-        pipeline="loader",
-        train=train,
-        sampler=sampler,
-        train_loader=loaders.loader(train, per_rank, sampler, workers, pin),
-        bank_loader=bank,
-        test_loader=test,
-        num_classes=datasets.num_classes(s.bank),
-        in_classes=list(d.in_classes),
-        num_workers=workers,
-        skipped=s.skipped,
-        augment=photometric(d) if d.augment_on == "device" else None,
-    )
-
-
-def eval_loaders(cfg: Config, s: Splits, workers: int) -> tuple[DataLoader, DataLoader]:
-    """The bank and held-out splits under the eval transform, through DataLoader workers."""
-    tf, batch = eval_transform(cfg.data), cfg.eval.batch_size
-    return (
-        eval_loader(loaders.Transformed(s.bank, tf), batch, workers),
-        eval_loader(loaders.Transformed(s.test, tf), batch, workers),
-    )
-
-
-def decoded_data(
-    cfg: Config, s: Splits, sampler: loaders.ResumableSampler, device: torch.device | str,
-    workers: int,
-) -> Data:  # fmt: skip
-    """``device_decode``: workers read bytes and draw the crops, the training process decodes
-    and crops each batch on ``device`` (pretrain/data/device_decode.py)."""
-    d = cfg.data
-    crops = two_views(cfg, s.train)
-    files = device_decode.file_samples(crops.base)
-    if files is None:  # config.validate admits image files only
-        raise ConfigError("data.decode_on=device needs a dataset of image files")
-    encoded = device_decode.EncodedViews(crops, files)
-    others = sum(not p.lower().endswith((".jpg", ".jpeg")) for p, _ in files)
-    if dist.is_main():
-        print(
-            f"data.decode_on=device: training images decoded and cropped on {device}"
-            + (
-                f"; {others} of {len(files)} files are not .jpg/.jpeg and decode on the CPU "
-                "in the loader workers (each named once below)"
-                if others
-                else ""
-            ),
-            flush=True,
-        )
-    pin = dist.device_type() == "cuda"
-    per_rank = cfg.train.batch_size // dist.world_size()
-    loader = loaders.loader(encoded, per_rank, sampler, workers, pin,
-                            collate_fn=device_decode.Collate(encoded))  # fmt: skip
-    bank, test = eval_loaders(cfg, s, workers)
-    return Data(
-        pipeline="device_decode",
-        train=encoded,
-        sampler=sampler,
-        train_loader=device_decode.DecodedLoader(
-            loader, device_decode.DeviceCrops(encoded, device)
-        ),
-        bank_loader=bank,
-        test_loader=test,
-        num_classes=datasets.num_classes(s.bank),
-        in_classes=list(d.in_classes),
-        num_workers=workers,
-        skipped=s.skipped,
-        augment=photometric(d),
-    )
-
-
-def resident_data(
-    cfg: Config, s: Splits, sampler: loaders.ResumableSampler, device: torch.device | str,
-    workers: int,
-) -> Data:  # fmt: skip
-    """``resident``: the training, bank and held-out splits on ``device`` as uint8 and the
-    batches made there (pretrain/data/resident.py); :class:`resident.NotResidentError` when the
-    training split cannot be held (e.g. images of different sizes). A bank or held-out split that
-    cannot is read through the loader's eval transform."""
-    d = cfg.data
-    folder = resident.cache_dir(cfg.out_dir)
-    arrays = {id(s.train): resident.load(s.train, folder, workers)}
-    for b in (s.bank, s.test):  # held-out images of several sizes: the loader's eval transform
-        if id(b) not in arrays:
-            with contextlib.suppress(resident.NotResidentError):
-                arrays[id(b)] = resident.load(b, folder, workers)
-    on = {k: (x.to(device), y.to(device)) for k, (x, y, _) in arrays.items()}
-    count = {k: None if s.skipped is None else resident.Skipped(h.skips, s.skipped)
-             for k, h in arrays.items()}  # fmt: skip
-    train = resident.ResidentViews(*on[id(s.train)], view_spec(d), cfg.seed, sampler,
-                                   d.support_views, count[id(s.train)])  # fmt: skip
-    if dist.is_main():
-        mb = sum(x.numel() for x, _ in on.values()) / 2**20
-        print(f"data.resident=device: {mb:.0f} MiB of uint8 images on {device}, batches and "
-              "augmentation there (no loader workers)", flush=True)  # fmt: skip
-
-    def eval_batches(ds: Dataset) -> resident.EvalBatches | DataLoader:
-        if id(ds) in on:
-            return resident.EvalBatches(*on[id(ds)], batch=cfg.eval.batch_size,
-                                        size=d.image_size, resize=d.eval_resize,
-                                        mean=tuple(d.mean), std=tuple(d.std),
-                                        skipped=count[id(ds)])  # fmt: skip
-        return eval_loader(loaders.Transformed(ds, eval_transform(d)), cfg.eval.batch_size, workers)
-
-    return Data(
-        pipeline="resident",
-        train=train,
-        sampler=sampler,
-        train_loader=train,
-        bank_loader=eval_batches(s.bank),
-        test_loader=eval_batches(s.test),
-        num_classes=datasets.num_classes(s.bank),
-        in_classes=list(d.in_classes),
-        num_workers=workers,
-        skipped=s.skipped,
-        augment=photometric(d),
-    )
-
-
 def queue(cfg: Config, train_size: int) -> LabeledQueue:
     """The queue, its size checked against the training set before its memory is taken."""
     if cfg.moco.queue_size > train_size:
@@ -400,20 +110,26 @@ def queue(cfg: Config, train_size: int) -> LabeledQueue:
     return q
 
 
-def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
-    """The loss named by ``loss.name`` (+ the kappa terms when the model has a kappa head),
-    checked against the negative strategy it is combined with."""
-    loss = cfg.loss
-    kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
-    own = dict(loss.kwargs)  # the loss's own settings (checked by config.validate)
-    kappa = {k: own.pop(k) for k in losses.KAPPA_KWARGS if k in own}  # the kappa head's weights
-    kappa = {k: v for k, v in kappa.items() if v is not None}  # null: the default, as the loss's
-    kwargs.update(own)
+def check_pairing(cfg: Config) -> None:
+    """The loss class's declared strategies (CIDER: none only) against ``negatives.name``: a
+    config error (exit 2) before any data is read."""
     try:
-        made = losses.create(loss.name, **kwargs)
-        if cfg.model.kappa_hidden > 0:
-            made = losses.WithKappa(made, **kappa)
-        made.check_strategy(cfg.negatives.name)
+        losses.registry.get(cfg.loss.name).check_strategy(cfg.negatives.name)
     except ValueError as e:
         raise ConfigError(f"loss: {e}") from e
+
+
+def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
+    """The loss named by ``loss.name`` (+ the kappa terms of ``kappa.*`` when the model has a
+    kappa head), checked against the negative strategy it is combined with."""
+    check_pairing(cfg)
+    loss, kappa = cfg.loss, cfg.kappa
+    kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
+    kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
+    try:
+        made = losses.create(loss.name, **kwargs)
+    except ValueError as e:
+        raise ConfigError(f"loss: {e}") from e
+    if kappa.hidden > 0:
+        made = losses.WithKappa(made, lambda_align=kappa.lambda_align, lambda_reg=kappa.lambda_reg)
     return made

@@ -8,9 +8,8 @@ capture): warm-up steps on a side stream, ``torch.cuda.graph`` around forward, b
 it changes, i.e. once per epoch with ``train.lr_per_epoch``; eager during ``train.warmup_epochs``,
 whose lr changes every step), the whole epoch number (re-captured
 at each epoch, for epoch-indexed branches such as MoCHi's warm-up) and the input shapes (a batch
-of another shape raises). Experimental: its one GPU run (an H200, 2026-11-26, code 0862ff6,
-cifar10_moco) crashed with a CUDA kernel error whose message was not kept, so eager stays the
-default until a GPU run verifies it (``benchmarks/graphs_check.py``, the GPU suite's ``graphs``).
+of another shape raises). Experimental: eager stays the default until a GPU run verifies it
+(``benchmarks/graphs_check.py``, the GPU suite's ``graphs``).
 
 :func:`refusal` lists what cannot be captured (a config error, exit 2, naming the key and why).
 """
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 import negatives
+from negmine_core.step import Batch
 from pretrain import losses
 from pretrain.config import Config
 
@@ -78,7 +78,7 @@ class CapturedStep:
 
     Args:
         step: the eager step, ``step(run, batch, epoch) -> loss`` (``batch`` a
-            :class:`pretrain.engine.step.Batch`).
+            :class:`negmine_core.step.Batch`).
         warmup: eager steps on a side stream before the first capture (cuDNN autotuning, the
             optimizer's momentum buffers, lazy CUDA state: none of it may happen in a capture).
 
@@ -90,43 +90,42 @@ class CapturedStep:
         self.step, self.warmup, self.calls = step, warmup, 0
         self.graph: Any = None  # torch.cuda.CUDAGraph once captured
         self.key: tuple | None = None
-        self.inputs: list[torch.Tensor] = []  # the captured input tensors
+        self.inputs: Batch | None = None  # the captured input batch
         self.loss: torch.Tensor | None = None
 
-    def __call__(self, run: Any, batch: Any, epoch: float) -> torch.Tensor:
-        tensors, self.make = batch.tensors(), batch.make
+    def __call__(self, run: Any, batch: Batch, epoch: float) -> torch.Tensor:
         self.calls += 1
         if self.calls <= self.warmup or epoch < run.cfg.train.warmup_epochs:  # lr per step
-            return self.eager_on_side_stream(run, tensors, epoch)
+            return self.eager_on_side_stream(run, batch, epoch)
         lr = run.optimizer.param_groups[0]["lr"]
-        key = (lr, math.floor(epoch), tuple((t.shape, t.dtype) for t in tensors))
+        key = (lr, math.floor(epoch), tuple((t.shape, t.dtype) for t in batch.tensors()))
         if key != self.key:
             if self.key is not None and key[2] != self.key[2]:
                 raise RuntimeError(
                     f"train.cuda_graphs: a batch of shapes {key[2]} after the captured "
                     f"{self.key[2]}; set train.cuda_graphs=false"
                 )
-            self.capture(run, tensors, epoch)
+            self.capture(run, batch, epoch)
             self.key = key
-        for dst, src in zip(self.inputs, tensors, strict=True):
+        for dst, src in zip(self.inputs.tensors(), batch.tensors(), strict=True):
             dst.copy_(src, non_blocking=True)
         self.graph.replay()
         return self.loss
 
-    def eager_on_side_stream(self, run: Any, tensors: list[torch.Tensor], epoch: float) -> Any:
+    def eager_on_side_stream(self, run: Any, batch: Batch, epoch: float) -> Any:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            loss = self.step(run, self.make(*tensors[:3], tensors[3:]), epoch)
+            loss = self.step(run, batch, epoch)
         torch.cuda.current_stream().wait_stream(side)
         return loss
 
-    def capture(self, run: Any, tensors: list[torch.Tensor], epoch: float) -> None:
+    def capture(self, run: Any, batch: Batch, epoch: float) -> None:
         """Capture one step on the current inputs' copies; nothing runs until ``replay``."""
         self.graph = self.loss = None  # release the previous graph's pool first
-        self.inputs = [t.clone() for t in tensors]
+        self.inputs = batch.map(torch.clone)
         run.optimizer.zero_grad(set_to_none=True)  # gradients allocated in the graph's pool
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self.loss = self.step(run, self.make(*self.inputs[:3], self.inputs[3:]), epoch)
+            self.loss = self.step(run, self.inputs, epoch)
         self.graph = graph

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
 from pretrain.engine import checkpoint, closing, knn
@@ -32,7 +33,7 @@ from pretrain.engine.resume import check_epochs_left, restore, save, write_check
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
-from pretrain.engine.step import Batch, train_step
+from pretrain.engine.step import train_step
 from pretrain.runtime import dist, provenance
 from pretrain.runtime.progress import Progress
 
@@ -151,8 +152,15 @@ def set_lr(run: Run, epoch: float) -> float:
     """The schedule's lr at fractional ``epoch`` (:mod:`pretrain.engine.schedules`), set on every
     parameter group."""
     t = run.cfg.train
-    lr = learning_rate(epoch + t.lr_first_epoch, run.derived.lr, t.epochs, t.warmup_epochs,
-                       t.lr_schedule, t.lr_milestones, t.lr_per_epoch)  # fmt: skip
+    lr = learning_rate(
+        epoch + t.lr_first_epoch,
+        run.derived.lr,
+        t.epochs,
+        t.warmup_epochs,
+        t.lr_schedule,
+        t.lr_milestones,
+        t.lr_per_epoch,
+    )
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     return lr
@@ -232,8 +240,9 @@ def end_of_epoch(run: Run, record: dict[str, Any]) -> dict[str, Any]:
     epoch = record["epoch"]
     if run.probe is not None:
         if dist.is_main():
-            feats, labels = knn.extract(run.moco.encoder_q.backbone, run.data.test_loader,
-                                        run.device)  # fmt: skip
+            feats, labels = knn.extract(
+                run.moco.encoder_q.backbone, run.data.test_loader, run.device
+            )
             record["online_test_top1"] = run.probe.top1(feats, labels)
         else:
             record["online_test_top1"] = math.nan
@@ -267,9 +276,15 @@ def evaluate(run: Run) -> dict[str, float]:
         return {"oc_auroc": auroc}
     out = {}
     for name in taps.names:
-        out[f"knn_top1_{name}"] = knn.knn_top1(banks[name], bank_y, tests[name], test_y,
-                                               cfg.eval.knn_k, cfg.eval.knn_temperature,
-                                               run.data.num_classes)  # fmt: skip
+        out[f"knn_top1_{name}"] = knn.knn_top1(
+            banks[name],
+            bank_y,
+            tests[name],
+            test_y,
+            cfg.eval.knn_k,
+            cfg.eval.knn_temperature,
+            run.data.num_classes,
+        )
     out["knn_top1"] = out[f"knn_top1_{first}"]
     return out if len(taps.names) > 1 else {"knn_top1": out["knn_top1"]}
 
@@ -317,8 +332,11 @@ def main(cfg: Config) -> int:
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker
         line = imagefiles.bad_image_line(e)
-        print(f"error: {line}\nSet data.skip_bad_images=true to skip unreadable images "
-              f"(each skip is counted in the log).{notes(e)}", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {line}\nSet data.skip_bad_images=true to skip unreadable images "
+            f"(each skip is counted in the log).{notes(e)}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -32,15 +32,6 @@ class OnlineProbe(nn.Module):
         self.register_buffer("correct", torch.zeros((), dtype=torch.float64))
         self.register_buffer("seen", torch.zeros((), dtype=torch.float64))
         self.opt = torch.optim.SGD(self.fc.parameters(), lr=lr, momentum=MOMENTUM)
-        self.features: torch.Tensor | None = None  # the backbone's last output (forward hook)
-
-    def attach(self, backbone: nn.Module) -> None:
-        """Keep the backbone's output of each forward (no copy, no sync)."""
-
-        def keep(_: nn.Module, __: Any, out: torch.Tensor) -> None:
-            self.features = out
-
-        backbone.register_forward_hook(keep)
 
     def train_step(self, features: torch.Tensor, labels: torch.Tensor) -> None:
         """One SGD step on detached ``features`` (N, F) with ``labels`` (N,); labels < 0 skipped."""

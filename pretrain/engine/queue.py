@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from negatives.base import NO_LABEL  # one definition of the label conventions
+from negmine_core.conventions import NO_LABEL  # one definition of the label conventions
 
 
 class LabeledQueue(nn.Module):

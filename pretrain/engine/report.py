@@ -67,8 +67,9 @@ def log_step(
     total = run.derived.total_steps
     if run.cfg.train.max_steps:
         total = min(total, run.cfg.train.max_steps)
-    bar.report(record, step_in_epoch=run.state.step_in_epoch,
-               steps_left=total - run.state.global_step)  # fmt: skip
+    bar.report(
+        record, step_in_epoch=run.state.step_in_epoch, steps_left=total - run.state.global_step
+    )
 
 
 def print_epoch(record: dict[str, Any]) -> None:

@@ -42,7 +42,7 @@ RESUMABLE_CHANGES = (
 # what restore reads besides checkpoint.REQUIRED (linear_eval needs none of these)
 RESUME_KEYS = ("queue", "scaler", "epoch_stats")
 
-# Checkpoints written before 2026-11-24 lack config.data.augment_on (they ran the per-sample path)
+# Checkpoints of negmine before data.augment_on lack it (they ran the per-sample path)
 # and call the loss state "objective"; both are read until negmine 0.2, which drops the two shims
 # (tests/test_checkpoint.py fails once the version reaches it).
 OLD_CHECKPOINTS_READ_UNTIL = (0, 2)

@@ -11,9 +11,11 @@ from typing import Any
 import torch
 
 from pretrain.config import Config, Derived
-from pretrain.engine import build, cuda_graphs, runlock
+from pretrain.data.pipeline import Data
+from pretrain.engine import cuda_graphs, runlock
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.losses import Loss
+from pretrain.model.encoders import MoCo
 from pretrain.runtime import precision, provenance
 from pretrain.runtime.metrics_log import MetricsLog
 
@@ -39,14 +41,13 @@ class Run:
     cfg: Config
     derived: Derived  # lr, steps_per_epoch, total_steps, ... (config.derived)
     device: torch.device
-    moco: torch.nn.Module
-    query: torch.nn.Module  # moco.encoder_q, or its DDP wrapper (state dicts stay unprefixed)
+    moco: MoCo
     queue: torch.nn.Module
     strategy: torch.nn.Module
     loss_fn: Loss
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    data: build.Data
+    data: Data
     log: MetricsLog
     state: State
     probe: OnlineProbe | None = None  # eval.online_probe

@@ -50,8 +50,11 @@ class RunLock:
             ) from None
         except OSError:  # a file system without locks: run unguarded rather than not at all
             os.close(fd)
-            print(f"warning: {self.path.parent}: this file system does not support locks; "
-                  "nothing stops a second run on this out_dir", flush=True)  # fmt: skip
+            print(
+                f"warning: {self.path.parent}: this file system does not support locks; "
+                "nothing stops a second run on this out_dir",
+                flush=True,
+            )
             return
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         text = f"pid {os.getpid()} on host {socket.gethostname()}, started {started}\n"

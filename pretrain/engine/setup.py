@@ -10,6 +10,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import Config, ConfigError
+from pretrain.data.pipeline import Data
 from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
@@ -25,11 +26,16 @@ def setup(cfg: Config) -> Run:
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
     if refused:
-        raise ConfigError(f"config key 'train.cuda_graphs' = True is refused: {refused}; "
-                          "set train.cuda_graphs=false")  # fmt: skip
+        raise ConfigError(
+            f"config key 'train.cuda_graphs' = True is refused: {refused}; "
+            "set train.cuda_graphs=false"
+        )
     if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
-        raise ConfigError(f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
-                          f"is on {device.type}); set model.split_bn=auto")  # fmt: skip
+        raise ConfigError(
+            f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+            f"is on {device.type}); set model.split_bn=auto"
+        )
+    build.check_pairing(cfg)  # the loss's declared strategies, before any data is read
     check_run_dir(cfg)  # every rank, before any data is read
     lock = lock_run_dir(cfg)
     try:
@@ -50,8 +56,8 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
     if derived.steps_per_epoch < 1:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} exceeds the training set")
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    moco = build.model(cfg).to(device)
-    if precision.channels_last(cfg.train.channels_last, cfg.train.amp, device):
+    moco = build.model(cfg, device).to(device)
+    if moco.channels_last:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, derived.train_size).to(device)
     strategy = build.strategy(cfg).to(device)
@@ -60,16 +66,13 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
     if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
         moco = torch.nn.SyncBatchNorm.convert_sync_batchnorm(moco)
         moco.shuffle_keys = False
-    query = moco.encoder_q
-    if dist.world_size() > 1:  # gradients averaged over ranks; BN of the query encoder stays local
-        query = torch.nn.parallel.DistributedDataParallel(moco.encoder_q)
-        query.register_comm_hook(None, dist.allreduce_per_parameter)  # exact resume at 3+ ranks
+    if dist.world_size() > 1:
+        moco.wrap_for_ddp()
     return Run(
         cfg=cfg,
         derived=derived,
         device=device,
         moco=moco,
-        query=query,
         queue=queue,
         strategy=strategy,
         loss_fn=build.loss_fn(cfg, data.num_classes).to(device),
@@ -100,7 +103,7 @@ def seed_and_kernels(cfg: Config) -> None:
     torch.manual_seed(cfg.seed + dist.rank())
 
 
-def read_data(cfg: Config, device: torch.device) -> build.Data:
+def read_data(cfg: Config, device: torch.device) -> Data:
     """The run's datasets and loaders; an unreadable ``data.root`` is a config error (exit 2)."""
     try:
         data = build.datasets_for(cfg, device)
@@ -130,8 +133,9 @@ def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
         else:
             checkpoint.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
     if dist.any_rank(bool(refused)):
-        raise ConfigError(refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 "
-                          "names it)")  # fmt: skip
+        raise ConfigError(
+            refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 names it)"
+        )
     return lock
 
 
@@ -152,17 +156,15 @@ def check_run_dir(cfg: Config) -> None:
 def online_probe(
     cfg: Config, moco: torch.nn.Module, num_classes: int, device: torch.device
 ) -> OnlineProbe | None:
-    """``eval.online_probe``: the probe on the query backbone (hooked after the key encoder was
-    copied, so the key encoder carries no hook); same initial weights on every rank."""
+    """``eval.online_probe``: the probe on the query backbone's features (which the model keeps,
+    ``MoCo.keep_features``); same initial weights on every rank."""
     if not cfg.eval.online_probe:
         return None
-    backbone = moco.encoder_q.backbone
+    dim = moco.encoder_q.backbone.feature_dim
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        probe = OnlineProbe(feature_dim=backbone.feature_dim, num_classes=num_classes,
-                            lr=cfg.eval.online_probe_lr).to(device)  # fmt: skip
-    probe.attach(backbone)
-    return probe
+        probe = OnlineProbe(feature_dim=dim, num_classes=num_classes, lr=cfg.eval.online_probe_lr)
+    return probe.to(device)
 
 
 def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
@@ -179,8 +181,15 @@ def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
 
 
 def init_loss(run: Run) -> None:
-    """Class prototypes (CIDER) from the normalised head outputs of the training images, in
-    eval mode, before the first step of a fresh run (every rank computes the same means)."""
-    if run.loss_fn.needs_class_means:
+    """The loss's setup hook, before the first step of a fresh run: the training images'
+    normalised head outputs, in eval mode, when it asks for them (CIDER's class prototypes;
+    every rank computes the same)."""
+
+    def features() -> tuple[torch.Tensor, torch.Tensor]:
         z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
-        run.loss_fn.init_class_means(z.to(run.device), y.to(run.device))
+        return z.to(run.device), y.to(run.device)
+
+    ctx = build.setup_context(
+        run.cfg, num_classes=run.data.num_classes, device=run.device, features=features
+    )
+    run.loss_fn.setup(ctx)

@@ -1,79 +1,50 @@
 """One training step: MoCo's Algorithm 1 (He et al. 2020) with the strategy's extra negatives and
 the configured loss, then the optimizer step and the enqueue. The embeddings are the model's
-(:meth:`pretrain.model.encoders.MoCo.embed`: queries, momentum update, shuffled keys); this module
-prepares the views, asks the strategy and the loss, and updates."""
+(:meth:`pretrain.model.encoders.MoCo.embed`: queries, momentum update, shuffled keys, with the
+run's constants set at construction); this module runs the batch through the strategy, the model
+and the loss, and updates. The batch keeps one form (:class:`~negmine_core.step.Batch`) from the
+loader to the loss, and one :class:`~negmine_core.step.StepContext` goes to the strategy and the
+loss alike."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from negatives.base import ExtraNegatives, StrategyInputs
+from negmine_core.step import Batch, Embeddings, StepContext
 from pretrain.engine.run import Run
 from pretrain.losses import StepTensors
-from pretrain.model.encoders import split_views
-from pretrain.runtime import dist, precision
-
-
-@dataclass(frozen=True, kw_only=True)
-class Batch:
-    """One training batch, as the loaders give it (:meth:`from_loader`)."""
-
-    x1: torch.Tensor  # (N, 3, S, S) view 1: uint8 crops when params is set, else normalised
-    x2: torch.Tensor  # (N, 3, S, S) view 2, likewise
-    y: torch.Tensor  # (N,) labels
-    params: torch.Tensor | None = None  # (N, 2 + V, P) stage-2 rows (data.augment_on: device)
-    support: torch.Tensor | None = None  # (N, V, 3, S, S) uint8 support crops (FNC)
-
-    @classmethod
-    def from_loader(cls, item: Sequence[torch.Tensor]) -> Batch:
-        """A loader's ``(x1, x2, y, index[, params[, support]])``."""
-        x1, x2, y, _, *rows = item
-        return cls.make(x1, x2, y, rows)
-
-    @classmethod
-    def make(
-        cls, x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, rows: Sequence[torch.Tensor] = ()
-    ) -> Batch:
-        """The two views and labels, and the stage-2 rows that follow them in a loader's item
-        (none, ``(params,)`` or ``(params, support)``)."""
-        return cls(x1=x1, x2=x2, y=y, params=rows[0] if rows else None,
-                   support=rows[1] if len(rows) > 1 else None)  # fmt: skip
-
-    def tensors(self) -> list[torch.Tensor]:
-        """The batch's tensors in a fixed order (:meth:`make` reads them back)."""
-        return [t for t in (self.x1, self.x2, self.y, self.params, self.support) if t is not None]
-
-    def to(self, device: torch.device) -> Batch:
-        x1, x2, y, *rows = (t.to(device, non_blocking=True) for t in self.tensors())
-        return Batch.make(x1, x2, y, rows)
+from pretrain.runtime import dist
 
 
 def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
     """One MoCo step with the strategy's extra negatives; returns the loss (a device scalar)."""
-    x1, x2, support = views(run, batch)
-    x1, x2, y = run.strategy.transform_batch(x1, x2, batch.y)  # data-level negatives
-    x1 = run.loss_fn.transform_queries(x1)  # identity but for input-mixing losses (i-Mix)
+    ctx = StepContext(
+        epoch=epoch,
+        global_step=run.state.global_step,
+        rank=dist.rank(),
+        world_size=dist.world_size(),
+    )
+    batch = photometric(run, batch)  # stage 2 of the augmentation, batched on the device
+    x1, x2, y = run.strategy.transform_batch(batch.x1, batch.x2, batch.y, ctx)  # data negatives
+    batch = run.loss_fn.transform_batch(batch.replace(x1=x1, x2=x2, y=y))  # i-Mix mixes x1
     with run.autocast():  # the encoders only: negatives and the loss run in float32 below
-        e = run.moco.embed(x1, x2, momentum=run.cfg.moco.momentum, symmetric=run.cfg.loss.symmetric,
-                           bn_splits=run.cfg.model.bn_splits, support=support,
-                           query=run.query)  # fmt: skip
+        e = run.moco.embed(batch)
     e = e.float32()
-    k_all, y_all = dist.gather(e.k), dist.gather(y)  # (world*N, D): identity in one process
-    extra = negatives(run, e.q, e.k, k_all, y, y_all, epoch)
-    step = StepTensors(q=e.q, k=e.k, k_all=k_all, labels=y, labels_all=y_all,
-                       offset=dist.rank() * e.q.shape[0], queue=run.queue.keys,
-                       queue_labels=run.queue.labels, extra=extra, kappa_q=e.kappa_q,
-                       kappa_k=e.kappa_k, q2=e.q2, kappa_q2=e.kappa_q2, support=e.support,
-                       epoch=epoch, global_step=run.state.global_step)  # fmt: skip
+    k_all, y_all = dist.gather(e.k), dist.gather(batch.y)  # (world*N, D): identity in one process
+    step = StepTensors(
+        emb=e,
+        k_all=k_all,
+        labels=batch.y,
+        labels_all=y_all,
+        queue=run.queue.keys,
+        queue_labels=run.queue.labels,
+        extra=negatives(run, e, k_all, batch.y, y_all, ctx),
+        ctx=ctx,
+    )
     loss = run.loss_fn(step)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
-        feats = run.probe.features
-        if run.cfg.loss.symmetric:
-            feats = split_views(feats, run.cfg.model.bn_splits)[0]
-        run.probe.train_step(feats, y)
+        run.probe.train_step(e.features, batch.y)
     run.optimizer.zero_grad(set_to_none=True)
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
@@ -82,36 +53,34 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
     return loss
 
 
-def views(run: Run, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The two views (and the support views) ready for the encoders: with stage-2 rows, the
-    photometric ops run here, batched (pretrain/data/augment.py); then the memory layout."""
-    x1, x2, support, params = batch.x1, batch.x2, batch.support, batch.params
-    if params is not None:
-        x = run.data.augment(torch.cat([x1, x2]), torch.cat([params[:, 0], params[:, 1]]))
-        x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
-        if support is not None:  # sample-major rows, so BN splits / ranks hold whole samples
-            support = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
-    if precision.channels_last(run.cfg.train.channels_last, run.cfg.train.amp, run.device):
-        x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
-    return x1, x2, support
+def photometric(run: Run, batch: Batch) -> Batch:
+    """With stage-2 rows (``data.augment_on: device``), the photometric ops run here, batched
+    (pretrain/data/augment.py): the views, and FNC's support views as (N * V, 3, S, S)."""
+    params, support = batch.params, batch.support
+    if params is None:
+        return batch
+    x = run.data.augment(torch.cat([batch.x1, batch.x2]), torch.cat([params[:, 0], params[:, 1]]))
+    x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
+    if support is not None:  # sample-major rows, so BN splits / ranks hold whole samples
+        support = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
+    return batch.replace(x1=x1, x2=x2, support=support)
 
 
 def negatives(
     run: Run,
-    q: torch.Tensor,
-    k: torch.Tensor,
+    e: Embeddings,
     k_all: torch.Tensor,
     y: torch.Tensor,
     y_all: torch.Tensor,
-    epoch: float,
+    ctx: StepContext,
 ) -> ExtraNegatives:
     """The strategy's extra negatives from this rank's batch, or the global one where the
     strategy asks for it (e.g. an OC-SVM fitted on the global batch)."""
     if run.strategy.needs_global_batch:
-        seen_q, seen_k, seen_y = dist.gather(q.detach()), k_all, y_all
+        q, k, labels = dist.gather(e.q.detach()), k_all, y_all
     else:
-        seen_q, seen_k, seen_y = q.detach(), k, y
-    return run.strategy.negatives(StrategyInputs(
-        q=seen_q, k=seen_k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=seen_y,
-        epoch=epoch, global_step=run.state.global_step, rank=dist.rank(),
-        world_size=dist.world_size()))  # fmt: skip
+        q, k, labels = e.q.detach(), e.k, y
+    seen = StrategyInputs(
+        q=q, k=k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=labels, ctx=ctx
+    )
+    return run.strategy.negatives(seen)

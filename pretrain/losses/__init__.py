@@ -10,12 +10,12 @@ only pretrain.runtime and negatives below it (never data, model, engine or confi
   ``nt_xent_loss``, ``supcon_loss``, ``sincere_loss``, ``firm_loss`` (on ``queue_layout``'s
   ``QueueContrastive``), ``debiased``, ``hard``, ``decoupled`` (on ``negative_weighting``),
   ``ring``, ``imix``, ``fnc``, ``cider``; ``kappa`` holds the kappa head's terms (``WithKappa``).
-- pure functions: ``multiview`` (the papers' 2N x 2N forms), ``queue_layout`` (MoCo's layout),
-  ``reweighted``, ``masked``.
+- pure functions: ``queue_layout`` (MoCo's layout), ``reweighted``, ``masked``.
 
 A new loss is one file and its name in the import line below.
 """
 
+from negmine_core.step import SetupContext
 from pretrain.losses import (  # noqa: F401  (registers the losses)
     cider,
     debiased,
@@ -45,24 +45,16 @@ from pretrain.losses.cider import (
     sequential_ema,
 )
 from pretrain.losses.infonce import InfoNCE, info_nce, moco_logits
-from pretrain.losses.kappa import KAPPA_KWARGS, WithKappa, kappa_alignment, kappa_terms
+from pretrain.losses.kappa import WithKappa, kappa_alignment, kappa_terms
 from pretrain.losses.masked import check_temperature
-from pretrain.losses.multiview import FIRM_LAYOUTS, firm, nt_xent, sincere, supcon
-from pretrain.losses.queue_layout import (
-    QueueContrastive,
-    contrast_top1,
-    queue_contrastive,
-    queue_kinds,
-    queue_positives,
-)
+from pretrain.losses.queue_layout import QueueContrastive
 
 __all__ = [
-    "FIRM_LAYOUTS",
-    "KAPPA_KWARGS",
     "Cider",
     "InfoNCE",
     "Loss",
     "QueueContrastive",
+    "SetupContext",
     "StepTensors",
     "WithKappa",
     "create",
@@ -72,17 +64,9 @@ __all__ = [
     "check_temperature",
     "cider",
     "cider_terms",
-    "firm",
     "info_nce",
     "kappa_alignment",
     "kappa_terms",
     "moco_logits",
-    "nt_xent",
-    "contrast_top1",
-    "queue_contrastive",
-    "queue_kinds",
-    "queue_positives",
     "sequential_ema",
-    "sincere",
-    "supcon",
 ]

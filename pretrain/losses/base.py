@@ -21,9 +21,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from negatives.base import NO_LABEL, ExtraNegatives
-from negatives.contract import Contract
-from negatives.registry import Registry
+from negatives.base import ExtraNegatives
+from negmine_core.contract import Contract
+from negmine_core.conventions import NO_LABEL
+from negmine_core.registry import Registry
+from negmine_core.step import ONE_PROCESS, Batch, Embeddings, SetupContext, StepContext
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
 
@@ -33,7 +35,9 @@ NUM_CLASSES = "(the training set's class count)"
 
 @dataclass(kw_only=True)
 class StepTensors:
-    """What a loss sees of one training step (all on the device), by keyword only.
+    """What a loss sees of one training step (all on the device), by keyword only: the model's
+    :class:`~negmine_core.step.Embeddings` (held, not copied: ``s.q`` is ``s.emb.q``), what the
+    ranks and the queue add, and the step's :class:`~negmine_core.step.StepContext`.
 
     ``StepTensors.single(q, k, queue=...)`` fills in the one-process defaults, so any loss can be
     tried in two lines::
@@ -42,22 +46,29 @@ class StepTensors:
         loss = losses.create("supcon", temperature=0.1)(step)
     """
 
-    q: torch.Tensor  # (N, D) this rank's queries, unit norm, with gradient
-    k: torch.Tensor  # (N, D) this rank's keys, unit norm, constants
+    emb: Embeddings  # q (N, D) with gradient, k (N, D) constants, q2, kappa_*, support (N, V, D)
     k_all: torch.Tensor  # (B, D) the keys of every rank in rank order (k in one process)
     labels: torch.Tensor  # (N,) this rank's labels (negatives.base conventions)
     labels_all: torch.Tensor  # (B,)
-    offset: int  # index of this rank's first key in k_all
     queue: torch.Tensor  # (K, D) before this step's enqueue
     queue_labels: torch.Tensor  # (K,)
     extra: ExtraNegatives
-    kappa_q: torch.Tensor | None = None  # (N,) with gradient, when the model has a kappa head
-    kappa_k: torch.Tensor | None = None  # (N,)
-    q2: torch.Tensor | None = None  # (N, D) symmetric layout: view 2 through the query encoder
-    kappa_q2: torch.Tensor | None = None  # (N,)
-    support: torch.Tensor | None = None  # (N, V, D) support views' keys (data.support_views)
-    epoch: float = 0.0  # fractional epoch of this step (annealed losses: ring, hard)
-    global_step: int = 0  # steps done before this one
+    ctx: StepContext = ONE_PROCESS  # epoch (annealed losses: ring, hard), global_step, rank
+
+    q = property(lambda s: s.emb.q, doc="(N, D) this rank's queries, unit norm, with gradient")
+    k = property(lambda s: s.emb.k, doc="(N, D) this rank's keys, unit norm, constants")
+    q2 = property(lambda s: s.emb.q2, doc="(N, D) symmetric layout: view 2's queries, or None")
+    kappa_q = property(lambda s: s.emb.kappa_q, doc="(N,) with a kappa head, else None")
+    kappa_k = property(lambda s: s.emb.kappa_k, doc="(N,) with a kappa head, else None")
+    kappa_q2 = property(lambda s: s.emb.kappa_q2, doc="(N,) symmetric layout with a kappa head")
+    support = property(lambda s: s.emb.support, doc="(N, V, D) support views' keys, or None")
+    epoch = property(lambda s: s.ctx.epoch, doc="fractional epoch of this step")
+    global_step = property(lambda s: s.ctx.global_step, doc="steps done before this one")
+
+    @property
+    def offset(self) -> int:
+        """Index of this rank's first key in k_all."""
+        return self.ctx.rank * self.q.shape[0]
 
     @classmethod
     def single(
@@ -69,17 +80,31 @@ class StepTensors:
         labels: torch.Tensor | None = None,
         queue_labels: torch.Tensor | None = None,
         extra: ExtraNegatives | None = None,
-        **optional: Any,
+        epoch: float = 0.0,
+        global_step: int = 0,
+        **embeddings: torch.Tensor | None,
     ) -> StepTensors:
-        """One process: k_all = k, labels_all = labels, offset 0; labels default to NO_LABEL
-        (unknown: no label-positives), queue labels likewise, no extra negatives. ``optional``:
-        kappa_q, kappa_k, q2, kappa_q2, epoch, global_step."""
+        """One process: k_all = k, labels_all = labels, rank 0; labels default to NO_LABEL
+        (unknown: no label-positives), queue labels likewise, no extra negatives.
+        ``embeddings``: kappa_q, kappa_k, q2, kappa_q2, support."""
         n, K = q.shape[0], queue.shape[0]
-        unknown = lambda m: torch.full((m,), NO_LABEL, dtype=torch.long, device=q.device)  # noqa: E731
-        labels = unknown(n) if labels is None else labels
-        return cls(q=q, k=k, k_all=k, labels=labels, labels_all=labels, offset=0, queue=queue,
-                   queue_labels=unknown(K) if queue_labels is None else queue_labels,
-                   extra=extra or ExtraNegatives(), **optional)  # fmt: skip
+        labels = unknown(n, q.device) if labels is None else labels
+        queue_labels = unknown(K, q.device) if queue_labels is None else queue_labels
+        return cls(
+            emb=Embeddings(q=q, k=k, **embeddings),
+            k_all=k,
+            labels=labels,
+            labels_all=labels,
+            queue=queue,
+            queue_labels=queue_labels,
+            extra=extra or ExtraNegatives(),
+            ctx=StepContext(epoch=epoch, global_step=global_step),
+        )
+
+
+def unknown(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` labels NO_LABEL (-1): unknown."""
+    return torch.full((n,), NO_LABEL, dtype=torch.long, device=device)
 
 
 def both_views(s: StepTensors) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,21 +136,34 @@ def contrast_set(
     return torch.cat(parts), torch.cat(labels)
 
 
+#: The class attributes a loss declares (:class:`Loss`), which a wrapper declares the same.
+DECLARED = (
+    "name",
+    "accepts_strategies",
+    "why_strategies",
+    "batch_layout",
+    "can_drop_queue",
+    "needs_labels",
+    "extra_views",
+)
+
+
 class Loss(Contract, nn.Module):
     """Base class. ``forward(step: StepTensors) -> scalar loss``.
 
     Attributes:
         from_config: constructor arguments the trainer fills in from other config keys
             (argument -> dotted key, or :data:`NUM_CLASSES`); ``loss.kwargs`` may not set them.
-        needs_class_means: the trainer calls :meth:`init_class_means` once, before the first step
-            of a fresh run, with the normalised head outputs of the training images (CIDER).
         accepts_strategies: negative strategies this loss can be combined with (None = any).
         batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
         can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
         needs_labels: needs a label on every training image (refuses unlabelled splits).
-        needs_support: needs ``data.support_views`` (FNC).
+        extra_views: the support views (``data.support_views``) it needs at least; their keys
+            come in ``StepTensors.support`` (FNC: 1).
 
-    ``config.validate`` and the builder read these attributes, never a loss's name. The class
+    ``config.validate`` and the builder read these attributes, never a loss's name. What else a
+    loss needs happens in its own methods: :meth:`setup` (once, before the first step of a fresh
+    run) and :meth:`transform_batch` (each step, before the encoders). The class
     docstring's ``Args:`` section documents every constructor argument (the configuration
     reference is generated from it: ``scripts/gen_config_docs.py``).
 
@@ -135,16 +173,15 @@ class Loss(Contract, nn.Module):
 
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
 
-    # -- The contract: negatives.contract.Contract (syncs_per_step, syncs_why, capturable,
+    # -- The contract: negmine_core.contract.Contract (syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
 
-    needs_class_means: bool = False
     accepts_strategies: tuple[str, ...] | None = None
     why_strategies: str = ""
     batch_layout: bool = True
     can_drop_queue: bool = False
     needs_labels: bool = False
-    needs_support: bool = False
+    extra_views: int = 0
 
     @classmethod
     def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
@@ -165,21 +202,24 @@ class Loss(Contract, nn.Module):
         check_temperature(temperature)
         self.temperature = temperature
 
-    def check_strategy(self, name: str) -> None:
-        """ValueError if this loss cannot be combined with negative strategy ``name``."""
-        if self.accepts_strategies is not None and name not in self.accepts_strategies:
+    @classmethod
+    def check_strategy(cls, name: str) -> None:
+        """ValueError if this loss cannot be combined with negative strategy ``name``: a class
+        declaration, checked before any data is read."""
+        if cls.accepts_strategies is not None and name not in cls.accepts_strategies:
             raise ValueError(
-                f"loss {self.name!r} cannot be combined with negative strategy {name!r}: "
-                f"{self.why_strategies} (allowed: {', '.join(self.accepts_strategies)})"
+                f"loss {cls.name!r} cannot be combined with negative strategy {name!r}: "
+                f"{cls.why_strategies} (allowed: {', '.join(cls.accepts_strategies)})"
             )
 
-    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
-        """Initialise state from features (n, D) and labels (n,) of the training set."""
+    def setup(self, ctx: SetupContext) -> None:
+        """Called once before the first step of a fresh run (a resumed run restores the state
+        from its checkpoint instead); a no-op by default. CIDER starts its prototypes here."""
 
-    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
-        """The query images (N, C, H, W) before the query encoder: identity, except for losses
-        that change the input (i-Mix mixes it and keeps the mixing for its targets)."""
-        return x1
+    def transform_batch(self, batch: Batch) -> Batch:
+        """The batch before the encoders: identity, except for losses that change the input
+        (i-Mix mixes the query images and keeps the mixing for its targets)."""
+        return batch
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """Statistics of the latest step, read at log steps only (device tensors, no sync)."""

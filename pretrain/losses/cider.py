@@ -31,12 +31,19 @@ Implementation based on [1] (``utils/losses.py`` ``DisLoss`` / ``CompLoss``, ``t
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses.base import NUM_CLASSES, Loss, StepTensors, both_views, register
+from pretrain.losses.base import (
+    NUM_CLASSES,
+    Loss,
+    SetupContext,
+    StepTensors,
+    both_views,
+    register,
+)
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
@@ -210,7 +217,6 @@ class Cider(Loss):
         "of (labels valid?, rounds) to the host"
     )
 
-    needs_class_means = True
     needs_labels = True
     accepts_strategies = ("none",)
     why_strategies = (
@@ -218,9 +224,12 @@ class Cider(Loss):
         "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
     )
 
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
-                                             "num_classes": NUM_CLASSES, "dim": "model.dim",
-                                             "classes": "data.in_classes"}  # fmt: skip
+    from_config: ClassVar[dict[str, str]] = {
+        "temperature": "moco.temperature",
+        "num_classes": NUM_CLASSES,
+        "dim": "model.dim",
+        "classes": "data.in_classes",
+    }
 
     def __init__(
         self,
@@ -228,8 +237,8 @@ class Cider(Loss):
         *,
         num_classes: int,
         dim: int,
-        lambda_c: float = 2.0,
-        alpha: float = 0.95,
+        lambda_c: Annotated[float, "must be non-negative"] = 2.0,
+        alpha: Annotated[float, "must lie in [0, 1) (the old prototype's weight)"] = 0.95,
         comp_scale: bool = False,
         dis_scale: bool = False,
         classes: list[int] | None = None,
@@ -252,8 +261,13 @@ class Cider(Loss):
         self.register_buffer("class_index", index, persistent=False)
         self.register_buffer("prototypes", torch.zeros(len(classes), dim))
 
+    def setup(self, ctx: SetupContext) -> None:
+        """The prototypes start as the class means of the training images' embeddings."""
+        self.init_class_means(*ctx.features())
+
     @torch.no_grad()
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
+        """Prototypes from normalised features (n, D) and labels (n,) of the training set."""
         c, d = self.prototypes.shape
         labels = self.class_index[labels.clamp(min=0)].where(labels >= 0, -1)
         keep = labels >= 0

@@ -11,8 +11,10 @@ and unlabelled images only their own key.
 
 from __future__ import annotations
 
+import torch
+
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive
+from pretrain.losses.queue_layout import QueueContrastive, in_distribution
 
 
 @register("firm")
@@ -27,5 +29,8 @@ class Firm(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    positives_from = "in_distribution"
-    reduction = "every_positive"
+    def positives(
+        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor:
+        """P(i): the own key, and every in-distribution candidate for an in-distribution anchor."""
+        return in_distribution(anchor_labels, candidate_labels, own)

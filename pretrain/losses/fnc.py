@@ -30,12 +30,15 @@ variants in this order; the PDF itself was not reachable from here.)
 
 from __future__ import annotations
 
+from typing import Annotated, Literal, get_args
+
 import torch
 
 from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
 
-MODES = ("attraction", "elimination")
+Mode = Literal["attraction", "elimination"]
+MODES = get_args(Mode)
 
 
 def detect(
@@ -82,14 +85,14 @@ class FNC(Loss):
     capturable = True
 
     batch_layout = False  # MoCo's layout
-    needs_support = True
+    extra_views = 1  # data.support_views: the support set's keys (StepTensors.support)
 
     def __init__(
         self,
         temperature: float,
         *,
-        mode: str = "attraction",
-        fn_topk: int = 10,
+        mode: Mode = "attraction",
+        fn_topk: Annotated[int, "must be a positive integer"] = 10,
         fn_threshold: float = 0.7,
     ) -> None:
         super().__init__(temperature)
@@ -104,8 +107,7 @@ class FNC(Loss):
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.support is None:
             raise ValueError("fnc needs the support views' keys (data.support_views > 0)")
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
-                             s.extra.per_query)  # fmt: skip
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         views = torch.cat([s.k.unsqueeze(1), s.support], dim=1).detach()  # (N, 1 + V, D)
         false_neg = detect(views, s.queue, self.fn_topk, self.fn_threshold)
         self._seen = (logits.detach(), false_neg, s.labels, s.queue_labels.clone())

@@ -13,7 +13,7 @@ In a config: ``loss: {name: hard, kwargs: {beta: 1.0, anneal: down}}``.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -38,13 +38,20 @@ class Hard(Reweighted):
         epochs: the training length the annealing is spread over (``train.epochs``).
     """
 
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
-                                             "epochs": "train.epochs"}  # fmt: skip
+    from_config: ClassVar[dict[str, str]] = {
+        "temperature": "moco.temperature",
+        "epochs": "train.epochs",
+    }
 
     def __init__(
-        self, temperature: float, *, tau_plus: float = reweighted.TAU_PLUS,
-        beta: float = reweighted.BETA, anneal: str | None = None, epochs: int = 1,
-    ) -> None:  # fmt: skip
+        self,
+        temperature: float,
+        *,
+        tau_plus: float = reweighted.TAU_PLUS,
+        beta: float = reweighted.BETA,
+        anneal: Literal["down"] | None = None,
+        epochs: int = 1,
+    ) -> None:
         super().__init__(temperature)
         reweighted.check(tau_plus, beta)
         if anneal not in (None, "down"):

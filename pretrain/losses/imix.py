@@ -25,11 +25,12 @@ further negatives.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from negmine_core.step import Batch
 from pretrain.losses.base import Loss, StepTensors, contrast_set, register
 from pretrain.runtime import dist
 
@@ -80,10 +81,18 @@ class IMix(Loss):
 
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
-                                             "bn_splits": "model.bn_splits"}  # fmt: skip
+    from_config: ClassVar[dict[str, str]] = {
+        "temperature": "moco.temperature",
+        "bn_splits": "model.bn_splits",
+    }
 
-    def __init__(self, temperature: float, *, alpha: float = 1.0, bn_splits: int = 1) -> None:
+    def __init__(
+        self,
+        temperature: float,
+        *,
+        alpha: Annotated[float, "must be positive"] = 1.0,
+        bn_splits: Annotated[int, "must be at least 1"] = 1,
+    ) -> None:
         super().__init__(temperature)
         if not alpha > 0:
             raise ValueError(f"alpha must be positive, got {alpha}")
@@ -91,6 +100,10 @@ class IMix(Loss):
             raise ValueError(f"bn_splits must be at least 1, got {bn_splits}")
         self.alpha, self.bn_splits = alpha, bn_splits
         self._draw: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def transform_batch(self, batch: Batch) -> Batch:
+        """The batch with its query images mixed (:meth:`transform_queries`)."""
+        return batch.replace(x1=self.transform_queries(batch.x1))
 
     def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
         """Mix this rank's query images (N, ...) with partners of its own BN group."""

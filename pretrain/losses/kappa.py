@@ -6,7 +6,7 @@ Each view has a mean direction μ (unit norm) and a concentration κ = softplus(
 - L_reg (eq. 11) = λ_reg · (mean_i κ1_i² + mean_i κ2_i²)   (eq. 7's minus sign is a typo).
 
 The total objective (eq. 12) adds SimCLR's NT-Xent on (μ1, μ2), in which κ does not enter
-(``pretrain.losses.multiview.nt_xent``).
+(``tests/multiview.py``'s ``nt_xent``).
 
 NOTE: the seed's appendix code computes L_align as −λ·log(exp((κ1+κ2)cos) + 1e-6), which equals
 eq. 10 only while exp neither underflows nor overflows: it saturates at −λ·log(1e-6) ≈ 13.8λ
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from pretrain.losses.base import Loss, StepTensors
+from negmine_core.step import Batch
+from pretrain.losses.base import DECLARED, Loss, SetupContext, StepTensors
 
 
 def _flat_kappa(name: str, kappa: torch.Tensor, n: int) -> torch.Tensor:
@@ -70,43 +71,35 @@ def kappa_alignment(
     return l_align + l_reg
 
 
-#: The kappa head's settings, beside the loss's own in ``loss.kwargs`` (:class:`WithKappa`).
-KAPPA_KWARGS = ("kappa_lambda_align", "kappa_lambda_reg")
-
-
 class WithKappa(Loss):
     """Any loss + vMF-κ's L_align (eq. 10) + L_reg (eq. 11) on the kappa head: what the
-    trainer builds when the model has one (``model.kappa_hidden`` > 0), in MoCo's layout (q,
+    trainer builds when the model has one (``kappa.hidden`` > 0), in MoCo's layout (q,
     kappa_q) from the query encoder and (k, kappa_k) from the momentum encoder, so only the query
-    side carries gradient. Its two weights are ``loss.kwargs.kappa_lambda_align`` and
-    ``loss.kwargs.kappa_lambda_reg``, beside the loss's own::
+    side carries gradient. Its two weights are the config's ``kappa`` section, beside any loss::
 
-        loss:
-          name: nt_xent
-          kwargs: {kappa_lambda_align: 0.05, kappa_lambda_reg: 0.005}
+        kappa: {hidden: 512, lambda_align: 0.05, lambda_reg: 0.005}
 
     Args:
-        kappa_lambda_align: λ_align of eq. 10 (vMF-κ: 0.05).
-        kappa_lambda_reg: λ_reg of eq. 11 (vMF-κ: 0.005).
+        base: the loss the kappa terms are added to.
+        lambda_align: λ_align of eq. 10 (vMF-κ: 0.05).
+        lambda_reg: λ_reg of eq. 11 (vMF-κ: 0.005).
     """
 
     def __init__(
-        self, base: Loss, *, kappa_lambda_align: float = 0.05, kappa_lambda_reg: float = 0.005
+        self, base: Loss, *, lambda_align: float = 0.05, lambda_reg: float = 0.005
     ) -> None:
-        lambda_align, lambda_reg = kappa_lambda_align, kappa_lambda_reg
         super().__init__(base.temperature)
         self.base, self.lambda_align, self.lambda_reg = base, lambda_align, lambda_reg
-        self.needs_class_means = base.needs_class_means
-        self.accepts_strategies, self.why_strategies = base.accepts_strategies, base.why_strategies
-        self.name = base.name
+        for declared in DECLARED:  # what the wrapped loss declares, it declares
+            setattr(self, declared, getattr(base, declared))
         self._kappa: torch.Tensor | None = None
         self._terms: dict[str, torch.Tensor] = {}
 
-    def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
-        self.base.init_class_means(z, labels)
+    def setup(self, ctx: SetupContext) -> None:
+        self.base.setup(ctx)
 
-    def transform_queries(self, x1: torch.Tensor) -> torch.Tensor:
-        return self.base.transform_queries(x1)
+    def transform_batch(self, batch: Batch) -> Batch:
+        return self.base.transform_batch(batch)
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         if s.kappa_q is None or s.kappa_k is None:

@@ -17,7 +17,7 @@ REFERENCE_BASE_TEMPERATURE = 0.07
 
 def check_temperature(temperature: float) -> None:
     """Raise if ``temperature`` cannot scale a logit: the one temperature check, called by
-    every loss function and once by each ``pretrain.losses.modules`` module."""
+    every loss function and once by each registered loss module."""
     if not temperature > 1e-3:
         raise ValueError(f"temperature must be above 1e-3, got {temperature}")
 

@@ -35,8 +35,7 @@ class Reweighted(Loss, abc.ABC):
     batch_layout = False  # MoCo's own layout, as infonce
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
-                             s.extra.per_query)  # fmt: skip
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         # no graph; the queue labels copied: the enqueue after the loss rewrites them in place
         self._seen = (logits.detach(), s.labels, s.queue_labels.clone(), s.queue.shape[0])
         return self.estimate(logits, s)

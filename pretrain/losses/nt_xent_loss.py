@@ -9,7 +9,10 @@ MoCo's layout: each query's own key is its only positive, against the batch keys
 
 from __future__ import annotations
 
+import torch
+
 from pretrain.losses.base import register
+from pretrain.losses.masked import denominator_loss
 from pretrain.losses.queue_layout import QueueContrastive
 
 
@@ -21,5 +24,13 @@ class NTXent(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    positives_from = "own_key"
-    reduction = "own_key"
+    def reduce(
+        self,
+        logits: torch.Tensor,
+        positive: torch.Tensor,
+        contrast: torch.Tensor | None,
+        own: torch.Tensor,
+    ) -> torch.Tensor:
+        """The own key is the only positive, by a gather (an excluded anchor is never its own
+        key)."""
+        return denominator_loss(logits, positive, contrast, own)

@@ -2,13 +2,15 @@
 
 Anchors are the N queries q (with gradient); the contrast set is a list of M constant candidates
 (the batch keys of every rank, then the queue, then shared synthetic negatives), optionally plus
-S private negatives per query. With ``l_ij = q_i·c_j / τ`` and P(i) the positives below:
+S private negatives per query. With ``l_ij = q_i·c_j / τ`` and P(i) the positives, each loss
+overrides :meth:`QueueContrastive.positives` and, where its denominator differs,
+:meth:`QueueContrastive.reduce` (one file each):
 
-- ``"nt_xent"``  P(i) = {own(i)}; denominator all candidates (+ private): MoCo's InfoNCE.
-- ``"supcon"``   P(i) = {own(i)} ∪ {j : y_j = y_i}, eq. 2 of [0]; denominator all candidates.
-- ``"sincere"``  same P(i); each positive's denominator is itself + the anchor's negatives (every
+- ``nt_xent``  P(i) = {own(i)}; denominator all candidates (+ private): MoCo's InfoNCE.
+- ``supcon``   P(i) = {own(i)} ∪ {j : y_j = y_i}, eq. 2 of [0]; denominator all candidates.
+- ``sincere``  same P(i); each positive's denominator is itself + the anchor's negatives (every
   candidate not in P(i), plus the private ones), eq. 12 of [1].
-- ``"firm"``     P(i) = {own(i)} ∪ {j : y_j >= 0} if y_i >= 0 (in-distribution), else {own(i)},
+- ``firm``     P(i) = {own(i)} ∪ {j : y_j >= 0} if y_i >= 0 (in-distribution), else {own(i)},
   eq. 2 of [2]; denominator all candidates.
 
 Labels follow ``negatives.base``: >= 0 known class, NO_LABEL (-1) unknown (matches nothing, not
@@ -18,7 +20,7 @@ over positives. With all-distinct labels the three label-aware kinds equal MoCo'
 
 NOTE: these are the multiview equations transposed to MoCo's asymmetric layout (anchors are
 queries only, positives and negatives are momentum keys); the papers define them on a 2N x 2N
-batch (see ``pretrain.losses.multiview``).
+batch, which is this module's symmetric layout without a queue (``StepTensors.q2``).
 
 [0] Khosla et al., "Supervised Contrastive Learning", https://arxiv.org/abs/2004.11362
 [1] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277
@@ -27,18 +29,17 @@ batch (see ``pretrain.losses.multiview``).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
-from negatives.base import NO_LABEL
-from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set, registry
+from negmine_core.conventions import NO_LABEL
+from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
     compute_dtype,
     denominator_loss,
-    sincere_loss,
 )
 
 
@@ -102,23 +103,6 @@ def in_distribution(
     return positive
 
 
-def own_only(
-    anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
-) -> torch.Tensor:
-    """P(i) of NT-Xent: the own key only."""
-    return own_key(own, candidate_labels.shape[0])
-
-
-def queue_positives(
-    kind: str,
-    anchor_labels: torch.Tensor,
-    candidate_labels: torch.Tensor,
-    own: torch.Tensor,
-) -> torch.Tensor:
-    """(N, M) bool positive mask P(i) of each anchor over the candidates, for ``kind``."""
-    return POSITIVE_SETS[layout_of(kind).positives_from](anchor_labels, candidate_labels, own)
-
-
 def queue_logits(
     q: torch.Tensor,
     candidates: torch.Tensor,
@@ -131,7 +115,18 @@ def queue_logits(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The logits (N, M + S) / τ of anchors against candidates + private negatives, with the
     positive mask and the contrast mask (None: every column) widened to match and ``exclude``
-    (each anchor itself) taken out of both; see :func:`queue_contrastive` for the arguments."""
+    (each anchor itself) taken out of both.
+
+    Args:
+        q: (N, D) unit-norm anchors (carry the gradient).
+        candidates: (M, D) unit-norm candidates; detached unless ``detach_candidates`` is False
+            (the symmetric layout, whose candidates are the live views).
+        positive: (N, M) bool mask P(i); updated in place where ``exclude`` is given.
+        temperature: τ.
+        per_query: (N, S, D) private negatives of each anchor (detached, never positives).
+        exclude: (N,) long index in ``candidates`` of each anchor itself, left out of every
+            positive and denominator set; None = the anchors are not among the candidates.
+    """
     contrast = None  # every column unless some are excluded
     if exclude is not None:  # scatter_ of a Python scalar: no host scalar copied (see own_key)
         positive.scatter_(1, exclude.unsqueeze(1), False)
@@ -149,115 +144,6 @@ def queue_logits(
     return logits / temperature, positive, contrast
 
 
-def every_positive(
-    logits: torch.Tensor,
-    positive: torch.Tensor,
-    contrast: torch.Tensor | None,
-    own: torch.Tensor,
-) -> torch.Tensor:
-    """SupCon's and FIRM's reduction: each positive against the whole contrast set."""
-    return denominator_loss(logits, positive, contrast, None)
-
-
-def own_positive(
-    logits: torch.Tensor,
-    positive: torch.Tensor,
-    contrast: torch.Tensor | None,
-    own: torch.Tensor,
-) -> torch.Tensor:
-    """NT-Xent's: the own key is the only positive (an excluded anchor is never its own key)."""
-    return denominator_loss(logits, positive, contrast, own)
-
-
-def sincere_reduce(
-    logits: torch.Tensor,
-    positive: torch.Tensor,
-    contrast: torch.Tensor | None,
-    own: torch.Tensor,
-) -> torch.Tensor:
-    """SINCERE's: each positive's denominator is itself + the anchor's negatives."""
-    contrast = torch.ones_like(positive) if contrast is None else contrast
-    return sincere_loss(logits, positive, contrast & ~positive)
-
-
-#: The values of :attr:`QueueContrastive.positives_from` and what each selects: P(i).
-POSITIVE_SETS = {"own_key": own_only, "same_label": same_label, "in_distribution": in_distribution}
-#: The values of :attr:`QueueContrastive.reduction` and what each selects: the loss from P(i).
-REDUCTION_FORMS = {"own_key": own_positive, "every_positive": every_positive,
-                   "sincere": sincere_reduce}  # fmt: skip
-
-
-def queue_contrastive(
-    q: torch.Tensor,
-    candidates: torch.Tensor,
-    anchor_labels: torch.Tensor,
-    candidate_labels: torch.Tensor,
-    own: torch.Tensor,
-    temperature: float,
-    kind: str,
-    per_query: torch.Tensor | None = None,
-    *,
-    reference_scale: bool = False,
-    exclude: torch.Tensor | None = None,
-    detach_candidates: bool = True,
-) -> torch.Tensor:
-    """Contrastive loss of queries against keys + queue + synthetic negatives (see module doc).
-
-    With ``exclude`` and ``detach_candidates=False`` this is also the papers' symmetric layout:
-    anchors ``z = [view1; view2]`` (2N), candidates ``[z; queue; extras]`` with the anchors' rows
-    live, ``own`` = each row's other view and ``exclude`` = the row itself (B \\ {i}); without a
-    queue it equals the multiview functions of :mod:`pretrain.losses.multiview`.
-
-    Args:
-        q: (N, D) unit-norm queries, the anchors (carry the gradient).
-        candidates: (M, D) unit-norm keys of all ranks, then the queue, then shared synthetic
-            negatives; detached here.
-        anchor_labels: (N,) long labels of the queries.
-        candidate_labels: (M,) long labels of the candidates (NO_LABEL for unknown/synthetic).
-        own: (N,) long index in ``candidates`` of each query's own key (its positive pair);
-            must lie in [0, M), not checked here to avoid a host sync per step.
-        temperature: τ.
-        kind: the ``loss.name`` of a registered :class:`QueueContrastive` that declares
-            ``positives_from`` (:func:`queue_kinds`: "nt_xent", "supcon", "sincere", "firm").
-        per_query: (N, S, D) private negatives of each query (detached, never positives), or None.
-        reference_scale: multiply by τ / 0.07 (SupContrast's hidden factor), any kind.
-        exclude: (N,) long index in ``candidates`` of each anchor itself, left out of every
-            positive and denominator set; None = the anchors are not among the candidates.
-        detach_candidates: False keeps the gradient through the candidates (symmetric layout).
-
-    Returns:
-        Scalar mean over the N queries of the mean over each query's positives.
-    """
-    check_temperature(temperature)
-    _check_shapes(q, candidates, anchor_labels, candidate_labels, own, per_query)
-    layout = layout_of(kind)
-    positive = POSITIVE_SETS[layout.positives_from](anchor_labels, candidate_labels, own)
-    logits, positive, contrast = queue_logits(q, candidates, positive, temperature, per_query,
-                                              exclude=exclude,
-                                              detach_candidates=detach_candidates)  # fmt: skip
-    loss = REDUCTION_FORMS[layout.reduction](logits, positive, contrast, own)
-    return loss * (temperature / REFERENCE_BASE_TEMPERATURE) if reference_scale else loss
-
-
-@torch.no_grad()
-def contrast_top1(
-    q: torch.Tensor,
-    candidates: torch.Tensor,
-    anchor_labels: torch.Tensor,
-    candidate_labels: torch.Tensor,
-    own: torch.Tensor,
-    kind: str,
-    per_query: torch.Tensor | None = None,
-    exclude: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Contrast accuracy (%), 0-dim on the device: the share of anchors whose most similar
-    candidate (over the contrast set and their private negatives, the anchor itself left out) is
-    one of their positives P(i) for ``kind``; for ``nt_xent`` that is MoCo's acc@1 of the own key
-    (``main_moco.py``'s ``accuracy(output, target)``). No host sync."""
-    positive = queue_positives(kind, anchor_labels, candidate_labels, own)  # (N, M)
-    return top1_of(positive, q, candidates, per_query, exclude)
-
-
 @torch.no_grad()
 def top1_of(
     positive: torch.Tensor,
@@ -266,7 +152,10 @@ def top1_of(
     per_query: torch.Tensor | None = None,
     exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """:func:`contrast_top1` from the (N, M) positive mask itself."""
+    """Contrast accuracy (%), 0-dim on the device: the share of anchors whose most similar
+    candidate (over the contrast set and their private negatives, the anchor itself left out) is
+    one of their positives P(i) (the (N, M) mask ``positive``); for NT-Xent that is MoCo's acc@1
+    of the own key (``main_moco.py``'s ``accuracy(output, target)``). No host sync."""
     sim = q.detach().float() @ candidates.detach().float().T  # (N, M)
     if exclude is not None:
         sim.scatter_(1, exclude.unsqueeze(1), -torch.inf)
@@ -282,20 +171,10 @@ class QueueContrastive(Loss):
     """The shared body of NT-Xent / SupCon / SINCERE / FIRM (one file each): MoCo's layout
     (query anchors against the gathered batch keys + the queue + the strategy's extras, see
     ``pretrain.losses.base``), or with ``StepTensors.q2`` the papers' symmetric 2N x 2N layout
-    (+ the queue unless ``contrast_queue`` is False). A subclass states its paper's choice in two
-    class attributes (or, for a choice not listed, overrides :meth:`positives` / :meth:`reduce`):
-
-    Attributes:
-        positives_from: which candidates are each anchor's positives P(i) (:data:`POSITIVE_SETS`):
-            ``"own_key"`` its own key only (NT-Xent, eq. 1 of SimCLR); ``"same_label"`` the own
-            key and every candidate with the anchor's label (SupCon eq. 2, SINCERE eq. 12);
-            ``"in_distribution"`` the own key, and every in-distribution candidate for an
-            in-distribution anchor (FIRM eq. 2). None: the subclass overrides :meth:`positives`.
-        reduction: the loss from P(i) (:data:`REDUCTION_FORMS`): ``"every_positive"`` (the
-            default) each positive against the whole contrast set, the mean over positives then
-            anchors (SupCon eq. 2, FIRM eq. 2); ``"own_key"`` the same when P(i) is the own key
-            alone, by a gather (NT-Xent eq. 1); ``"sincere"`` each positive's denominator is
-            itself + the anchor's negatives (SINCERE eq. 12).
+    (+ the queue unless ``contrast_queue`` is False). A subclass states its paper's choice by
+    overriding :meth:`positives` (which candidates are each anchor's positives P(i); by default
+    the own key only) and, where the denominator differs, :meth:`reduce` (by default each
+    positive against the whole contrast set).
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (no queue); the trainer
@@ -304,26 +183,12 @@ class QueueContrastive(Loss):
 
     capturable = True
 
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature",
-                                             "contrast_queue": "loss.contrast_queue"}  # fmt: skip
+    from_config: ClassVar[dict[str, str]] = {
+        "temperature": "moco.temperature",
+        "contrast_queue": "loss.contrast_queue",
+    }
     can_drop_queue = True
     reference_scale = False  # x T/0.07 (SupContrast's hidden factor): supcon's option
-
-    positives_from: ClassVar[str | None] = None
-    reduction: ClassVar[str] = "every_positive"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse a ``positives_from`` or ``reduction`` outside the listed choices at class
-        definition, naming the class and the choices."""
-        super().__init_subclass__(**kwargs)
-        for attribute, choices in (("positives_from", POSITIVE_SETS),
-                                   ("reduction", REDUCTION_FORMS)):  # fmt: skip
-            value = getattr(cls, attribute)
-            if value not in choices and not (attribute == "positives_from" and value is None):
-                raise TypeError(
-                    f"{cls.__module__}.{cls.__qualname__}.{attribute} = {value!r}: one of "
-                    f"{', '.join(map(repr, choices))}"
-                )
 
     def __init__(self, temperature: float, contrast_queue: bool = True) -> None:
         super().__init__(temperature)
@@ -332,15 +197,10 @@ class QueueContrastive(Loss):
     def positives(
         self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
     ) -> torch.Tensor:
-        """(N, M) bool mask P(i) of each anchor's positives among the candidates, as
-        :attr:`positives_from` says; ``own`` (N,) is the index of each anchor's own key (its view
-        pair). No host sync."""
-        if self.positives_from is None:
-            raise NotImplementedError(
-                f"{type(self).__qualname__}: set positives_from (one of "
-                f"{', '.join(map(repr, POSITIVE_SETS))}) or override positives()"
-            )
-        return POSITIVE_SETS[self.positives_from](anchor_labels, candidate_labels, own)
+        """(N, M) bool mask P(i) of each anchor's positives among the candidates: the own key
+        only (``own`` (N,) is the index of each anchor's own key, its view pair). No host
+        sync."""
+        return own_key(own, candidate_labels.shape[0])
 
     def reduce(
         self,
@@ -350,9 +210,9 @@ class QueueContrastive(Loss):
         own: torch.Tensor,
     ) -> torch.Tensor:
         """The loss from the logits (N, M + S) / T, the positive mask and the contrast mask
-        (None = every column), as :attr:`reduction` says: by default every positive against the
-        whole contrast set (the mean over anchors of the mean over their positives)."""
-        return REDUCTION_FORMS[self.reduction](logits, positive, contrast, own)
+        (None = every column): every positive against the whole contrast set, the mean over
+        anchors of the mean over their positives (SupCon eq. 2, FIRM eq. 2)."""
+        return denominator_loss(logits, positive, contrast, None)
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         n, b = s.q.shape[0], s.k_all.shape[0]
@@ -372,9 +232,15 @@ class QueueContrastive(Loss):
         positive = self.positives(anchor_labels, cand_labels, own)  # (N, M)
         # for contrast_top1 on log steps (no copy; the positive mask before it is widened)
         self._seen = (anchors.detach(), candidates.detach(), positive, s.extra.per_query, exclude)
-        logits, positive, contrast = queue_logits(anchors, candidates, positive, self.temperature,
-                                                  s.extra.per_query, exclude=exclude,
-                                                  detach_candidates=detach)  # fmt: skip
+        logits, positive, contrast = queue_logits(
+            anchors,
+            candidates,
+            positive,
+            self.temperature,
+            s.extra.per_query,
+            exclude=exclude,
+            detach_candidates=detach,
+        )
         loss = self.reduce(logits, positive, contrast, own)
         if self.reference_scale:
             return loss * (self.temperature / REFERENCE_BASE_TEMPERATURE)
@@ -387,22 +253,3 @@ class QueueContrastive(Loss):
             return {}
         a, c, positive, private, exclude = seen
         return {"contrast_top1": top1_of(positive, a, c, private, exclude)}
-
-
-def queue_kinds() -> tuple[str, ...]:
-    """The registered losses (plugins included) whose class states its layout on
-    :class:`QueueContrastive`'s attributes: the ``kind`` values of :func:`queue_contrastive`."""
-    return tuple(name for name in registry.names() if _declares_layout(registry.get(name)))
-
-
-def _declares_layout(cls: type) -> bool:
-    return issubclass(cls, QueueContrastive) and cls.positives_from is not None
-
-
-def layout_of(kind: str) -> type[QueueContrastive]:
-    """The class of the registered loss ``kind``, whose ``positives_from`` and ``reduction`` the
-    functional forms use: the layout is written once, on the class."""
-    cls = registry.get(kind) if kind in registry.names() else None
-    if cls is None or not _declares_layout(cls):
-        raise ValueError(f"kind must be one of {queue_kinds()}, got {kind!r}")
-    return cls

@@ -27,16 +27,18 @@ t_out, decay 0.1 per *iteration* as the official code has it, so the ring is nea
 from __future__ import annotations
 
 import math
+from typing import Annotated, Literal, get_args
 
 import numpy as np
 import torch
 
-from negatives.base import NO_LABEL
+from negmine_core.conventions import NO_LABEL
 from pretrain.losses import reweighted
 from pretrain.losses.base import Loss, StepTensors, register
 from pretrain.losses.infonce import moco_logits
 
-ANNEALS = ("none", "linear", "step", "exponential")
+Anneal = Literal["none", "linear", "step", "exponential"]
+ANNEALS = get_args(Anneal)
 
 
 def band(m: int, thres_outer: float, thres_inner: float, dynamic_inner: bool) -> tuple[int, int]:
@@ -114,11 +116,11 @@ class Ring(Loss):
         self,
         temperature: float,
         *,
-        thres_outer: float = 0.1,
-        thres_inner: float = 0.1,
+        thres_outer: Annotated[float, "must lie in (0, 1]"] = 0.1,
+        thres_inner: Annotated[float, "must lie in [0, 1)"] = 0.1,
         dynamic_inner: bool = True,
         self_negative: bool = True,
-        anneal: str = "none",
+        anneal: Anneal = "none",
         max_anneal_epoch: float = 100.0,
         anneal_decay: float = 0.1,
     ) -> None:
@@ -145,11 +147,16 @@ class Ring(Loss):
         )
 
     def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared,
-                             s.extra.per_query)  # fmt: skip
+        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
         m = logits.shape[1] - 1
-        t_out = outer_threshold(self.anneal, self.thres_outer, s.epoch, s.global_step,
-                                self.max_anneal_epoch, self.anneal_decay)  # fmt: skip
+        t_out = outer_threshold(
+            self.anneal,
+            self.thres_outer,
+            s.epoch,
+            s.global_step,
+            self.max_anneal_epoch,
+            self.anneal_decay,
+        )
         inner, outer = band(m, t_out, self.thres_inner, self.dynamic_inner)
         if outer <= inner:
             raise ValueError(
@@ -170,6 +177,6 @@ class Ring(Loss):
         neg_labels = torch.cat([queue_labels, unknown])[ring_idx]  # (N, band)
         out = reweighted.diagnostics(
             torch.zeros_like(ring_idx, dtype=torch.float32), 0.0, labels, neg_labels
-        )  # fmt: skip  (uniform weights over the ring)
+        )  # uniform weights over the ring
         out["contrast_top1"] = (logits.argmax(dim=1) == 0).float().mean() * 100.0
         return out

@@ -11,8 +11,11 @@ negatives only, so same-class keys are never pushed apart.
 
 from __future__ import annotations
 
+import torch
+
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive
+from pretrain.losses.masked import sincere_loss
+from pretrain.losses.queue_layout import QueueContrastive, same_label
 
 
 @register("sincere")
@@ -24,5 +27,19 @@ class Sincere(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    positives_from = "same_label"
-    reduction = "sincere"
+    def positives(
+        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor:
+        """P(i): the own key and every candidate with the anchor's label (-1 matches nothing)."""
+        return same_label(anchor_labels, candidate_labels, own)
+
+    def reduce(
+        self,
+        logits: torch.Tensor,
+        positive: torch.Tensor,
+        contrast: torch.Tensor | None,
+        own: torch.Tensor,
+    ) -> torch.Tensor:
+        """Each positive's denominator is itself + the anchor's negatives (eq. 12)."""
+        contrast = torch.ones_like(positive) if contrast is None else contrast
+        return sincere_loss(logits, positive, contrast & ~positive)

@@ -12,8 +12,10 @@ In a config: ``loss: {name: supcon, kwargs: {reference_scale: true}}``.
 
 from __future__ import annotations
 
+import torch
+
 from pretrain.losses.base import register
-from pretrain.losses.queue_layout import QueueContrastive
+from pretrain.losses.queue_layout import QueueContrastive, same_label
 
 
 @register("supcon")
@@ -26,8 +28,11 @@ class SupCon(QueueContrastive):
         contrast_queue: False: the batch alone is the contrast set (``loss.contrast_queue``).
     """
 
-    positives_from = "same_label"
-    reduction = "every_positive"
+    def positives(
+        self, anchor_labels: torch.Tensor, candidate_labels: torch.Tensor, own: torch.Tensor
+    ) -> torch.Tensor:
+        """P(i): the own key and every candidate with the anchor's label (-1 matches nothing)."""
+        return same_label(anchor_labels, candidate_labels, own)
 
     def __init__(
         self, temperature: float, contrast_queue: bool = True, *, reference_scale: bool = False

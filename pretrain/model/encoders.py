@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +17,9 @@ from torch import nn
 from torchvision import models
 from torchvision.models.resnet import BasicBlock
 
+from negmine_core.step import Batch, Embeddings
 from pretrain.model.split_bn import SplitBatchNorm
-from pretrain.runtime import dist, precision
+from pretrain.runtime import dist
 
 
 def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:
@@ -115,7 +115,8 @@ class Encoder(nn.Module):
 
     With a ``kappa`` head (vMF-κ), ``forward(x, with_kappa=True)`` also returns the per-sample
     concentration kappa = softplus(kappa_head(h)) (N,), computed from the same backbone features h.
-    Without one, ``with_kappa=True`` returns ``(z, None)``.
+    Without one, ``with_kappa=True`` returns ``(z, None)``. ``with_features=True`` returns
+    ``(z, kappa, h)``: the pooled backbone features too (the online probe's input).
     """
 
     def __init__(
@@ -125,32 +126,14 @@ class Encoder(nn.Module):
         self.backbone, self.head, self.kappa_head = backbone, head, kappa
 
     def forward(
-        self, x: torch.Tensor, with_kappa: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+        self, x: torch.Tensor, with_kappa: bool = False, with_features: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor | None, ...]:
         h = self.backbone(x)
         z = F.normalize(self.head(h), dim=1)
-        if not with_kappa:
+        if not (with_kappa or with_features):
             return z
-        if self.kappa_head is None:
-            return z, None
-        return z, F.softplus(self.kappa_head(h).squeeze(1))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Embeddings:
-    """What :meth:`MoCo.embed` returns: unit-norm embeddings, D = the head's output."""
-
-    q: torch.Tensor  # (N, D) queries of view 1, with gradient
-    q2: torch.Tensor | None = None  # (N, D) queries of view 2 (symmetric layout)
-    k: torch.Tensor  # (N, D) keys of view 2, no gradient
-    kappa_q: torch.Tensor | None = None  # (N,) concentrations (a kappa head), else None
-    kappa_q2: torch.Tensor | None = None
-    kappa_k: torch.Tensor | None = None
-    support: torch.Tensor | None = None  # (N, V, D) keys of the support views
-
-    def float32(self) -> Embeddings:
-        """Every tensor in float32 (the encoders may run under reduced-precision autocast)."""
-        return Embeddings(**{f.name: precision.full(getattr(self, f.name)) for f in fields(self)})
+        kappa = None if self.kappa_head is None else F.softplus(self.kappa_head(h).squeeze(1))
+        return (z, kappa, h) if with_features else (z, kappa)
 
 
 def pair_views(x1: torch.Tensor, x2: torch.Tensor, splits: int) -> torch.Tensor:
@@ -179,74 +162,109 @@ class MoCo(nn.Module):
     Implementation based on https://github.com/facebookresearch/moco/blob/b8ae0d9/moco/builder.py.
 
     The queue and the loss live outside (``pretrain.engine.queue``, ``pretrain.losses``), so that
-    negative strategies and losses can be swapped without touching this module.
+    negative strategies and losses can be swapped without touching this module. As moco's builder
+    fixes m, K and T in ``__init__``, the run's constants are set here once.
 
     Args:
         encoder: the query encoder; the key encoder is a deep copy with ``requires_grad=False``.
+        momentum: m of the key encoder's update θ_k ← m·θ_k + (1−m)·θ_q, before the key forward.
         shuffle_keys: shuffle the key batch before the key encoder and unshuffle after (shuffle-BN).
             Across ranks under DDP; on one device only meaningful with split BatchNorm, since plain
             BN is invariant to the order of the batch.
+        symmetric: both views through the query encoder as one (2N) batch (the papers' multiview
+            layout, ``loss.symmetric``); ``Embeddings.q2`` holds view 2's queries.
+        bn_splits: the BatchNorm splits the paired batch is laid out for (:func:`pair_views`).
+        channels_last: the views enter the encoders in channels-last memory layout.
+        keep_features: return view 1's pooled backbone features (the online probe's input).
     """
 
-    def __init__(self, encoder: Encoder, shuffle_keys: bool) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        momentum: float = 0.999,
+        shuffle_keys: bool = False,
+        symmetric: bool = False,
+        bn_splits: int = 1,
+        channels_last: bool = False,
+        keep_features: bool = False,
+    ) -> None:
         super().__init__()
         self.encoder_q = encoder
         self.encoder_k = copy.deepcopy(encoder)
         self.encoder_k.requires_grad_(False)
-        self.shuffle_keys = shuffle_keys
+        self.momentum, self.shuffle_keys, self.symmetric = momentum, shuffle_keys, symmetric
+        self.bn_splits, self.channels_last = bn_splits, channels_last
+        self.keep_features = keep_features
+        self.ddp: tuple[nn.Module, ...] = ()  # the query encoder's DDP wrapper, once wrapped
+
+    def wrap_for_ddp(self) -> None:
+        """Under DDP (called once by setup): gradients of the query encoder averaged over ranks
+        per parameter (an exact resume at 3+ ranks); its BatchNorm stays local. The wrapper is
+        kept out of the module tree, so state dicts stay unprefixed."""
+        ddp = nn.parallel.DistributedDataParallel(self.encoder_q)
+        ddp.register_comm_hook(None, dist.allreduce_per_parameter)
+        self.ddp = (ddp,)
+
+    @property
+    def query_encoder(self) -> nn.Module:
+        """The query encoder as the step calls it: its DDP wrapper once wrapped."""
+        return self.ddp[0] if self.ddp else self.encoder_q
 
     @torch.no_grad()
-    def momentum_update(self, m: float) -> None:
-        """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (key BN buffers stay its own)."""
+    def momentum_update(self, m: float | None = None) -> None:
+        """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (key BN buffers stay its own); m is the
+        constructor's ``momentum`` unless given."""
+        m = self.momentum if m is None else m
         q_params = list(self.encoder_q.parameters())
         k_params = list(self.encoder_k.parameters())
         torch._foreach_lerp_(k_params, q_params, 1.0 - m)
 
     @torch.no_grad()
     def keys(
-        self, x: torch.Tensor, m: float, with_kappa: bool = False
+        self, x: torch.Tensor, with_kappa: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """Momentum update, then k = normalize(encoder_k(x)) with shuffle-BN: (N, D) (and the
         keys' kappa (N,) with ``with_kappa``, None without a kappa head)."""
-        self.momentum_update(m)
+        self.momentum_update()
         return self.encode_keys(x, with_kappa)
 
-    def embed(
-        self,
-        x1: torch.Tensor,
-        x2: torch.Tensor,
-        *,
-        momentum: float,
-        symmetric: bool = False,
-        bn_splits: int = 1,
-        support: torch.Tensor | None = None,
-        query: nn.Module | None = None,
-    ) -> Embeddings:
-        """The embeddings of one step, in the order of Algorithm 1 of [0]: queries (with
-        gradient), the momentum update, then the keys through shuffle-BN.
-
-        Args:
-            x1, x2: the two views (N, 3, S, S); x1 goes through the query encoder.
-            momentum: m of the key encoder's update, made before the key forward.
-            symmetric: both views through the query encoder as one (2N) batch (the papers'
-                multiview layout, ``loss.symmetric``); ``q2`` holds view 2's queries.
-            bn_splits: the BatchNorm splits the paired batch is laid out for (:func:`pair_views`).
-            support: (N * V, 3, S, S) extra views (FNC's support set), through the updated key
-                encoder; returned as (N, V, D).
-            query: the query encoder to call (its DDP wrapper in a distributed run).
-        """
-        query = query or self.encoder_q
-        if symmetric:  # [view 1; view 2] per BatchNorm split, as rank r forwards under DDP
-            z, kappa = query(pair_views(x1, x2, bn_splits), with_kappa=True)  # (2N, D)
-            (q, q2), (kappa_q, kappa_q2) = split_views(z, bn_splits), split_views(kappa, bn_splits)
+    def embed(self, batch: Batch) -> Embeddings:
+        """The embeddings of one batch, in the order of Algorithm 1 of [0]: queries (with
+        gradient), the momentum update, then the keys through shuffle-BN. ``batch.x1`` goes
+        through the query encoder, ``batch.x2`` through the key encoder, and ``batch.support``
+        ((N * V, 3, S, S) extra views, FNC's support set) through the updated key encoder, as
+        (N, V, D)."""
+        x1, x2 = batch.x1, batch.x2
+        if self.channels_last:
+            x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+        query, want = self.query_encoder, self.keep_features
+        if self.symmetric:  # [view 1; view 2] per BatchNorm split, as rank r forwards under DDP
+            z, kappa, *h = query(pair_views(x1, x2, self.bn_splits), True, want)  # (2N, D)
+            (q, q2), (kappa_q, kappa_q2) = self.split(z), self.split(kappa)
+            features = self.split(h[0])[0] if want else None
         else:
-            q, kappa_q = query(x1, with_kappa=True)  # queries: NxD; kappa (N,) or None
+            q, kappa_q, *h = query(x1, True, want)  # queries: NxD; kappa (N,) or None
             q2 = kappa_q2 = None
-        k, kappa_k = self.keys(x2, momentum, with_kappa=True)  # momentum update, then keys: NxD
+            features = h[0] if want else None
+        k, kappa_k = self.keys(x2, with_kappa=True)  # momentum update, then keys: NxD
+        support = batch.support
         if support is not None:  # (N * V, D) -> (N, V, D), no gradient
             support = self.encode_keys(support).unflatten(0, (x2.shape[0], -1))
-        return Embeddings(q=q, k=k, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k,
-                          support=support)  # fmt: skip
+        return Embeddings(
+            q=q,
+            q2=q2,
+            k=k,
+            kappa_q=kappa_q,
+            kappa_q2=kappa_q2,
+            kappa_k=kappa_k,
+            support=support,
+            features=features,
+        )
+
+    def split(self, z: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """:func:`split_views` at this module's BatchNorm splits."""
+        return split_views(z, self.bn_splits)
 
     @torch.no_grad()
     def encode_keys(
@@ -273,10 +291,24 @@ def build(
     mlp: bool,
     bn_splits: int,
     kappa_hidden: int = 0,
+    momentum: float = 0.999,
+    symmetric: bool = False,
+    channels_last: bool = False,
+    keep_features: bool = False,
 ) -> MoCo:
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
-    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (vMF-κ: 512)."""
+    ``kappa_hidden`` > 0 adds a kappa head with that hidden width (vMF-κ: 512). The step's
+    constants (momentum, symmetric, channels_last, keep_features) are :class:`MoCo`'s."""
     net = backbone(arch, width, cifar_stem, bn_splits)
     kappa = kappa_head(net.feature_dim, kappa_hidden, bn_splits) if kappa_hidden > 0 else None
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)
-    return MoCo(encoder, shuffle_keys=bn_splits > 1 or dist.world_size() > 1)
+    shuffle = bn_splits > 1 or dist.world_size() > 1
+    return MoCo(
+        encoder,
+        momentum=momentum,
+        shuffle_keys=shuffle,
+        symmetric=symmetric,
+        bn_splits=bn_splits,
+        channels_last=channels_last,
+        keep_features=keep_features,
+    )

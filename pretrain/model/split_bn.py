@@ -176,10 +176,12 @@ class SplitBatchNorm(nn.BatchNorm2d):
         mean = self.running_mean.repeat(s, 1)  # (s, C): each split updates its own row
         var = self.running_var.repeat(s, 1)
         w, b, m, eps = self.weight, self.bias, self.momentum, self.eps
-        out = torch.cat([
-            F.batch_norm(x_r, mean[r], var[r], w, b, True, m, eps)
-            for r, x_r in enumerate(x.chunk(s))
-        ])  # fmt: skip
+        out = torch.cat(
+            [
+                F.batch_norm(x_r, mean[r], var[r], w, b, True, m, eps)
+                for r, x_r in enumerate(x.chunk(s))
+            ]
+        )
         self.running_mean.copy_(mean.mean(0))
         self.running_var.copy_(var.mean(0))
         return out
@@ -193,8 +195,9 @@ class SplitBatchNorm(nn.BatchNorm2d):
             n = x.numel() // self.num_splits // x.shape[1]
             avg = torch.cat([mean, var], 1).mean(0)  # (2, C, 1, 1): split-mean of mean, var
             running = [self.running_mean, self.running_var]
-            torch._foreach_lerp_(running, [avg[0].flatten(), avg[1].flatten() * (n / (n - 1))],
-                                 self.momentum)  # fmt: skip
+            torch._foreach_lerp_(
+                running, [avg[0].flatten(), avg[1].flatten() * (n / (n - 1))], self.momentum
+            )
         return y
 
     def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
@@ -211,9 +214,14 @@ class SplitBatchNorm(nn.BatchNorm2d):
                 f"on {x.device}; move the module with .to()"
             )
         return TritonSplitBatchNorm.apply(
-            x, self.weight, self.bias, self.running_mean, self.running_var, self.num_splits,
+            x,
+            self.weight,
+            self.bias,
+            self.running_mean,
+            self.running_var,
+            self.num_splits,
             self.triton_params,
-        )  # fmt: skip
+        )
 
 
 def use_path(module: nn.Module, path: str | None) -> None:

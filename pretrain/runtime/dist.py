@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as td
 
-from negatives.base import rank_and_world
+from negmine_core.conventions import rank_and_world
 from pretrain.errors import ConfigError
 
 _control: tuple[object, object] | None = None  # (default group it belongs to, gloo group)
@@ -187,8 +187,9 @@ def _all_gather(x: torch.Tensor) -> torch.Tensor:
     raw memory, so a channels_last ``empty_like`` output would receive a contiguous input's
     bytes scrambled. The result has ``x``'s layout (channels_last images stay channels_last)."""
     flat = x.contiguous()
-    out = [torch.empty_like(flat, memory_format=torch.contiguous_format)
-           for _ in range(world_size())]  # fmt: skip
+    out = [
+        torch.empty_like(flat, memory_format=torch.contiguous_format) for _ in range(world_size())
+    ]
     td.all_gather(out, flat)
     full = torch.cat(out)
     channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)

@@ -18,6 +18,7 @@ import contextlib
 
 import torch
 
+from negmine_core.step import full  # noqa: F401  (float32 of the encoders' outputs)
 from pretrain.errors import ConfigError
 
 CHOICES = ("auto", "bf16", "fp16", "off")
@@ -56,7 +57,7 @@ def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
 def channels_last(flag: bool, amp: str, device: torch.device) -> bool:
     """Whether ``train.channels_last`` applies: on CUDA always, on a CPU only where the encoders
     run in bf16 (oneDNN's bf16/AMX convolutions prefer NHWC: ResNet-18 at 32 px, batch 128,
-    forward + backward on a 2-core Xeon with AMX, 2026-11-24: bf16 159 -> bf16 + channels_last 205
+    forward + backward on a 2-core Xeon with AMX: bf16 159 -> bf16 + channels_last 205
     images/s; in fp32 71 -> 79, and 0.95x under load on an AVX2 EPYC, so fp32 CPU runs stay
     contiguous)."""
     if not flag:
@@ -69,10 +70,3 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
-
-
-def full(x: torch.Tensor | None) -> torch.Tensor | None:
-    """``x`` in at least float32 (bf16/fp16 encoder outputs upcast; float64 kept)."""
-    if x is None or not x.is_floating_point():
-        return x
-    return x.to(torch.promote_types(x.dtype, torch.float32))

@@ -29,8 +29,9 @@ class Progress:
         if self.terminal:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=steps, initial=start, desc=f"epoch {epoch}", leave=False,
-                            dynamic_ncols=True)  # fmt: skip
+            self.bar = tqdm(
+                total=steps, initial=start, desc=f"epoch {epoch}", leave=False, dynamic_ncols=True
+            )
 
     def batches(self, loader: Iterable) -> Iterator[Any]:
         """Iterate ``loader``, adding the time spent inside its ``next()`` to :attr:`wait`."""

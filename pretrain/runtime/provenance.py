@@ -91,10 +91,16 @@ def code_version() -> dict[str, Any]:
         pass
     try:
         git = ["git", "-C", str(root)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()  # fmt: skip
-        status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        commit = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         out["commit"], out["dirty"] = commit, bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         pass
@@ -183,8 +189,11 @@ class Provenance:
             os.replace(tmp, self.path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
-            print(f"warning: could not write {self.path} ({e.strerror or e}); the run goes on "
-                  "without its provenance record", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: could not write {self.path} ({e.strerror or e}); the run goes on "
+                "without its provenance record",
+                file=sys.stderr,
+            )
 
 
 def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:

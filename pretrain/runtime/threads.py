@@ -9,7 +9,7 @@ that a share of at most ``SMALL_SHARE`` cores runs on one thread.
 Why one thread on a small share: torch's intra-op threads wait for each other at the end of every
 op; when another process holds one of the cores, every op waits for the descheduled thread. On
 the 2-core CPU a digits epoch took 2.0 s quiet; beside one busy loop 7.1 s at 2 threads but 2.8 s
-at 1; the OC-SVM's 65K-key scoring 3 s at 2 threads under load against ~20 ms quiet (issue 14).
+at 1; the OC-SVM's 65K-key scoring 3 s at 2 threads under load against ~20 ms quiet.
 One thread gives up at most the share's parallel speed-up and never collapses.
 """
 

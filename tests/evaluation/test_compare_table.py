@@ -1,4 +1,4 @@
-"""``compare`` and ``table`` tell the same story (issue 43 item 6b): one sign convention (B - A,
+"""``compare`` and ``table`` tell the same story: one sign convention (B - A,
 run - baseline), the linear probe named in every output, and compare's summary line holding the
 numbers and the file it wrote. With the same probe (``compare --protocol moco`` is the default
 command's SGD probe) the two give the same differences."""

@@ -1,4 +1,4 @@
-"""What linear_eval reads, as a careful user expects (issue 34): every split labelled by the
+"""What linear_eval reads, as a careful user expects: every split labelled by the
 training split's class names (the run's own image folders, ``folder:`` and CINIC-10), symbolic
 links followed without entering a folder twice, a corrupt feature cache rebuilt with one warning,
 and weights that are not finite refused by name."""
@@ -20,7 +20,7 @@ from fakedata_eval import write_cinic10, write_image_tree
 from PIL import Image
 
 from linear_eval.cli.main import main
-from linear_eval.inputs import features
+from linear_eval.inputs import checkpoints
 from linear_eval.inputs.eval_datasets import build_eval_dataset
 from linear_eval.inputs.features import FeatureStore
 from pretrain.data import imagefiles
@@ -50,7 +50,7 @@ def test_run_image_folder_test_split_keeps_the_training_labels(tmp_path, capsys)
         tmp_path / "run", "data.name=imagefolder", f"data.root={tmp_path / 'data'}",
         "data.image_size=8", "data.eval_resize=8", "train.batch_size=4", "moco.queue_size=4",
     )  # fmt: skip
-    store = FeatureStore(features.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
+    store = FeatureStore(checkpoints.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
     test = store.dataset("imagefolder", "test")
     assert test.classes == ["ant", "cat", "owl"]
     assert folder_labels(test) == [("cat", 1), ("owl", 2)]  # not 0 and 1
@@ -71,7 +71,7 @@ def test_a_run_on_image_lists_is_evaluated_on_its_own_lists(tmp_path):
         "data.train_split=my_train.txt", "data.test_split=my_test.txt", "data.image_size=8",
         "data.eval_resize=8", "train.batch_size=4", "moco.queue_size=4",
     )  # fmt: skip
-    store = FeatureStore(features.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
+    store = FeatureStore(checkpoints.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
     train, test = store.dataset("imagefolder", "train"), store.dataset("imagefolder", "test")
     assert [Path(p).name for p, _ in train.samples] == [f"{i}.png" for i in range(4)]
     assert train.targets == [0, 1, 0, 1] and test.targets == [1, 1]
@@ -127,7 +127,7 @@ def test_labelled_folder_with_a_loop_keeps_its_labels(tmp_path, capsys):
 
 
 def test_a_truncated_cache_file_is_rebuilt_with_one_warning(tmp_path, capsys):
-    model = features.load_model(make_checkpoint(tmp_path / "run"))
+    model = checkpoints.load_model(make_checkpoint(tmp_path / "run"))
     cache = tmp_path / "run" / "features"
     fresh = FeatureStore(model, cache, torch.device("cpu"), batch_size=512).features(None, "test")
     (path,) = cache.glob("digits-test-plain-*.pt")
@@ -147,7 +147,7 @@ def test_a_truncated_cache_file_is_rebuilt_with_one_warning(tmp_path, capsys):
 
 
 def test_a_cache_file_of_another_layout_is_rebuilt(tmp_path, capsys):
-    model = features.load_model(make_checkpoint(tmp_path / "run"))
+    model = checkpoints.load_model(make_checkpoint(tmp_path / "run"))
     cache = tmp_path / "run" / "features"
     store = FeatureStore(model, cache, torch.device("cpu"), batch_size=512)
     fresh = store.features(None, "test")
@@ -173,7 +173,7 @@ def test_weights_that_are_not_finite_are_refused_by_name(tmp_path):
         f"{name}; features of these weights mean nothing: evaluate an earlier checkpoint"
     )
     with pytest.raises(checkpoint.CheckpointError, match=re.escape(message)):
-        features.load_model(ckpt)
+        checkpoints.load_model(ckpt)
 
 
 def test_weights_that_are_not_finite_end_linear_eval_with_exit_1(tmp_path, capsys):

@@ -17,10 +17,11 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 from torchvision.transforms import v2
 
-from linear_eval.inputs import corruptions, features
+from linear_eval.inputs import checkpoints, corruptions, features
 from linear_eval.inputs.features import FeatureStore, View, Viewed
+from pretrain.data import pipeline
 from pretrain.data.loaders import sample_seed
-from pretrain.engine import build, checkpoint
+from pretrain.engine import checkpoint
 
 
 class PilImages(Dataset):
@@ -52,11 +53,11 @@ TF_12 = v2.Compose(
 
 @pytest.fixture(scope="module")
 def kappa_ckpt(tmp_path_factory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("kappa"), "model.kappa_hidden=16")
+    return make_checkpoint(tmp_path_factory.mktemp("kappa"), "kappa.hidden=16")
 
 
 def test_encode_matches_the_modules_called_directly(kappa_ckpt):
-    model = features.load_model(kappa_ckpt)
+    model = checkpoints.load_model(kappa_ckpt)
     enc = model.encoder
     x = torch.randn(10, 3, 16, 16)
     loader = DataLoader(list(zip(x, range(10))), batch_size=4)
@@ -73,7 +74,7 @@ def test_encode_matches_the_modules_called_directly(kappa_ckpt):
 
 
 def test_no_kappa_head_gives_none(tmp_path):
-    model = features.load_model(make_checkpoint(tmp_path))
+    model = checkpoints.load_model(make_checkpoint(tmp_path))
     loader = DataLoader(list(zip(torch.randn(3, 3, 16, 16), range(3))), batch_size=2)
     assert not model.has_kappa
     assert features.encode(model.encoder, loader, torch.device("cpu")).kappa is None
@@ -114,7 +115,7 @@ def test_view_validation():
 
 
 def test_store_caches_by_key_and_reads_back(tmp_path, monkeypatch):
-    model = features.load_model(make_checkpoint(tmp_path / "run"))
+    model = checkpoints.load_model(make_checkpoint(tmp_path / "run"))
     store = FeatureStore(model, tmp_path / "cache", torch.device("cpu"), batch_size=512)
     test = store.features(None, "test")
     assert test.backbone.shape == (360, model.encoder.backbone.feature_dim) and len(test) == 360
@@ -133,12 +134,12 @@ def test_store_caches_by_key_and_reads_back(tmp_path, monkeypatch):
 
 
 def test_corruption_is_applied_before_the_normalisation(tmp_path):
-    model = features.load_model(make_checkpoint(tmp_path))
+    model = checkpoints.load_model(make_checkpoint(tmp_path))
     store = FeatureStore(model, None, torch.device("cpu"), batch_size=512)
     got = store.features(None, "test", corruption=("gaussian_blur", 3))
     d = model.cfg.data
     mean, std = torch.tensor(d.mean).view(1, 3, 1, 1), torch.tensor(d.std).view(1, 3, 1, 1)
-    tf = build.eval_transform(d)
+    tf = pipeline.eval_transform(d)
     base = store.dataset("digits", "test")
     x = torch.stack([tf(base[i][0]) for i in range(len(base))]) * std + mean  # back to [0, 1]
     x = (corruptions.corrupt(x.clamp(0, 1), "gaussian_blur", 3) - mean) / std
@@ -148,7 +149,7 @@ def test_corruption_is_applied_before_the_normalisation(tmp_path):
 
 
 def test_frozen_check_sees_a_changed_batchnorm_statistic(tmp_path):
-    model = features.load_model(make_checkpoint(tmp_path))
+    model = checkpoints.load_model(make_checkpoint(tmp_path))
     model.assert_unchanged()
     bn = next(m for m in model.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d))
     bn.running_mean += 1e-3
@@ -158,8 +159,8 @@ def test_frozen_check_sees_a_changed_batchnorm_statistic(tmp_path):
 
 def test_unusable_checkpoints_raise_checkpoint_error(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
-        features.load_model(tmp_path / "missing.pt")
+        checkpoints.load_model(tmp_path / "missing.pt")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
-        features.load_model(bad)
+        checkpoints.load_model(bad)

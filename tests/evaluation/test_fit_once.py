@@ -1,4 +1,4 @@
-"""Detectors fit once per bank (issue 16, item 6): ID-vs-OOD scores every OOD set with one fit,
+"""Detectors fit once per bank: ID-vs-OOD scores every OOD set with one fit,
 and the fitted scorer equals the one-shot score function on every set."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from scipy import ndimage
 
 from linear_eval.__main__ import main
 from linear_eval.cli import detection
-from linear_eval.inputs import features
+from linear_eval.inputs import checkpoints
 from linear_eval.inputs.features import FeatureStore
 from linear_eval.inputs.session import Options, Session
 
@@ -42,7 +42,7 @@ def cifar_checkpoint(run: Path, data_root: Path) -> Path:
         "data.eval_resize=32",
         f"data.mean={list(MEAN)}",
         f"data.std={list(STD)}",
-        "model.kappa_hidden=8",
+        "kappa.hidden=8",
     )
 
 
@@ -62,7 +62,7 @@ def encoded(ckpt: Path, hwc: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         hwc = hwc.astype(np.float32) / 255  # ToDtype(float32, scale=True)
     x = torch.from_numpy(np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))).float()
     x = (x - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
-    encoder = features.load_model(ckpt).encoder
+    encoder = checkpoints.load_model(ckpt).encoder
     with torch.no_grad():
         _, kappa = encoder(x, with_kappa=True)
         return encoder.backbone(x), kappa
@@ -148,7 +148,7 @@ def test_a_missing_corruptions_root_is_exit_2_naming_the_path(tmp_path, clean_ro
         assert main([command, "--ckpt", str(ckpt), "--corruptions-root", str(missing)]) == 2
         assert str(missing) in capsys.readouterr().err
     assert not (tmp_path / "run" / "eval").exists()
-    digits = make_checkpoint(tmp_path / "digits", "model.kappa_hidden=8")
+    digits = make_checkpoint(tmp_path / "digits", "kappa.hidden=8")
     assert main(["kappa", "--ckpt", str(digits), "--corruptions-root", str(tmp_path)]) == 2
     assert "this run's dataset is digits" in capsys.readouterr().err
 
@@ -169,7 +169,7 @@ def test_incomplete_or_misshapen_files_are_exit_2(tmp_path, capsys):
 def test_rewritten_files_are_not_read_from_the_cache(tmp_path, clean_root):
     data, _ = clean_root
     ckpt = cifar_checkpoint(tmp_path / "run", data)
-    store = FeatureStore(features.load_model(ckpt), tmp_path / "cache", torch.device("cpu"))
+    store = FeatureStore(checkpoints.load_model(ckpt), tmp_path / "cache", torch.device("cpu"))
     folder = tmp_path / "c"
     first, _ = write_c(tmp_path, "c", seed=400)
     a = store.features(None, "test", corruption=("gaussian_noise", 2), corruption_files=folder)
@@ -190,7 +190,7 @@ def test_a_cifar100_run_reads_cifar100_c(tmp_path):
     write_cifar_c(tmp_path, "gaussian_blur", 2, folder="CIFAR-100-C")
     write_cifar_c(tmp_path, "gaussian_noise", 2, folder="CIFAR-10-C")  # not this one
     ckpt = make_checkpoint(
-        tmp_path / "run", "data.name=cifar100", f"data.root={tmp_path}", "model.kappa_hidden=8"
+        tmp_path / "run", "data.name=cifar100", f"data.root={tmp_path}", "kappa.hidden=8"
     )
     source = detection.corruption_source(Session(ckpt, Options()))
     assert source.files == (tmp_path / "CIFAR-100-C").resolve() and source.note is None

@@ -1,6 +1,6 @@
 """``python -m linear_eval --ckpt X``: values that would run but mean nothing are refused with
 exit 2 and a message quoted on docs/troubleshooting.md, before the checkpoint is read; ``--k 0``
-and ``--temperature 0`` are no longer replaced by the run's settings (issue 43 items 6 and 10)."""
+and ``--temperature 0`` are no longer replaced by the run's settings."""
 
 from __future__ import annotations
 

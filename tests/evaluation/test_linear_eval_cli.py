@@ -98,7 +98,7 @@ def test_all_writes_every_result_with_intervals_and_a_report(ckpt, capsys):
 
 
 def test_kappa_model_gets_kappa_detectors_analyses_and_report_sections(tmp_path, capsys):
-    ckpt = make_checkpoint(tmp_path / "run", "model.kappa_hidden=16")
+    ckpt = make_checkpoint(tmp_path / "run", "kappa.hidden=16")
     args = ["--ckpt", str(ckpt)]
     assert main(["ood", *args, "--detectors", "s_con,kappa,knn_kappa"]) == 0
     assert main(["kappa", *args]) == 0
@@ -127,7 +127,7 @@ def test_compare_gives_paired_differences_of_the_two_checkpoints(ckpt, tmp_path,
         accs.append(
             pretrain_knn.knn_top1(tr.backbone, tr.labels, te.backbone, te.labels, 200, 0.1, 10)
         )
-    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A (issue 43)
+    assert out["knn_top1"]["b_minus_a"] == pytest.approx(accs[1] - accs[0])  # B - A
     low, high = out["knn_top1"]["ci"]
     assert low <= out["knn_top1"]["b_minus_a"] <= high
     assert {"b_minus_a", "ci", "excludes_zero", "a_ci", "b_ci"} <= out["oneclass_s_con"].keys()

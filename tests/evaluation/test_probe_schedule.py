@@ -1,7 +1,7 @@
-"""The SGD probes follow their step-decay schedule as written and record what ran (issue 43 item 2,
-issue 40 item 7): both probes against an SGD re-derived here (lr x0.1 at the start of each
-milestone epoch, stepped once per epoch, momentum 0.9), the default command's JSON holding the
-milestones and the lr the optimizer held, and ``--milestones`` with no value refused."""
+"""The SGD probes follow their step-decay schedule as written and record what ran: both probes
+against an SGD re-derived here (lr x0.1 at the start of each milestone epoch, stepped once per
+epoch, momentum 0.9), the default command's JSON holding the milestones and the lr the optimizer
+held, and ``--milestones`` with no value refused."""
 
 from __future__ import annotations
 

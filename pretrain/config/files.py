@@ -83,61 +83,75 @@ def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
         _refuse_duplicates(value_node, source, f"{prefix}{key}.")
 
 
-# Keys that moved into loss.kwargs (issue 39): old spelling -> (new key, the old default, which an
-# old checkpoint's config carries for every loss and which is dropped there without a word).
+#: Keys that moved: old key -> (new key, the old default, where such settings live now). An old
+#: checkpoint's config carries every key at its default, which is dropped there without a word.
+LOSS_KWARGS = "a loss's own settings are under loss.kwargs, checked against its constructor"
+KAPPA = "the kappa head's settings are the kappa section"
 MOVED = {
-    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False),
-    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0),
-    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95),
-    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False),
-    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False),
-    "loss.kappa_lambda_align": ("loss.kwargs.kappa_lambda_align", 0.05),
-    "loss.kappa_lambda_reg": ("loss.kwargs.kappa_lambda_reg", 0.005),
+    "loss.supcon_reference_scale": ("loss.kwargs.reference_scale", False, LOSS_KWARGS),
+    "loss.cider_lambda_c": ("loss.kwargs.lambda_c", 2.0, LOSS_KWARGS),
+    "loss.cider_alpha": ("loss.kwargs.alpha", 0.95, LOSS_KWARGS),
+    "loss.cider_comp_scale": ("loss.kwargs.comp_scale", False, LOSS_KWARGS),
+    "loss.cider_dis_scale": ("loss.kwargs.dis_scale", False, LOSS_KWARGS),
+    "loss.kappa_lambda_align": ("kappa.lambda_align", 0.05, KAPPA),
+    "loss.kappa_lambda_reg": ("kappa.lambda_reg", 0.005, KAPPA),
+    "loss.kwargs.kappa_lambda_align": ("kappa.lambda_align", 0.05, KAPPA),
+    "loss.kwargs.kappa_lambda_reg": ("kappa.lambda_reg", 0.005, KAPPA),
+    "model.kappa_hidden": ("kappa.hidden", 0, KAPPA),
 }
 
 
 def moved_message(key: str, value: Any, source: str) -> str:
-    new = MOVED[key][0]
-    return (
-        f"config key {key!r} in {source} has moved: write {new}={value!r} (in YAML: loss: "
-        f"{{kwargs: {{{new.rsplit('.', 1)[1]}: {value!r}}}}}); a loss's own settings are "
-        "under loss.kwargs, checked against its constructor"
-    )
+    """``key`` has moved: the new spelling, on the command line and in YAML."""
+    new, _, where = MOVED[key]
+    *parents, leaf = new.split(".")
+    yaml = f"{leaf}: {value!r}"
+    for part in reversed(parents):
+        yaml = f"{part}: {{{yaml}}}"
+    spelled = f"write {new}={value!r} (in YAML: {yaml})"
+    return f"config key {key!r} in {source} has moved: {spelled}; {where}"
 
 
 def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
     """An old checkpoint's config with the moved keys (:data:`MOVED`) spelled the new way: a key
-    at its old default is dropped, any other moves into ``loss.kwargs`` with a warning, if the
-    saved loss takes it (:func:`takes`); one it does not take had no effect and is dropped, with
-    a note."""
-    loss = raw.get("loss")
-    if not isinstance(loss, dict) or not any(f"loss.{k}" in MOVED for k in loss):
-        return raw
-    loss, notes = dict(loss), []
-    kwargs = dict(loss.get("kwargs") or {})
-    for key in [k for k in loss if f"loss.{k}" in MOVED]:
-        value = loss.pop(key)
-        new, default = MOVED[f"loss.{key}"]
-        arg = new.rsplit(".", 1)[1]
-        if value != default and takes(raw, arg):
-            kwargs[arg] = value
-            notes.append(f"loss.{key} -> {new}")
-        elif value != default:
-            why = ("the model has no kappa head" if arg.startswith("kappa_")
-                   else f"loss {loss.get('name', 'infonce')!r} does not take it")  # fmt: skip
-            notes.append(f"loss.{key} dropped ({why}: it had no effect)")
-    loss["kwargs"] = kwargs
+    at its old default is dropped, any other moves to its new key with a warning if the saved run
+    used it (:func:`takes`); one it did not use had no effect and is dropped, with a note."""
+    raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    if isinstance(raw.get("loss"), dict) and isinstance(raw["loss"].get("kwargs"), dict):
+        raw["loss"]["kwargs"] = dict(raw["loss"]["kwargs"])
+    head = (raw.get("model") or {}).get("kappa_hidden", 0) or (raw.get("kappa") or {}).get("hidden")
+    notes = []
+    for old, (new, default, _) in MOVED.items():
+        *parents, leaf = old.split(".")
+        node = raw
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if value == default:
+            continue
+        section, name = new.split(".")[0], new.split(".")[-1]
+        if section == "kappa" and name != "hidden" and not head:
+            notes.append(f"{old} dropped (the model has no kappa head: it had no effect)")
+            continue
+        if new.startswith("loss.kwargs.") and not takes(raw, name):
+            loss = (raw.get("loss") or {}).get("name", "infonce")
+            notes.append(f"{old} dropped (loss {loss!r} does not take it: it had no effect)")
+            continue
+        target = raw.setdefault(section, {})
+        if new.startswith("loss.kwargs."):
+            target = target.setdefault("kwargs", {})
+        target[name] = value
+        notes.append(f"{old} -> {new}")
     if notes:
         warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
-    return {**raw, "loss": loss}
+    return raw
 
 
 def takes(raw: dict[str, Any], arg: str) -> bool:
-    """Whether the run of config ``raw`` used the moved setting ``arg``: the kappa head's weights
-    with a kappa head, any other if its loss's constructor takes it (a loss not registered here:
-    kept, for the checks to name)."""
-    if arg.startswith("kappa_"):
-        return (raw.get("model") or {}).get("kappa_hidden", 0) > 0
+    """Whether the saved loss's constructor takes the moved setting ``arg`` (a loss not registered
+    here: kept, for the checks to name)."""
     from pretrain.losses import registry  # the registries import torch; config stays light
 
     name = (raw.get("loss") or {}).get("name", "infonce")

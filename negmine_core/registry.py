@@ -1,8 +1,8 @@
-"""One registry class for everything the YAML names: negative strategies (``negatives.name``) and
-losses (``loss.name``). A leaf module (imports only the standard library), so strategy and loss
-modules import it without a cycle; ``negatives`` never imports ``pretrain``, so it lives here and
-``pretrain.losses.modules`` imports it (as timm keeps its registry in a leaf module that model files
-import).
+"""One registry class for everything the YAML names: negative strategies (``negatives.name``,
+``negatives.strategies``), losses (``loss.name``, ``pretrain.losses.registry``) and detectors
+(``linear_eval.detect``). A leaf module (imports only the standard library), so strategy, loss and
+detector modules import it without a cycle (as timm keeps its registry in a leaf module that model
+files import).
 
     strategies = Registry("negative strategy")
 
@@ -107,9 +107,14 @@ class Registry(Generic[T]):
                 elif not same_class(self._classes[ep.name], cls):
                     self.register(ep.name)(cls)  # raises, naming both
             except Exception as e:  # noqa: BLE001  (any failure in a plugin's import: named)
-                why = str(e) if isinstance(e, ValueError) and "already registered" in str(e) else (
-                    f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
-                    f"{type(e).__name__}: {e}")  # fmt: skip
+                why = (
+                    str(e)
+                    if isinstance(e, ValueError) and "already registered" in str(e)
+                    else (
+                        f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
+                        f"{type(e).__name__}: {e}"
+                    )
+                )
                 self._problems[ep.name] = why
             finally:
                 self._loading = ""
@@ -269,9 +274,12 @@ def same_class(a: Any, b: Any) -> bool:
     if a is b:
         return True
     try:
-        return (a.__qualname__ == b.__qualname__ and inspect.getsourcefile(a) is not None
-                and inspect.getsourcefile(a) == inspect.getsourcefile(b)
-                and definition_line(a) == definition_line(b))  # fmt: skip
+        return (
+            a.__qualname__ == b.__qualname__
+            and inspect.getsourcefile(a) is not None
+            and inspect.getsourcefile(a) == inspect.getsourcefile(b)
+            and definition_line(a) == definition_line(b)
+        )
     except (TypeError, OSError):
         return False
 
@@ -288,9 +296,3 @@ def definition_line(cls: Any) -> int:
         if code is not None:
             return code.co_firstlineno
     return inspect.getsourcelines(cls)[1]
-
-
-#: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
-#: Installed packages add their own through the entry point group ``negmine.strategies``.
-strategies: Registry[Any] = Registry("negative strategy", drop_none=True,
-                                     group="negmine.strategies")  # fmt: skip

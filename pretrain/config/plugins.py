@@ -1,6 +1,6 @@
 """The config's ``plugins`` key: strategies and losses of one's own, loaded before the config is
 checked (a Python file or ``module[:Class]``; an installed package's come through its entry
-points, :mod:`negatives.registry`)."""
+points, :mod:`negmine_core.registry`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pretrain.errors import ConfigError
 def load_plugins(cfg: Any, source: str, missing_ok: bool = False) -> tuple[Any, list[str]]:
     """Import the config's ``plugins`` (files as absolute paths from here on); a plugin that
     cannot be loaded is a :class:`ConfigError` naming it, or with ``missing_ok`` a note."""
-    from negatives.registry import PluginError, import_plugin
+    from negmine_core.registry import PluginError, import_plugin
 
     stored, notes = [], []
     for spec in cfg.plugins:
@@ -32,7 +32,7 @@ def load_plugins(cfg: Any, source: str, missing_ok: bool = False) -> tuple[Any, 
 def check_registered(spec: str, obj: Any) -> None:
     """A ``module:Class`` plugin must name a registered strategy or loss class."""
     import negatives
-    from negatives.registry import PluginError
+    from negmine_core.registry import PluginError
     from pretrain import losses
 
     for registry in (negatives.strategies, losses.registry):
@@ -50,8 +50,10 @@ def missing_plugins(cfg: Any) -> list[str]:
     from pretrain import losses
 
     out = []
-    for kind, name, registry in (("negative strategy", cfg.negatives.name, negatives.strategies),
-                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+    for kind, name, registry in (
+        ("negative strategy", cfg.negatives.name, negatives.strategies),
+        ("loss", cfg.loss.name, losses.registry),
+    ):
         if name not in registry or registry.problem(name):
             out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
     return out

@@ -1,7 +1,7 @@
 """The step contract that a negative strategy and a loss both declare on their class, declared once
 here: ``negatives.base.NegativeStrategy`` and ``pretrain.losses.Loss`` mix it in. A leaf module
-(imports only the standard library); ``negatives`` sits below ``pretrain.losses`` in the import
-layers, so the losses import it from here, as they do the registry (``negatives.registry``).
+(imports only the standard library) of the leaf package, beside the registry
+(``negmine_core.registry``).
 
 The test suite measures it for every registered strategy and loss (plugins included), the
 CUDA-graph refusal (``pretrain.engine.cuda_graphs``) and the generated docs

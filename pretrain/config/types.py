@@ -93,18 +93,15 @@ def typed_kwargs(cfg: Any) -> Any:
     """``negatives.kwargs`` and ``loss.kwargs`` coerced by their constructor's annotations, as the
     typed keys are (YAML reads ``1e-3`` as a string: ``gamma: 1e-3`` becomes 0.001); a value that
     does not fit is a :class:`ConfigError`. Unknown names and keys are left to :func:`validate`."""
-    import negatives  # the registries import torch; config stays importable on its own
-    from pretrain import losses
+    from pretrain.config.rules import registries
 
     changes = {}
-    for section, registry in (("negatives", negatives.strategies), ("loss", losses.registry)):
+    for name_key, registry in registries().items():
+        section = name_key.split(".")[0]
         sub = getattr(cfg, section)
         if sub.name not in registry or registry.problem(sub.name) or not sub.kwargs:
             continue  # validate() names the problem
         hints = registry.annotations(sub.name)
-        if section == "loss":  # the kappa head's weights sit beside the loss's own
-            kappa = typing.get_type_hints(losses.WithKappa.__init__)
-            hints.update({k: kappa[k] for k in losses.KAPPA_KWARGS})
         typed = {}
         for key, value in sub.kwargs.items():
             hint = _plain_hint(hints.get(key, Any))

@@ -1,0 +1,145 @@
+"""The records of one training step, in the order the step makes them:
+
+- :class:`StepContext`: where the step is (epoch, global step, rank, world size), one per step,
+  read by the strategies and the losses alike;
+- :class:`Batch`: one batch, in one form from the loader to the loss;
+- :class:`Embeddings`: what the model makes of it (``pretrain.model.encoders.MoCo.embed``);
+
+and, once per run, :class:`SetupContext`: what a strategy's or a loss's setup hook may read.
+
+A leaf module (imports only torch), so the model, the losses and the strategies all read the same
+records without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepContext:
+    """Where one training step is; the trainer builds one per step.
+
+    Attributes:
+        epoch: fractional epoch of this step (warm-ups, annealed losses).
+        global_step: optimizer steps done before this one.
+        rank: this process's rank (0 in one process).
+        world_size: the number of ranks (1 in one process); a strategy that draws for the global
+            batch and keeps its own rows reads (rank, world_size) here.
+    """
+
+    epoch: float = 0.0
+    global_step: int = 0
+    rank: int = 0
+    world_size: int = 1
+
+
+#: The context of a step in one process (rank 0 of 1, epoch 0): the default outside the trainer.
+ONE_PROCESS = StepContext()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """One training batch, as the loaders give it (:meth:`from_loader`), on its way to the loss.
+
+    The step replaces fields (:meth:`replace`: the device's photometric ops, a strategy's
+    data-level negatives, a loss's input mixing), never the form.
+    """
+
+    x1: torch.Tensor  # (N, 3, S, S) view 1: uint8 crops when params is set, else normalised
+    x2: torch.Tensor  # (N, 3, S, S) view 2, likewise
+    y: torch.Tensor  # (N,) labels (negatives.base conventions)
+    params: torch.Tensor | None = None  # (N, 2 + V, P) stage-2 rows (data.augment_on: device)
+    support: torch.Tensor | None = None  # (N, V, 3, S, S) support crops (FNC); (N * V, 3, S, S)
+    # normalised once the device's photometric ops ran
+
+    @classmethod
+    def from_loader(cls, item: Sequence[torch.Tensor]) -> Batch:
+        """A loader's ``(x1, x2, y, index[, params[, support]])``."""
+        x1, x2, y, _, *rows = item
+        return cls.make(x1, x2, y, rows)
+
+    @classmethod
+    def make(
+        cls, x1: torch.Tensor, x2: torch.Tensor, y: torch.Tensor, rows: Sequence[torch.Tensor] = ()
+    ) -> Batch:
+        """The two views and labels, and the stage-2 rows that follow them in a loader's item
+        (none, ``(params,)`` or ``(params, support)``)."""
+        params = rows[0] if rows else None
+        support = rows[1] if len(rows) > 1 else None
+        return cls(x1=x1, x2=x2, y=y, params=params, support=support)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The batch's tensors, in field order (the ones that are set)."""
+        return [t for t in (getattr(self, f.name) for f in fields(self)) if t is not None]
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        """The batch with ``fn`` applied to every tensor that is set."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(**{name: None if t is None else fn(t) for name, t in values.items()})
+
+    def to(self, device: torch.device) -> Batch:
+        """On ``device``, non-blocking (the loaders pin their batches)."""
+        return self.map(lambda t: t.to(device, non_blocking=True))
+
+    def replace(self, **changes: Any) -> Batch:
+        return replace(self, **changes)
+
+
+def full(x: torch.Tensor | None) -> torch.Tensor | None:
+    """``x`` in at least float32 (bf16/fp16 encoder outputs upcast; float64 kept)."""
+    if x is None or not x.is_floating_point():
+        return x
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Embeddings:
+    """What the model makes of one batch: unit-norm embeddings, D = the head's output."""
+
+    q: torch.Tensor  # (N, D) queries of view 1, with gradient
+    q2: torch.Tensor | None = None  # (N, D) queries of view 2 (symmetric layout)
+    k: torch.Tensor  # (N, D) keys of view 2, no gradient
+    kappa_q: torch.Tensor | None = None  # (N,) concentrations (a kappa head), else None
+    kappa_q2: torch.Tensor | None = None
+    kappa_k: torch.Tensor | None = None
+    support: torch.Tensor | None = None  # (N, V, D) keys of the support views
+    features: torch.Tensor | None = None  # (N, F) view 1's backbone features (the online probe)
+
+    def float32(self) -> Embeddings:
+        """Every tensor in float32 (the encoders may run under reduced-precision autocast)."""
+        return Embeddings(**{f.name: full(getattr(self, f.name)) for f in fields(self)})
+
+
+def _no_features() -> tuple[torch.Tensor, torch.Tensor]:
+    raise RuntimeError("the training images' features are given to a loss's setup only")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetupContext:
+    """What a strategy's or a loss's ``setup`` hook may read of the run, once: a strategy's at
+    build time, before a checkpoint is loaded (state of the embedding's size: AdCo's bank; images
+    of the training size: outlier exposure), a loss's before the first step of a fresh run (a
+    resumed run restores its state instead: CIDER's prototypes).
+
+    Attributes:
+        dim: the embedding size (the projection head's output).
+        num_classes: the training set's class count (0 where not known yet).
+        image_size: the training views' size.
+        mean, std: the normalisation of the training images (per channel).
+        device: the training device.
+        features: the normalised head outputs (n, D) of the training images under the eval
+            transform, in eval mode, and their labels (n,), on ``device``; computed when called.
+    """
+
+    dim: int
+    num_classes: int = 0
+    image_size: int = 0
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+    device: torch.device = torch.device("cpu")
+    features: Callable[[], tuple[torch.Tensor, torch.Tensor]] = _no_features
