@@ -238,7 +238,7 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
-    cfg = config_plugins.load_plugins(cfg, "the config")[0]
+    cfg = config_plugins.load_plugins(cfg, "the config", base=path.parent)[0]
     cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
@@ -277,6 +277,25 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     return dataclasses.replace(base, **changes)
 
 
+def unknown_name(key: str, cfg: Config) -> str:
+    """Why ``negatives.name`` / ``loss.name`` names nothing registered here, or '': a name no
+    registered one is close to is a plugin not installed here (said first); a close one, a typo
+    (with the suggestion)."""
+    allowed = registered_choices()[key]
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
+    if value in allowed:
+        return ""
+    close = difflib.get_close_matches(str(value), allowed, n=1)
+    if not close:
+        kind = "loss" if section == "loss" else "negative strategy"
+        return (f"config key {key!r} is {value!r}: not installed here: no {kind} of that name is "
+                "built in or installed (install the plugin's package, or name its file in "
+                f"plugins: [...]); installed: {', '.join(allowed)}")  # fmt: skip
+    return (f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)} "
+            f"(did you mean {close[0]!r}?)")  # fmt: skip
+
+
 def validate(cfg: Config) -> None:
     """Value checks that the types alone cannot express: the choices, the registries' keyword
     arguments, then the rules of :mod:`pretrain.config_rules`."""
@@ -288,6 +307,9 @@ def validate(cfg: Config) -> None:
         why = registry.problem(getattr(getattr(cfg, section), name))
         if why:
             raise ConfigError(f"config key {key!r}: {why}")
+    unknown = [why for why in map(unknown_name, ("negatives.name", "loss.name"), [cfg] * 2) if why]
+    if unknown:  # every unknown name, the ones no built-in is close to first: not installed
+        raise ConfigError("; ".join(sorted(unknown, key=lambda w: "did you mean" in w)))
     for key, allowed in {**CHOICES, **registered_choices()}.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)

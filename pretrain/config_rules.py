@@ -49,7 +49,11 @@ def registry_names() -> dict[str, tuple[str, ...]]:
         "per_query_strategies": (strategies, "symmetric_ok", False),
     }
     return {
-        key: tuple(n for n in reg.names() if bool(getattr(reg.get(n), flag)) == value)
+        key: tuple(
+            n
+            for n in reg.names()  # a name claimed twice: refused only where it is used
+            if not reg.problem(n) and bool(getattr(reg.get(n), flag)) == value
+        )
         for key, (reg, flag, value) in flagged.items()
     }
 

@@ -192,3 +192,27 @@ def test_every_registered_strategy_passes_the_kit(name):
 @pytest.mark.parametrize("name", built_in(losses.registry))
 def test_every_registered_loss_passes_the_kit(name):
     check_loss(losses.registry.get(name), counts=False)
+
+
+class LocalDraws(NegativeStrategy):
+    """Draws per-query negatives from the local rows with the shared seed: under DDP every rank
+    repeats the same draws (declares ddp_check, so the kit runs 2 gloo ranks)."""
+
+    ddp_check = True
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        idx = torch.randint(s.queue.shape[0], (s.q.shape[0], 2))
+        return ExtraNegatives(per_query=s.queue[idx].clone())
+
+
+def test_two_gloo_ranks_must_see_what_one_process_sees():
+    """modified_mochi draws for the global batch and keeps its rows: 2 ranks equal one process;
+    a strategy that draws for its local rows only fails, naming ddp_check."""
+    from negatives.testing.ddp import check_ranks
+
+    check_ranks(negatives.strategies.get("modified_mochi"))
+    msg = failure(check_strategy, LocalDraws, counts=False)
+    head = f"strategy 'LocalDraws' ({__name__}.LocalDraws.negatives()): rank 1 of 2 (gloo) "
+    tail = "batch (ddp_check = True): under DDP draw for the global batch"
+    assert msg.startswith(head + "returns other per_query than one process with the global " + tail)

@@ -14,13 +14,13 @@ Each runs, in well under a minute on a CPU: the declaration check; the record
 detachment) or the loss's scalar and gradient; determinism under a fixed seed; no gradient into
 the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra negatives; the
 CUDA-graph refusal; host syncs per step against ``syncs_per_step`` and aten ops per step against
-``ops_budget`` (+15 % by default) in real training steps (not yet: a 2-rank gloo equivalence).
-The pytest plugin (entry point ``pytest11``: ``negmine``) prints
-what was measured at the end of the session.
+``ops_budget`` (+15 % by default) in real training steps; a 2-rank gloo equivalence for a
+strategy that sets ``ddp_check = True``. The pytest plugin (entry point ``pytest11``:
+``negmine``) prints what was measured at the end of the session.
 
 Modules: :mod:`.declarations`, :mod:`.records`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`,
-:mod:`.cuda_graph`, :mod:`.steps` (the real steps), the counters :mod:`.sync_counter` and
-:mod:`.op_counter`.
+:mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps), the counters
+:mod:`.sync_counter` and :mod:`.op_counter`.
 """
 
 from __future__ import annotations

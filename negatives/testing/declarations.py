@@ -22,6 +22,7 @@ STRATEGY = {
     "symmetric_ok": ((bool,), "True or False"),
     "needs_global_batch": ((bool,), "True or False"),
     "replaces_queue": ((bool,), "True or False"),
+    "ddp_check": ((bool,), "True or False"),
 }
 LOSS = {
     "accepts_strategies": ((tuple, type(None)), "None (any) or a tuple of strategy names"),

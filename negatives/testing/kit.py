@@ -66,6 +66,11 @@ def _check(cls: type, counts: bool) -> Report:
         ops = check_ops(cls)
         report.ops, report.plain_moco, report.budget = ops["ops"], ops["plain_moco"], ops["budget"]
         report.done.append("aten ops per step")
+    if kind == "strategy" and cls.ddp_check:
+        from negatives.testing.ddp import check_ranks
+
+        check_ranks(cls)
+        report.done.append("2-rank gloo equivalence")
     REPORTS.append(report)
     return report
 

@@ -29,12 +29,15 @@ def check_extra(
     because: str = "",
     fix_rows: str = "",
     dtypes: tuple[torch.dtype, ...] = (),
+    values: bool = True,
 ) -> None:
     """ContractError naming ``cls`` and its ``negatives()`` hook unless ``extra`` is an
     :class:`ExtraNegatives` whose ``shared`` is (M, D) and ``per_query`` (N, S, D) (N = ``rows``,
     default q's rows; D = q's width), of the queue's dtype (or one of ``dtypes``) and device,
     finite, unit norm and detached. ``because`` / ``fix_rows``: why N is what it is and what to
-    declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``)."""
+    declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``). ``values=False``:
+    the form only (host metadata, no device read): the trainer reads the values later
+    (:func:`value_flags`)."""
     if not isinstance(extra, ExtraNegatives):
         raise fail(cls, HOOK, f"returned {type(extra).__name__}",
                    "return negatives.ExtraNegatives(shared=..., per_query=...)")  # fmt: skip
@@ -64,7 +67,7 @@ def check_extra(
         if t.requires_grad or t.grad_fn is not None:
             raise fail(cls, HOOK, f"returned {field} that carries a gradient",
                        "detach it (or decorate the hook with @torch.no_grad())")  # fmt: skip
-        if t.numel() == 0:
+        if t.numel() == 0 or not values:
             continue
         if not bool(torch.isfinite(t).all()):
             raise fail(cls, HOOK, f"returned non-finite {field} (NaN or inf)",
@@ -74,6 +77,33 @@ def check_extra(
         if worst > tolerance(t.dtype):
             raise fail(cls, HOOK, f"returned {field} whose rows are not unit norm (off by "
                        f"{worst:.3g})", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+
+
+def value_flags(extra: ExtraNegatives) -> dict[str, torch.Tensor]:
+    """{field: a device bool tensor (finite, unit norm)} of the record's tensors, computed without
+    a host read (the trainer reads them once, at its first log step: :func:`value_fault`)."""
+    out = {}
+    for field in ("shared", "per_query"):
+        t = getattr(extra, field)
+        if isinstance(t, torch.Tensor) and t.numel():
+            t = t.detach()
+            off = (t.double().norm(dim=-1) - 1).abs().amax()
+            out[field] = torch.stack([torch.isfinite(t).all(), off <= tolerance(t.dtype)])
+    return out
+
+
+def value_fault(cls: type, flags: dict[str, torch.Tensor]) -> ContractError | None:
+    """The error for the first field whose :func:`value_flags` are bad (this reads the device),
+    or None."""
+    for field, flag in flags.items():
+        finite, unit = flag.tolist()
+        if not finite:
+            return fail(cls, HOOK, f"returned non-finite {field} (NaN or inf) at the first step",
+                        "keep them finite (normalise with an eps; guard divisions)")  # fmt: skip
+        if not unit:
+            return fail(cls, HOOK, f"returned {field} whose rows are not unit norm at the first "
+                        "step", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+    return None
 
 
 def check_loss_output(cls: type, loss: object, *, hook: str = "forward()") -> None:
@@ -90,4 +120,5 @@ def check_loss_output(cls: type, loss: object, *, hook: str = "forward()") -> No
                    "keep it finite (an eps in logs and divisions)")  # fmt: skip
 
 
-__all__ = ["ContractError", "check_extra", "check_loss_output", "tolerance"]
+__all__ = ["ContractError", "check_extra", "check_loss_output", "tolerance", "value_flags",
+           "value_fault"]  # fmt: skip

@@ -119,8 +119,10 @@ def loss_overrides(name: str) -> list[str]:
 def ready(run: Any) -> None:
     """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
     (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
+    from negatives.testing import boundary
     from pretrain.engine import loop
 
+    boundary.mark_checked(run)  # the trainer's one-time first-step check is no part of a step
     svm = getattr(run.strategy, "svm", None)
     if svm is not None:
         svm.loop = "triton"
