@@ -120,6 +120,11 @@ class NegativeStrategy(Contract, nn.Module):
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
     needs_global_batch: bool = False
 
+    #: True when the strategy draws across ranks (reads ``s.rank`` / ``s.world_size``, or needs
+    #: the global batch): the contract kit then checks that 2 gloo ranks see what one process
+    #: sees with the global batch (``negatives.testing.ddp``; two processes, a few seconds).
+    ddp_check: ClassVar[bool] = False
+
     #: True when the strategy's shared negatives take the queue's place (AdCo's learnable bank):
     #: ``config.validate`` then asks for a loss with ``loss.contrast_queue: false``.
     replaces_queue: bool = False

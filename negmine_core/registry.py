@@ -107,15 +107,19 @@ class Registry(Generic[T]):
                 elif not same_class(self._classes[ep.name], cls):
                     self.register(ep.name)(cls)  # raises, naming both
             except Exception as e:  # noqa: BLE001  (any failure in a plugin's import: named)
+                clash = isinstance(e, ValueError) and "already registered" in str(e)
                 why = (
                     str(e)
-                    if isinstance(e, ValueError) and "already registered" in str(e)
+                    if clash
                     else (
                         f"{self.kind} plugin {ep.name!r} ({where}) failed to import: "
                         f"{type(e).__name__}: {e}"
                     )
                 )
                 self._problems[ep.name] = why
+                if clash:  # one warning; only the runs that use the name stop
+                    print(f"warning: {why}: runs that use {ep.name!r} stop with this error; "
+                          "other runs go on", file=sys.stderr)  # fmt: skip
             finally:
                 self._loading = ""
 
@@ -219,19 +223,26 @@ class PluginError(ValueError):
     """A plugin named in a config (``plugins:``) that cannot be loaded."""
 
 
-def import_plugin(spec: str) -> tuple[str, list[Any]]:
+def import_plugin(spec: str, base: Path | None = None) -> tuple[str, list[Any]]:
     """Import one plugin of a config's ``plugins:`` list: a Python file (``path/to/mine.py``; its
     ``@register`` decorators run) or an importable ``module`` / ``module:Class``. Returns the spec
     as stored (a file as its absolute path) and the object named (the class, or nothing). A file
-    already loaded is not loaded twice. PluginError names the plugin and the cause."""
+    already loaded is not loaded twice. PluginError names the plugin and the cause. A relative
+    file path resolves against ``base`` (the config file's folder) first, then the working
+    directory; "no such file" shows the paths tried."""
     path = Path(spec).expanduser()
     if spec.endswith(".py") or path.suffix == ".py":
         if path.is_dir():
-            raise PluginError(f"plugin {spec!r} is a folder, not a Python file: name the .py file "
-                              "(or give a package as a module name, without .py)")  # fmt: skip
-        if not path.is_file():
-            raise PluginError(f"plugin {spec!r}: no such file")
-        path = path.resolve()
+            raise PluginError(
+                f"plugin {spec!r} is a folder, not a Python file: name the .py file "
+                "(or give a package as a module name, without .py)"
+            )
+        tried = [path] if path.is_absolute() or base is None else [Path(base) / path, path]
+        found = next((p for p in tried if p.is_file()), None)
+        if found is None:
+            where = ", ".join(str(p.resolve()) for p in tried)
+            raise PluginError(f"plugin {spec!r}: no such file (tried {where})")
+        path = found.resolve()
         tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
         module_name = f"negmine_plugin_{path.stem}_{tag}"
         if module_name not in sys.modules:

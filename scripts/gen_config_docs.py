@@ -2,6 +2,7 @@
 
     python scripts/gen_config_docs.py            # rewrite docs/configuration.md
     python scripts/gen_config_docs.py --check    # exit 1 if the page is stale (CI, tests)
+    python scripts/gen_config_docs.py --plugin NAME   # one strategy's or loss's entry (a plugin's)
 
 Run the first command after adding or changing a config key; tests/test_config_docs.py fails until
 the page matches the code. Every key of the ``Config`` dataclass tree
@@ -252,16 +253,18 @@ def in_tree(registry: object) -> list[str]:
     return [n for n in registry.names() if not registry.origin(n)]
 
 
-def settings(kind: str, key: str, registry: object) -> list[str]:
-    """One section per registered name: its class, summary and a row per constructor argument."""
+def settings(kind: str, key: str, registry: object, names: list[str] | None = None) -> list[str]:
+    """One section per registered name (this tree's, or ``names``): its class, summary and a row
+    per constructor argument."""
     parts = []
     missing = []
-    for name in in_tree(registry):
+    for name in in_tree(registry) if names is None else names:
         cls = registry.get(name)
         init = registry._init(name)
         params = registry.parameters(name)
         summary = prose(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0])
-        path = Path(sys.modules[cls.__module__].__file__).resolve().relative_to(ROOT)
+        path = Path(sys.modules[cls.__module__].__file__).resolve()
+        path = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path  # a plugin's: as is
         parts.append(
             f"\n### {kind} `{name}`\n\n{summary}\n\n`{cls.__name__}` in `{path}`. {contract(cls)}"
         )
@@ -362,11 +365,38 @@ def render() -> str:
     return "".join(parts)
 
 
+def print_entry(name: str) -> int:
+    """Print the configuration reference entry of strategy or loss ``name`` (its settings table
+    and contract sentence, in the built-ins' format); 2 with a message naming it if unknown."""
+    sys.path.insert(0, str(ROOT))
+    import negatives
+    from pretrain import losses
+
+    found = False
+    for kind, key, registry in (("Strategy", "negatives", negatives.strategies),
+                                ("Loss", "loss", losses.registry)):  # fmt: skip
+        if registry.problem(name):
+            print(registry.problem(name), file=sys.stderr)
+            return 2
+        if name in registry:
+            print("".join(settings(kind, key, registry, [name])).strip())
+            found = True
+    if not found:
+        known = ", ".join([*negatives.list_strategies(), *losses.list_losses()])
+        print(f"no strategy or loss {name!r} is registered here (known: {known})", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     p.add_argument("--out", default=str(PAGE), help="the page to write or check")
+    p.add_argument("--plugin", metavar="NAME", help="print the entry of strategy or loss NAME "
+                   "(an installed plugin's too) as the page would show it, and exit")  # fmt: skip
     a = p.parse_args(argv)
+    if a.plugin:
+        return print_entry(a.plugin)
     text, out = render(), Path(a.out)
     if a.check:
         old = out.read_text() if out.is_file() else ""

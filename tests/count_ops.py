@@ -9,10 +9,10 @@ on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny siz
 change what is dispatched (batch 16, queue 64; the model, its BN splits, the augmentation and the
 precision are the recipe's, amp as on CUDA: bf16 for CIFAR-10, off for digits), runs ``WARM`` steps
 of ``loop.train_step`` (the optimizer's momentum buffers exist after the first), then counts one
-step with :class:`op_counter.OpCounter`: augmentation (stage 2), both encoders, strategy, loss,
-backward, optimizer, momentum update, enqueue. ``path`` forces the split-BN path (triton: CUDA's,
-run by Triton's interpreter here; fused: the aten ops of the compiled path; per_split: the CPU's).
-Not a test file: ``tests/test_step_ops.py`` imports it.
+step with the contract kit's ``negatives.testing.steps.count_ops`` (an OpCounter): augmentation
+(stage 2), both encoders, strategy, loss, backward, optimizer, momentum update, enqueue. ``path``
+forces the split-BN path (triton: CUDA's, run by Triton's interpreter here; fused: the aten ops of
+the compiled path; per_split: the CPU's). Not a test file: ``tests/test_step_ops.py`` imports it.
 """
 
 from __future__ import annotations
@@ -32,20 +32,17 @@ STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and "triton" not
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from count_steps import loss_overrides, ready, strategy_overrides  # noqa: E402
 from fakedata import write_cifar10  # noqa: E402
-from op_counter import OpCounter  # noqa: E402
 
 import negatives  # noqa: E402
-from negmine_core.step import Batch  # noqa: E402
+from negatives.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
+from negatives.testing.op_counter import OpCounter  # noqa: E402
+from negatives.testing.steps import loss_overrides, strategy_overrides  # noqa: E402
 from pretrain import config  # noqa: E402
-from pretrain.engine import loop  # noqa: E402
-from pretrain.model.split_bn import use_path  # noqa: E402
 
-WARM = 2
-EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in the strategies' contract_kwargs)
-TINY = ["train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
-TINY += ["train.progress_bar=false"]
+WARM = steps.WARM
+EPOCH = steps.EPOCH  # past every warm-up (warmup_epochs=0 in the strategies' contract_kwargs)
+TINY = steps.OP_SIZES
 RECIPES = {"cifar10_moco": ["train.amp=bf16"], "digits_moco": ["train.amp='off'"]}
 PATH_NAMES = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
 
@@ -79,23 +76,8 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
     """The ops of one steady-state step of ``recipe`` with ``strategy`` (or ``loss:NAME``, see
     :func:`overrides`), split BN on ``path``
     (triton: needs TRITON_INTERPRET=1 on a CPU, see :func:`count_in_subprocess`)."""
-    out_dir = tempfile.mkdtemp(prefix="negmine_ops_run_")
-    cfg = config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides(recipe, strategy)])
-    run = loop.setup(cfg)
-    use_path(run.moco, "fused" if path == "triton" else path)  # warm steps: the same ops,
-    ready(run)  # faster than Triton's interpreter
-    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):  # rows: stage-2 params
-        x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
-        loop.set_lr(run, EPOCH)
-        if i < WARM:
-            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
-            continue
-        use_path(run.moco, path)
-        with OpCounter() as ops:
-            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
-        break
-    run.log.close()
-    return ops
+    run = steps.setup(recipe, overrides(recipe, strategy))
+    return steps.count_ops(run, path)  # the kit's count of one steady-state step
 
 
 def needs_interpreter(recipe: str, strategy: str, path: str = "triton") -> bool:

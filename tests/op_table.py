@@ -5,13 +5,16 @@ BN's Triton kernels, as on CUDA), and per loss (with strategy none, on ``digits_
 shows them.
 
 A strategy or loss without a pin (one's own, in the tree or a plugin) is counted too and held to
-the relative bound: at most ``STRATEGY_TARGET`` (+15 %) over plain MoCo's step. MiOC is counted
-on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches, run by
+the relative bound of the contract kit (``negatives.testing.ops.check_bound``): at most its
+``ops_budget`` over plain MoCo's step, ``STRATEGY_TARGET`` (+15 %) where it declares none. MiOC is
+counted on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches, run by
 Triton's interpreter on a CPU); its count does not depend on the solver's iterations, so every
 count is exact.
 """
 
 from __future__ import annotations
+
+from negatives.testing import ops
 
 DEVICE_OPS: dict[str, dict[str, int]] = {
     "cifar10_moco": {
@@ -39,7 +42,7 @@ PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
 BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo at fb6efcd (per-split BN on
 # every device, SGD looping over parameters): the same counter and harness
 TARGETS = {"cifar10_moco": 700, "digits_moco": 350}  # plain MoCo, eager
-STRATEGY_TARGET = 0.15  # what an unpinned strategy or loss may add to plain MoCo's step
+STRATEGY_TARGET = ops.DEFAULT_BUDGET  # what an unpinned class may add (without an ops_budget)
 LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.support_views=2)
     "cider": 565,
     "debiased": 317,
@@ -56,14 +59,4 @@ LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.supp
 }
 
 
-def check_bound(kind: str, name: str, cls: type, recipe: str, n: int, base: int) -> None:
-    """An unpinned strategy or loss (one's own) adds at most STRATEGY_TARGET over plain MoCo:
-    else an AssertionError naming the class and the hook that adds the ops."""
-    bound = (1 + STRATEGY_TARGET) * base
-    hook = "negatives() / transform_batch()" if kind == "strategy" else "forward()"
-    assert n <= bound, (
-        f"{kind} {name!r} ({cls.__module__}.{cls.__qualname__}.{hook.split(' ')[0]}): {n} aten "
-        f"ops per training step on {recipe}, more than +{STRATEGY_TARGET:.0%} over plain MoCo's "
-        f"{base} (at most {int(bound)}, tests/op_table.py STRATEGY_TARGET): vectorise its "
-        f"{hook} (tests/op_counter.py's OpCounter(sites=True) shows where the ops come from)"
-    )
+check_bound = ops.check_bound  # the contract kit's bound: the class's ops_budget, else +15 %

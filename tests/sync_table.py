@@ -6,13 +6,13 @@ declare (their ``syncs_per_step`` class attributes, the contract of
 BN's Triton path's below (0 each). Every step counts it, the first one included.
 
 A strategy or loss of one's own declares its count on its class (default 0); the sync test
-measures it like a built-in's and names the class and the attribute when they differ.
+measures it like a built-in's and names the class and the attribute when they differ, with the
+contract kit's check (``negatives.testing.syncs``), which a plugin's own tests run too.
 """
 
 from __future__ import annotations
 
-import negatives
-from pretrain import losses
+from negatives.testing import syncs
 
 KAPPA_SYNCS = (0, "-")
 SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with infonce
@@ -35,34 +35,19 @@ MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
 
 
 def declared(loss: str, strategy: str, kappa: bool = False, split_bn: bool = False) -> int:
-    """The count ``loss`` x ``strategy`` declare (their ``syncs_per_step``)."""
-    base = losses.registry.get(loss).syncs_per_step
-    base += negatives.strategies.get(strategy).syncs_per_step
-    base += KAPPA_SYNCS[0] if kappa else 0
-    return base + (SPLIT_BN_SYNCS[0] if split_bn else 0)
+    """The count ``loss`` x ``strategy`` declare (their ``syncs_per_step``), + the model's."""
+    extra = (KAPPA_SYNCS[0] if kappa else 0) + (SPLIT_BN_SYNCS[0] if split_bn else 0)
+    return syncs.declared(loss, strategy, extra)
 
 
-def who(loss: str, strategy: str) -> str:
-    """Where each side's count is declared, for a failure message."""
-    lc, sc = losses.registry.get(loss), negatives.strategies.get(strategy)
-    return (f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
-            f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
-            f"{sc.syncs_per_step} (strategy {strategy!r})")  # fmt: skip
+who = syncs.who  # where each side's count is declared, for a failure message
 
 
 def check(pair: str, got: dict) -> None:
-    """AssertionError naming the classes and ``syncs_per_step`` when a pair's measured count
-    (``got``: a result of tests/count_steps.py) differs from what it declares."""
+    """The contract kit's check (``negatives.testing.syncs.check_pair``: a ContractError, an
+    AssertionError, naming the classes and ``syncs_per_step``) of a pair's measured count
+    (``got``: a result of tests/count_steps.py) against what it declares."""
     loss, strategy = pair.split("/")
     kappa, split_bn = loss.endswith("+kappa"), loss.endswith("+split_bn")
     loss = loss.removesuffix("+kappa").removesuffix("+split_bn")
-    want = declared(loss, strategy, kappa, split_bn)
-    for count in got["counts"]:
-        assert count == want, (
-            f"{pair}: {count} host syncs per step, declared {want}: {who(loss, strategy)}; "
-            f"measured at: {got['where']}"
-        )
-    # the first step too: nothing is built lazily in a step (a per-device constant's
-    # host-to-device copy would sync there once; CUDA's sync-debug mode raises on it)
-    first = got["first"]
-    assert first["count"] == want, f"{pair} step 0: {first['count']}: {first['where']}"
+    syncs.check_pair(pair, got, declared(loss, strategy, kappa, split_bn), who(loss, strategy))

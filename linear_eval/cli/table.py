@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pretrain.runtime import provenance
+from pretrain.runtime import plugin_provenance, provenance
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
@@ -264,8 +264,10 @@ def build(
                     mark = " *" if low > 0 or high < 0 else ""
                     diff = f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
                 line.append(diff)
-        table.append([*line, *run_cost(members)])
-    return [*header, "wall time", "hardware"], table
+        table.append([*line, *run_cost(members), plugins_cell(members)])
+    if all(row[-1] == "-" for row in table):  # no plugins: the column is left out
+        return [*header, "wall time", "hardware"], [row[:-1] for row in table]
+    return [*header, "wall time", "hardware", "plugins"], table
 
 
 def mean_std(values: list[float], members: int) -> str:
@@ -277,6 +279,14 @@ def mean_std(values: list[float], members: int) -> str:
     return f"{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}" + (
         f" (n={len(values)})" if len(values) != members else ""
     )
+
+
+def plugins_cell(members: list[Run]) -> str:
+    """The plugins the group's runs trained with (``provenance.json``'s records: distribution and
+    version, or a file's sha256), "-" for none."""
+    cells = {plugin_provenance.cell((r.provenance or {}).get("plugins")) for r in members}
+    cells.discard("-")
+    return "; ".join(sorted(cells)) or "-"
 
 
 def run_cost(members: list[Run]) -> list[str]:

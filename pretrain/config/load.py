@@ -66,7 +66,7 @@ def load(name: str, overrides: list[str] | None = None) -> Config:
         cfg = merge(cfg, nested, source="command line")
     if not cfg.out_dir:
         cfg = dataclasses.replace(cfg, out_dir=str(Path("runs") / path.stem))
-    cfg = plugins.load_plugins(cfg, "the config")[0]
+    cfg = plugins.load_plugins(cfg, "the config", base=path.parent)[0]
     cfg = typed_kwargs(cfg)
     validate(cfg)
     return cfg
@@ -108,6 +108,28 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     return dataclasses.replace(base, **changes)
 
 
+def unknown_name(key: str, cfg: Config) -> str:
+    """Why ``negatives.name`` / ``loss.name`` names nothing registered here, or '': a name no
+    registered one is close to is a plugin not installed here (said first); a close one, a typo
+    (with the suggestion)."""
+    allowed = registered_choices()[key]
+    value = _value(cfg, key)
+    if value in allowed:
+        return ""
+    close = difflib.get_close_matches(str(value), allowed, n=1)
+    if not close:
+        kind = "loss" if key.startswith("loss.") else "negative strategy"
+        return (
+            f"config key {key!r} is {value!r}: not installed here: no {kind} of that name is "
+            "built in or installed (install the plugin's package, or name its file in "
+            f"plugins: [...]); installed: {', '.join(allowed)}"
+        )
+    return (
+        f"config key {key!r} is {value!r}; expected one of {', '.join(allowed)} "
+        f"(did you mean {close[0]!r}?)"
+    )
+
+
 def validate(cfg: Config, *, encoder_only: bool = False) -> None:
     """Value checks that the types alone cannot express: the choices, the registries' keyword
     arguments, then the rules of :mod:`pretrain.config.rules`. ``encoder_only``: the loss and
@@ -122,6 +144,9 @@ def validate(cfg: Config, *, encoder_only: bool = False) -> None:
         why = registry.problem(_value(cfg, key))
         if why:
             raise ConfigError(f"config key {key!r}: {why}")
+    unknown = [why for why in (unknown_name(k, cfg) for k in registries) if why]
+    if unknown:  # every unknown name, the ones no built-in is close to first: not installed
+        raise ConfigError("; ".join(sorted(unknown, key=lambda w: "did you mean" in w)))
     _check_choices(cfg, {**CHOICES, **registered_choices()})
     rules.check_loss_kwargs(cfg, registries["loss.name"].get(cfg.loss.name))
     try:

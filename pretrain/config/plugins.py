@@ -5,20 +5,24 @@ points, :mod:`negmine_core.registry`)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from pretrain.errors import ConfigError
 
 
-def load_plugins(cfg: Any, source: str, missing_ok: bool = False) -> tuple[Any, list[str]]:
-    """Import the config's ``plugins`` (files as absolute paths from here on); a plugin that
+def load_plugins(
+    cfg: Any, source: str, missing_ok: bool = False, base: Path | None = None
+) -> tuple[Any, list[str]]:
+    """Import the config's ``plugins`` (files as absolute paths from here on; a relative one
+    against ``base``, the config file's folder, first, then the working directory); a plugin that
     cannot be loaded is a :class:`ConfigError` naming it, or with ``missing_ok`` a note."""
     from negmine_core.registry import PluginError, import_plugin
 
     stored, notes = [], []
     for spec in cfg.plugins:
         try:
-            spec, objects = import_plugin(spec)
+            spec, objects = import_plugin(spec, base)
             for obj in objects:
                 check_registered(spec, obj)
         except PluginError as e:
@@ -36,7 +40,7 @@ def check_registered(spec: str, obj: Any) -> None:
     from pretrain import losses
 
     for registry in (negatives.strategies, losses.registry):
-        if any(registry.get(n) is obj for n in registry.names()):
+        if any(not registry.problem(n) and registry.get(n) is obj for n in registry.names()):
             return
     raise PluginError(
         f"plugin {spec!r} is not a registered strategy or loss: decorate the class with "

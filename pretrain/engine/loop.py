@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from negatives.testing import boundary
 from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
@@ -34,7 +35,7 @@ from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
 from pretrain.engine.step import train_step
-from pretrain.runtime import dist, provenance
+from pretrain.runtime import dist, plugin_provenance, provenance
 from pretrain.runtime.progress import Progress
 
 
@@ -53,7 +54,7 @@ def run_training(cfg: Config) -> int:
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
-    run.provenance = provenance.start(run.run_dir, run.device)
+    run.provenance = provenance.start(run.run_dir, run.device, plugins_of(cfg))
     try:
         return train(run)
     finally:
@@ -322,12 +323,26 @@ def stop_at_max_steps(run: Run) -> int:
     return 0
 
 
+def plugins_of(cfg: Config) -> list[dict[str, Any]]:
+    """The provenance records of the run's strategy and loss where they are plugins."""
+    import negatives
+    from pretrain import losses
+
+    out = []
+    for kind, name, registry in (("strategy", cfg.negatives.name, negatives.strategies),
+                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+        made = plugin_provenance.record(kind, name, registry.get(name), registry.group)
+        if made is not None:
+            out.append(made)
+    return out
+
+
 def main(cfg: Config) -> int:
     """The command's run: its exit status, 1 for errors of the run itself (2 is the CLI's, for
     config errors)."""
     try:
         return run_training(cfg)
-    except (checkpoint.CheckpointError, NonFiniteLossError) as e:
+    except (checkpoint.CheckpointError, NonFiniteLossError, boundary.FirstStepError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker

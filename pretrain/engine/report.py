@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import yaml
 
+from negatives.testing import boundary
 from pretrain import config
 from pretrain.engine.run import Run
 from pretrain.runtime import cores, dist
@@ -86,7 +87,10 @@ def print_epoch(record: dict[str, Any]) -> None:
 
 
 def check_finite(run: Run) -> None:
-    """Stop every rank (one collective) if any rank has seen a non-finite loss."""
+    """Stop every rank (one collective) if any rank has seen a non-finite loss; at the first log
+    step, first the first step's records (a strategy's non-finite negatives named before any
+    advice on the learning rate)."""
+    boundary.at_log(run)
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
         cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings
         raise NonFiniteLossError(cause + divergence_message(run))

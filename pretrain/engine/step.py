@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from negatives.base import ExtraNegatives, StrategyInputs
+from negatives.testing import boundary
 from negmine_core.step import Batch, Embeddings, StepContext
 from pretrain.engine.run import Run
 from pretrain.losses import StepTensors
@@ -42,7 +43,9 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
         extra=negatives(run, e, k_all, batch.y, y_all, ctx),
         ctx=ctx,
     )
+    boundary.before_loss(run, step)  # the first step: the strategy's record, named if wrong
     loss = run.loss_fn(step)
+    boundary.after_loss(run, step, loss)  # its values: read at the first log step, no sync here
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         run.probe.train_step(e.features, batch.y)
     run.optimizer.zero_grad(set_to_none=True)

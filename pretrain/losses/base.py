@@ -171,16 +171,33 @@ class Loss(Contract, nn.Module):
         temperature: T of the logits, above 1e-3; the trainer passes ``moco.temperature``.
     """
 
+    #: Constructor arguments the trainer fills in from other config keys (argument -> dotted key,
+    #: or NUM_CLASSES); ``loss.kwargs`` may not set them. The base's: ``temperature`` from
+    #: ``moco.temperature``, checked by ``Loss.__init__`` (above 1e-3) and kept as
+    #: ``self.temperature`` (a loss that has no temperature still takes it, unused).
     from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
 
     # -- The contract: negmine_core.contract.Contract (syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
 
+    #: The negative strategies this loss can be combined with (None: any); the builder refuses
+    #: any other (``check_strategy``), naming ``why_strategies``.
     accepts_strategies: tuple[str, ...] | None = None
+    #: Why only ``accepts_strategies`` (the refusal's message).
     why_strategies: str = ""
+    #: True when the loss can run in the symmetric layout (``loss.symmetric: true``: both views
+    #: as queries, 2N x 2N, ``s.q2`` set); ``config.validate`` refuses ``loss.symmetric`` with a
+    #: loss that sets False. Set False when ``forward`` reads MoCo's layout only (queries
+    #: against their keys and the queue, as ``moco_logits`` does) and never ``s.q2``.
     batch_layout: bool = True
+    #: True when the batch alone can be the contrast set (``loss.contrast_queue: false``, which
+    #: ``config.validate`` refuses otherwise; a strategy that replaces the queue needs it).
     can_drop_queue: bool = False
+    #: True when the loss needs a label on every training image: ``config.validate`` refuses
+    #: unlabelled splits with it.
     needs_labels: bool = False
+    #: The support views (``data.support_views``) the loss needs at least; their keys come in
+    #: ``StepTensors.support`` (FNC: 1). ``config.validate`` refuses fewer.
     extra_views: int = 0
 
     @classmethod
@@ -201,6 +218,13 @@ class Loss(Contract, nn.Module):
         super().__init__()
         check_temperature(temperature)
         self.temperature = temperature
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        """The step's loss, a scalar with a gradient into ``s.q`` (and ``s.q2``), none into the
+        queue; it must use the strategy's negatives, ``s.extra.shared`` (M, D) for every query
+        and ``s.extra.per_query`` (N, S, D) for each (``moco_logits`` and ``contrast_set`` do):
+        the contract kit fails a loss that ignores them. Every loss overrides it."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not define forward()")
 
     @classmethod
     def check_strategy(cls, name: str) -> None:
@@ -229,6 +253,7 @@ class Loss(Contract, nn.Module):
         """Per-sample values of the latest step for TensorBoard histograms (log steps only)."""
         return {}
 
+    #: The YAML name (``loss.name``), set by ``register`` (an entry point's name for a plugin).
     name = "loss"
 
 

@@ -5,9 +5,11 @@ process that trains the run (the first start and every resume after a preemption
 *segment* (a process that trains nothing, such as the command of a finished run run again, adds
 none): the code (git commit and whether the tree had uncommitted changes, or the installed
 package's version outside a git checkout), host, CPU model and cores, GPU model and count, world
-size, Python/torch/triton/CUDA versions, its start (the process's start, imports and data set-up
-included) and end in UTC, its wall time, and its peak memory (the resident set of rank 0's
-training process, and the peak CUDA memory allocated by torch on rank 0's GPU). The top level
+size, Python/torch/triton/CUDA versions, the plugins it trained with (each one's distribution
+and version, or a file's sha256: :mod:`pretrain.runtime.plugin_provenance`), its start (the
+process's start, imports and data set-up included) and end in UTC, its wall time, and its peak
+memory (the resident set of rank 0's training process, and the peak CUDA memory allocated by
+torch on rank 0's GPU). The top level
 sums them: total wall time (the segments' sum: time spent waiting in a queue between segments is
 not counted), first start, last end, peak memory over segments, and whether every segment ran
 the same commit on the same hardware.
@@ -129,7 +131,13 @@ def peak_rss_mib() -> float:
 class Provenance:
     """The run's provenance: earlier segments (from ``RUN/provenance.json``) and this process's."""
 
-    def __init__(self, run_dir: str | Path, device: torch.device, started: float) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        device: torch.device,
+        started: float,
+        plugins: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.path = Path(run_dir) / FILE
         self.device = device
         self.started = started
@@ -154,6 +162,7 @@ class Provenance:
             "triton": package_version("triton"),
             "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
             "command": " ".join(getattr(sys, "orig_argv", sys.argv)),
+            "plugins": plugins or [],  # the strategy's and loss's, where not this package's
             "start": utc(started),
             "end": None,
             "wall_s": None,
@@ -219,6 +228,7 @@ def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_count": same("gpu_count"),
         "world_size": same("world_size"),
         "torch": same("torch"),
+        "plugins": same("plugins"),
         "start": segments[0].get("start"),
         "end": segments[-1].get("end"),
         "wall_s": round(sum(walls), 1),
@@ -227,9 +237,12 @@ def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def start(run_dir: str | Path, device: torch.device) -> Provenance:
-    """Record this process's segment in ``RUN/provenance.json`` (rank 0): call once after setup."""
-    prov = Provenance(run_dir, device, process_start())
+def start(
+    run_dir: str | Path, device: torch.device, plugins: list[dict[str, Any]] | None = None
+) -> Provenance:
+    """Record this process's segment in ``RUN/provenance.json`` (rank 0): call once after setup.
+    ``plugins``: :func:`pretrain.runtime.plugin_provenance.record` of the strategy and loss."""
+    prov = Provenance(run_dir, device, process_start(), plugins)
     prov.write(prov.snapshot())
     return prov
 

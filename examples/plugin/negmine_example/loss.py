@@ -1,8 +1,8 @@
 """``loss.name: align_uniform``: alignment and uniformity on the hypersphere (Wang & Isola 2020,
 "Understanding Contrastive Representation Learning through Alignment and Uniformity on the
 Hypersphere", https://arxiv.org/abs/2005.10242, eqs. 4-5), in MoCo's layout: the alignment of
-each query with its own key, the uniformity of the queries against the queue (+ the strategy's
-shared negatives).
+each query with its own key, the uniformity of the queries against the queue and the strategy's
+negatives (shared by every query, and each query's own).
 
     L = mean_i ||q_i - k_i||^alpha + weight * log mean_{i,n} exp(-t ||q_i - n||^2)
 
@@ -42,7 +42,12 @@ class AlignUniform(Loss):
     def forward(self, s: StepTensors) -> torch.Tensor:
         q = s.q
         align = (q - s.k.to(q.dtype)).norm(dim=1).pow(self.alpha).mean()
+        # the strategy's negatives are consumed: extra.shared beside the queue for every query,
+        # extra.per_query (N, S, D) beside it for its own query (the contract kit checks both)
         negatives = s.queue if s.extra.shared is None else torch.cat([s.queue, s.extra.shared])
         sq = torch.cdist(q, negatives.detach().to(q.dtype)).pow(2)  # (N, K + M)
+        if s.extra.per_query is not None:
+            own = (q.unsqueeze(1) - s.extra.per_query.detach().to(q.dtype)).pow(2).sum(-1)
+            sq = torch.cat([sq, own], dim=1)  # (N, K + M + S)
         uniform = (-self.t * sq).exp().mean().log()
         return align + self.weight * uniform

@@ -1,6 +1,8 @@
 """The example plugin's own tests: what a contributor adds beside the strategy and the loss. The
-contract (syncs, ops, determinism, shapes) is measured by negmine's own suite for every registered
-strategy and loss, this one included once the package is installed."""
+contract (declarations, the record's form, determinism, host syncs and aten ops per step, the
+CUDA-graph refusal) is checked by negmine's contract kit, installed with negmine
+(``negatives.testing``): no copy of negmine's own test suite is needed. Run in a venv with negmine
+and this package installed: ``python -m pytest examples/plugin/tests``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,18 @@ from negmine_example.loss import AlignUniform
 from negmine_example.strategy import BatchMix
 
 from negatives import ExtraNegatives, StrategyInputs
+from negatives.testing import check_loss, check_strategy
 from pretrain.losses import StepTensors
+
+
+def test_batch_mix_meets_the_contract() -> None:
+    report = check_strategy(BatchMix)  # a ContractError names the class, attribute and fix
+    assert report.syncs_per_step == 0 and report.ops > 0
+
+
+def test_align_uniform_meets_the_contract() -> None:
+    report = check_loss(AlignUniform)
+    assert report.syncs_per_step == 0 and report.ops > 0
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:
@@ -40,11 +53,19 @@ def test_batch_mix_with_zero_mixes_is_plain_moco() -> None:
 
 
 def reference(
-    q: np.ndarray, k: np.ndarray, queue: np.ndarray, t: float, alpha: float, weight: float
+    q: np.ndarray,
+    k: np.ndarray,
+    queue: np.ndarray,
+    t: float,
+    alpha: float,
+    weight: float,
+    own: np.ndarray | None = None,
 ) -> float:
-    """Eqs. 4-5 of Wang & Isola 2020 in numpy."""
+    """Eqs. 4-5 of Wang & Isola 2020 in numpy; ``own``: each query's own negatives (N, S, D)."""
     align = np.mean(np.linalg.norm(q - k, axis=1) ** alpha)
     sq = ((q[:, None, :] - queue[None, :, :]) ** 2).sum(-1)
+    if own is not None:
+        sq = np.concatenate([sq, ((q[:, None, :] - own) ** 2).sum(-1)], axis=1)
     return float(align + weight * np.log(np.mean(np.exp(-t * sq))))
 
 
@@ -68,3 +89,16 @@ def test_align_uniform_equals_the_equations_with_their_gradient() -> None:
             args = (k.numpy(), np.concatenate([queue, shared]), 1.5, 2.0, 0.5)
             g[i, j] = (reference(hi, *args) - reference(lo, *args)) / (2 * eps)
     assert np.allclose(q.grad.numpy(), g, atol=1e-6)
+
+
+def test_align_uniform_takes_each_querys_own_negatives() -> None:
+    q, k, queue, own = (
+        unit(5, 4, seed=8),
+        unit(5, 4, seed=9),
+        unit(7, 4, seed=10),
+        unit(5, 2, 4, seed=11),
+    )
+    crit = AlignUniform(temperature=0.2, t=2.0, alpha=2.0, weight=1.0)
+    step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(per_query=own))
+    want = reference(q.numpy(), k.numpy(), queue.numpy(), 2.0, 2.0, 1.0, own=own.numpy())
+    assert abs(crit(step).item() - want) < 1e-12

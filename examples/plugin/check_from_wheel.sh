@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The worked plugin example's own tests, as a plugin author's CI runs them: negmine built as a wheel
+# and installed (not editable, without negmine's tests/) in a fresh venv with the example, then the
+# example's tests, which run negmine's contract kit (negatives.testing). From the repository root:
+#     bash examples/plugin/check_from_wheel.sh [VENV]      # VENV: default a temporary folder
+# ~2-6 min (torch's install from the pip cache dominates), then ~20 s of tests on a CPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+venv=${1:-$(mktemp -d)/venv}
+dist=$(mktemp -d)
+python3 -m pip wheel --quiet --no-deps "$root" -w "$dist"
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet "$dist"/negmine-*.whl "$root/examples/plugin" pytest
+rm -rf "$dist" "$root/build" "$root/examples/plugin/build"
+# outside the checkout and without PYTHONPATH: negmine comes from the wheel only
+cd "$(mktemp -d)" && env -u PYTHONPATH "$venv/bin/python" -m pytest -p no:cacheprovider -q \
+    "$root/examples/plugin/tests"

@@ -1,0 +1,48 @@
+"""negmine's contract kit, installed with the package: what a strategy or loss of one's own must
+meet, checked in its own tests exactly as negmine's suite checks the built-ins.
+
+    from negatives.testing import check_loss, check_strategy
+
+    def test_my_strategy_meets_the_contract():
+        check_strategy(MyStrategy)      # ContractError naming the class, attribute or hook
+
+    def test_my_loss_meets_the_contract():
+        check_loss(MyLoss)
+
+Each runs, in well under a minute on a CPU: the declaration check; the record
+(:class:`~negatives.base.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
+detachment) or the loss's scalar and gradient; determinism under a fixed seed; no gradient into
+the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra negatives; the
+CUDA-graph refusal; host syncs per step against ``syncs_per_step`` and aten ops per step against
+``ops_budget`` (+15 % by default) in real training steps; a 2-rank gloo equivalence for a
+strategy that sets ``ddp_check = True``. The pytest plugin (entry point ``pytest11``:
+``negmine``) prints what was measured at the end of the session.
+
+Modules: :mod:`.declarations`, :mod:`.records`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`,
+:mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps), the counters
+:mod:`.sync_counter` and :mod:`.op_counter`.
+"""
+
+from __future__ import annotations
+
+from negatives.testing.failures import ContractError
+from negatives.testing.op_counter import OpCounter
+from negatives.testing.sync_counter import SyncCounter
+
+
+def check_strategy(cls: type, *, counts: bool = True) -> object:
+    """:func:`negatives.testing.kit.check_strategy` (imported on first use: the kit loads the
+    trainer)."""
+    from negatives.testing.kit import check_strategy as check
+
+    return check(cls, counts=counts)
+
+
+def check_loss(cls: type, *, counts: bool = True) -> object:
+    """:func:`negatives.testing.kit.check_loss` (imported on first use)."""
+    from negatives.testing.kit import check_loss as check
+
+    return check(cls, counts=counts)
+
+
+__all__ = ["ContractError", "OpCounter", "SyncCounter", "check_loss", "check_strategy"]

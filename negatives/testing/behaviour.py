@@ -1,0 +1,184 @@
+"""What a strategy's and a loss's hooks do on tiny tensors (no trainer): the record's form,
+determinism under a fixed seed, a read-only queue with no gradient into it, plain MoCo's logits
+at ``zero_kwargs``; a loss's scalar, its gradient into the queries only, and its use of the
+strategy's extra negatives. Sizes: a strategy's at :data:`N` x :data:`D` with a :data:`K`-key
+queue (``contract_kwargs`` must fit them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.testing.failures import ContractError, fail
+from negatives.testing.records import check_extra, check_loss_output
+
+N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
+LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
+EPOCH = 1.5  # past every warm-up (contract_kwargs turn warm-ups off)
+
+
+def unit(*size: int, g: torch.Generator) -> torch.Tensor:
+    return F.normalize(torch.randn(*size, generator=g), dim=-1)
+
+
+def strategy_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    """(q, k, queue, queue_labels) of the strategy checks: unit rows, labels in -1..4."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, queue = unit(N, D, g=g), unit(N, D, g=g), unit(K, D, g=g)
+    return q, k, queue, torch.randint(-1, 5, (K,), generator=g)
+
+
+def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeStrategy:
+    """``cls`` at ``kwargs`` (default its ``contract_kwargs``), bound to :data:`D`."""
+    attribute = "contract_kwargs" if kwargs is None else "zero_kwargs"
+    try:
+        strategy = cls(**(cls.contract_kwargs if kwargs is None else kwargs))
+    except (TypeError, ValueError) as e:
+        raise fail(cls, attribute, f"the constructor refused it: {e}",
+                   "give settings the constructor accepts") from None  # fmt: skip
+    strategy.bind_model(D)
+    return strategy
+
+
+def run_strategy(cls: type, seed: int, kwargs: dict[str, Any] | None = None) -> ExtraNegatives:
+    torch.manual_seed(0)
+    strategy = build_strategy(cls, kwargs)
+    q, k, queue, labels = strategy_inputs(seed)
+    before = queue.clone(), labels.clone()
+    queue.requires_grad_(True)  # catches a strategy that forgets to detach what it builds
+    extra = strategy.negatives(
+        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=EPOCH)
+    )
+    check_extra(cls, extra, q, queue)
+    if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
+        raise fail(cls, "negatives()", "changed s.queue or s.queue_labels in place",
+                   "the queue is read-only: work on a copy (s.queue.clone())")  # fmt: skip
+    return extra
+
+
+def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    return (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+def check_strategy_behaviour(cls: type) -> None:
+    """The record's form, a read-only queue, determinism, shapes of transform_batch, and plain
+    MoCo's logits at ``zero_kwargs``."""
+    first, second = run_strategy(cls, 1), run_strategy(cls, 1)
+    if not (same(first.shared, second.shared) and same(first.per_query, second.per_query)):
+        raise fail(cls, "negatives()", "two runs under torch.manual_seed(0) differ",
+                   "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
+                   "numpy's, and keep no state outside buffers")  # fmt: skip
+    torch.manual_seed(0)
+    strategy = build_strategy(cls)
+    x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
+    out = strategy.transform_batch(x1, x2, y)
+    if [(t.shape, t.dtype) for t in out] != [(t.shape, t.dtype) for t in (x1, x2, y)]:
+        raise fail(cls, "transform_batch()", "changed the batch's shapes or dtypes",
+                   "return (x1, x2, labels) of the shapes and dtypes it was given")  # fmt: skip
+    if cls.zero_kwargs is not None:
+        check_zero_kwargs(cls)
+
+
+def check_zero_kwargs(cls: type) -> None:
+    from pretrain.losses import moco_logits
+
+    extra = run_strategy(cls, 3, cls.zero_kwargs)
+    q, k, queue, _ = strategy_inputs(3)
+    for t in (extra.shared, extra.per_query):
+        if t is not None and t.shape[-2] != 0:
+            raise fail(cls, "zero_kwargs", f"{cls.zero_kwargs} still makes {t.shape[-2]} "
+                       "negatives", "name settings that make none, or declare None")  # fmt: skip
+    shared = extra.shared if extra.shared is not None and extra.shared.numel() else None
+    per_query = extra.per_query if extra.per_query is not None and extra.per_query.numel() else None
+    if not torch.equal(moco_logits(q, k, queue, 0.2, shared, per_query),
+                       moco_logits(q, k, queue, 0.2)):  # fmt: skip
+        raise fail(cls, "zero_kwargs", "its logits differ from plain MoCo's",
+                   "return ExtraNegatives() (or empty tensors) at these settings")  # fmt: skip
+
+
+def build_loss(cls: type) -> torch.nn.Module:
+    """``cls`` as the trainer builds it: the arguments of ``from_config`` read from the digits
+    recipe (moco.temperature, ...), its ``contract_kwargs``, and its ``setup`` hook run."""
+    from pretrain import config
+    from pretrain.losses.base import SetupContext
+
+    cfg = config.load("digits_moco.yaml", [f"model.dim={D}"])  # the embedding width of the step
+    try:
+        loss = cls(**cls.config_kwargs(cfg, CLASSES), **cls.contract_kwargs)
+    except (TypeError, ValueError) as e:
+        raise fail(cls, "contract_kwargs", f"the constructor refused it: {e}",
+                   "give settings the constructor accepts") from None  # fmt: skip
+    g = torch.Generator().manual_seed(9)
+    features = unit(4 * CLASSES, D, g=g), torch.arange(4 * CLASSES) % CLASSES
+    loss.setup(SetupContext(num_classes=CLASSES, device=torch.device("cpu"),
+                            features=lambda: features))  # fmt: skip
+    return loss
+
+
+def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A fresh loss's value on one tiny step (labels known; support views where it needs them),
+    with ``extra`` = "shared" / "per_query" negatives or none, and its inputs."""
+    from negmine_core.step import Batch
+    from pretrain.losses import StepTensors
+
+    torch.manual_seed(0)
+    loss = build_loss(cls)
+    g = torch.Generator().manual_seed(seed)
+    q = unit(LOSS_N, D, g=g).requires_grad_(True)
+    k, queue = unit(LOSS_N, D, g=g), unit(LOSS_K, D, g=g).requires_grad_(True)  # k: constants
+    labels = torch.arange(LOSS_N) % CLASSES
+    queue_labels = torch.randint(0, CLASSES, (LOSS_K,), generator=g)
+    more: dict[str, torch.Tensor] = {}
+    if cls.extra_views:
+        more["support"] = unit(LOSS_N, max(cls.extra_views, 2), D, g=g)
+    made = {"shared": unit(5, D, g=g), "per_query": unit(LOSS_N, 3, D, g=g)}
+    given = ExtraNegatives(**{extra: made[extra]}) if extra else ExtraNegatives()
+    step = StepTensors.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels,
+                              extra=given, epoch=EPOCH, **more)  # fmt: skip
+    images = torch.randn(LOSS_N, 3, 8, 8, generator=g)
+    hook = "transform_batch()"
+    try:  # the trainer calls it before the encoders (i-Mix mixes the queries here)
+        loss.transform_batch(Batch(x1=images, x2=images.flip(0), y=labels))
+        hook = "forward()"
+        value = loss(step)
+    except Exception as e:  # noqa: BLE001  (any failure of the hook: named)
+        raise fail(cls, hook, f"raised {type(e).__name__}: {e}",
+                   f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
+                   "queue, labels in 0..3 (StepTensors.single)") from e  # fmt: skip
+    return value, {"q": q, "k": k, "queue": queue}
+
+
+def check_loss_behaviour(cls: type) -> None:
+    """A finite scalar, the same under a fixed seed, a gradient into q, none into the queue,
+    and a different value when the strategy adds negatives (shared and per-query)."""
+    value, inputs = loss_step(cls)
+    check_loss_output(cls, value)
+    again, _ = loss_step(cls)
+    if not torch.equal(value.detach(), again.detach()):
+        raise fail(cls, "forward()", "two runs under torch.manual_seed(0) differ",
+                   "draw from the torch RNG and keep no state outside buffers")  # fmt: skip
+    value.backward()
+    grad = inputs["q"].grad
+    if grad is None or not bool(torch.isfinite(grad).all()) or not bool(grad.abs().sum() > 0):
+        raise fail(cls, "forward()", "no finite, non-zero gradient reaches the queries s.q",
+                   "compute the loss from s.q (the only input with a gradient)")  # fmt: skip
+    g = inputs["queue"].grad
+    if g is not None and bool(g.abs().sum() > 0):
+        raise fail(cls, "forward()", "a gradient reaches s.queue",
+                   "detach it (s.queue.detach()): the queue's keys are constants")  # fmt: skip
+    if cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}:
+        return  # takes no strategy's negatives
+    for field in ("shared", "per_query"):
+        with_extra, _ = loss_step(cls, field)
+        if torch.equal(with_extra.detach(), value.detach()):
+            raise fail(cls, "forward()", f"its value is the same with and without the "
+                       f"strategy's extra negatives (extra.{field})",
+                       "use s.extra.shared and s.extra.per_query as negatives (as "
+                       "pretrain.losses.moco_logits and contrast_set do), or declare "
+                       "accepts_strategies = ('none',)")  # fmt: skip
+
+
+__all__ = ["ContractError", "check_loss_behaviour", "check_strategy_behaviour"]

@@ -1,0 +1,124 @@
+"""The checks of a strategy's returned record (:class:`~negatives.base.ExtraNegatives`) and of a
+loss's output: shape, dtype, device, finiteness, unit norm, detachment, each failure naming the
+class and the hook. The contract kit runs them on tiny inputs; ``rows`` / ``because`` /
+``fix_rows`` / ``dtypes`` let a first-step check of the trainer's (issue 49 item 5, not wired
+yet) run the same function on a real step's record."""
+
+from __future__ import annotations
+
+import torch
+
+from negatives.base import ExtraNegatives
+from negatives.testing.failures import ContractError, fail, shape
+
+HOOK = "negatives()"
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """How far from 1 a row's norm may be: 1e-5 in float32/64, 1e-2 in half precision."""
+    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+
+
+def check_extra(
+    cls: type,
+    extra: object,
+    q: torch.Tensor,
+    queue: torch.Tensor,
+    *,
+    rows: int | None = None,
+    because: str = "",
+    fix_rows: str = "",
+    dtypes: tuple[torch.dtype, ...] = (),
+    values: bool = True,
+) -> None:
+    """ContractError naming ``cls`` and its ``negatives()`` hook unless ``extra`` is an
+    :class:`ExtraNegatives` whose ``shared`` is (M, D) and ``per_query`` (N, S, D) (N = ``rows``,
+    default q's rows; D = q's width), of the queue's dtype (or one of ``dtypes``) and device,
+    finite, unit norm and detached. ``because`` / ``fix_rows``: why N is what it is and what to
+    declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``). ``values=False``:
+    the form only (host metadata, no device read): the trainer reads the values later
+    (:func:`value_flags`)."""
+    if not isinstance(extra, ExtraNegatives):
+        raise fail(cls, HOOK, f"returned {type(extra).__name__}",
+                   "return negatives.ExtraNegatives(shared=..., per_query=...)")  # fmt: skip
+    n, d = q.shape[0] if rows is None else rows, q.shape[-1]
+    for field, want, form in (
+        ("shared", 2, f"(M, D) = (M, {d})"),
+        ("per_query", 3, f"(N, S, D) = ({n}, S, {d})"),
+    ):
+        t = getattr(extra, field)
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise fail(cls, HOOK, f"returned {field} of type {type(t).__name__}",
+                       "return a tensor or None")  # fmt: skip
+        bad = t.dim() != want or t.shape[-1] != d or (want == 3 and t.shape[0] != n)
+        if bad:
+            why = f" because {because}" if because and want == 3 and t.shape[0] != n else ""
+            fix = fix_rows if why and fix_rows else f"return {field} as {form}, rows of q's width"
+            raise fail(cls, HOOK, f"returned {field} {shape(t)}; expected {form}{why}", fix)
+        allowed = (queue.dtype, *dtypes)
+        if t.dtype not in allowed:
+            raise fail(cls, HOOK, f"returned {field} of dtype {t.dtype}, the queue's is "
+                       f"{queue.dtype}", "cast it: .to(s.queue.dtype)")  # fmt: skip
+        if t.device != queue.device:
+            raise fail(cls, HOOK, f"returned {field} on {t.device}, the queue is on "
+                       f"{queue.device}", "make it on s.queue.device")  # fmt: skip
+        if t.requires_grad or t.grad_fn is not None:
+            raise fail(cls, HOOK, f"returned {field} that carries a gradient",
+                       "detach it (or decorate the hook with @torch.no_grad())")  # fmt: skip
+        if t.numel() == 0 or not values:
+            continue
+        if not bool(torch.isfinite(t).all()):
+            raise fail(cls, HOOK, f"returned non-finite {field} (NaN or inf)",
+                       "keep them finite (normalise with an eps; guard divisions)")  # fmt: skip
+        norms = t.double().norm(dim=-1)
+        worst = float((norms - 1).abs().max())
+        if worst > tolerance(t.dtype):
+            raise fail(cls, HOOK, f"returned {field} whose rows are not unit norm (off by "
+                       f"{worst:.3g})", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+
+
+def value_flags(extra: ExtraNegatives) -> dict[str, torch.Tensor]:
+    """{field: a device bool tensor (finite, unit norm)} of the record's tensors, computed without
+    a host read (the trainer reads them once, at its first log step: :func:`value_fault`)."""
+    out = {}
+    for field in ("shared", "per_query"):
+        t = getattr(extra, field)
+        if isinstance(t, torch.Tensor) and t.numel():
+            t = t.detach()
+            off = (t.double().norm(dim=-1) - 1).abs().amax()
+            out[field] = torch.stack([torch.isfinite(t).all(), off <= tolerance(t.dtype)])
+    return out
+
+
+def value_fault(cls: type, flags: dict[str, torch.Tensor]) -> ContractError | None:
+    """The error for the first field whose :func:`value_flags` are bad (this reads the device),
+    or None."""
+    for field, flag in flags.items():
+        finite, unit = flag.tolist()
+        if not finite:
+            return fail(cls, HOOK, f"returned non-finite {field} (NaN or inf) at the first step",
+                        "keep them finite (normalise with an eps; guard divisions)")  # fmt: skip
+        if not unit:
+            return fail(cls, HOOK, f"returned {field} whose rows are not unit norm at the first "
+                        "step", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+    return None
+
+
+def check_loss_output(cls: type, loss: object, *, hook: str = "forward()") -> None:
+    """ContractError naming ``cls`` and ``forward()`` unless ``loss`` is a finite scalar tensor
+    of a floating dtype."""
+    if not isinstance(loss, torch.Tensor):
+        raise fail(cls, hook, f"returned {type(loss).__name__}", "return a scalar tensor")
+    if loss.dim() != 0:
+        raise fail(cls, hook, f"returned shape {shape(loss)}", "reduce it to a scalar (.mean())")
+    if not loss.is_floating_point():
+        raise fail(cls, hook, f"returned dtype {loss.dtype}", "return a floating-point scalar")
+    if not bool(torch.isfinite(loss)):
+        raise fail(cls, hook, f"returned {float(loss)} on finite unit-norm inputs",
+                   "keep it finite (an eps in logs and divisions)")  # fmt: skip
+
+
+__all__ = ["ContractError", "check_extra", "check_loss_output", "tolerance", "value_flags",
+           "value_fault"]  # fmt: skip

@@ -1,0 +1,88 @@
+"""Host syncs per training step measured against what the classes declare (``syncs_per_step``):
+one class (:func:`check_syncs`, the kit's) or one loss x strategy pair of negmine's table
+(:func:`check_pair`, ``tests/sync_table.py``'s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from negatives.testing import steps
+from negatives.testing.failures import ContractError, at, kind_of
+
+
+def declared(loss: str, strategy: str, extra: int = 0) -> int:
+    """The count ``loss`` x ``strategy`` declare (their ``syncs_per_step``), + ``extra`` (the
+    model's own: the kappa head's, split BN's)."""
+    import negatives
+    from pretrain import losses
+
+    base = losses.registry.get(loss).syncs_per_step
+    return base + negatives.strategies.get(strategy).syncs_per_step + extra
+
+
+def who(loss: str, strategy: str) -> str:
+    """Where each side's count is declared, for a failure message."""
+    import negatives
+    from pretrain import losses
+
+    lc, sc = losses.registry.get(loss), negatives.strategies.get(strategy)
+    return (f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
+            f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
+            f"{sc.syncs_per_step} (strategy {strategy!r})")  # fmt: skip
+
+
+FIX = ("remove the sync (no .item(), float(t), bool(t), boolean-mask indexing or .cpu() in the "
+       "step: fixed-shape tensor ops) or declare the count in syncs_per_step and say where in "
+       "syncs_why")  # fmt: skip
+
+
+def shown(where: list[str], most: int = 6) -> str:
+    """The first ``most`` places a sync was measured at, and how many more."""
+    more = f" ... and {len(where) - most} more" if len(where) > most else ""
+    return "; ".join(where[:most]) + more
+
+
+def check_pair(pair: str, got: dict[str, Any], want: int, why: str) -> None:
+    """ContractError naming ``why`` (the declaring classes) when a pair's measured count
+    (``got``: :func:`steps.count_syncs`) differs from ``want``, in any counted step or step 0."""
+    for count in got["counts"]:
+        if count != want:
+            raise ContractError(
+                f"{pair}: {count} host syncs per step, declared {want}: {why}; measured at: "
+                f"{shown(got['where'])}: {FIX}"
+            )
+    # the first step too: nothing is built lazily in a step (a per-device constant's
+    # host-to-device copy would sync there once; CUDA's sync-debug mode raises on it)
+    first = got["first"]
+    if first["count"] != want:
+        raise ContractError(
+            f"{pair} step 0: {first['count']} host syncs, declared {want}: {why}; measured at: "
+            f"{shown(first['where'])}: build per-device constants at construction or .to(), not in "
+            "the first step"
+        )
+
+
+def pair_of(kind: str, name: str) -> tuple[str, str]:
+    """The (loss, strategy) a class is counted in: a strategy with the recipe's loss (infonce;
+    nt_xent where it replaces the queue), a loss with strategy none."""
+    if kind == "loss":
+        return name, "none"
+    import negatives
+
+    return ("nt_xent" if negatives.strategies.get(name).replaces_queue else "infonce"), name
+
+
+def check_syncs(cls: type) -> dict[str, Any]:
+    """Count ``cls``'s host syncs in real training steps (:mod:`steps`) and raise a
+    ContractError naming the class and ``syncs_per_step`` where they differ from its
+    declaration (with its partner's, which is 0 for infonce and none). Returns the counts."""
+    kind = kind_of(cls)
+    with steps.registered(cls) as name, steps.on_cpu():
+        loss, strategy = pair_of(kind, name)
+        overrides = [*steps.SYNC_SIZES, *steps.loss_overrides(loss)]
+        overrides += steps.strategy_overrides(strategy)
+        got = steps.count_syncs(steps.setup(steps.RECIPE, overrides))
+        want = declared(loss, strategy)
+        why = f"{at(cls, 'syncs_per_step')} = {cls.syncs_per_step}; " + who(loss, strategy)
+        check_pair(f"{loss}/{strategy}", got, want, why)
+    return got

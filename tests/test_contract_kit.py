@@ -1,0 +1,218 @@
+"""The contract kit (``negatives.testing``, installed with negmine) fails deliberately broken
+plugins, each with a message naming the class, the attribute or hook, and what to change: a
+strategy that calls ``.item()`` while declaring 0 syncs, a loss with ~3x plain MoCo's ops and no
+budget, a strategy returning (N, S, D + 1), a loss that ignores ``extra``, and the rest of the
+checks' faults. The classes here are unregistered (as a plugin's are in its own tests): the kit
+registers each for its run only."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import negatives
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives.testing import ContractError, check_loss, check_strategy
+from negatives.testing.failures import fail
+from pretrain import losses
+from pretrain.losses import InfoNCE, Loss, StepTensors, info_nce, moco_logits
+
+
+class Syncs(NegativeStrategy):
+    """Declares no host sync (the default) but reads the device every step."""
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        if s.k.sum().item() > 1e9:  # a host sync
+            pass
+        return ExtraNegatives()
+
+
+class Heavy(InfoNCE):
+    """InfoNCE plus ~2x plain MoCo's step in needless elementwise ops, no ops_budget."""
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        q = s.q
+        for _ in range(280):  # each: one op forward, one backward
+            q = q * 1.0
+        return info_nce(moco_logits(q, s.k, s.queue, self.temperature, s.extra.shared,
+                                    s.extra.per_query))  # fmt: skip
+
+
+class Declared(Heavy):
+    """The same cost, declared on the class."""
+
+    ops_budget = 2.5
+
+
+class Wide(NegativeStrategy):
+    """Per-query negatives one wider than the embeddings: (N, S, D + 1)."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        n, d = s.q.shape
+        return ExtraNegatives(per_query=F.normalize(torch.ones(n, 2, d + 1), dim=-1))
+
+
+class Deaf(Loss):
+    """Plain MoCo's InfoNCE that drops the strategy's negatives."""
+
+    batch_layout = False
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        return info_nce(moco_logits(s.q, s.k, s.queue, self.temperature))
+
+
+class NaNs(NegativeStrategy):
+    """Non-finite shared negatives."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=torch.full_like(s.k[:2], float("nan")))
+
+
+class Dice(NegativeStrategy):
+    """Draws from Python's random, not the torch RNG: not seeded by torch.manual_seed."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        i = random.randrange(s.k.shape[0])
+        return ExtraNegatives(shared=s.k[i : i + 1].clone())
+
+
+class Attached(NegativeStrategy):
+    """Returns negatives built from the queue with their gradient."""
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=F.normalize(s.queue[:3] * 2, dim=1))
+
+
+class Capturing(NegativeStrategy):
+    """Declares one sync and capturable = True."""
+
+    syncs_per_step = 1
+    syncs_why = "one .item()"
+    capturable = True
+
+
+class BadCount(NegativeStrategy):
+    syncs_per_step = "0"  # type: ignore[assignment]
+
+
+def failure(check, cls, **kwargs) -> str:
+    with pytest.raises(ContractError) as e:
+        check(cls, **kwargs)
+    return str(e.value)
+
+
+def test_a_strategy_that_syncs_while_declaring_none_fails_naming_syncs_per_step():
+    msg = failure(check_strategy, Syncs)
+    assert msg.startswith("infonce/kit_syncs: 1 host syncs per step, declared 0: "), msg
+    assert f"strategy 'kit_syncs' ({__name__}.Syncs.syncs_per_step) = 0" in msg, msg
+    assert "test_contract_kit.py:" in msg and "declare the count in syncs_per_step" in msg, msg
+    assert "kit_syncs" not in negatives.list_strategies()  # registered for the run only
+    assert "name" not in vars(Syncs)
+
+
+def test_a_loss_with_three_times_the_ops_and_no_budget_fails_naming_the_budget():
+    msg = failure(check_loss, Heavy)
+    assert msg.startswith(f"loss 'kit_heavy' ({__name__}.Heavy.forward()): "), msg
+    n, base = map(int, re.search(r": (\d+) aten ops per training step on digits_moco, more than "
+                                 r"\+15% over plain MoCo's (\d+) ", msg).groups())  # fmt: skip
+    assert n > 2.9 * base, (n, base)
+    assert f"declare its cost on the class: Heavy.ops_budget = {(n - base) / base:.2f}" in msg
+    assert "kit_heavy" not in losses.list_losses()
+
+
+def test_a_declared_budget_lets_a_heavier_loss_pass_and_the_report_shows_the_counts():
+    report = check_loss(Declared)
+    assert report.budget == 2.5 and report.ops > 2.9 * report.plain_moco > 0
+    assert report.syncs_per_step == 0
+    assert f"({report.ops - report.plain_moco:+d}" not in report.line()  # a percentage, not ops
+    assert re.search(r"\d+ aten ops per step \(\+\d+\.\d% over plain MoCo's \d+; budget \+250%\)",
+                     report.line()), report.line()  # fmt: skip
+
+
+def test_a_strategy_returning_one_column_too_many_fails_naming_the_hook_and_shape():
+    msg = failure(check_strategy, Wide, counts=False)
+    assert msg == (f"strategy 'Wide' ({__name__}.Wide.negatives()): returned per_query "
+                   "(8, 2, 17); expected (N, S, D) = (8, S, 16): return per_query as "
+                   "(N, S, D) = (8, S, 16), rows of q's width"), msg  # fmt: skip
+
+
+def test_a_loss_that_ignores_the_extra_negatives_fails_naming_extra():
+    msg = failure(check_loss, Deaf, counts=False)
+    assert msg.startswith(f"loss 'Deaf' ({__name__}.Deaf.forward()): its value is the same "
+                          "with and without the strategy's extra negatives (extra.shared): "
+                          "use s.extra.shared and s.extra.per_query"), msg  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cls", "member", "what"),
+    [
+        (NaNs, "negatives()", "returned non-finite shared (NaN or inf)"),
+        (Dice, "negatives()", "two runs under torch.manual_seed(0) differ"),
+        (Attached, "negatives()", "returned shared that carries a gradient"),
+        (Capturing, "capturable", "is True while syncs_per_step = 1"),
+        (BadCount, "syncs_per_step", "is '0'"),
+    ],
+)
+def test_each_fault_names_the_class_and_the_member(cls, member, what):
+    msg = failure(check_strategy, cls, counts=False)
+    assert msg.startswith(f"strategy '{cls.__name__}' ({__name__}.{cls.__name__}.{member}): "
+                          f"{what}: "), msg  # fmt: skip
+
+
+def test_the_message_form_is_class_member_what_and_fix():
+    assert str(fail(Wide, "symmetric_ok", "is x", "declare y")) == (
+        f"strategy 'Wide' ({__name__}.Wide.symmetric_ok): is x: declare y"
+    )
+
+
+def test_a_loss_must_be_a_loss_subclass():
+    with pytest.raises(ContractError, match="is not a pretrain.losses.base.Loss subclass"):
+        check_loss(int)
+
+
+def built_in(registry) -> list[str]:
+    """The registry's own names (an installed plugin is checked by its own tests)."""
+    return [name for name in registry.names() if not registry.origin(name)]
+
+
+@pytest.mark.parametrize("name", built_in(negatives.strategies))
+def test_every_registered_strategy_passes_the_kit(name):
+    """The built-ins through the same kit a plugin's own tests run; their counts run in
+    test_step_syncs.py / test_step_ops.py through the kit's steps, against the pins."""
+    check_strategy(negatives.strategies.get(name), counts=False)
+
+
+@pytest.mark.parametrize("name", built_in(losses.registry))
+def test_every_registered_loss_passes_the_kit(name):
+    check_loss(losses.registry.get(name), counts=False)
+
+
+class LocalDraws(NegativeStrategy):
+    """Draws per-query negatives from the local rows with the shared seed: under DDP every rank
+    repeats the same draws (declares ddp_check, so the kit runs 2 gloo ranks)."""
+
+    ddp_check = True
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        idx = torch.randint(s.queue.shape[0], (s.q.shape[0], 2))
+        return ExtraNegatives(per_query=s.queue[idx].clone())
+
+
+def test_two_gloo_ranks_must_see_what_one_process_sees():
+    """modified_mochi draws for the global batch and keeps its rows: 2 ranks equal one process;
+    a strategy that draws for its local rows only fails, naming ddp_check."""
+    from negatives.testing.ddp import check_ranks
+
+    check_ranks(negatives.strategies.get("modified_mochi"))
+    msg = failure(check_strategy, LocalDraws, counts=False)
+    head = f"strategy 'LocalDraws' ({__name__}.LocalDraws.negatives()): rank 1 of 2 (gloo) "
+    tail = "batch (ddp_check = True): under DDP draw for the global batch"
+    assert msg.startswith(head + "returns other per_query than one process with the global " + tail)
