@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negmine_core.contract import Contract
 from negatives.testing import behaviour, contract_docs, steps
+from negmine_core.contract import Contract
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "plugins.md").read_text()
@@ -49,7 +49,7 @@ def test_the_page_is_current_and_lists_every_member():
         for m in contract_docs.members(cls):
             cell = f"| `{m.name}` |" if m.kind == "attribute" else f"| `{m.name}("
             assert cell in PAGE, (cls, m.name)
-    for hook in ("negatives", "bind_model", "bind_data", "check_sizes", "bad_input", "forward",
+    for hook in ("negatives", "check_sizes", "bad_input", "forward",
                  "setup", "transform_batch"):  # fmt: skip
         assert f"| `{hook}(self" in PAGE, hook
 

@@ -79,8 +79,8 @@ class Dice(NegativeStrategy):
 
     @torch.no_grad()
     def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        i = random.randrange(s.k.shape[0])
-        return ExtraNegatives(shared=s.k[i : i + 1].clone())
+        shift = random.random()  # a continuous draw: two runs differ with probability 1
+        return ExtraNegatives(shared=F.normalize(s.k[:1] + shift, dim=1))
 
 
 class Attached(NegativeStrategy):

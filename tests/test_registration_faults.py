@@ -62,7 +62,7 @@ def test_a_relative_plugin_file_resolves_beside_the_yaml_then_the_paths_tried(
         "from negatives import NegativeStrategy, register\n\n"
         "@register('beside_yaml')\nclass Beside(NegativeStrategy):\n    pass\n"
     )
-    recipe = (Path(config.__file__).parent / "configs" / "digits_moco.yaml").read_text()
+    recipe = (config.CONFIG_DIR / "digits_moco.yaml").read_text()
     (folder / "run.yaml").write_text(recipe + "\nplugins: [plugins/mine.py]\n")
     monkeypatch.chdir(elsewhere)
     # the file registers its strategy: in a copy of the registry, restored after the test

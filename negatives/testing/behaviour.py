@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negatives.testing.failures import ContractError, fail
 from negatives.testing.records import check_extra, check_loss_output
+from negmine_core.step import SetupContext
 
 N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
@@ -39,7 +40,7 @@ def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeS
     except (TypeError, ValueError) as e:
         raise fail(cls, attribute, f"the constructor refused it: {e}",
                    "give settings the constructor accepts") from None  # fmt: skip
-    strategy.bind_model(D)
+    strategy.setup(SetupContext(dim=D, image_size=16, mean=(0.5,) * 3, std=(0.25,) * 3))
     return strategy
 
 
@@ -113,8 +114,11 @@ def build_loss(cls: type) -> torch.nn.Module:
                    "give settings the constructor accepts") from None  # fmt: skip
     g = torch.Generator().manual_seed(9)
     features = unit(4 * CLASSES, D, g=g), torch.arange(4 * CLASSES) % CLASSES
-    loss.setup(SetupContext(num_classes=CLASSES, device=torch.device("cpu"),
-                            features=lambda: features))  # fmt: skip
+    loss.setup(
+        SetupContext(
+            dim=D, num_classes=CLASSES, device=torch.device("cpu"), features=lambda: features
+        )
+    )
     return loss
 
 

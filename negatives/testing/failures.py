@@ -18,11 +18,22 @@ def kind_of(cls: type) -> str:
     return "strategy" if issubclass(cls, NegativeStrategy) else "loss"
 
 
+def registry_of(cls: type) -> Any:
+    """The registry that holds classes of ``cls``'s kind (strategies or losses)."""
+    from negatives.base import NegativeStrategy
+
+    if issubclass(cls, NegativeStrategy):
+        import negatives
+
+        return negatives.strategies
+    from pretrain import losses
+
+    return losses.registry
+
+
 def label(cls: type) -> str:
     """The YAML name of ``cls`` where a registry holds it (installed plugins included), else its
     class name."""
-    from negatives.testing.steps import registry_of
-
     try:
         registry = registry_of(cls)
         names = registry.names()  # loads the installed plugins' entry points once

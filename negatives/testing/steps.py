@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from negatives.testing.failures import registry_of
 from negatives.testing.op_counter import OpCounter
 from negatives.testing.sync_counter import SyncCounter
 
@@ -34,18 +35,6 @@ OP_SIZES = [
     "train.progress_bar=false",
     "train.amp='off'",
 ]  # fmt: skip  (the recipe's model)
-
-
-def registry_of(cls: type) -> Any:
-    from negatives.base import NegativeStrategy
-
-    if issubclass(cls, NegativeStrategy):
-        import negatives
-
-        return negatives.strategies
-    from pretrain import losses
-
-    return losses.registry
 
 
 @contextlib.contextmanager
