@@ -3,6 +3,8 @@ when its mutation is applied (see the test's docstring for which)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pretrain import config
@@ -91,3 +93,24 @@ def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monke
     (tmp_path / "two.py").write_text(TWO_OF_ONE_NAME)
     with pytest.raises(PluginError, match="negative strategy 'twice_in_one_file' is already "):
         import_plugin(str(tmp_path / "two.py"))
+
+
+def test_lr_by_epoch_holds_epoch_0_when_the_lr_never_changes():
+    """V08: without ``e == 0`` the first epoch is compared with the last one (``lr_log[-1]``),
+    and a constant lr records no epoch at all."""
+    from linear_eval.classify import probe
+
+    assert probe.lr_changes([0.1, 0.1, 0.1]) == {"0": 0.1}
+    assert probe.lr_changes([0.1, 0.01, 0.1]) == {"0": 0.1, "1": 0.01, "2": 0.1}
+
+
+def test_a_group_of_x_seed0_and_x_seed1_is_named_x():
+    """V07: the table names a group by its run folders without the seed suffix; ``_seedN`` as
+    well as ``_sN`` (a regex that strips only ``_sN`` names it "x_seed0, x_seed1")."""
+    from types import SimpleNamespace
+
+    from linear_eval.cli.table import label
+
+    runs = [SimpleNamespace(path=Path(f"/r/x_seed{i}")) for i in (0, 1)]
+    assert label(runs) == "x"
+    assert label([SimpleNamespace(path=Path("/r/x_s3")), *runs]) == "x"
