@@ -114,3 +114,32 @@ def test_a_group_of_x_seed0_and_x_seed1_is_named_x():
     runs = [SimpleNamespace(path=Path(f"/r/x_seed{i}")) for i in (0, 1)]
     assert label(runs) == "x"
     assert label([SimpleNamespace(path=Path("/r/x_s3")), *runs]) == "x"
+
+
+def test_a_run_of_uncommitted_code_is_marked_dirty_in_the_results_table(tmp_path, monkeypatch):
+    """V03: the results table's commit cell says ``+dirty`` for runs of uncommitted code."""
+    import json
+    import shutil
+
+    from tests.test_results_page import fake_run, gen_results, rows
+
+    runs, page, readme = tmp_path / "runs", tmp_path / "results.md", tmp_path / "README.md"
+    shutil.copy(gen_results.README, readme)
+    for name, value in (("RUNS", runs), ("PAGE", page), ("README", readme)):
+        monkeypatch.setattr(gen_results, name, value)
+    fake_run(runs / "digits_moco_s0", 0, 90.0, 100.0)
+    prov_file = runs / "digits_moco_s0" / "provenance.json"
+    prov_file.write_text(json.dumps({**json.loads(prov_file.read_text()), "dirty": True}))
+    assert gen_results.main([]) == 0
+    (row,) = [r for r in rows(page.read_text()) if r[0] == "`digits_moco.yaml`"]
+    assert row[10] == "abcdef0+dirty"
+
+
+def test_a_sweep_whose_third_task_names_the_firsts_out_dir_is_refused(tmp_path, monkeypatch):
+    """V09: every earlier task is compared, not only the one before."""
+    from slurm.__main__ import task_configs
+    from slurm.submit import SlurmError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SlurmError, match="sweep tasks 0 and 2 would share the run directory"):
+        task_configs("digits_moco.yaml", [], [["out_dir=a"], ["out_dir=b"], ["out_dir=a"]])
