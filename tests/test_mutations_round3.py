@@ -143,3 +143,24 @@ def test_a_sweep_whose_third_task_names_the_firsts_out_dir_is_refused(tmp_path, 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SlurmError, match="sweep tasks 0 and 2 would share the run directory"):
         task_configs("digits_moco.yaml", [], [["out_dir=a"], ["out_dir=b"], ["out_dir=a"]])
+
+
+def test_relabelling_an_image_list_changes_the_identity_and_the_cache_key(tmp_path):
+    """D01 and D03: the label is part of the training set's identity (a resume on a relabelled
+    list is refused) and of the decode cache's key (the cache is not served for other labels)."""
+    from test_train_set_identity import folder
+
+    from pretrain.data import datasets, identity, resident
+
+    folder(tmp_path, 8)
+    files = sorted((tmp_path / "train").rglob("*.png"))
+    lines = [f"{p.relative_to(tmp_path)} {int(p.parent.name[1])}" for p in files]
+    relabelled = [*lines[:-1], lines[-1][:-1] + str(1 - int(lines[-1][-1]))]
+    got = {}
+    for name, text in (("a", lines), ("b", relabelled)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(text) + "\n")
+        ds = datasets.build("imagefolder", str(tmp_path), f"{name}.txt")
+        got[name] = (identity.train_set_identity(ds, tmp_path)["sha256"],
+                     resident.cache_key(ds.samples))  # fmt: skip
+    assert got["a"][0] != got["b"][0], "the identity ignores the labels"
+    assert got["a"][1] != got["b"][1], "the cache key ignores the labels"
