@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from pretrain import config
+from pretrain.config import ConfigError
 from pretrain.engine.run import Run
 from pretrain.runtime import cores, dist
 from pretrain.runtime.progress import Progress
@@ -85,7 +86,15 @@ def print_epoch(record: dict[str, Any]) -> None:
 
 
 def check_finite(run: Run) -> None:
-    """Stop every rank (one collective) if any rank has seen a non-finite loss."""
+    """Stop every rank (one collective) if any rank has seen a non-finite loss; the first time,
+    also if a strategy's first output held non-finite or not unit-norm negatives (exit 2 naming
+    it: :func:`pretrain.engine.step.check_extra`)."""
+    from pretrain.engine.step import pending_problem
+
+    problem = pending_problem(run.strategy)
+    if problem is not None and dist.any_rank(bool(problem)):
+        raise ConfigError(problem or "a negative strategy's first output is unusable on another "
+                          "rank (rank 0 names it)")  # fmt: skip
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
         cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings
         raise NonFiniteLossError(cause + divergence_message(run))

@@ -5,6 +5,7 @@ prepares the views, asks the strategy and the loss, and updates."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ import torch
 
 from negatives.base import ExtraNegatives, StrategyInputs
 from pretrain.engine.run import Run
+from pretrain.errors import ConfigError
 from pretrain.losses import StepTensors
 from pretrain.model.encoders import split_views
 from pretrain.runtime import dist, precision
@@ -111,7 +113,56 @@ def negatives(
         seen_q, seen_k, seen_y = dist.gather(q.detach()), k_all, y_all
     else:
         seen_q, seen_k, seen_y = q.detach(), k, y
-    return run.strategy.negatives(StrategyInputs(
+    extra = run.strategy.negatives(StrategyInputs(
         q=seen_q, k=seen_k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=seen_y,
         epoch=epoch, global_step=run.state.global_step, rank=dist.rank(),
         world_size=dist.world_size()))  # fmt: skip
+    if run.strategy not in _CHECKED:  # once: metadata only, no host sync
+        check_extra(run.strategy, extra, q)
+        _CHECKED.add(run.strategy)
+    return extra
+
+
+#: The strategies whose first output :func:`check_extra` has passed.
+_CHECKED: weakref.WeakSet = weakref.WeakSet()
+
+
+def check_extra(strategy: torch.nn.Module, extra: object, q: torch.Tensor) -> None:
+    """A :class:`ConfigError` naming the strategy's class and hook when its first output is not
+    an :class:`ExtraNegatives` of detached ``q``-dtype tensors on ``q``'s device, ``shared``
+    (M, D) and ``per_query`` (N, S, D): otherwise a traceback deep in the loss, or gradients
+    through the "negatives" and a silently wrong loss."""
+    where = f"negative strategy {type(strategy).__module__}.{type(strategy).__qualname__}"
+    want = (f"return ExtraNegatives(shared=(M, {q.shape[1]}), per_query=({q.shape[0]}, S, "
+            f"{q.shape[1]})) of detached, unit-norm {q.dtype} tensors on {q.device}")  # fmt: skip
+    if not isinstance(extra, ExtraNegatives):
+        raise ConfigError(f"{where}.negatives() returned a {type(extra).__name__}; {want}")
+    for name, t, ndim in (("shared", extra.shared, 2), ("per_query", extra.per_query, 3)):
+        if t is None:
+            continue
+        why = (f"a {type(t).__name__}" if not isinstance(t, torch.Tensor)
+               else f"shape {tuple(t.shape)}" if t.ndim != ndim or t.shape[-1] != q.shape[1]
+               or (ndim == 3 and t.shape[0] != q.shape[0])
+               else f"dtype {t.dtype}" if t.dtype != q.dtype
+               else f"device {t.device}" if t.device != q.device
+               else "a tensor with gradient (not detached)" if t.requires_grad else "")  # fmt: skip
+        if why:
+            raise ConfigError(f"{where}.negatives() returned {name} of {why}; {want}")
+    values = [t.detach().float() for t in (extra.shared, extra.per_query)
+              if t is not None and t.numel()]  # fmt: skip
+    if values:  # a device flag, read by pending_problem at the next finiteness check
+        bad = torch.stack([(~torch.isfinite(t).all()) | ((t.norm(dim=-1) - 1).abs().amax() > 1e-3)
+                           for t in values]).any()  # fmt: skip
+        _PENDING[strategy] = (bad, f"{where}.negatives() returned non-finite or not unit-norm "
+                              f"negatives at its first step; {want}")  # fmt: skip
+
+
+#: The first output's values check (a device flag and its message), per strategy.
+_PENDING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def pending_problem(strategy: torch.nn.Module) -> str | None:
+    """The message of the first output's values check, '' if it passed, None if none is pending
+    (one host sync, once per run; every rank has one pending at the same check)."""
+    item = _PENDING.pop(strategy, None)
+    return None if item is None else item[1] if bool(item[0]) else ""
