@@ -164,3 +164,19 @@ def test_relabelling_an_image_list_changes_the_identity_and_the_cache_key(tmp_pa
                      resident.cache_key(ds.samples))  # fmt: skip
     assert got["a"][0] != got["b"][0], "the identity ignores the labels"
     assert got["a"][1] != got["b"][1], "the cache key ignores the labels"
+
+
+def test_the_run_eta_counts_the_steps_to_max_steps(tmp_path, monkeypatch):
+    """E11: the run's ETA is over the steps until ``train.max_steps`` when that comes first (an
+    ETA over the whole schedule ignored it)."""
+    from inproc import pretrain
+
+    from pretrain.runtime.progress import Progress
+
+    seen = []
+    monkeypatch.setattr(Progress, "report", lambda self, record, *, step_in_epoch, steps_left:
+                        seen.append(steps_left))  # fmt: skip
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={tmp_path}", *SMALL, "train.epochs=5",
+                    "train.max_steps=3", "train.log_every=1", "eval.knn_every=0")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seen == [2, 1, 0]
