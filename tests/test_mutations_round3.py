@@ -3,6 +3,8 @@ when its mutation is applied (see the test's docstring for which)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pretrain import config
@@ -92,3 +94,90 @@ def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monke
     (tmp_path / "two.py").write_text(TWO_OF_ONE_NAME)
     with pytest.raises(PluginError, match="negative strategy 'twice_in_one_file' is already "):
         import_plugin(str(tmp_path / "two.py"))
+
+
+def test_lr_by_epoch_holds_epoch_0_when_the_lr_never_changes():
+    """V08: without ``e == 0`` the first epoch is compared with the last one (``lr_log[-1]``),
+    and a constant lr records no epoch at all."""
+    from linear_eval.classify import probe
+
+    assert probe.lr_changes([0.1, 0.1, 0.1]) == {"0": 0.1}
+    assert probe.lr_changes([0.1, 0.01, 0.1]) == {"0": 0.1, "1": 0.01, "2": 0.1}
+
+
+def test_a_group_of_x_seed0_and_x_seed1_is_named_x():
+    """V07: the table names a group by its run folders without the seed suffix; ``_seedN`` as
+    well as ``_sN`` (a regex that strips only ``_sN`` names it "x_seed0, x_seed1")."""
+    from types import SimpleNamespace
+
+    from linear_eval.cli.table import label
+
+    runs = [SimpleNamespace(path=Path(f"/r/x_seed{i}")) for i in (0, 1)]
+    assert label(runs) == "x"
+    assert label([SimpleNamespace(path=Path("/r/x_s3")), *runs]) == "x"
+
+
+def test_a_run_of_uncommitted_code_is_marked_dirty_in_the_results_table(tmp_path, monkeypatch):
+    """V03: the results table's commit cell says ``+dirty`` for runs of uncommitted code."""
+    import json
+    import shutil
+
+    from tests.test_results_page import fake_run, gen_results, rows
+
+    runs, page, readme = tmp_path / "runs", tmp_path / "results.md", tmp_path / "README.md"
+    shutil.copy(gen_results.README, readme)
+    for name, value in (("RUNS", runs), ("PAGE", page), ("README", readme)):
+        monkeypatch.setattr(gen_results, name, value)
+    fake_run(runs / "digits_moco_s0", 0, 90.0, 100.0)
+    prov_file = runs / "digits_moco_s0" / "provenance.json"
+    prov_file.write_text(json.dumps({**json.loads(prov_file.read_text()), "dirty": True}))
+    assert gen_results.main([]) == 0
+    (row,) = [r for r in rows(page.read_text()) if r[0] == "`digits_moco.yaml`"]
+    assert row[10] == "abcdef0+dirty"
+
+
+def test_a_sweep_whose_third_task_names_the_firsts_out_dir_is_refused(tmp_path, monkeypatch):
+    """V09: every earlier task is compared, not only the one before."""
+    from slurm.__main__ import task_configs
+    from slurm.submit import SlurmError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SlurmError, match="sweep tasks 0 and 2 would share the run directory"):
+        task_configs("digits_moco.yaml", [], [["out_dir=a"], ["out_dir=b"], ["out_dir=a"]])
+
+
+def test_relabelling_an_image_list_changes_the_identity_and_the_cache_key(tmp_path):
+    """D01 and D03: the label is part of the training set's identity (a resume on a relabelled
+    list is refused) and of the decode cache's key (the cache is not served for other labels)."""
+    from test_train_set_identity import folder
+
+    from pretrain.data import datasets, identity, resident
+
+    folder(tmp_path, 8)
+    files = sorted((tmp_path / "train").rglob("*.png"))
+    lines = [f"{p.relative_to(tmp_path)} {int(p.parent.name[1])}" for p in files]
+    relabelled = [*lines[:-1], lines[-1][:-1] + str(1 - int(lines[-1][-1]))]
+    got = {}
+    for name, text in (("a", lines), ("b", relabelled)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(text) + "\n")
+        ds = datasets.build("imagefolder", str(tmp_path), f"{name}.txt")
+        got[name] = (identity.train_set_identity(ds, tmp_path)["sha256"],
+                     resident.cache_key(ds.samples))  # fmt: skip
+    assert got["a"][0] != got["b"][0], "the identity ignores the labels"
+    assert got["a"][1] != got["b"][1], "the cache key ignores the labels"
+
+
+def test_the_run_eta_counts_the_steps_to_max_steps(tmp_path, monkeypatch):
+    """E11: the run's ETA is over the steps until ``train.max_steps`` when that comes first (an
+    ETA over the whole schedule ignored it)."""
+    from inproc import pretrain
+
+    from pretrain.runtime.progress import Progress
+
+    seen = []
+    monkeypatch.setattr(Progress, "report", lambda self, record, *, step_in_epoch, steps_left:
+                        seen.append(steps_left))  # fmt: skip
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={tmp_path}", *SMALL, "train.epochs=5",
+                    "train.max_steps=3", "train.log_every=1", "eval.knn_every=0")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seen == [2, 1, 0]

@@ -48,7 +48,10 @@ def test_run_records_provenance_in_its_folder_and_checkpoint_and_resume_adds_a_s
     seg = prov["segments"][0]
     if (ROOT / ".git").exists():  # a git checkout: the commit and dirty flag are git's own
         assert seg["commit"] == git("rev-parse", "HEAD")
-        assert seg["dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
+        assert seg["dirty"] == bool(  # tracked changes, or untracked files in the packages
+            git("status", "--porcelain", "--untracked-files=no")
+            or git("status", "--porcelain", "--untracked-files=all", "--", *provenance.PACKAGES)
+        )
     assert seg["cpu_cores"] == len(os.sched_getaffinity(0))
     assert seg["torch"] == str(torch.__version__) and seg["device"] == "cpu"
     assert seg["gpu_model"] is None and seg["gpu_count"] == 0 and seg["world_size"] == 1

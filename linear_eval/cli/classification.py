@@ -165,6 +165,24 @@ def run_transfer(
     return record
 
 
+def check_same_test_set(a: Session, b: Session) -> None:
+    """ValueError unless the two checkpoints' test sets are one (the training-set identity of
+    :mod:`pretrain.data.identity` applied to the test split: size, files and labels, or pixels):
+    compare pairs test images, and two folders of equal size would pair unrelated ones."""
+    from pretrain.data import identity
+
+    ids = [identity.train_set_identity(s.store.dataset(s.store.run_dataset, "test"),
+                                       s.store.data_root) for s in (a, b)]  # fmt: skip
+    if ids[0] != ids[1]:
+        what = "their files, labels or pixels differ" if ids[0]["size"] == ids[1]["size"] else (
+            "another size")  # fmt: skip
+        raise ValueError(
+            f"compare needs one test set: {a.model.ckpt} is evaluated on {ids[0]['size']} test "
+            f"images, {b.model.ckpt} on {ids[1]['size']} ({what}); compare pairs each test "
+            "image's results, so evaluate both on the same data (--data-root)"
+        )
+
+
 def run_compare(
     a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5, protocol: str = "lbfgs"
 ) -> dict[str, Any]:
@@ -176,6 +194,7 @@ def run_compare(
         raise ValueError(
             f"compare needs the same dataset: {a.model.cfg.data.name} vs {b.model.cfg.data.name}"
         )
+    check_same_test_set(a, b)
     recipe = probe.protocol(protocol)
     correct = {}
     for tag, s in (("a", a), ("b", b)):

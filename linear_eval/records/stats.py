@@ -153,7 +153,8 @@ def paired_difference_ci(
     a, b = _correct(correct_a, "correct_a"), _correct(correct_b, "correct_b")
     if a.size != b.size:
         raise ValueError(
-            f"correct_a and correct_b must score the same test set: {a.size} != {b.size}"
+            f"the two results cover different test sets ({a.size} and {b.size} images); a paired "
+            "difference pairs each test image's results, so both must score the same test set"
         )
     d = a - b  # (n,) in {-1, 0, 1}
     idx = np.random.default_rng(seed).integers(0, d.size, size=(n_resamples, d.size))  # (B, n)

@@ -42,6 +42,8 @@ from pretrain.runtime import dist
 
 FILE = "provenance.json"
 FORMAT = 1
+#: the folders whose untracked files make the code "dirty" (the packages a run imports)
+PACKAGES = ("pretrain", "negatives", "linear_eval", "slurm")
 
 
 def utc(t: float) -> str:
@@ -84,7 +86,9 @@ def cpu_cores() -> int | None:
 
 def code_version() -> dict[str, Any]:
     """The git commit of the source tree this package was imported from and whether it has
-    uncommitted changes to tracked files; the installed version where it is not a checkout."""
+    uncommitted changes to tracked files or untracked files in its packages; the installed
+    version where it is not a checkout. Both stay None (unknown) outside a repository, and
+    where the repository's root is not the package's own (a copy vendored in another project)."""
     root = Path(__file__).resolve().parents[2]
     out: dict[str, Any] = {"commit": None, "dirty": None, "version": None}
     try:
@@ -93,17 +97,17 @@ def code_version() -> dict[str, Any]:
         pass
     try:
         git = ["git", "-C", str(root)]
-        commit = subprocess.run(
-            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-        out["commit"], out["dirty"] = commit, bool(status.stdout.strip())
+
+        def run(*args: str) -> str:
+            return subprocess.run([*git, *args], capture_output=True, text=True, timeout=30,
+                                  check=True).stdout.strip()  # fmt: skip
+
+        if Path(run("rev-parse", "--show-toplevel")).resolve() != root:
+            return out  # a copy inside another project's repository: its HEAD is not ours
+        commit = run("rev-parse", "HEAD")
+        tracked = run("status", "--porcelain", "--untracked-files=no")
+        untracked = run("status", "--porcelain", "--untracked-files=all", "--", *PACKAGES)
+        out["commit"], out["dirty"] = commit, bool(tracked or untracked)
     except (OSError, subprocess.SubprocessError):
         pass
     return out
@@ -205,6 +209,13 @@ class Provenance:
             )
 
 
+def dirty(flags: list[bool | None]) -> bool | None:
+    """True if any segment ran uncommitted code, False if every one is known clean, else None."""
+    if any(flags):
+        return True
+    return None if None in flags else False
+
+
 def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
     """The top level of ``provenance.json`` over its segments."""
 
@@ -220,7 +231,7 @@ def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "commit": same("commit"),
-        "dirty": any(bool(s.get("dirty")) for s in segments),
+        "dirty": dirty([s.get("dirty") for s in segments]),
         "host": same("host"),
         "cpu_model": same("cpu_model"),
         "cpu_cores": same("cpu_cores"),
