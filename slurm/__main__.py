@@ -115,7 +115,8 @@ def submit_pretrain(argv: list[str]) -> int:
     p.add_argument("overrides", nargs="*", metavar="key=value")
     a = p.parse_args(argv)
     res = resources(a)
-    from pretrain import config, config_files
+    from pretrain import config
+    from pretrain.config import files as config_files
 
     # the job reads the config where it runs: a relative path (or ~) is made absolute here
     a.cfg = str(config_files.resolve_path(str(Path(a.cfg).expanduser()), config.CONFIG_DIR))

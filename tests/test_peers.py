@@ -15,6 +15,7 @@ import pytest
 import torch
 from test_ddp import clean_env
 
+from negmine_core.step import Batch
 from pretrain import config
 from pretrain.model import encoders
 from pretrain.model.split_bn import SplitBatchNorm
@@ -49,7 +50,8 @@ def negmine_model(s: Sizes) -> tuple[config.Config, encoders.MoCo]:
     cfg = config.load("cifar10_moco.yaml", negmine_overrides(s, "unused"))
     m = cfg.model
     return cfg, encoders.build(arch=m.arch, width=m.width, cifar_stem=m.cifar_stem, dim=m.dim,
-                               mlp=m.mlp, bn_splits=m.bn_splits)  # fmt: skip
+                               mlp=m.mlp, bn_splits=m.bn_splits, momentum=cfg.moco.momentum,
+                               symmetric=cfg.loss.symmetric)  # fmt: skip
 
 
 def count(module: torch.nn.Module) -> int:
@@ -115,8 +117,8 @@ def test_both_losses_are_symmetric():
         assert not k_a.requires_grad and not k_b.requires_grad
     cfg, moco = negmine_model(s)
     assert cfg.loss.symmetric and cfg.loss.name == "nt_xent" and cfg.loss.contrast_queue
-    e = moco.embed(x0, x1, momentum=cfg.moco.momentum, symmetric=cfg.loss.symmetric,
-                   bn_splits=cfg.model.bn_splits)  # fmt: skip
+    assert moco.symmetric and moco.momentum == cfg.moco.momentum  # set once, at construction
+    e = moco.embed(Batch.make(x0, x1, torch.zeros(len(x0), dtype=torch.long)))
     assert e.q2 is not None and e.q2.shape == e.q.shape and e.q2.requires_grad
 
 

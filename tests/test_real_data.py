@@ -116,16 +116,22 @@ def test_unreadable_image_mid_epoch_is_named_or_skipped_and_counted(folder, tmp_
     assert "skipped-images" in capsys.readouterr().out
 
 
-class _NaNFromStart(losses.InfoNCE):
+class _NaNAfterFirstStep(losses.InfoNCE):
+    """Diverges at the second step: the first step is finite (a loss that is non-finite at its
+    first step from finite inputs is named by the first-step check, tests/test_first_step.py)."""
+
+    calls = 0
+
     def forward(self, step: losses.StepTensors) -> torch.Tensor:
-        return super().forward(step) * float("nan")
+        self.calls += 1
+        return super().forward(step) * (float("nan") if self.calls > 1 else 1.0)
 
 
 def test_divergence_before_any_checkpoint_names_none(folder, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(build, "loss_fn", lambda cfg, n=0: _NaNFromStart(cfg.moco.temperature))
+    monkeypatch.setattr(build, "loss_fn", lambda cfg, n=0: _NaNAfterFirstStep(cfg.moco.temperature))
     assert run(tmp_path, folder) == 1
     err = capsys.readouterr().err
-    assert "non-finite loss at or before global step 1" in err
+    assert "non-finite loss at or before global step 2" in err
     assert "no checkpoint was written" in err and "last.pt" not in err
     assert not (tmp_path / "checkpoints" / "last.pt").exists()
     assert "lower train.base_lr" in err and "bf16" not in err  # fp32 on this CPU
