@@ -28,6 +28,7 @@ import inspect
 import re
 import string
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -212,6 +213,14 @@ def type_name(hint: object) -> str:
         names = dict.fromkeys(type(v).__name__ for v in choices if v is not None)
         names.update({"None": None} if None in choices else {})
         return " | ".join(names)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X] (3.10) is X | None
+        return " | ".join(dict.fromkeys(type_name(a) for a in args))
+    if hint is type(None):
+        return "None"
+    if origin is not None and args:  # the same words on every Python: Sequence[str], list[int]
+        name = getattr(origin, "__name__", None) or str(origin).replace("typing.", "")
+        return f"{name}[{', '.join(type_name(a) for a in args)}]"
     if isinstance(hint, type):
         return hint.__name__
     return str(hint).replace("typing.", "").replace("collections.abc.", "")

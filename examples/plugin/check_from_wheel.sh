@@ -13,5 +13,7 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet "$dist"/negmine-*.whl "$root/examples/plugin" pytest
 rm -rf "$dist" "$root/build" "$root/examples/plugin/build"
 # outside the checkout and without PYTHONPATH: negmine comes from the wheel only
+# -c: the example's own pyproject.toml is the config (negmine's addopts name pytest-xdist)
 cd "$(mktemp -d)" && env -u PYTHONPATH "$venv/bin/python" -m pytest -p no:cacheprovider -q \
+    -c "$root/examples/plugin/pyproject.toml" --rootdir "$root/examples/plugin" \
     "$root/examples/plugin/tests"
