@@ -20,7 +20,7 @@ from pretrain.losses.queue_layout import QueueContrastive, same_label
 
 @register("sincere")
 class Sincere(QueueContrastive):
-    """SINCERE (Feeney & Hughes 2024, eq. 12): each positive's denominator holds itself and
+    """SINCERE (Feeney & Hughes 2023, eq. 12): each positive's denominator holds itself and
     other-class keys only, so same-class keys are never pushed apart.
 
     Args:
