@@ -15,8 +15,15 @@ Nothing here is typed by hand: every number comes from a log kept in the reposit
   the row gives the monitor's kNN at the last logged epoch and "not run" for the linear probe.
 
 Every shipped config (``pretrain/configs/*.yaml``) gets a row; one that never ran says "not run".
-To add a row: copy a finished run's four files into ``docs/results/logs/NAME/`` and run the first
-command.
+To add a row: ``python scripts/gen_results.py --keep RUN NAME`` copies a finished run's four files
+into ``docs/results/logs/NAME/`` with its paths made relative to the run folder
+(``results_logs.keep``); then run the first command. A kept log with an absolute path under a home
+or work directory (``/home``, ``/root``, ``/work``, ``/tmp``) is refused.
+
+Beside the wall time (which depends on what else ran on a shared machine) a row gives the median
+step time and images/s of the run's own logged steps (``metrics.jsonl``): speed comparisons use
+those. A MiOC row says how many warm-up epochs ran and which share of the queue the OC-SVM put in
+O after them (``neg_inlier_fraction`` of the logged steps).
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from pretrain import config  # noqa: E402
 from pretrain.runtime import provenance  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_logs  # noqa: E402
 
 RUNS = ROOT / "docs" / "results" / "logs"
 PAGE = ROOT / "docs" / "results.md"
@@ -102,13 +112,43 @@ def recipe_of(prov: dict[str, Any]) -> str:
 
 
 def read_run(path: Path) -> dict[str, Any]:
+    found = results_logs.machine_paths(path)
+    if found:
+        raise ValueError(f"{path.name}: a path of the measuring machine in the kept log "
+                         f"({'; '.join(found[:3])}): keep runs with {COMMAND} --keep RUN NAME, "
+                         "which records paths relative to the run folder")  # fmt: skip
     prov = json.loads((path / "provenance.json").read_text())
     evaluation = json.loads((path / "eval" / "linear_eval.json").read_text())
     records = [json.loads(s) for s in (path / "metrics.jsonl").read_text().splitlines() if s]
     epochs = [r["epoch"] for r in records if r.get("kind") == "epoch"]
     cfg = yaml.safe_load((path / "config.yaml").read_text())
+    steps = [r for r in records if r.get("kind") == "step"]
     return {"path": path, "prov": prov, "eval": evaluation, "epochs": max(epochs, default=0),
-            "cfg": cfg, "recipe": recipe_of(prov)}  # fmt: skip
+            "cfg": cfg, "recipe": recipe_of(prov), "steps": steps}  # fmt: skip
+
+
+def step_speed(runs: list[dict[str, Any]]) -> str:
+    """The median step time and images/s over every logged step of the runs ("" if none)."""
+    times = [s["step_time_s"] for r in runs for s in r["steps"] if "step_time_s" in s]
+    rates = [s["images_per_s"] for r in runs for s in r["steps"] if "images_per_s" in s]
+    if not times or not rates:
+        return ""
+    return f"; median step {np.median(times):.2f} s, {np.median(rates):.1f} images/s"
+
+
+def mioc_note(runs: list[dict[str, Any]]) -> list[str]:
+    """What a MiOC run did: its warm-up epochs and the share of the queue in O after them."""
+    kwargs = runs[0]["cfg"].get("negatives", {})
+    if kwargs.get("name") != "mioc":
+        return []
+    warmup = (kwargs.get("kwargs") or {}).get("warmup_epochs", "the default")
+    warmup = f"{warmup:g}" if isinstance(warmup, (int, float)) else warmup
+    shares = [s["neg_inlier_fraction"] for r in runs for s in r["steps"]
+              if "neg_inlier_fraction" in s]  # fmt: skip
+    share = (f"the share of the queue in O over the {len(shares)} logged steps after it: median "
+             f"{np.median(shares):.0%} ({min(shares):.0%} to {max(shares):.0%})"
+             if shares else "no logged step after it")  # fmt: skip
+    return [f"MiOC: {warmup} warm-up epochs (no OC-SVM fitted, query-queue mixing only); {share}"]
 
 
 def memory(prov: dict[str, Any]) -> str:
@@ -147,12 +187,13 @@ def run_rows() -> list[Row]:
             knn=mean_std([r["eval"]["knn_top1"] for r in members]),
             linear=mean_std([r["eval"]["linear_top1"] for r in members]),
             hardware=hardware,
-            wall=wall_cell(walls),
+            wall=wall_cell(walls) + step_speed(members),
             memory=max((memory(r["prov"]) for r in members), key=lambda s: (len(s), s)),
             date=dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}",
             commit=(commit or "-")[:7] + ("+dirty" if dirty else ""),
             log=" ".join(f"[{r['path'].name}](results/logs/{r['path'].name}/metrics.jsonl)"
                          for r in members),  # fmt: skip
+            notes=mioc_note(members),
         ))  # fmt: skip
     return rows
 
@@ -226,11 +267,14 @@ def render_page(rows: list[Row]) -> str:
         "logged epoch (no linear probe was run).",
         "- **wall time**: the run's total wall time from `provenance.json` (start of the process "
         "to its end, set-up and the kNN monitor included); over seeds, the mean per run and the "
-        "range. For the curves: the sum "
-        "of the logged epoch times.",
+        "range. For the curves: the sum of the logged epoch times. Then the **median step** time "
+        "and images/s over every step the runs logged (`metrics.jsonl`): these, not the wall "
+        "time, are what a speed comparison uses.",
         "- **peak memory**: the training process's peak resident set on a CPU; the peak CUDA "
         "memory allocated by torch on a GPU.",
         "- Numbers on a shared machine: the wall times depend on what else ran there.",
+        "- Ratios on these pages are speeds: higher is faster (a speed-up of 2x takes half the "
+        "time).",
         "",
         "| recipe | data, model | epochs | seeds | kNN top-1 | linear top-1 | hardware | "
         "wall time | peak memory | date | commit | log |",
@@ -289,7 +333,20 @@ def render_readme(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 if a page differs from the logs")
+    p.add_argument("--keep", nargs=2, metavar=("RUN", "NAME"),
+                   help="copy finished run RUN into docs/results/logs/NAME/ with its paths "
+                   "relative to the run folder, and exit")  # fmt: skip
     a = p.parse_args(argv)
+    if a.keep:
+        dest = RUNS / a.keep[1]
+        if dest.exists():
+            print(f"{dest} exists: choose another NAME", file=sys.stderr)
+            return 2
+        left = results_logs.keep(Path(a.keep[0]), dest)
+        for path in left:
+            print(f"{dest}: a machine path is left, edit it by hand: {path}", file=sys.stderr)
+        print(f"kept {a.keep[0]} as {dest}")
+        return 1 if left else 0
     rows = table()
     stale = 0
     for path, text in ((PAGE, render_page(rows)), (README, render_readme(rows))):

@@ -1,0 +1,81 @@
+"""The kept logs carry no path of the measuring machine: ``scripts/gen_results.py`` refuses a log
+with an absolute path under a home or work directory, ``--keep RUN NAME`` copies a run with its
+paths made relative to the run folder (the data root a placeholder), and no page or kept log in
+the repository names such a path."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_results_page import fake_run
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gen_results  # noqa: E402
+import results_logs  # noqa: E402
+
+
+def test_a_log_with_a_machine_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "x", 0, 90.0, 100.0)
+    assert results_logs.machine_paths(tmp_path / "x") == []
+    cfg = tmp_path / "x" / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("out_dir: runs/digits_moco", "out_dir: /home/me/r"))
+    with pytest.raises(ValueError, match=r"x: a path of the measuring machine .*/home/me/r"):
+        gen_results.table()
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ('"command": "/root/.pyenv/bin/python3 -m pretrain"', ["/root/.pyenv/bin/python3"]),
+        ("out_dir: /work/runs/x", ["/work/runs/x"]),
+        ('"checkpoint": "/tmp/r/last.pt"', ["/tmp/r/last.pt"]),
+        ("https://example.org/home/x and docs/work/y and ~/tmp", []),
+    ],
+)
+def test_the_pattern_finds_home_and_work_paths_only(text, found):
+    assert [m.group(0) for m in results_logs.MACHINE_PATH.finditer(text)] == found
+
+
+def test_keep_makes_the_paths_relative_to_the_run_folder(tmp_path):
+    run, data = tmp_path / "runs" / "r0", tmp_path / "data" / "cifar"
+    fake_run(run, 0, 90.0, 100.0)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["out_dir"], cfg["data"]["root"] = str(run), str(data)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    prov = json.loads((run / "provenance.json").read_text())
+    prov["segments"][0]["command"] = (f"/usr/local/bin/python3 -m pretrain --cfg digits_moco.yaml "
+                                      f"data.root={data} out_dir={run}")  # fmt: skip
+    (run / "provenance.json").write_text(json.dumps(prov))
+    ev = json.loads((run / "eval" / "linear_eval.json").read_text())
+    (run / "eval" / "linear_eval.json").write_text(
+        json.dumps({**ev, "checkpoint": f"{run}/checkpoints/last.pt"})
+    )
+    dest = tmp_path / "kept" / "r0"
+    assert results_logs.keep(run, dest) == []
+    kept = yaml.safe_load((dest / "config.yaml").read_text())
+    assert (kept["out_dir"], kept["data"]["root"]) == (".", "DATA_ROOT")
+    command = json.loads((dest / "provenance.json").read_text())["segments"][0]["command"]
+    assert command == "python3 -m pretrain --cfg digits_moco.yaml data.root=DATA_ROOT out_dir=."
+    checkpoint = json.loads((dest / "eval" / "linear_eval.json").read_text())["checkpoint"]
+    assert checkpoint == "checkpoints/last.pt"
+    assert (dest / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+
+
+def test_no_kept_log_or_page_names_a_machine_path():
+    runs = sorted(p.parent for p in gen_results.RUNS.glob("*/provenance.json"))
+    assert runs and all(results_logs.machine_paths(r) == [] for r in runs)
+    for run in runs:  # the host's name is kept
+        assert json.loads((run / "provenance.json").read_text())["host"]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    home = re.compile(r"(?<![\w.~:/-])/(?:home|root|work)/\S+")
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in pages
+             for m in home.finditer(p.read_text())]  # fmt: skip
+    assert not found, found
