@@ -49,6 +49,7 @@ from pretrain.runtime import provenance  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_logs  # noqa: E402
+import results_recipes  # noqa: E402
 
 RUNS = ROOT / "docs" / "results" / "logs"
 PAGE = ROOT / "docs" / "results.md"
@@ -275,21 +276,13 @@ def render_page(rows: list[Row]) -> str:
         "- Numbers on a shared machine: the wall times depend on what else ran there.",
         "- Ratios on these pages are speeds: higher is faster (a speed-up of 2x takes half the "
         "time).",
+        "- **paper's figure**: the figure of the method's paper (or official code) the recipe "
+        "targets, where this repository records and checks it; else the paper to read, or "
+        '"no paper figure at this scale".',
         "",
-        "| recipe | data, model | epochs | seeds | kNN top-1 | linear top-1 | hardware | "
-        "wall time | peak memory | date | commit | log |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    notes: list[str] = []
-    for r in rows:
-        data, arch = data_of(r.recipe)
-        mark = ""
-        for note in r.notes:
-            notes.append(note)
-            mark += f" [{len(notes)}]"
-        out.append("| " + " | ".join(cell(c) for c in (
-            f"`{r.recipe}`", f"{data}, {arch}", r.epochs + mark, r.seeds, r.knn, r.linear,
-            r.hardware, r.wall, r.memory, r.date, r.commit, r.log)) + " |")  # fmt: skip
+    lines, notes = row_lines(rows)
+    out += lines
     if notes:
         out += ["", *[f"- [{i}] {n}" for i, n in enumerate(notes, 1)]]
     out += [
@@ -300,6 +293,44 @@ def render_page(rows: list[Row]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def row_lines(rows: list[Row], prefix: str = "") -> tuple[list[str], list[str]]:
+    """The table's lines (header included) and its notes; links relative to docs/ + prefix."""
+    lines = [
+        "| recipe | data, model | epochs | seeds | kNN top-1 | linear top-1 | hardware | "
+        "wall time | peak memory | date | commit | log | paper's figure |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    for r in rows:
+        data, arch = data_of(r.recipe)
+        mark = ""
+        for note in r.notes:
+            notes.append(note)
+            mark += f" [{len(notes)}]"
+        paper = results_recipes.paper_figure(r.recipe, config.load(r.recipe), prefix)
+        log = r.log.replace("](results/logs/", f"]({prefix}results/logs/")
+        lines.append("| " + " | ".join(cell(c) for c in (
+            f"`{r.recipe}`", f"{data}, {arch}", r.epochs + mark, r.seeds, r.knn, r.linear,
+            r.hardware, r.wall, r.memory, r.date, r.commit, log, paper)) + " |")  # fmt: skip
+    return lines, notes
+
+
+def recipe_pages(rows: list[Row]) -> list[tuple[Path, str]]:
+    """Each recipe page with a results block (docs/recipes/, beside the results page), and its
+    text with the block regenerated."""
+    out = []
+    for page in sorted((PAGE.parent / "recipes").glob("*.md")):
+        if results_recipes.BEGIN not in page.read_text(encoding="utf-8"):
+            continue
+
+        def block(configs: list[str]) -> str:
+            mine = [r for name in configs for r in rows if r.recipe == name]
+            return results_recipes.render_block(*row_lines(mine, "../"))
+
+        out.append((page, results_recipes.include(page, block)[1]))
+    return out
 
 
 def render_readme_block(rows: list[Row]) -> str:
@@ -349,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if left else 0
     rows = table()
     stale = 0
-    for path, text in ((PAGE, render_page(rows)), (README, render_readme(rows))):
+    pages = [(PAGE, render_page(rows)), (README, render_readme(rows)), *recipe_pages(rows)]
+    for path, text in pages:
         if not a.check:
             if not path.exists() or path.read_text() != text:
                 path.write_text(text)

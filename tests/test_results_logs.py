@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_results  # noqa: E402
 import results_logs  # noqa: E402
+import results_recipes  # noqa: E402
 
 
 def test_a_log_with_a_machine_path_is_refused(tmp_path, monkeypatch):
@@ -79,3 +80,42 @@ def test_no_kept_log_or_page_names_a_machine_path():
     found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in pages
              for m in home.finditer(p.read_text())]  # fmt: skip
     assert not found, found
+
+
+def test_a_recipe_page_includes_its_configs_rows_and_a_hand_edit_fails_the_check(
+    tmp_path, monkeypatch
+):
+    import shutil
+
+    (tmp_path / "recipes").mkdir()
+    page = tmp_path / "recipes" / "moco.md"
+    shutil.copy(gen_results.PAGE.parent / "recipes" / "moco.md", page)
+    shutil.copy(gen_results.README, tmp_path / "README.md")
+    monkeypatch.setattr(gen_results, "PAGE", tmp_path / "results.md")
+    monkeypatch.setattr(gen_results, "README", tmp_path / "README.md")
+    assert gen_results.main([]) == 0 and gen_results.main(["--check"]) == 0
+    results = (tmp_path / "results.md").read_text()
+    block = page.read_text().split(results_recipes.BEGIN)[1].split(results_recipes.END)[0]
+    for name in results_recipes.page_configs(page.read_text()):  # every named config, as results
+        mine = [s for s in block.splitlines() if s.startswith(f"| `{name}` |")]
+        theirs = [s for s in results.splitlines() if s.startswith(f"| `{name}` |")]
+        assert len(mine) == len(theirs) >= 1, name
+        assert [re.sub(r"\[\d+\]|\.\./", "", s) for s in mine] == [
+            re.sub(r"\[\d+\]", "", s) for s in theirs
+        ]
+    page.write_text(page.read_text().replace("92.31 ± 1.85", "93.31 ± 1.85"))
+    assert gen_results.main(["--check"]) == 1
+
+
+def test_each_row_names_the_papers_figure_or_says_there_is_none():
+    from pretrain import config
+
+    def figure(name):
+        return results_recipes.paper_figure(name, config.load(name))
+
+    assert "82.58 % at 200 epochs" in figure("cifar10_moco.yaml")
+    assert figure("digits_mioc.yaml").startswith("no paper figure at this scale")
+    assert "references.md#jain2025mioc" in figure("cifar10_mioc.yaml")
+    assert "references.md#li2024vmf" in figure("cifar10_kappa.yaml")
+    for path in sorted(config.CONFIG_DIR.glob("*.yaml")):
+        assert figure(path.name)
