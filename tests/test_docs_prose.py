@@ -65,3 +65,12 @@ def test_the_check_passes_plain_reference_prose():
     text = ("a 2-core AMD EPYC shared with other jobs; the loader issues one read per "
             "image; `python -m pretrain --cfg digits_moco.yaml`; the load on the GPU")  # fmt: skip
     assert markers(text) == []
+
+
+def test_the_readme_is_short_and_links_the_rest():
+    """What it is, the two commands, the generated headline rows, links and how to cite: at most
+    120 lines, the rest lives in docs/."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 120, len(text.splitlines())
+    for part in ("## Quick start", "<!-- begin digits table", "docs/results.md", "## How to cite"):
+        assert part in text, part
