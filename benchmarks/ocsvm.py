@@ -42,9 +42,7 @@ import torch  # noqa: E402
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm.svm import OneClassSVM
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fakedata import embeddings  # noqa: E402  (the tests' generator: one data recipe)
+from pretrain.testing.fakedata import embeddings  # noqa: E402  (the tests' recipe too)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402

@@ -1,4 +1,4 @@
-"""The contract kit (``negatives.testing``, installed with negmine) fails deliberately broken
+"""The contract kit (``pretrain.testing``, installed with negmine) fails deliberately broken
 plugins, each with a message naming the class, the attribute or hook, and what to change: a
 strategy that calls ``.item()`` while declaring 0 syncs, a loss with ~3x plain MoCo's ops and no
 budget, a strategy returning (N, S, D + 1), a loss that ignores ``extra``, and the rest of the
@@ -16,10 +16,10 @@ import torch.nn.functional as F
 
 import negatives
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import ContractError, check_loss, check_strategy
-from negatives.testing.failures import fail
 from pretrain import losses
+from pretrain.engine.failures import fail
 from pretrain.losses import InfoNCE, Loss, StepTensors, info_nce, moco_logits
+from pretrain.testing import ContractError, check_loss, check_strategy
 
 
 class Syncs(NegativeStrategy):
@@ -209,7 +209,7 @@ class LocalDraws(NegativeStrategy):
 def test_two_gloo_ranks_must_see_what_one_process_sees():
     """modified_mochi draws for the global batch and keeps its rows: 2 ranks equal one process;
     a strategy that draws for its local rows only fails, naming ddp_check."""
-    from negatives.testing.ddp import check_ranks
+    from pretrain.testing.ddp import check_ranks
 
     check_ranks(negatives.strategies.get("modified_mochi"))
     msg = failure(check_strategy, LocalDraws, counts=False)

@@ -1,4 +1,4 @@
-"""The trainer's first-step check (negatives.testing.boundary, issue 49 item 5): a strategy's
+"""The trainer's first-step check (pretrain.engine.boundary, issue 49 item 5): a strategy's
 record of the wrong form fails at step 1 naming the class and ``negatives()`` (with the
 symmetric layout's fix where that is the cause), before the loss sees it; non-finite negatives
 are named at the first log step instead of advice on the learning rate; the steady step stays
@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import SyncCounter, boundary, steps
 from negmine_core.step import Batch
 from pretrain import config
-from pretrain.engine import loop
+from pretrain.engine import boundary, loop
+from pretrain.testing import SyncCounter, steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
         "train.progress_bar=false", "train.max_steps=2", "train.log_every=1", "eval.knn_every=0",

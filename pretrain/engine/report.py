@@ -8,8 +8,8 @@ from typing import Any
 import torch
 import yaml
 
-from negatives.testing import boundary
 from pretrain import config
+from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.runtime import cores, dist
 from pretrain.runtime.progress import Progress

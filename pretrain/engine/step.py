@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from negatives.base import ExtraNegatives, StrategyInputs
-from negatives.testing import boundary
 from negmine_core.step import Batch, Embeddings, StepContext
+from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.losses import StepTensors
 from pretrain.runtime import dist

@@ -1,4 +1,4 @@
-"""The trainer's check of its first step (issue 49 item 5): the strategy's record
+"""The trainer's check of its first step: the strategy's record
 (:class:`~negatives.base.ExtraNegatives`: shape, dtype, device, detachment) is checked before the
 loss sees it, so a wrong record fails naming the strategy's class and ``negatives()``, not inside
 the loss with a bare torch error; its values (finiteness, unit norm) and the loss's are computed
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from negatives.testing.failures import ContractError
-from negatives.testing.records import check_extra, value_fault, value_flags
+from pretrain.engine.failures import ContractError
+from pretrain.engine.records import check_extra, value_fault, value_flags
 
 
 class FirstStepError(RuntimeError):
