@@ -86,4 +86,5 @@ def negatives(
     seen = StrategyInputs(
         q=q, k=k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=labels, ctx=ctx
     )
+    boundary.remember(run, seen)  # a reference, read only if a non-finite loss stops the run
     return run.strategy.negatives(seen)
