@@ -18,9 +18,12 @@ CUDA-graph refusal; host syncs per step against ``syncs_per_step`` and aten ops 
 strategy that sets ``ddp_check = True``. The pytest plugin (entry point ``pytest11``:
 ``negmine``) prints what was measured at the end of the session.
 
-Modules: :mod:`.declarations`, :mod:`.records`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`,
-:mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps), the counters
-:mod:`.sync_counter` and :mod:`.op_counter`.
+Modules: :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`, :mod:`.cuda_graph`,
+:mod:`.ddp`, :mod:`.steps` (the real steps), the counters :mod:`.sync_counter` and
+:mod:`.op_counter`; negmine's own pins of its built-ins (:mod:`.pins`) and its fake-data recipe
+(:mod:`.fakedata`). The checks of a record and the failures' form are the trainer's own
+(:mod:`pretrain.engine.records`, :mod:`pretrain.engine.failures`): the kit sits above the trainer
+whose steps it runs, in ``pretrain``, and the trainer checks its first step with the same code.
 """
 
 from __future__ import annotations
