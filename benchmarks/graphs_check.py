@@ -62,7 +62,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="a tiny model, 128 images (CPU check)")
     a = p.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tests.fakedata import write_cifar10
+    from pretrain.testing.fakedata import write_cifar10
 
     env = {**os.environ, "NEGMINE_DEVICE": a.device, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory(prefix="graphs_check_") as tmp:

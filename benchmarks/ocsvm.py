@@ -41,13 +41,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
-from negatives.ocsvm.svm import OneClassSVM
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fakedata import embeddings  # noqa: E402  (the tests' generator: one data recipe)
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
+from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
+from pretrain.testing.fakedata import embeddings  # noqa: E402  (the tests' recipe too)
 
 NU, GAMMA, D = 0.01, 0.01, 128
 QUEUES = (4096, 16384, 65536)

@@ -56,7 +56,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from benchmarks.input import synthetic_cifar  # noqa: E402
 from benchmarks.peers_models import UNMATCHED, Sizes  # noqa: E402

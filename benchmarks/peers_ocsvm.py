@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 
 import torch
-from fakedata import embeddings
 
 from benchmarks.ocsvm import GAMMA, NU, Sklearn, ThunderSVM, Torch, timed_ms
+from pretrain.testing.fakedata import embeddings
 
 HELD_OUT = 4096  # held-out points scored (queue-like: half near the centres, half uniform)
 

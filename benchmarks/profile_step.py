@@ -42,7 +42,6 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
 from benchmarks.step import bare_step, build, model_views  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
@@ -173,7 +172,7 @@ def main() -> None:
     if a.data:
         over += ["data.name=imagefolder", f"data.root={a.data}"]
     else:
-        from fakedata import write_cifar10
+        from pretrain.testing.fakedata import write_cifar10
 
         root = Path(tempfile.mkdtemp(prefix="negmine_profile_"))
         write_cifar10(root, per_batch=16 if a.quick else 1024, test=16)

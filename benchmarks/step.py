@@ -39,7 +39,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import negatives  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
@@ -253,7 +252,7 @@ def methods(args: argparse.Namespace, common: list[str]) -> list[str]:
 
 
 def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
-    from fakedata import write_cifar10
+    from pretrain.testing.fakedata import write_cifar10
 
     out = []
     root = tempfile.mkdtemp(prefix="negmine_step_")

@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchmarks.results_md import record_table  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
@@ -62,10 +61,10 @@ class Load:
 
 
 def ocsvm_work(quick: bool):
-    from fakedata import embeddings
     from sklearn.svm import OneClassSVM as Sk
 
     from negatives.ocsvm.svm import OneClassSVM
+    from pretrain.testing.fakedata import embeddings
 
     X, Q = embeddings(256, 8192 if quick else 65536, seed=256)
 

@@ -122,7 +122,7 @@ class NegativeStrategy(Contract, nn.Module):
 
     #: True when the strategy draws across ranks (reads ``s.rank`` / ``s.world_size``, or needs
     #: the global batch): the contract kit then checks that 2 gloo ranks see what one process
-    #: sees with the global batch (``negatives.testing.ddp``; two processes, a few seconds).
+    #: sees with the global batch (``pretrain.testing.ddp``; two processes, a few seconds).
     ddp_check: ClassVar[bool] = False
 
     #: True when the strategy's shared negatives take the queue's place (AdCo's learnable bank):

@@ -41,7 +41,7 @@ class Contract:
     #: a 64-key queue, 16 queries); a strategy's are the smallest sizes that make it add negatives.
     contract_kwargs: ClassVar[dict[str, Any]] = {}
     #: What the class may add to plain MoCo's aten ops per training step, as a fraction of that
-    #: step (1.2: +120 %); None: the default +15 %. The contract kit (``negatives.testing``) and
+    #: step (1.2: +120 %); None: the default +15 %. The contract kit (``pretrain.testing``) and
     #: negmine's op test count a real step and fail above it, naming the class and this attribute;
-    #: negmine's built-ins are pinned exactly instead (``tests/op_table.py``).
+    #: negmine's built-ins are pinned exactly instead (``pretrain.testing.pins``).
     ops_budget: ClassVar[float | None] = None

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import inspect
 import re
 import string
@@ -33,6 +32,9 @@ import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # pages.py, when loaded by path (the tests)
+import pages  # noqa: E402  (the generators' shared blocks and --check)
+
 SCHEMA = "pretrain/config/schema.py"
 PAGE = ROOT / "docs" / "configuration.md"
 COMMAND = "python scripts/gen_config_docs.py"
@@ -406,20 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.plugin:
         return print_entry(a.plugin)
-    text, out = render(), Path(a.out)
-    if a.check:
-        old = out.read_text() if out.is_file() else ""
-        if old == text:
-            return 0
-        diff = difflib.unified_diff(
-            old.splitlines(), text.splitlines(), str(out), "generated", lineterm="", n=0
-        )
-        print("\n".join(list(diff)[:40]), file=sys.stderr)
-        print(f"{out} is stale: run {COMMAND}", file=sys.stderr)
-        return 1
-    out.write_text(text)
-    print(f"wrote {out}")
-    return 0
+    return pages.write_or_check(Path(a.out), render(), COMMAND, a.check)
 
 
 if __name__ == "__main__":

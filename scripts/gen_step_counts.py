@@ -2,7 +2,7 @@
 registered loss and strategy of this tree declares (``syncs_per_step``, ``syncs_why``: the
 contract ``negmine_core.contract.Contract`` that strategies and losses share, which
 ``tests/test_step_syncs.py`` measures), and the pinned aten ops per step of the built-ins
-(``tests/op_table.py``, which ``tests/test_step_ops.py`` measures).
+(``pretrain.testing.pins``, which ``tests/test_step_ops.py`` measures).
 
     python scripts/gen_step_counts.py            # rewrite the tables of docs/step_counts.md
     python scripts/gen_step_counts.py --check    # exit 1 if they are stale (CI, tests)
@@ -15,12 +15,13 @@ out, so the page is the same with or without plugins installed.
 from __future__ import annotations
 
 import argparse
-import difflib
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # pages.py, when loaded by path (the tests)
+import pages  # noqa: E402  (the generators' shared blocks and --check)
+
 PAGE = ROOT / "docs" / "step_counts.md"
 COMMAND = "python scripts/gen_step_counts.py"
 
@@ -30,19 +31,18 @@ def in_tree(registry: object) -> list[str]:
 
 
 def sync_rows() -> list[str]:
-    import sync_table
-
     import negatives
     from pretrain import losses
+    from pretrain.testing import pins
 
     rows = ["| name | syncs per step (CPU-measured) | why |", "|---|---|---|"]
     for registry in (losses.registry,):
         for name in in_tree(registry):
             cls = registry.get(name)
             rows.append(f"| `{name}` | {cls.syncs_per_step} | {cls.syncs_why} |")
-    rows.append(f"| `kappa` | {sync_table.KAPPA_SYNCS[0]} | the kappa head "
+    rows.append(f"| `kappa` | {pins.KAPPA_SYNCS[0]} | the kappa head "
                 "(`kappa.hidden`), any loss |")  # fmt: skip
-    rows.append(f"| `split_bn` | {sync_table.SPLIT_BN_SYNCS[0]} | `model.split_bn=triton`, any "
+    rows.append(f"| `split_bn` | {pins.SPLIT_BN_SYNCS[0]} | `model.split_bn=triton`, any "
                 "loss: the kernels read (eps, momentum) from a float64 buffer built with the "
                 "layer and moved by `.to()` |")  # fmt: skip
     for name in in_tree(negatives.strategies):
@@ -52,10 +52,10 @@ def sync_rows() -> list[str]:
 
 
 def strategy_op_rows() -> list[str]:
-    import op_table
+    from pretrain.testing import pins
 
     rows = ["| recipe | strategy | ops per step | added vs `none` |", "|---|---|---|---|"]
-    for recipe, counts in op_table.DEVICE_OPS.items():
+    for recipe, counts in pins.DEVICE_OPS.items():
         for strategy, n in sorted(counts.items()):
             base = counts["none"]
             rows.append(f"| {recipe} | {strategy} | {n} | {100 * (n - base) / base:+.1f} % |")
@@ -63,24 +63,24 @@ def strategy_op_rows() -> list[str]:
 
 
 def loss_op_rows() -> list[str]:
-    import op_table
+    from pretrain.testing import pins
 
-    base = op_table.LOSS_OPS["infonce"]
+    base = pins.LOSS_OPS["infonce"]
     rows = ["| loss (digits_moco, strategy none) | ops per step | added vs `infonce` |",
             "|---|---|---|"]  # fmt: skip
-    for loss, n in sorted(op_table.LOSS_OPS.items()):
+    for loss, n in sorted(pins.LOSS_OPS.items()):
         rows.append(f"| {loss} | {n} | {100 * (n - base) / base:+.1f} % |")
     return rows
 
 
 def path_op_rows() -> list[str]:
-    import op_table
+    from pretrain.testing import pins
 
     names = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
     rows = ["| recipe | split BN path | ops per step | of them batch_norm |", "|---|---|---|---|"]
-    for recipe in op_table.DEVICE_OPS:
+    for recipe in pins.DEVICE_OPS:
         for path, name in names.items():
-            n, bn = op_table.PATH_OPS[path][recipe]
+            n, bn = pins.PATH_OPS[path][recipe]
             rows.append(f"| {recipe} | {name} | {n} | {bn} |")
     return rows
 
@@ -91,15 +91,9 @@ TABLES = {"syncs": sync_rows, "strategy-ops": strategy_op_rows, "loss-ops": loss
 
 def render(text: str) -> str:
     """``text`` with every generated table rewritten."""
-    sys.path.insert(0, str(ROOT / "tests"))
     sys.path.insert(0, str(ROOT))
     for name, rows in TABLES.items():
-        begin, end = f"<!-- generated: {name} ({COMMAND}) -->", f"<!-- end: {name} -->"
-        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
-        if not pattern.search(text):
-            raise ValueError(f"{PAGE}: no {begin} ... {end} block")
-        block = f"{begin}\n" + "\n".join(rows()) + f"\n{end}"
-        text = pattern.sub(lambda _, block=block: block, text)
+        text = pages.replace_block(text, name, COMMAND, rows(), PAGE)
     return text
 
 
@@ -107,18 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     args = p.parse_args(argv)
-    old = PAGE.read_text()
-    new = render(old)
-    if args.check:
-        if new != old:
-            sys.stdout.writelines(difflib.unified_diff(
-                old.splitlines(True), new.splitlines(True), str(PAGE), "generated"))  # fmt: skip
-            print(f"{PAGE} is stale: run {COMMAND}")
-            return 1
-        return 0
-    PAGE.write_text(new)
-    print(f"wrote {PAGE}")
-    return 0
+    return pages.write_or_check(PAGE, render(PAGE.read_text()), COMMAND, args.check)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny siz
 change what is dispatched (batch 16, queue 64; the model, its BN splits, the augmentation and the
 precision are the recipe's, amp as on CUDA: bf16 for CIFAR-10, off for digits), runs ``WARM`` steps
 of ``loop.train_step`` (the optimizer's momentum buffers exist after the first), then counts one
-step with the contract kit's ``negatives.testing.steps.count_ops`` (an OpCounter): augmentation
+step with the contract kit's ``pretrain.testing.steps.count_ops`` (an OpCounter): augmentation
 (stage 2), both encoders, strategy, loss, backward, optimizer, momentum update, enqueue. ``path``
 forces the split-BN path (triton: CUDA's, run by Triton's interpreter here; fused: the aten ops of
 the compiled path; per_split: the CPU's). Not a test file: ``tests/test_step_ops.py`` imports it.
@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakedata import write_cifar10  # noqa: E402
 
 import negatives  # noqa: E402
-from negatives.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
-from negatives.testing.op_counter import OpCounter  # noqa: E402
-from negatives.testing.steps import loss_overrides, strategy_overrides  # noqa: E402
 from pretrain import config  # noqa: E402
+from pretrain.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
+from pretrain.testing.op_counter import OpCounter  # noqa: E402
+from pretrain.testing.steps import loss_overrides, strategy_overrides  # noqa: E402
 
 WARM = steps.WARM
 EPOCH = steps.EPOCH  # past every warm-up (warmup_epochs=0 in the strategies' contract_kwargs)

@@ -8,7 +8,7 @@ Each pair is built by the trainer's own ``loop.setup`` from ``digits_moco.yaml``
 (invalid pairs are the ones the config refuses: ``ConfigError``), runs ``WARM`` steps of
 ``loop.train_step`` past every warm-up (``epoch`` > every ``warmup_epochs``), then counts
 ``COUNTED`` more steps with the contract kit's :class:`SyncCounter`
-(``negatives.testing.steps.count_syncs``, the kit's own count); the first step is counted too
+(``pretrain.testing.steps.count_syncs``, the kit's own count); the first step is counted too
 (per-device constants are built at setup or ``.to()``, never lazily in a step). No step here is a
 logging step: ``train_step`` never logs (``loop.log_step`` is the loop's separate,
 counted-as-intended sync). Writes ``{pair: {"counts": [per counted step], "solver_syncs": [the
@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import negatives  # noqa: E402
-from negatives.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
-from negatives.testing.steps import loss_overrides, ready, strategy_overrides, yaml_kwargs  # noqa: E402, F401
 from pretrain import losses  # noqa: E402
 from pretrain.config import ConfigError  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
+from pretrain.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
+from pretrain.testing.steps import loss_overrides, ready, strategy_overrides, yaml_kwargs  # noqa: E402, F401
 
 WARM, COUNTED = steps.WARM, steps.COUNTED
 EPOCH = steps.EPOCH  # past every warm-up below (warmup_epochs=0 where a strategy has one)
@@ -74,7 +74,7 @@ def key(loss: str, strategy: str, variant: str = "") -> str:
 
 
 def count_pair(out_dir: Path, loss: str, strategy: str, variant: str) -> dict[str, Any] | None:
-    """The kit's sync count (``negatives.testing.steps.count_syncs``) of one pair, or None where
+    """The kit's sync count (``pretrain.testing.steps.count_syncs``) of one pair, or None where
     the config refuses it."""
     overrides = [f"out_dir={out_dir}", *TINY, *loss_overrides(loss)]
     overrides += [*strategy_overrides(strategy), *VARIANTS[variant]]

@@ -1,8 +1,8 @@
-"""The sync counter of the contract kit (``negatives/testing/sync_counter.py``, installed with
+"""The sync counter of the contract kit (``pretrain/testing/sync_counter.py``, installed with
 negmine), under the name negmine's tests and benchmarks import it by."""
 
-from negatives.testing.sync_counter import *  # noqa: F403
-from negatives.testing.sync_counter import (  # noqa: F401  (the names the tests use)
+from pretrain.testing.sync_counter import *  # noqa: F403
+from pretrain.testing.sync_counter import (  # noqa: F401  (the names the tests use)
     ALWAYS,
     INDEX_PUT,
     Sync,

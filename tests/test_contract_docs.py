@@ -1,5 +1,5 @@
 """docs/plugins.md lists every attribute and hook of both base classes, generated from the code
-(scripts/gen_plugin_docs.py, negatives.testing.contract_docs), and a member without a ``#:``
+(scripts/gen_plugin_docs.py, pretrain.testing.contract_docs), and a member without a ``#:``
 comment or docstring fails here, so a new attribute cannot go undocumented; the sizes the page
 states are the kit's own."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import behaviour, contract_docs, steps
 from negmine_core.contract import Contract
+from pretrain.testing import behaviour, contract_docs, steps
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "plugins.md").read_text()

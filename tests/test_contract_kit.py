@@ -1,4 +1,4 @@
-"""The contract kit (``negatives.testing``, installed with negmine) fails deliberately broken
+"""The contract kit (``pretrain.testing``, installed with negmine) fails deliberately broken
 plugins, each with a message naming the class, the attribute or hook, and what to change: a
 strategy that calls ``.item()`` while declaring 0 syncs, a loss with ~3x plain MoCo's ops and no
 budget, a strategy returning (N, S, D + 1), a loss that ignores ``extra``, and the rest of the
@@ -7,8 +7,10 @@ registers each for its run only."""
 
 from __future__ import annotations
 
+import math
 import random
 import re
+from fractions import Fraction
 
 import pytest
 import torch
@@ -16,10 +18,11 @@ import torch.nn.functional as F
 
 import negatives
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import ContractError, check_loss, check_strategy
-from negatives.testing.failures import fail
 from pretrain import losses
+from pretrain.engine.failures import fail
 from pretrain.losses import InfoNCE, Loss, StepTensors, info_nce, moco_logits
+from pretrain.testing import ContractError, check_loss, check_strategy, syncs
+from pretrain.testing.ops import check_bound
 
 
 class Syncs(NegativeStrategy):
@@ -96,6 +99,19 @@ class Capturing(NegativeStrategy):
     syncs_per_step = 1
     syncs_why = "one .item()"
     capturable = True
+
+
+class DeclaredSync(Syncs):
+    """The same one host read per step, declared on the class."""
+
+    syncs_per_step = 1
+    syncs_why = "one .item() per step (a test strategy)"
+
+
+class OverDeclared(DeclaredSync):
+    """One host read per step, two declared."""
+
+    syncs_per_step = 2
 
 
 class BadCount(NegativeStrategy):
@@ -209,10 +225,35 @@ class LocalDraws(NegativeStrategy):
 def test_two_gloo_ranks_must_see_what_one_process_sees():
     """modified_mochi draws for the global batch and keeps its rows: 2 ranks equal one process;
     a strategy that draws for its local rows only fails, naming ddp_check."""
-    from negatives.testing.ddp import check_ranks
+    from pretrain.testing.ddp import check_ranks
 
     check_ranks(negatives.strategies.get("modified_mochi"))
     msg = failure(check_strategy, LocalDraws, counts=False)
     head = f"strategy 'LocalDraws' ({__name__}.LocalDraws.negatives()): rank 1 of 2 (gloo) "
     tail = "batch (ddp_check = True): under DDP draw for the global batch"
     assert msg.startswith(head + "returns other per_query than one process with the global " + tail)
+
+
+def test_a_strategys_declared_sync_count_is_what_it_is_held_to():
+    """Every built-in declares 0, so only a strategy declaring another count shows that the
+    declaration is read: one read per step declared 1 passes (step 0 too), declared 2 fails."""
+    got = syncs.check_syncs(DeclaredSync)
+    assert got["counts"] and set(got["counts"]) == {1} and got["first"]["count"] == 1, got
+    msg = failure(syncs.check_syncs, OverDeclared)
+    assert re.match(r"infonce/\S+: 1 host syncs per step, declared 2: ", msg), msg
+    assert f"({__name__}.OverDeclared.syncs_per_step) = 2" in msg, msg
+
+
+@pytest.mark.parametrize("budget", [None, 2.5])
+@pytest.mark.parametrize("base", [271, 618])
+def test_the_op_bound_holds_exactly_at_its_edge(budget, base):
+    """Plain MoCo's ``base`` ops plus the budget (+15 % undeclared), rounded down, passes; one
+    op more fails naming the budget (the edge from exact fractions, not the kit's floats)."""
+    cls = type("Edge", (InfoNCE,), {"ops_budget": budget, "__doc__": "An op-bound probe."})
+    allowed = Fraction("0.15") if budget is None else Fraction(str(budget))
+    edge = math.floor(base * (1 + allowed))
+    check_bound("loss", "edge", cls, "digits_moco", edge, base)
+    with pytest.raises(ContractError, match=rf"{edge + 1} aten ops per training step on "
+                       rf"digits_moco, more than \+\d+% over plain MoCo's {base} \(at most "
+                       rf"{edge}, "):  # fmt: skip
+        check_bound("loss", "edge", cls, "digits_moco", edge + 1, base)

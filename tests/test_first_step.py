@@ -1,8 +1,9 @@
-"""The trainer's first-step check (negatives.testing.boundary, issue 49 item 5): a strategy's
+"""The trainer's first-step check (pretrain.engine.boundary): a strategy's
 record of the wrong form fails at step 1 naming the class and ``negatives()`` (with the
 symmetric layout's fix where that is the cause), before the loss sees it; non-finite negatives
 are named at the first log step instead of advice on the learning rate; the steady step stays
-free of host syncs (the check reads the device at the log step only)."""
+free of host syncs (the check reads the device at the log step only). A strategy whose negatives
+turn non-finite later is named too when the finite check stops the run."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import SyncCounter, boundary, steps
 from negmine_core.step import Batch
 from pretrain import config
-from pretrain.engine import loop
+from pretrain.engine import boundary, loop
+from pretrain.testing import SyncCounter, steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
         "train.progress_bar=false", "train.max_steps=2", "train.log_every=1", "eval.knn_every=0",
@@ -41,6 +42,15 @@ class LateNaN(NegativeStrategy):
     @torch.no_grad()
     def negatives(self, s: StrategyInputs) -> ExtraNegatives:
         return ExtraNegatives(shared=s.queue[:3] * float("nan"))
+
+
+class NaNFromStepTwo(NegativeStrategy):
+    """Good negatives at global steps 0 and 1, NaN from step 2 on (step 0's check passes)."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        shared = F.normalize(s.queue[:3], dim=1)
+        return ExtraNegatives(shared=shared * float("nan") if s.global_step >= 2 else shared)
 
 
 def train(tmp_path, cls: type, *overrides: str) -> tuple[int, str]:
@@ -78,6 +88,48 @@ def test_non_finite_negatives_are_named_instead_of_learning_rate_advice(tmp_path
     assert (f"strategy {name!r} ({__name__}.LateNaN.negatives()): returned non-finite shared "
             "(NaN or inf) at the first step") in err, err  # fmt: skip
     assert "lower train.base_lr" not in err
+
+
+def test_negatives_that_turn_non_finite_later_are_named_instead_of_learning_rate_advice(
+    tmp_path, capsys
+):
+    status, name = train(tmp_path, NaNFromStepTwo, "train.max_steps=4", "train.log_every=2")
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert (f"error: strategy {name!r} ({__name__}.NaNFromStepTwo.negatives()): returned "
+            "non-finite shared (NaN or inf) from finite queries, keys and queue: keep them finite "
+            "(normalise with an eps; guard divisions); non-finite loss at or before global step 4 "
+            "(epoch 1); training stopped.") in err, err  # fmt: skip
+    assert "lower train.base_lr" not in err and "Traceback" not in err
+
+
+class FromQueries(NegativeStrategy):
+    """Negatives made from the queries: non-finite only when they are."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=F.normalize(s.q[:3], dim=1))
+
+
+def test_a_strategy_fed_non_finite_inputs_is_not_blamed(tmp_path):
+    """The re-run names the strategy only when it makes non-finite negatives from finite inputs:
+    after a divergence upstream (here the queries, non-finite before the check), the advice on the
+    learning rate stays."""
+    with steps.registered(FromQueries) as name:
+        cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY,
+                                               f"negatives.name={name}"])  # fmt: skip
+        run = loop.setup(cfg)
+        x1, x2, y, _, *rows = next(iter(run.data.train_loader))
+        loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
+        boundary.at_log(run)  # the first step's records were good
+        seen = boundary._last[run.strategy]  # noqa: SLF001
+        seen.q.fill_(float("nan"))
+        assert not torch.isfinite(run.strategy.negatives(seen).shared).all()
+        assert boundary.strategy_fault(run) == ""
+        run.state.bad_loss |= True
+        with pytest.raises(loop.NonFiniteLossError, match="Advice: lower train.base_lr"):
+            loop.check_finite(run)
+        run.log.close()
 
 
 def test_the_first_step_reads_nothing_on_the_host(tmp_path):

@@ -14,10 +14,10 @@ import torch
 import negatives
 from linear_eval.cli import table
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing import steps
 from pretrain import config
 from pretrain.engine import loop
 from pretrain.runtime import plugin_provenance
+from pretrain.testing import steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
         "train.progress_bar=false", "train.max_steps=2", "train.log_every=1", "eval.knn_every=0",

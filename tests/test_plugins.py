@@ -12,8 +12,10 @@ the entry points.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +75,8 @@ def test_the_example_trains_by_name_then_evaluates_and_exports_with_and_without_
              if '"kind": "step"' in x]  # fmt: skip
     assert len(steps) == 3 and all(s["loss"] == s["loss"] for s in steps)
     ckpt = str(out / "checkpoints" / "last.pt")
-    note = "negative strategy 'batch_mix' (a plugin not installed here)"
+    note = ("negative strategy 'batch_mix' (a plugin not installed here; the run used "
+            "negmine-example-plugin 0.1.0)")  # fmt: skip
     for hide in (False, True):
         ev = python(module("linear_eval"), "knn", "--ckpt", ckpt, "--presets", "mioc",
                     site=None if hide else site, hide=hide)  # fmt: skip
@@ -165,6 +168,45 @@ def test_a_plugin_file_named_by_the_config_trains_and_a_broken_one_exits_2(tmp_p
         "error: config key 'plugins' in the config: plugin 'broken.py' failed to import: "
         "ImportError: no such thing"
     ) in bad.stderr and "Traceback" not in bad.stderr
+
+
+LOSS_MODULE = '''
+from pretrain.losses import InfoNCE, register
+
+
+@register("module_nce")
+class ModuleNCE(InfoNCE):
+    """InfoNCE from a module that the config's plugins name as module:Class (a test plugin)."""
+
+
+class Unregistered(InfoNCE):
+    """Never registered: a module:Class naming it is refused."""
+'''
+
+
+def test_a_module_class_naming_a_loss_in_plugins_trains_and_is_recorded(tmp_path):
+    """``plugins: [module:Class]`` naming a loss (the other spelling than a file): it is imported,
+    found registered as a loss, trains by name and is recorded in provenance with its file."""
+    (tmp_path / "negmine_test_losses.py").write_text(LOSS_MODULE)
+    out = tmp_path / "run"
+    args = ["--cfg", "digits_moco.yaml", "loss.name=module_nce", f"out_dir={out}", *TINY]
+    done = python(module("pretrain"), *args, "plugins=[negmine_test_losses:ModuleNCE]",
+                  site=None, hide=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()
+             if '"kind": "step"' in x]  # fmt: skip
+    assert len(steps) == 3 and all(math.isfinite(s["loss"]) for s in steps), steps
+    records = json.loads((out / "provenance.json").read_text())["plugins"]
+    digest = hashlib.sha256((tmp_path / "negmine_test_losses.py").read_bytes()).hexdigest()
+    assert records == [{"kind": "loss", "name": "module_nce",
+                        "class": "negmine_test_losses.ModuleNCE",
+                        "file": str((tmp_path / "negmine_test_losses.py").resolve()),
+                        "sha256": digest}], records  # fmt: skip
+    wrong = python(module("pretrain"), *args, "plugins=[negmine_test_losses:Unregistered]",
+                   site=None, hide=True, cwd=tmp_path)  # fmt: skip
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-3000:]
+    assert ("plugin 'negmine_test_losses:Unregistered' is not a registered strategy or loss"
+            in wrong.stderr), wrong.stderr[-3000:]  # fmt: skip
 
 
 LIAR_FILE = '''

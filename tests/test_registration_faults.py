@@ -1,10 +1,13 @@
-"""Registration faults are local and clear (issue 49 item 6): an installed plugin that claims a
+"""Registration faults are local and clear: an installed plugin that claims a
 built-in's name stops only the runs that use that name (exit 2, no traceback), and every other run
 goes on with one warning naming both classes; a relative ``plugins:`` file resolves beside the
-YAML file first, and "no such file" shows the paths tried."""
+YAML file first, and "no such file" shows the paths tried; a name the run (its provenance.json, or
+a checkpoint's) recorded as a plugin is "not installed", naming that plugin, before any "did you
+mean"."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,3 +94,46 @@ def test_every_unknown_name_is_reported_not_installed_before_did_you_mean():
     with pytest.raises(ConfigError, match=r"^config key 'negatives.name' is 'hard_topk': not "
                        r"installed here: no negative strategy of that name"):  # fmt: skip
         config.load("digits_moco.yaml", ["negatives.name=hard_topk"])
+
+
+RECORDS = [
+    {"kind": "loss", "name": "infonce2", "class": "pkg.Loss", "dist": "negmine-example-plugin",
+     "version": "0.1.0"},
+    {"kind": "strategy", "name": "mochii", "class": "mine.Mine", "file": "/elsewhere/mine.py",
+     "sha256": "ab" * 32},
+]  # fmt: skip
+
+
+def test_a_name_the_run_recorded_is_not_installed_naming_its_plugin_before_did_you_mean(tmp_path):
+    """Resuming a run trained with a plugin that is not installed now: its names are close to
+    built-ins ('infonce', 'mochi'), yet the run's provenance says they were plugins."""
+    names = ["loss.name=infonce2", "negatives.name=mochii"]
+    with pytest.raises(ConfigError, match=r"did you mean 'infonce'\?\)$"):
+        config.load("digits_moco.yaml", [f"out_dir={tmp_path}", "loss.name=infonce2"])
+    (tmp_path / "provenance.json").write_text(json.dumps({"plugins": RECORDS}))
+    with pytest.raises(ConfigError) as e:
+        config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *names])
+    assert str(e.value) == (
+        f"config key 'negatives.name' is 'mochii': not installed here: the run in {tmp_path} "
+        "trained with the plugin mine.py sha256:abababababab (install it, or name its file in "
+        f"plugins: [...]); config key 'loss.name' is 'infonce2': not installed here: the run in "
+        f"{tmp_path} trained with the plugin negmine-example-plugin 0.1.0 (install it, or name "
+        "its file in plugins: [...])"
+    ), str(e.value)
+    with pytest.raises(ConfigError) as e:  # an unrecorded typo beside a recorded plugin
+        config.load("digits_moco.yaml", [f"out_dir={tmp_path}", "loss.name=infonce2",
+                                         "negatives.name=nonee"])  # fmt: skip
+    first, second = str(e.value).split("; config key ")
+    want = (f"config key 'loss.name' is 'infonce2': not installed here: the run in {tmp_path} "
+            "trained with the plugin negmine-example-plugin")  # fmt: skip
+    assert first.startswith(want), first
+    assert second.startswith("'negatives.name' is 'nonee'; expected") and "did you mean" in second
+
+
+def test_evaluating_a_checkpoint_names_the_plugin_it_recorded(capsys):
+    raw = config.to_dict(config.load("digits_moco.yaml"))
+    raw["negatives"]["name"] = "mochii"
+    config.from_dict(raw, source="ck.pt (config)", encoder_only=True, records=RECORDS)
+    assert ("warning: ck.pt (config): trained with negative strategy 'mochii' (a plugin not "
+            "installed here; the run used mine.py sha256:abababababab); the encoder does not need "
+            "it: evaluation and export go on without it") in capsys.readouterr().err  # fmt: skip

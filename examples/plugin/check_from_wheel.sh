@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The worked plugin example's own tests, as a plugin author's CI runs them: negmine built as a wheel
 # and installed (not editable, without negmine's tests/) in a fresh venv with the example, then the
-# example's tests, which run negmine's contract kit (negatives.testing). From the repository root:
+# example's tests, which run negmine's contract kit (pretrain.testing). From the repository root:
 #     bash examples/plugin/check_from_wheel.sh [VENV]      # VENV: default a temporary folder
 # ~2-6 min (torch's install from the pip cache dominates), then ~20 s of tests on a CPU.
 set -euo pipefail

@@ -80,7 +80,12 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
             "[--set data.root=PATH]"
         ) from None
     try:
-        cfg = config.from_dict(state["config"], source=f"{path} (config)", encoder_only=True)
+        cfg = config.from_dict(
+            state["config"],
+            source=f"{path} (config)",
+            encoder_only=True,
+            records=(state.get("provenance") or {}).get("plugins"),
+        )
     except ConfigError as e:
         raise checkpoint.CheckpointError(f"the config stored in {path} is not usable: {e}") from e
     with torch.random.fork_rng(devices=[]):

@@ -108,17 +108,24 @@ def merge(base: Any, raw: dict[str, Any], source: str, prefix: str = "") -> Any:
     return dataclasses.replace(base, **changes)
 
 
-def unknown_name(key: str, cfg: Config) -> str:
-    """Why ``negatives.name`` / ``loss.name`` names nothing registered here, or '': a name no
-    registered one is close to is a plugin not installed here (said first); a close one, a typo
-    (with the suggestion)."""
+def unknown_name(key: str, cfg: Config, records: list[dict[str, Any]] | None = None) -> str:
+    """Why ``negatives.name`` / ``loss.name`` names nothing registered here, or '': a plugin the
+    run in ``out_dir`` recorded (``records``, its provenance), or a name no registered one is
+    close to, is a plugin not installed here (said first); a close one, a typo (with the
+    suggestion)."""
     allowed = registered_choices()[key]
     value = _value(cfg, key)
     if value in allowed:
         return ""
+    kind = "loss" if key.startswith("loss.") else "negative strategy"
+    where = plugins.recorded_as(kind, str(value), records)
+    if where:
+        return (
+            f"config key {key!r} is {value!r}: not installed here: the run in {cfg.out_dir} "
+            f"trained with the plugin {where} (install it, or name its file in plugins: [...])"
+        )
     close = difflib.get_close_matches(str(value), allowed, n=1)
     if not close:
-        kind = "loss" if key.startswith("loss.") else "negative strategy"
         return (
             f"config key {key!r} is {value!r}: not installed here: no {kind} of that name is "
             "built in or installed (install the plugin's package, or name its file in "
@@ -144,7 +151,8 @@ def validate(cfg: Config, *, encoder_only: bool = False) -> None:
         why = registry.problem(_value(cfg, key))
         if why:
             raise ConfigError(f"config key {key!r}: {why}")
-    unknown = [why for why in (unknown_name(k, cfg) for k in registries) if why]
+    records = plugins.run_records(cfg.out_dir)  # a resume's run: the plugins it trained with
+    unknown = [why for why in (unknown_name(k, cfg, records) for k in registries) if why]
     if unknown:  # every unknown name, the ones no built-in is close to first: not installed
         raise ConfigError("; ".join(sorted(unknown, key=lambda w: "did you mean" in w)))
     _check_choices(cfg, {**CHOICES, **registered_choices()})
@@ -227,7 +235,11 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def from_dict(
-    raw: dict[str, Any], source: str = "checkpoint", *, encoder_only: bool = False
+    raw: dict[str, Any],
+    source: str = "checkpoint",
+    *,
+    encoder_only: bool = False,
+    records: list[dict[str, Any]] | None = None,
 ) -> Config:
     """Inverse of :func:`to_dict`, with the same strict checks; an older config's moved keys
     are migrated (:func:`pretrain.config.files.migrate`). The ``plugins`` it names are kept as
@@ -237,10 +249,11 @@ def from_dict(
     export): the encoder needs no loss and no strategy, so their names and settings are kept as
     the run's record and not checked (a setting an older version migrated, a plugin not
     installed here or claiming a built-in's name), a warning naming a loss or strategy that
-    cannot be used here; the rest is checked with the default loss and strategy in their place."""
+    cannot be used here (with the plugin the checkpoint's provenance ``records`` name); the rest
+    is checked with the default loss and strategy in their place."""
     cfg = merge(Config(), files.migrate(raw, source), source=source)
     if encoder_only:
-        missing = plugins.missing_plugins(cfg)
+        missing = plugins.missing_plugins(cfg, records)
         if missing:
             print(
                 f"warning: {source}: trained with {'; '.join(missing)}; the encoder does not "

@@ -48,8 +48,9 @@ def check_registered(spec: str, obj: Any) -> None:
     )
 
 
-def missing_plugins(cfg: Any) -> list[str]:
-    """The loss and strategy names of ``cfg`` that are not registered here, with why."""
+def missing_plugins(cfg: Any, records: list[dict[str, Any]] | None = None) -> list[str]:
+    """The loss and strategy names of ``cfg`` that are not registered here, with why; ``records``:
+    the run's provenance records of its plugins, naming the distribution or file it used."""
     import negatives
     from pretrain import losses
 
@@ -59,5 +60,33 @@ def missing_plugins(cfg: Any) -> list[str]:
         ("loss", cfg.loss.name, losses.registry),
     ):
         if name not in registry or registry.problem(name):
-            out.append(registry.problem(name) or f"{kind} {name!r} (a plugin not installed here)")
+            where = recorded_as(kind, name, records)
+            used = f"; the run used {where}" if where else ""
+            out.append(
+                registry.problem(name) or f"{kind} {name!r} (a plugin not installed here{used})"
+            )
     return out
+
+
+def recorded_as(kind: str, name: str, records: Any) -> str:
+    """Where a run's provenance says its plugin ``name`` of ``kind`` (``loss`` or ``negative
+    strategy``) came from: ``negmine-example-plugin 0.1.0`` or ``mine.py sha256:1a2b3c4d5e6f``;
+    '' when no record names it (a built-in, a run from before plugins were recorded)."""
+    from pretrain.runtime import plugin_provenance
+
+    short = "loss" if kind == "loss" else "strategy"
+    found = [
+        r
+        for r in (records if isinstance(records, list) else [])
+        if isinstance(r, dict) and r.get("kind") == short and r.get("name") == name
+    ]
+    return plugin_provenance.cell(found[:1]) if found else ""
+
+
+def run_records(out_dir: str) -> list[dict[str, Any]]:
+    """The plugin records of the run in ``out_dir`` (its ``provenance.json``; [] when none)."""
+    from pretrain.runtime import provenance
+
+    prov = provenance.read(out_dir) if out_dir else None
+    plugins = (prov or {}).get("plugins")
+    return plugins if isinstance(plugins, list) else []

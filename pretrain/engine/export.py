@@ -72,7 +72,12 @@ def detectron2_name(key: str) -> str:
 def export(ckpt: str | Path, target: str, out: str | Path) -> Path:
     """Write the export of ``ckpt`` for ``target`` to ``out`` atomically; returns ``out``."""
     state = checkpoint.load(ckpt)
-    cfg = config.from_dict(state["config"], source=f"{ckpt} (config)", encoder_only=True)
+    cfg = config.from_dict(
+        state["config"],
+        source=f"{ckpt} (config)",
+        encoder_only=True,
+        records=(state.get("provenance") or {}).get("plugins"),
+    )
     sd = backbone_state(state, cfg, target)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,11 +18,10 @@ from typing import Any
 
 import torch
 
-from negatives.testing import boundary
 from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
-from pretrain.engine import checkpoint, closing, knn
+from pretrain.engine import boundary, checkpoint, closing, knn
 from pretrain.engine.report import (
     NonFiniteLossError,
     announce,

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 import yaml
 
-from negatives.testing import boundary
 from pretrain import config
+from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.runtime import cores, dist
 from pretrain.runtime.progress import Progress
@@ -92,13 +92,15 @@ def check_finite(run: Run) -> None:
     advice on the learning rate)."""
     boundary.at_log(run)
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
+        fault = boundary.strategy_fault(run)  # the strategy run again, on this failure only
+        if fault:
+            raise NonFiniteLossError(f"{fault}; {stopped(run)}.")
         cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings
         raise NonFiniteLossError(cause + divergence_message(run))
 
 
-def divergence_message(run: Run) -> str:
-    """What went wrong, which checkpoint (if any) holds the last good state, and advice that
-    applies on this device."""
+def stopped(run: Run) -> str:
+    """When the loss became non-finite and which checkpoint (if any) holds the last good state."""
     st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
     where = (
         f"{last} (global step {st.saved_step}) is the last good state; re-running the same "
@@ -106,12 +108,18 @@ def divergence_message(run: Run) -> str:
         if st.saved_step >= 0 and last.exists()
         else "no checkpoint was written before it (re-running starts afresh)"
     )
+    return (
+        f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
+        f"training stopped. {where}"
+    )
+
+
+def divergence_message(run: Run) -> str:
+    """What went wrong, which checkpoint (if any) holds the last good state, and advice that
+    applies on this device."""
     advice = ["lower train.base_lr (or add train.warmup_epochs)", "check the data"]
     if isinstance(run.autocast(), torch.autocast):  # reduced precision is active here
         if run.cfg.train.amp == "fp16":
             advice.insert(1, "use train.amp=bf16 (fp16 overflows more easily)")
         advice.insert(1, "try train.amp=off (full fp32) to rule out reduced precision")
-    return (
-        f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
-        f"training stopped. {where}. Advice: {'; '.join(advice)}."
-    )
+    return f"{stopped(run)}. Advice: {'; '.join(advice)}."

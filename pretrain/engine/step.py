@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from negatives.base import ExtraNegatives, StrategyInputs
-from negatives.testing import boundary
 from negmine_core.step import Batch, Embeddings, StepContext
+from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.losses import StepTensors
 from pretrain.runtime import dist
@@ -86,4 +86,5 @@ def negatives(
     seen = StrategyInputs(
         q=q, k=k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=labels, ctx=ctx
     )
+    boundary.remember(run, seen)  # a reference, read only if a non-finite loss stops the run
     return run.strategy.negatives(seen)

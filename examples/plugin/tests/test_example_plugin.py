@@ -1,7 +1,7 @@
 """The example plugin's own tests: what a contributor adds beside the strategy and the loss. The
 contract (declarations, the record's form, determinism, host syncs and aten ops per step, the
 CUDA-graph refusal) is checked by negmine's contract kit, installed with negmine
-(``negatives.testing``): no copy of negmine's own test suite is needed. Run in a venv with negmine
+(``pretrain.testing``): no copy of negmine's own test suite is needed. Run in a venv with negmine
 and this package installed: ``python -m pytest examples/plugin/tests``."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from negmine_example.loss import AlignUniform
 from negmine_example.strategy import BatchMix
 
 from negatives import ExtraNegatives, StrategyInputs
-from negatives.testing import check_loss, check_strategy
 from pretrain.losses import StepTensors
+from pretrain.testing import check_loss, check_strategy
 
 
 def test_batch_mix_meets_the_contract() -> None:

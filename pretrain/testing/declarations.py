@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from negatives.testing.failures import fail, kind_of
+from pretrain.engine.failures import fail, kind_of
 
 #: attribute -> (the types it may have, what it holds) of both kinds.
 COMMON: dict[str, tuple[tuple[type, ...], str]] = {

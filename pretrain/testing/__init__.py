@@ -1,7 +1,7 @@
 """negmine's contract kit, installed with the package: what a strategy or loss of one's own must
 meet, checked in its own tests exactly as negmine's suite checks the built-ins.
 
-    from negatives.testing import check_loss, check_strategy
+    from pretrain.testing import check_loss, check_strategy
 
     def test_my_strategy_meets_the_contract():
         check_strategy(MyStrategy)      # ContractError naming the class, attribute or hook
@@ -18,29 +18,32 @@ CUDA-graph refusal; host syncs per step against ``syncs_per_step`` and aten ops 
 strategy that sets ``ddp_check = True``. The pytest plugin (entry point ``pytest11``:
 ``negmine``) prints what was measured at the end of the session.
 
-Modules: :mod:`.declarations`, :mod:`.records`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`,
-:mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps), the counters
-:mod:`.sync_counter` and :mod:`.op_counter`.
+Modules: :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`, :mod:`.cuda_graph`,
+:mod:`.ddp`, :mod:`.steps` (the real steps), the counters :mod:`.sync_counter` and
+:mod:`.op_counter`; negmine's own pins of its built-ins (:mod:`.pins`) and its fake-data recipe
+(:mod:`.fakedata`). The checks of a record and the failures' form are the trainer's own
+(:mod:`pretrain.engine.records`, :mod:`pretrain.engine.failures`): the kit sits above the trainer
+whose steps it runs, in ``pretrain``, and the trainer checks its first step with the same code.
 """
 
 from __future__ import annotations
 
-from negatives.testing.failures import ContractError
-from negatives.testing.op_counter import OpCounter
-from negatives.testing.sync_counter import SyncCounter
+from pretrain.engine.failures import ContractError
+from pretrain.testing.op_counter import OpCounter
+from pretrain.testing.sync_counter import SyncCounter
 
 
 def check_strategy(cls: type, *, counts: bool = True) -> object:
-    """:func:`negatives.testing.kit.check_strategy` (imported on first use: the kit loads the
+    """:func:`pretrain.testing.kit.check_strategy` (imported on first use: the kit loads the
     trainer)."""
-    from negatives.testing.kit import check_strategy as check
+    from pretrain.testing.kit import check_strategy as check
 
     return check(cls, counts=counts)
 
 
 def check_loss(cls: type, *, counts: bool = True) -> object:
-    """:func:`negatives.testing.kit.check_loss` (imported on first use)."""
-    from negatives.testing.kit import check_loss as check
+    """:func:`pretrain.testing.kit.check_loss` (imported on first use)."""
+    from pretrain.testing.kit import check_loss as check
 
     return check(cls, counts=counts)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from negatives.testing.failures import fail
+from pretrain.engine.failures import fail
 
 N, D, K = 8, 16, 32  # per rank: the kit's sizes
 WORLD = 2
@@ -22,7 +22,7 @@ WORLD = 2
 
 def inputs() -> tuple[torch.Tensor, ...]:
     """The global batch (WORLD * N rows) and the queue, the same in every process."""
-    from negatives.testing.behaviour import unit
+    from pretrain.testing.behaviour import unit
 
     g = torch.Generator().manual_seed(11)
     q, k, queue = unit(WORLD * N, D, g=g), unit(WORLD * N, D, g=g), unit(K, D, g=g)
@@ -32,7 +32,7 @@ def inputs() -> tuple[torch.Tensor, ...]:
 def negatives(cls: type, rank: int, world: int) -> Any:
     """The hook's record at ``rank`` of ``world`` (1: one process with the global batch)."""
     from negatives.base import StrategyInputs
-    from negatives.testing.behaviour import EPOCH, build_strategy
+    from pretrain.testing.behaviour import EPOCH, build_strategy
 
     torch.manual_seed(0)  # every rank shares the seed, as the trainer's do
     strategy = build_strategy(cls)

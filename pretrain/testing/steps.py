@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from negatives.testing.failures import registry_of
-from negatives.testing.op_counter import OpCounter
-from negatives.testing.sync_counter import SyncCounter
+from pretrain.engine.failures import registry_of
+from pretrain.testing.op_counter import OpCounter
+from pretrain.testing.sync_counter import SyncCounter
 
 RECIPE = "digits_moco"
 WARM, COUNTED = 2, 2  # steps before the counted ones (optimizer state exists), counted steps
@@ -108,8 +108,7 @@ def loss_overrides(name: str) -> list[str]:
 def ready(run: Any) -> None:
     """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
     (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
-    from negatives.testing import boundary
-    from pretrain.engine import loop
+    from pretrain.engine import boundary, loop
 
     boundary.mark_checked(run)  # the trainer's one-time first-step check is no part of a step
     svm = getattr(run.strategy, "svm", None)

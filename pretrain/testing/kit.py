@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from negatives.testing.behaviour import check_loss_behaviour, check_strategy_behaviour
-from negatives.testing.cuda_graph import check_cuda_graph_refusal
-from negatives.testing.declarations import check_declarations
-from negatives.testing.failures import ContractError, kind_of, label
-from negatives.testing.ops import check_ops
-from negatives.testing.syncs import check_syncs
+from pretrain.engine.failures import ContractError, kind_of, label
+from pretrain.testing.behaviour import check_loss_behaviour, check_strategy_behaviour
+from pretrain.testing.cuda_graph import check_cuda_graph_refusal
+from pretrain.testing.declarations import check_declarations
+from pretrain.testing.ops import check_ops
+from pretrain.testing.syncs import check_syncs
 
 
 @dataclass
@@ -67,7 +67,7 @@ def _check(cls: type, counts: bool) -> Report:
         report.ops, report.plain_moco, report.budget = ops["ops"], ops["plain_moco"], ops["budget"]
         report.done.append("aten ops per step")
     if kind == "strategy" and cls.ddp_check:
-        from negatives.testing.ddp import check_ranks
+        from pretrain.testing.ddp import check_ranks
 
         check_ranks(cls)
         report.done.append("2-rank gloo equivalence")

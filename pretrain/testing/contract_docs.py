@@ -14,8 +14,8 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
-from negatives.testing.declarations import COMMON, LOSS, STRATEGY
 from negmine_core.step import ONE_PROCESS
+from pretrain.testing.declarations import COMMON, LOSS, STRATEGY
 
 #: Hooks and attributes of the bases that are no part of the contract (Python's and torch's).
 SKIP = {"__init__", "__init_subclass__"}

@@ -1,10 +1,14 @@
-"""The trainer's check of its first step (issue 49 item 5): the strategy's record
+"""The trainer's check of its first step: the strategy's record
 (:class:`~negatives.base.ExtraNegatives`: shape, dtype, device, detachment) is checked before the
 loss sees it, so a wrong record fails naming the strategy's class and ``negatives()``, not inside
 the loss with a bare torch error; its values (finiteness, unit norm) and the loss's are computed
 on the device then and read at the first log step (which reads the device anyway), so the step
 itself stays free of host syncs. A loss that returns a non-finite value on finite inputs is
-named, and so is a strategy whose non-finite negatives came first.
+named, and so is a strategy whose non-finite negatives came first. Past the first step, the
+trainer keeps a reference to each step's strategy inputs (:func:`remember`: no op, no read) and,
+only when its finite check stops a run, runs the strategy again on them (:func:`strategy_fault`,
+non-finite inputs replaced by unit vectors): a strategy that returns non-finite negatives from
+finite inputs is named instead of advice on the learning rate.
 
 The trainer calls :func:`before_loss` and :func:`after_loss` around the loss in each step (a
 Python set lookup after the first) and :func:`at_log` from its finite check. The contract kit's
@@ -12,13 +16,16 @@ counts mark a run checked (:func:`mark_checked`): they measure the steady step."
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from negatives.testing.failures import ContractError
-from negatives.testing.records import check_extra, value_fault, value_flags
+from negatives.base import StrategyInputs
+from pretrain.engine.failures import ContractError, fail
+from pretrain.engine.records import HOOK, check_extra, value_fault, value_flags
 
 
 class FirstStepError(RuntimeError):
@@ -27,6 +34,7 @@ class FirstStepError(RuntimeError):
 
 _pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> device flags
 _checked: weakref.WeakSet = weakref.WeakSet()  # strategies whose first step was checked
+_last: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> its last inputs
 
 
 def mark_checked(run: Any) -> None:
@@ -84,3 +92,49 @@ def at_log(run: Any) -> None:
                 f"{cls.__qualname__}.forward()): non-finite at the first step from finite "
                 "queries and negatives: keep it finite (an eps in logs and divisions)"
             )
+
+
+def remember(run: Any, seen: StrategyInputs) -> None:
+    """Keep a reference to this step's strategy inputs (a dict entry: no op, no device read), for
+    :func:`strategy_fault` should the run stop on a non-finite loss."""
+    _last[run.strategy] = seen
+
+
+def finite_or_unit(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if it is finite (a host read), else unit vectors of its shape (a fixed seed)."""
+    if bool(torch.isfinite(t).all()):
+        return t
+    g = torch.Generator(device=t.device).manual_seed(0)
+    return F.normalize(torch.randn(t.shape, generator=g, device=t.device, dtype=t.dtype), dim=-1)
+
+
+def strategy_fault(run: Any) -> str:
+    """Called only when the finite check stops a run: the strategy run again on its last step's
+    inputs (with non-finite queries, keys or queue replaced by unit vectors); the error naming its
+    class and ``negatives()`` when its negatives are non-finite from finite inputs, else ``""``
+    (the strategy is not the cause it can show, or it cannot be run again here)."""
+    seen = _last.get(run.strategy)
+    if seen is None:
+        return ""
+    try:
+        probe = dataclasses.replace(
+            seen,
+            q=finite_or_unit(seen.q),
+            k=finite_or_unit(seen.k),
+            queue=finite_or_unit(seen.queue),
+        )
+        with torch.no_grad():
+            flags = value_flags(run.strategy.negatives(probe))
+        bad = [field for field, flag in flags.items() if not bool(flag[0])]
+    except Exception:  # noqa: BLE001  (no worse message than the learning-rate advice)
+        return ""
+    if not bad:
+        return ""
+    return str(
+        fail(
+            type(run.strategy),
+            HOOK,
+            f"returned non-finite {bad[0]} (NaN or inf) from finite queries, keys and queue",
+            "keep them finite (normalise with an eps; guard divisions)",
+        )
+    )

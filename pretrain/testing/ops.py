@@ -9,8 +9,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from negatives.testing import steps
-from negatives.testing.failures import ContractError, kind_of
+from pretrain.engine.failures import ContractError, kind_of
+from pretrain.testing import steps
 
 DEFAULT_BUDGET = 0.15  # what an undeclared strategy or loss may add to plain MoCo's step
 
@@ -37,7 +37,7 @@ def check_bound(kind: str, name: str, cls: type, recipe: str, n: int, base: int)
         f"ops per training step on {recipe}, more than +{allowed:.0%} over plain MoCo's {base} "
         f"(at most {int(bound)}, {said}): vectorise its {hook}, or declare its cost on the "
         f"class: {cls.__qualname__}.ops_budget = {need:.2f} (+{need:.0%}); "
-        "negatives.testing.OpCounter(sites=True) shows where the ops come from"
+        "pretrain.testing.OpCounter(sites=True) shows where the ops come from"
     )
 
 

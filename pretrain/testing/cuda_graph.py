@@ -5,8 +5,8 @@ a class declared capturable must be sync-free (a graph cannot read the device)."
 
 from __future__ import annotations
 
-from negatives.testing import steps
-from negatives.testing.failures import fail, kind_of
+from pretrain.engine.failures import fail, kind_of
+from pretrain.testing import steps
 
 
 def check_cuda_graph_refusal(cls: type) -> str | None:

@@ -29,15 +29,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture
 def negmine_contract() -> Any:
-    """The kit, :mod:`negatives.testing` (``check_strategy``, ``check_loss``, ``ContractError``)."""
-    import negatives.testing
+    """The kit, :mod:`pretrain.testing` (``check_strategy``, ``check_loss``, ``ContractError``)."""
+    import pretrain.testing
 
-    return negatives.testing
+    return pretrain.testing
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line per class the kit checked in this session (none when the kit was not used)."""
-    kit = sys.modules.get("negatives.testing.kit")
+    kit = sys.modules.get("pretrain.testing.kit")
     if kit is None or not kit.REPORTS:
         return
     terminalreporter.section("negmine contract kit")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from negatives.testing import steps
-from negatives.testing.failures import ContractError, at, kind_of
+from pretrain.engine.failures import ContractError, at, kind_of
+from pretrain.testing import steps
 
 
 def declared(loss: str, strategy: str, extra: int = 0) -> int:

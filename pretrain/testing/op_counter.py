@@ -1,6 +1,6 @@
 """Count the aten ops a piece of code dispatches: a CPU-measurable proxy for CUDA kernel launches.
 
-    from negatives.testing import OpCounter
+    from pretrain.testing import OpCounter
     with OpCounter() as ops:
         loop.train_step(run, batch, epoch)
     print(ops.count, ops.top(10))  # ops that would launch work, and the most frequent ones
@@ -24,7 +24,7 @@ norm is one ``cudnn_batch_norm``, on a CPU ``native_batch_norm``: both one op he
 device branches of our code (``x.is_cuda``): count the device path by forcing it (e.g.
 ``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (none in the
 step: split BN's kernels and the OC-SVM fit are such ops). Part of the contract kit
-(:mod:`negatives.testing`, installed with negmine): the kit measures a plugin's ops per step with
+(:mod:`pretrain.testing`, installed with negmine): the kit measures a plugin's ops per step with
 it; negmine's tests import it from here (``tests/op_counter.py`` re-exports it).
 """
 

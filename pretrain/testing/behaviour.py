@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negatives.testing.failures import ContractError, fail
-from negatives.testing.records import check_extra, check_loss_output
 from negmine_core.step import SetupContext
+from pretrain.engine.failures import ContractError, fail
+from pretrain.engine.records import check_extra, check_loss_output
 
 N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes

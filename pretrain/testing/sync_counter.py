@@ -1,6 +1,6 @@
 """Count the ops that would make the host wait for the GPU, on any device (also on a CPU).
 
-    from negatives.testing import SyncCounter
+    from pretrain.testing import SyncCounter
     with SyncCounter() as syncs:
         loop.train_step(run, batch, epoch)
     assert syncs.count == 0, syncs.report()
@@ -48,7 +48,7 @@ each op below blocks the host until the device queue drains; on a CPU they run a
 - ``masked_fill`` with a 0-dim value tensor that is not a host scalar: CUDA reads it with
   ``value.item()`` (kind ``item``); a Python number or a host scalar is free.
 
-Part of the contract kit (:mod:`negatives.testing`, installed with negmine): the kit counts a
+Part of the contract kit (:mod:`pretrain.testing`, installed with negmine): the kit counts a
 plugin's syncs per step with it, and negmine's own tests import it from here
 (``tests/sync_counter.py`` re-exports it).
 """

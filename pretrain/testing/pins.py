@@ -1,0 +1,81 @@
+"""negmine's own regression pins of its built-ins, per steady-state training step, counted by the
+contract kit's real steps (:mod:`pretrain.testing.steps`) on a CPU: the aten ops
+(:mod:`pretrain.testing.op_counter`) per recipe x negative strategy on the device path (split BN's
+Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and per split BN
+path; and the host syncs (:mod:`pretrain.testing.sync_counter`) of the model's parts that no
+strategy or loss declares. negmine's suite asserts them exactly (``tests/test_step_ops.py``,
+``tests/test_step_syncs.py``) and ``scripts/gen_step_counts.py`` writes them to
+docs/step_counts.md; they live in the package so that the script needs nothing of ``tests/``.
+
+A strategy or loss without a pin (one's own, in the tree or a plugin) is held to the relative bound
+of the contract kit instead (:func:`pretrain.testing.ops.check_bound`): at most its
+``ops_budget`` over plain MoCo's step, ``STRATEGY_TARGET`` (+15 %) where it declares none. MiOC is
+counted on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches, run
+by Triton's interpreter on a CPU); its count does not depend on the solver's iterations, so every
+count is exact.
+"""
+
+from __future__ import annotations
+
+from pretrain.testing.ops import DEFAULT_BUDGET
+
+DEVICE_OPS: dict[str, dict[str, int]] = {
+    "cifar10_moco": {
+        "none": 618,
+        "mochi": 650,
+        "modified_mochi": 655,
+        "outliers": 630,
+        "adco": 649,  # 650 before queue_positives built the own-key mask by comparison
+        "mioc": 645,
+    },
+    "digits_moco": {
+        "none": 271,
+        "mochi": 303,
+        "modified_mochi": 308,
+        "outliers": 283,
+        "adco": 302,  # 303 before (as cifar10_moco's: zeros + arange + index_put_ -> arange + eq)
+        "mioc": 298,
+    },
+}
+PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
+    "triton": {"cifar10_moco": (618, 0), "digits_moco": (271, 36)},  # = DEVICE_OPS' none
+    "fused": {"cifar10_moco": (1238, 0), "digits_moco": (271, 36)},
+    "per_split": {"cifar10_moco": (1558, 480), "digits_moco": (271, 36)},
+}
+BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo at fb6efcd (per-split BN on
+# every device, SGD looping over parameters): the same counter and harness
+TARGETS = {"cifar10_moco": 700, "digits_moco": 350}  # plain MoCo, eager
+STRATEGY_TARGET = DEFAULT_BUDGET  # what an unpinned class may add (without an ops_budget)
+LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.support_views=2)
+    "cider": 565,
+    "debiased": 317,
+    "decoupled": 276,
+    "firm": 291,
+    "fnc": 419,
+    "hard": 329,
+    "imix": 301,
+    "infonce": 271,  # = DEVICE_OPS' none
+    "nt_xent": 279,
+    "ring": 281,
+    "sincere": 325,
+    "supcon": 291,
+}
+
+KAPPA_SYNCS = (0, "-")
+SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with infonce
+    0,
+    "the four Triton kernels per layer read (eps, momentum) from a float64 buffer built at "
+    "construction and moved by .to() (pretrain/model/split_bn.py triton_params)",
+)
+
+# MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
+# Triton program (negatives/ocsvm/smo_triton.py) and the scoring, the inlier mask and the S_o draw
+# are fixed-shape tensor ops, so nothing is read on the host (the solver's own count,
+# svm.n_syncs_, is 0 on this path and asserted apart). MIOC_CPU_PATH: the CPU default (the host
+# SMO loop, loop="host"), which reads the batch on the host by design and never runs on CUDA.
+MIOC_CPU_PATH = [  # where, host reads per step on a CPU, file
+    ("fit: finite check of the batch", 1, "negatives/ocsvm/svm.py fit"),
+    ("fit: the batch to numpy for the host SMO loop", 1, "ocsvm.py _fit_torch"),
+    ("fit: the solution (G, alpha, perm)", 3, "ocsvm.py solution_to_host"),
+    ("scoring: exp factoring bound", 2, "ocsvm.py decision_function"),
+]
