@@ -39,8 +39,8 @@ PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
     "fused": {"cifar10_moco": (1238, 0), "digits_moco": (271, 36)},
     "per_split": {"cifar10_moco": (1558, 480), "digits_moco": (271, 36)},
 }
-BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo at fb6efcd (per-split BN on
-# every device, SGD looping over parameters): the same counter and harness
+BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo before the step was
+# fused (per-split BN on every device, SGD looping over parameters): the same counter and harness
 TARGETS = {"cifar10_moco": 700, "digits_moco": 350}  # plain MoCo, eager
 STRATEGY_TARGET = ops.DEFAULT_BUDGET  # what an unpinned class may add (without an ops_budget)
 LOSS_OPS = {  # digits_moco, strategy none, each loss's contract (fnc: data.support_views=2)

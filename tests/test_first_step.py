@@ -1,4 +1,4 @@
-"""The trainer's first-step check (negatives.testing.boundary, issue 49 item 5): a strategy's
+"""The trainer's first-step check (negatives.testing.boundary): a strategy's
 record of the wrong form fails at step 1 naming the class and ``negatives()`` (with the
 symmetric layout's fix where that is the cause), before the loss sees it; non-finite negatives
 are named at the first log step instead of advice on the learning rate; the steady step stays

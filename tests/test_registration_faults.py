@@ -1,4 +1,4 @@
-"""Registration faults are local and clear (issue 49 item 6): an installed plugin that claims a
+"""Registration faults are local and clear: an installed plugin that claims a
 built-in's name stops only the runs that use that name (exit 2, no traceback), and every other run
 goes on with one warning naming both classes; a relative ``plugins:`` file resolves beside the
 YAML file first, and "no such file" shows the paths tried."""

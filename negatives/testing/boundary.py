@@ -1,4 +1,4 @@
-"""The trainer's check of its first step (issue 49 item 5): the strategy's record
+"""The trainer's check of its first step: the strategy's record
 (:class:`~negatives.base.ExtraNegatives`: shape, dtype, device, detachment) is checked before the
 loss sees it, so a wrong record fails naming the strategy's class and ``negatives()``, not inside
 the loss with a bare torch error; its values (finiteness, unit norm) and the loss's are computed

@@ -1,7 +1,7 @@
 """The checks of a strategy's returned record (:class:`~negatives.base.ExtraNegatives`) and of a
 loss's output: shape, dtype, device, finiteness, unit norm, detachment, each failure naming the
 class and the hook. The contract kit runs them on tiny inputs; ``rows`` / ``because`` /
-``fix_rows`` / ``dtypes`` let a first-step check of the trainer's (issue 49 item 5, not wired
+``fix_rows`` / ``dtypes`` let a first-step check of the trainer's (not wired
 yet) run the same function on a real step's record."""
 
 from __future__ import annotations

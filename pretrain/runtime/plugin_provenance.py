@@ -1,4 +1,4 @@
-"""What provenance records of a run's plugins (issue 49 item 7): for the strategy and the loss
+"""What provenance records of a run's plugins: for the strategy and the loss
 it trains with, when they are not this package's own, the plugin's distribution name and
 version (an installed package's entry point) or the sha256 of its file (a ``plugins:`` file, or
 any class defined outside the package), so a run names the exact plugin code it ran."""
