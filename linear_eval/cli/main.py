@@ -221,7 +221,11 @@ def parser() -> argparse.ArgumentParser:
         epilog=DEFAULT_HELP,
     )
     sub = top.add_subparsers(dest="command", required=True, title="subcommands", metavar="COMMAND")
-    p = sub.add_parser(DEFAULT, help="kNN + the SGD linear probe, one JSON line (no name needed)")
+    p = sub.add_parser(
+        DEFAULT,
+        prog="python -m linear_eval [default]",
+        help="kNN + the SGD linear probe, one JSON line (no name needed)",
+    )
     default.add_arguments(p)
     p.set_defaults(run=default.run)
     base = [common()]

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pretrain.config import run_settings
 from pretrain.errors import ConfigError
 
 
@@ -71,14 +72,14 @@ def registry_names() -> dict[str, tuple[str, ...]]:
 
 
 def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
-    """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
-    other keys, ``Loss.from_config``)."""
+    """``loss.kwargs``: the loss's own constructor arguments (not the run settings the trainer
+    fills in, ``Loss.from_run``)."""
     own = dict(cfg.loss.kwargs)
     for name in own:
-        if name in loss_cls.from_config:
+        if name in loss_cls.from_run:
             raise ConfigError(
                 f"config key 'loss.kwargs.{name}': loss {cfg.loss.name!r} takes {name} from "
-                f"{loss_cls.from_config[name]}, not from loss.kwargs; set that instead"
+                f"{run_settings.source(name)}, not from loss.kwargs; set that instead"
             )
     try:
         registries()["loss.name"].check_kwargs(cfg.loss.name, own)
