@@ -16,7 +16,7 @@ lists filled in). Then every registered negative strategy and loss gets a table 
 (``negatives.kwargs``, ``loss.kwargs``): each constructor argument from ``inspect.signature``, its
 accepted values from its annotation (``Literal[...]``), its meaning from the ``Args:`` section of
 the class docstring (or of a base class's), and for a loss the config key the trainer fills it from
-(``Loss.from_config``). A constructor argument without an ``Args:`` entry is an error.
+(``Loss.from_run``). A constructor argument without an ``Args:`` entry is an error.
 """
 
 from __future__ import annotations
@@ -235,12 +235,14 @@ def prose(text: str) -> str:
 
 
 def config_sources(cls: type) -> dict[str, str]:
-    """{argument: where the trainer takes it from}: the loss's ``from_config``."""
-    from pretrain.losses.base import NUM_CLASSES
+    """{argument: where the trainer takes it from}: the loss's ``from_run``."""
+    from pretrain.config import run_settings
 
     return {
-        arg: "the data's num classes" if key == NUM_CLASSES else f"`{key}`"
-        for arg, key in getattr(cls, "from_config", {}).items()
+        arg: "the data's num classes"
+        if run_settings.KEYS[arg] == run_settings.NUM_CLASSES
+        else f"`{run_settings.KEYS[arg]}`"
+        for arg in getattr(cls, "from_run", ())
     }
 
 

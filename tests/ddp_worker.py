@@ -79,8 +79,8 @@ def control(out: Path) -> None:
     }
     torch.save(result, out / f"control{dist.rank()}.pt")
     # the trainer's exit: barrier, destroy, os._exit (a gloo thread still joinable at interpreter
-    # teardown aborts with "terminate called without an active exception": 2 of 3 runs here
-    # under load, 2026-11-24)
+    # teardown aborts with "terminate called without an active exception": 2 of 3 runs on a
+    # loaded 2-core machine)
     dist.finish(0)
 
 

@@ -1,7 +1,7 @@
 """Run a command-line ``main`` in this process, as a test would run ``python -m ...``.
 
-A CLI run in a subprocess spends ~4 s of a core importing torch before its first line (2-core CI,
-2026-11-27); a test that only reads the exit status, the output and the files proves the same with
+A CLI run in a subprocess spends ~4 s of a core importing torch before its first line (2-core
+CI); a test that only reads the exit status, the output and the files proves the same with
 ``main(argv)`` here. What such a run changes in the process is put back afterwards (torch's thread
 count and deterministic mode, the RNGs of torch, numpy and random, the environment, the working
 directory), so the next test in this worker starts as it would have. Tests that need a process of

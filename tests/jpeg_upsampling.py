@@ -10,7 +10,7 @@ upsampling off, so the replicated decode is built here from PIL's YCbCr output: 
 the full-scale decode and the chroma planes of the 1/2-scale decode (libjpeg's DCT scaling gives
 the chroma components their full 8x8 IDCT at that scale: their own samples, not upsampled).
 Checked against libjpeg-turbo's own non-fancy decode (simplejpeg 1.9.0, ``fastupsample=True``)
-on the test images of test_device_decode.py, 2026-11-26: at most one level apart, mean 0.001;
+on the test images of test_device_decode.py: at most one level apart, mean 0.001;
 :func:`fancy_h2v2` of the half-scale planes equals the full-scale decode's chroma exactly (a test).
 """
 

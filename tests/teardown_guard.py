@@ -1,6 +1,6 @@
 """A pytest plugin: the test session's verdict is not lost to a hang in interpreter teardown.
 
-Why: on 2026-11-25 the CI run printed ``1243 passed, 15 skipped in 446.84s`` and then its pytest
+Why: a CI run once printed ``1243 passed, 15 skipped in 446.84s`` and then its pytest
 process did not exit for ~80 minutes, until the CI limit killed the job (slurmctld, which
 ``.ci/run`` stops only after pytest returns, was still purging job records 10 minutes later). Five
 local runs of the same suite, with the same ``CI=true`` and a cold inductor cache, exited at once,

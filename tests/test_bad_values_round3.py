@@ -1,6 +1,6 @@
-"""Values that passed validation and then crashed or were taken silently (issue 52, items 7, 10
-and 11): each is refused with a message naming the key (exit 2 from the command line), or, for
-a null in ``loss.kwargs``, means the default as it does in ``negatives.kwargs``."""
+"""Values that passed validation and then crashed or were taken silently: each is refused with a
+message naming the key (exit 2 from the command line), or, for a null in ``loss.kwargs``, means
+the default as it does in ``negatives.kwargs``."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_the_queue_is_checked_against_the_training_set_before_it_is_allocated(mo
 
 
 def test_a_mioc_gamma_whose_kernel_overflows_is_refused_naming_the_key():
-    """Issue 52 item 9: gamma=1e300 made the host solver spin on NaN (no step in 60 s, SIGTERM
+    """gamma=1e300 made the host solver spin on NaN (no step in 60 s, SIGTERM
     ignored); it is exit 2 before anything runs."""
     with pytest.raises(ConfigError) as info:
         cfg = config.load("digits_mioc.yaml", ["negatives.kwargs.gamma=1e300"])

@@ -196,9 +196,10 @@ def test_load_module_missing_and_unexpected_keys():
 
 
 def test_the_old_checkpoint_shims_end_at_their_stated_version():
-    """pretrain/engine/resume.py reads checkpoints from before 2026-11-24 (no data.augment_on,
-    the loss state under "objective") until negmine OLD_CHECKPOINTS_READ_UNTIL; this fails when
-    pyproject.toml reaches that version, so the two shims are removed then, not kept forever."""
+    """pretrain/engine/resume.py reads checkpoints written before data.augment_on existed
+    (no data.augment_on, the loss state under "objective") until negmine
+    OLD_CHECKPOINTS_READ_UNTIL; this fails when pyproject.toml reaches that version, so the two
+    shims are removed then, not kept forever."""
     from pathlib import Path
 
     from compat import tomllib

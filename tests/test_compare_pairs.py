@@ -1,5 +1,5 @@
 """``linear_eval compare`` pairs test images, so its two checkpoints must be evaluated on one
-test set (issue 52 item 3): two image folders whose test splits have equal sizes but other
+test set: two image folders whose test splits have equal sizes but other
 images are refused with exit 2 before any feature is extracted, and unequal sizes are named
 without the statistics' internal names."""
 

@@ -174,9 +174,7 @@ def test_every_strategy_and_loss_has_its_settings(kind, registry):
             cells = rows[arg]
             assert cells[4] not in ("", "-"), f"{name}.{arg} has no description"
             if cells[2].startswith("from "):
-                assert kind == "loss" and arg in registry.get(name).config_kwargs(
-                    config.Config(), 10
-                ), (name, arg)
+                assert kind == "loss" and arg in registry.get(name).from_run, (name, arg)
             elif p.default is inspect.Parameter.empty:
                 assert cells[2] == "(required)", (name, arg)
             elif p.default is None:

@@ -80,3 +80,23 @@ def test_conditions_evaluate_without_eval_and_print_what_they_check():
     assert not cond(ns(True, 0, "q"), {}) and not cond(ns(True, 1, "z"), {})
     source = (Path(config_rules.__file__)).read_text()
     assert "eval(" not in source
+
+
+def test_split_batchnorm_rule_is_stated_once(monkeypatch):
+    """The config rule (train.batch_size) and the rank-count check (the per-rank batch) call one
+    function, rules.bn_splits_fit: changing it changes both; the config's message is quoted on
+    docs/troubleshooting.md."""
+    from pretrain.config import rules
+    from pretrain.engine import world
+    from tests.test_troubleshooting_data import assert_documented
+
+    cfg = config.load("digits_moco.yaml", ["train.batch_size=64", "model.bn_splits=2"])
+    world.check(cfg, 2)  # 32 per rank, 2 splits of 16
+    with pytest.raises(config.ConfigError) as e:
+        config.validate(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, bn_splits=3)))
+    assert_documented(str(e.value))
+    monkeypatch.setattr(rules, "bn_splits_fit", lambda batch, splits: False)
+    with pytest.raises(config.ConfigError, match="^config key 'model.bn_splits' = 2 must divide"):
+        config.validate(cfg)
+    with pytest.raises(config.ConfigError, match="must divide the per-rank batch"):
+        world.check(cfg, 2)

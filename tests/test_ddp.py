@@ -42,7 +42,7 @@ TINY = [
 TOL = 1e-5  # the acceptance bound on every compared value, but for a strategy's own state:
 # AdCo's bank takes gradient-ascent steps of mem_lr / mem_t = 3 / 0.02 = 150x its gradient, so
 # float32's reduction-order error (DDP's all-reduce sums in another order) reaches 1.2e-5 there at
-# step 2 on a 2-core Xeon without AVX-512 (2026-11-26; within 1e-5 on the AVX-512 Xeon)
+# step 2 on a 2-core Xeon without AVX-512 (within 1e-5 on the AVX-512 Xeon)
 TOL_STRATEGY = 5e-5
 
 

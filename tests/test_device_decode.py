@@ -464,8 +464,8 @@ def test_the_trainer_names_or_skips_a_corrupt_jpeg_on_the_device_path(tmp_path, 
 # below 2**24 in float32), within aten's rule of TF.resized_crop as on the CPU. The decode is not:
 # nvjpeg replicates the chroma samples over their 2 x 2 pixels where libjpeg-turbo (the CPU path)
 # interpolates them ("fancy upsampling"). On these small grainy 4:2:0 images that alone moves RGB
-# by 3.96-12.16 levels on average (b.jpg 5.44, the mean an H200 measured against nvjpeg,
-# 2026-11-26); DALI's own CPU-vs-GPU decode test allows 4 (1 with its fancy-upsampling option) on
+# by 3.96-12.16 levels on average (b.jpg 5.44, the mean an H200 measured against
+# nvjpeg); DALI's own CPU-vs-GPU decode test allows 4 (1 with its fancy-upsampling option) on
 # natural photos, torchvision's < 2. So each side is checked on its own: the crops exactly, the
 # decode against libjpeg's two upsamplings of the same file.
 

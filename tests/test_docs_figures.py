@@ -1,6 +1,6 @@
 """Every table of measured numbers in the reference pages names its command, date and machine.
 
-Issue 36: a figure in README.md or docs/ must say which command produced it, when and on what
+A figure in README.md or docs/ must say which command produced it, when and on what
 machine; superseded tables belong in docs/history.md (the measurement log), not on the reference
 pages. This test reads the pages' Markdown and checks, for every table with a numeric cell, that the
 text of its section up to and including the table holds
@@ -146,7 +146,7 @@ def test_checker_flags_a_table_without_provenance() -> None:
 
 
 def test_reference_pages_do_not_quote_superseded_headline() -> None:
-    """The 2026-11-22 OC-SVM record (8.9x) lives in the measurement log only."""
+    """The first OC-SVM record (8.9x) lives in the measurement log only."""
     for page in REFERENCE_PAGES:
         assert "8.9x" not in (ROOT / page).read_text(encoding="utf-8"), page
     assert "8.9x" in (ROOT / "docs" / "history.md").read_text(encoding="utf-8")

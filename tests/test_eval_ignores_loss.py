@@ -1,4 +1,4 @@
-"""Evaluation and export need only the encoder (issue 52, items 12 and 13): an old checkpoint
+"""Evaluation and export need only the encoder: an old checkpoint
 whose config carried an inert moved loss setting, a loss setting this version would refuse, or
 a loss whose name a plugin claims twice all load their encoder; the moved setting is migrated
 only where the saved loss takes it. Two plugins claiming one strategy name are a config error

@@ -46,7 +46,7 @@ def labels_by_folder(ds) -> list[tuple[str, int]]:
     return [(Path(p).parent.name, y) for p, y in ds.samples]
 
 
-# --- item 1: splits labelled by the training split's class names -------------------------------
+# --- splits labelled by the training split's class names -------------------------------
 
 
 def test_test_split_without_a_class_keeps_the_training_labels(tmp_path, capsys):
@@ -91,7 +91,7 @@ def test_a_test_image_list_beyond_the_training_labels_is_an_error(tmp_path):
         run_data(tmp_path, "data.train_split=train.txt", "data.test_split=test.txt")
 
 
-# --- item 2: symbolic links followed without entering a folder twice ---------------------------
+# --- symbolic links followed without entering a folder twice ---------------------------
 
 
 def test_a_link_to_the_split_folder_is_reported_once_and_not_followed(tmp_path, capsys):
@@ -126,7 +126,7 @@ def test_a_link_to_a_folder_elsewhere_is_followed(tmp_path, capsys):
     assert len(owls) == 2 + 4 and capsys.readouterr().err == ""
 
 
-# --- item 10 (data): unreadable folders and files named with the permission problem ------------
+# --- unreadable folders and files named with the permission problem ------------
 
 
 def deny(monkeypatch, path: Path) -> None:

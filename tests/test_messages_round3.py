@@ -1,5 +1,5 @@
-"""Messages that named the wrong range, a decoder's internals or the wrong cause (issue 52
-item 15), each quoted word for word on docs/troubleshooting.md."""
+"""Messages that named the wrong range, a decoder's internals or the wrong cause, each
+quoted word for word on docs/troubleshooting.md."""
 
 from __future__ import annotations
 

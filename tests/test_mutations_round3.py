@@ -1,5 +1,5 @@
-"""Tests for mutations the round-3 audit found surviving (issue 52, items 16-20): each fails
-when its mutation is applied (see the test's docstring for which)."""
+"""Tests for mutations the round-3 audit found surviving (engine, config, plugins, data, records):
+each fails when its mutation is applied (see the test's docstring for which)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Provenance records the run's plugins (issue 49 item 7): an installed plugin's distribution
+"""Provenance records the run's plugins: an installed plugin's distribution
 name and version, a file's sha256; ``provenance.json`` and the checkpoint hold them, and
 ``linear_eval table`` shows them in a column of their own (left out when no run has one)."""
 

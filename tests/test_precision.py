@@ -76,7 +76,7 @@ def spy_step(run: loop.Run, monkeypatch) -> dict:
 @pytest.mark.parametrize("force", [False, True])
 def test_autocast_covers_the_encoders_only(tmp_path, monkeypatch, force):
     """bf16 encoders, float32 negatives and loss; ``force`` emulates CUDA's autocast on the CPU
-    (the context Run.autocast gave on CUDA at c1736d5, where the loss ran inside it)."""
+    (the context Run.autocast once gave on CUDA, where the loss ran inside it)."""
     cfg = config.load("digits_moco.yaml", [
         f"out_dir={tmp_path}", *TINY, "train.amp=bf16", "negatives.name=mochi",
         "negatives.kwargs={num_hard: 16, num_mix: 8, num_query_mix: 4, warmup_epochs: 0}",

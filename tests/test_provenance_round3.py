@@ -1,4 +1,4 @@
-"""Provenance names only this package's own commit (issue 52 item 4): a copy vendored inside
+"""Provenance names only this package's own commit: a copy vendored inside
 another repository records no commit (not that repository's HEAD), an untracked file in the
 packages makes the code dirty, and unknown stays null at the top level too."""
 

@@ -1,6 +1,6 @@
-"""The decode cache's check is position-dependent (issue 52 item 8): a cached image flipped
+"""The decode cache's check is position-dependent: a cached image flipped
 upside down, or with its R and B planes swapped, is caught (a sum of 64-bit words was not), and
-the warning names the cause whole (issue 52 item 15: it was cut at "e.g")."""
+the warning names the cause whole (it was once cut at "e.g")."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_a_reordered_cached_image_is_caught_and_decoded_again(tmp_path, capsys, 
 
 
 def test_a_full_cache_disk_leaves_no_temporary_file(tmp_path, monkeypatch):
-    """Issue 52 item 15: a full disk while the cache was written left resident-*.npy.tmpPID."""
+    """A full disk while the cache was written left resident-*.npy.tmpPID."""
     folder(tmp_path / "d")
     ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
     held = resident.load(ds, tmp_path / "first", workers=0)

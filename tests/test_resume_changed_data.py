@@ -1,4 +1,4 @@
-"""``data.resume_on_changed_data=true`` (issue 52 item 5): the resume says what changed, with
+"""``data.resume_on_changed_data=true``: the resume says what changed, with
 both sizes, and the epoch it finishes reports the mean loss over the steps that ran, not their
 sum over the new epoch's step count."""
 

@@ -1,5 +1,5 @@
-"""``python -m slurm`` checks its resources before submitting and hands the job absolute paths
-(issue 52, items 14 and 15): a count below its bound or a misspelt memory unit is exit 2 with
+"""``python -m slurm`` checks its resources before submitting and hands the job absolute paths:
+a count below its bound or a misspelt memory unit is exit 2 with
 nothing submitted, ``~`` is expanded and a relative path resolved on the login node (a job
 that starts elsewhere would read ``<cwd>/~/...``), and ``linear_eval``'s arguments without ``--``
 get the documented hint. In-process, with the executor replaced by a recorder."""

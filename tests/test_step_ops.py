@@ -25,7 +25,7 @@ def test_the_pins_are_built_ins():
     assert set(op_table.DEVICE_OPS) == set(count_ops.RECIPES)
 
 
-# cifar10_moco's case (160 s on 2 cores, 2026-11-27) needs --runslow: the digits case pins the
+# cifar10_moco's case (160 s on 2 cores) needs --runslow: the digits case pins the
 # same ops per step of every strategy on the device path in the default suite
 @pytest.mark.early
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "count_steps.py"
 
 
-# the 2-rank count (82 s of setup on 2 cores, 2026-11-27) needs --runslow: one process measures
+# the 2-rank count (82 s of setup on 2 cores) needs --runslow: one process measures
 # every pair's syncs per step in the default suite
 @pytest.fixture(
     scope="module", params=[1, pytest.param(2, marks=pytest.mark.slow)], ids=["one_process", "ddp2"]

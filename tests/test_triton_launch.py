@@ -5,7 +5,7 @@ fit, decision_function and score; ``SplitBatchNorm`` on the triton path, forward
 a stand-in active driver (``tests/triton_standin.py``) that reports an sm_90 GPU: the generated
 argument binder, the launch options, the sm_90 compile, the globals check and the H100's resource
 limits all run as on a GPU; the launch itself is recorded, not run (the interpreted tests check
-the results). The three failures an H200 found on 2026-11-26 (a kernel argument named
+the results). The three failures an H200 found (a kernel argument named
 ``params``, a NaN constexpr global, float64 ``tl.dot`` on triton <= 3.7) each fail this test.
 
 The installed triton runs always. Older ones run from folders named in ``NEGMINE_TRITON_OLDER``

@@ -1,4 +1,4 @@
-"""Files a user was handed are data, never code (issue 52, items 1 and 2): a checkpoint whose
+"""Files a user was handed are data, never code: a checkpoint whose
 config names ``plugins`` (an absolute path, a path relative to the working directory, a module
 on the path) imports none of them when it is evaluated, exported or resumed onto; a CIFAR batch
 whose pickle names a callable is refused before the callable runs. Each planted file or pickle

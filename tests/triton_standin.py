@@ -6,7 +6,7 @@
     launches[-1].name, launches[-1].grid      # what would have run on an H100 / H200
 
 Triton's interpreter (``TRITON_INTERPRET=1``) and ``ASTSource`` compiles skip what a launch on a GPU
-goes through, and three failures hid there until an H200 ran them (2026-11-26): a kernel argument
+goes through, and three failures hid there until an H200 ran them: a kernel argument
 named like a local of the generated binder, a NaN ``tl.constexpr`` global failing the per-launch
 globals check, and an accumulator dtype that older tritons reject. With this driver active, a
 launch takes Triton's own path end to end: ``JITFunction.run`` -> the generated argument binder

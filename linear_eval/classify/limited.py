@@ -11,9 +11,10 @@ whole test set; the row reports mean ± standard deviation over draws and a boot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from linear_eval.classify import logreg, probe
@@ -80,4 +81,38 @@ def evaluate(
         out["note"] = (
             f"counts {skipped} skipped: above the smallest training class ({smallest} images)"
         )
+    return out
+
+
+def _draws(table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]]) -> dict[int, list]:
+    if isinstance(table, Mapping):
+        return {int(n): [float(a) for a in accs] for n, accs in table.items()}
+    draws: dict[int, list] = {}
+    for row in table:
+        if "labels_per_class" not in row or not ({"accuracy", "accuracies"} & set(row)):
+            raise ValueError(f"a row needs labels_per_class and accuracy or accuracies: {row}")
+        accs = row["accuracies"] if "accuracies" in row else [row["accuracy"]]
+        draws.setdefault(int(row["labels_per_class"]), []).extend(float(a) for a in accs)
+    return draws
+
+
+def draws_summary(
+    table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]],
+) -> dict[int, dict[str, float]]:
+    """Mean ± sample std (ddof 1; 0 for one draw) of accuracy over draws per labels-per-class.
+
+    ``table`` is {labels_per_class: [accuracy of each draw]} or rows
+    {"labels_per_class": n, "accuracy": a} (one per draw) / {..., "accuracies": [a, ...]}.
+    """
+    draws = dict(sorted(_draws(table).items()))
+    if not draws or any(n < 1 or not accs for n, accs in draws.items()):
+        raise ValueError(f"need labels_per_class >= 1, each with >= 1 draw, got {draws}")
+    out = {
+        n: {
+            "mean": float(np.mean(a)),
+            "std": float(np.std(a, ddof=1)) if len(a) > 1 else 0.0,
+            "draws": len(a),
+        }
+        for n, a in draws.items()
+    }
     return out

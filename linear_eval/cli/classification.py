@@ -166,16 +166,13 @@ def run_transfer(
 
 
 def check_same_test_set(a: Session, b: Session) -> None:
-    """ValueError unless the two checkpoints' test sets are one (the training-set identity of
-    :mod:`pretrain.data.identity` applied to the test split: size, files and labels, or pixels):
-    compare pairs test images, and two folders of equal size would pair unrelated ones."""
-    from pretrain.data import identity
-
-    ids = [identity.train_set_identity(s.store.dataset(s.store.run_dataset, "test"),
-                                       s.store.data_root) for s in (a, b)]  # fmt: skip
+    """ValueError unless the two checkpoints' test sets are one (:meth:`Session.test_set`: size,
+    files and labels, or pixels): compare pairs test images, and two folders of equal size would
+    pair unrelated ones."""
+    ids = [a.test_set(), b.test_set()]
     if ids[0] != ids[1]:
-        what = "their files, labels or pixels differ" if ids[0]["size"] == ids[1]["size"] else (
-            "another size")  # fmt: skip
+        same_size = ids[0]["size"] == ids[1]["size"]
+        what = "their files, labels or pixels differ" if same_size else "another size"
         raise ValueError(
             f"compare needs one test set: {a.model.ckpt} is evaluated on {ids[0]['size']} test "
             f"images, {b.model.ckpt} on {ids[1]['size']} ({what}); compare pairs each test "

@@ -28,18 +28,13 @@ from linear_eval.classify.knn import PRESETS, knn_votes
 from linear_eval.inputs import guards
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.records import summary
-from pretrain.data.datasets import DatasetNotFoundError
-from pretrain.data.imagefiles import BadImageError, bad_image_line
-from pretrain.engine import checkpoint
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m linear_eval",
-        description=__doc__.split("\n")[0],
-        epilog="Subcommands (all, linear, knn, transfer, limited, ood, kappa, report, compare): "
-        "python -m linear_eval all --help",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The default command's flags (its subparser in :func:`linear_eval.cli.main.parser`)."""
+    p.description = __doc__.split("\n")[0]
+    p.epilog = "Subcommands (all, linear, knn, transfer, limited, ood, kappa, report, compare, "
+    p.epilog += "table): python -m linear_eval all --help"
     p.add_argument(
         "--ckpt", required=True, help="a pretraining checkpoint (RUN/checkpoints/last.pt)"
     )
@@ -87,7 +82,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "config naming the dataset and eval settings; results go to <file>.eval/",
     )
     p.add_argument("--set", nargs="*", default=[], metavar="key=value", help="--config overrides")
-    return p.parse_args(argv)
 
 
 def _out_path(args: argparse.Namespace) -> Path:
@@ -148,7 +142,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         # the monitor's float32 reduction (pretrain.engine.knn.knn_top1), so the two numbers are
         # equal
         "knn_top1": 100.0 * knn_hit.float().mean().item(),
-        "knn_top1_ci": summary.accuracy(knn_hit, "knn_top1")["knn_top1_ci"],
+        "knn_top1_ci": summary.interval(knn_hit),
         "knn_top5": knn5["knn_top5"],
         "knn_top5_ci": knn5["knn_top5_ci"],
         "knn": {"k": k, "temperature": t, "distance": "cosine", "weighting": "exp(sim/T)"},
@@ -184,6 +178,8 @@ def _run_record(args: argparse.Namespace, sess: Session) -> dict[str, Any]:
         "epoch": sess.model.epoch,
         "global_step": sess.model.global_step,
         "dataset": sess.model.cfg.data.name,
+        "train_set": sess.model.train_set,  # the checkpoint's (None: recorded before it was)
+        "test_set": sess.test_set(),
         "features": "backbone (pooled, penultimate)",
     }
 
@@ -258,20 +254,10 @@ def _bits(correct: Any) -> str:
     return "".join("1" if c else "0" for c in correct.flatten().tolist())
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+def run(args: argparse.Namespace) -> int:
+    """Evaluate, write ``RUN/eval/linear_eval[_random].json``, print the summary and the JSON."""
     configure_threads(None, None)
-    try:
-        result = evaluate(args)
-    except checkpoint.CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except BadImageError as e:  # also when re-raised from a loader worker
-        print(f"error: {bad_image_line(e)}; fix or remove the file", file=sys.stderr)
-        return 1
-    except (DatasetNotFoundError, ValueError) as e:  # UsageError, ConfigError
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    result = evaluate(args)
     out = _out_path(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(clean(result), indent=2) + "\n")

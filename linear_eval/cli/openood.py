@@ -22,10 +22,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from linear_eval.classify.knn import PRESETS
-from linear_eval.detect import fitted, metrics
+from linear_eval.detect import fitted
 from linear_eval.inputs import openood
 from linear_eval.inputs.features import encode
 from linear_eval.inputs.session import Session
+from linear_eval.records import metrics
 from pretrain.engine.knn import knn_predict
 
 CSV_COLUMNS = ("dataset", "FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "FPR@95_ID+")

@@ -5,19 +5,21 @@
 Reads each run's resolved ``config.yaml``, its ``eval/*.json`` and the training diagnostics of its
 last epoch (``metrics.jsonl``: the effective number of negatives and the false-negative fraction
 every strategy logs), groups the runs by config (everything but ``seed`` and the keys that
-may change on a resume), and writes one row per group as markdown (``OUT.md``) and CSV
+may change on a resume), by the data they were evaluated on (the checkpoint's training set and
+the test set, by the digests each eval JSON records) and by the evaluation settings (the kNN's k
+and T, the linear probe), and writes one row per group as markdown (``OUT.md``) and CSV
 (``OUT.csv``): the config keys that differ between groups, then for every metric the mean ± std
 over seeds (one seed: its value and "(1 seed)": no spread measured), the number of seeds, and the
 bootstrap 95 % interval of the seed-averaged accuracy over the test set (the per-image results
 that ``python -m linear_eval --ckpt`` stores; "-" for evaluations made before it stored them).
-With ``--baseline RUN`` each row also gets the paired bootstrap difference to the baseline's
-group (the same resampled test images for both sides, Efron & Tibshirani 1993 §13.3; significant
-when its interval excludes 0). A RUN_DIR may be a
-glob, or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold
-the runs. Runs that are unfinished or have no evaluation are listed under the table, with the
-reason, never dropped silently. The last two columns are the mean wall time of the group's runs
-and their hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-"
-for runs made before it was recorded).
+With ``--baseline RUN`` each row also gets the paired bootstrap difference to the baseline's group
+(the same resampled test images for both sides, Efron & Tibshirani 1993 §13.3; significant when its
+interval excludes 0), for rows evaluated on the baseline's test set only. A RUN_DIR may be a glob,
+or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold the
+runs. Runs that are unfinished or have no evaluation are listed under the table, with the reason,
+never dropped silently. The last two columns are the mean wall time of the group's runs and their
+hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-" for runs
+made before it was recorded).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import glob
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,7 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             None,
             "no evaluation (eval/*.json): run python -m linear_eval --ckpt RUN/checkpoints/last.pt",
         )
+    found: dict[str, set[str]] = {}  # what the evaluations were made on, as group keys
     for file in evals:
         data = json.loads(file.read_text())
         prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
@@ -139,8 +142,15 @@ def read_run(path: Path) -> tuple[Run | None, str]:
         probe = probe_of(file.stem, data)
         if probe:
             run.probes[f"{prefix}linear_*" if not prefix else f"{prefix}*"] = probe
+        knn = knn_of(file.stem, data)
+        if knn:
+            run.probes[f"{prefix}knn_*"] = knn
+        for key, value in data_of(data).items():
+            found.setdefault(key, set()).add(value)
         for key, bits in (data.get("per_sample") or {}).items():
             run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
+    run.config |= {k: "; ".join(sorted(v)) for k, v in found.items()}
+    run.config |= {f"{k} (evaluated)": v for k, v in run.probes.items()}
     if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
         last = epochs[-1]["epoch"]
         steps = [r for r in records if r.get("kind") == "step" and r.get("epoch", 0) > last - 1]
@@ -165,9 +175,30 @@ def probe_of(stem: str, data: dict[str, Any]) -> str:
     return ""
 
 
+def knn_of(stem: str, data: dict[str, Any]) -> str:
+    """The kNN setting behind an eval JSON's kNN numbers ("" when it names none)."""
+    knn = data.get("knn")
+    if stem.startswith("linear_eval") and isinstance(knn, dict) and "k" in knn:
+        return f"kNN of python -m linear_eval --ckpt (k {knn['k']}, T {knn.get('temperature')})"
+    return ""
+
+
+def data_of(data: dict[str, Any]) -> dict[str, str]:
+    """The data an eval JSON was made on: the checkpoint's training set and the test set, each as
+    its size and the start of its digest (:mod:`pretrain.data.identity`); absent from evaluations
+    made before they were recorded."""
+    out = {}
+    for name in ("train_set", "test_set"):
+        ident = data.get(name)
+        if isinstance(ident, dict) and "sha256" in ident:
+            out[name] = f"{ident.get('size')} images, sha256 {ident['sha256'][:12]}"
+    return out
+
+
 def notes(runs: list[Run], baseline: bool) -> list[str]:
     """What the columns mean where two commands could differ: the probe behind each linear
-    metric (every distinct one, so mixed probes show), and the sign of the difference."""
+    metric and the kNN setting behind each kNN metric (every distinct one, so mixed probes and
+    mixed k or T show), and the sign of the difference."""
     out = []
     for key in sorted({k for r in runs for k in r.probes}):
         probes = sorted({r.probes[key] for r in runs if key in r.probes})
@@ -230,11 +261,7 @@ def build(
         header.append(m)
         if m in resampled:
             header += [f"{m} 95% CI"] + ([f"{m} vs baseline"] if baseline else [])
-    sizes = {len(v) for r in runs for v in r.per_sample.values()}
-    idx = None
-    if len(sizes) == 1:
-        n = sizes.pop()
-        idx = np.random.default_rng(seed).integers(0, n, size=(N_RESAMPLES, n))
+    idx = resampler(seed)
     table = []
     for members in rows:
         line = [
@@ -247,27 +274,60 @@ def build(
             if m not in resampled:  # a training diagnostic: no test images to resample
                 continue
             per = [r.per_sample[m] for r in members if m in r.per_sample]
-            ci = "-"
-            if idx is not None and per and len(per) == len(members):
-                low, high = interval(seed_mean_bootstrap(per, idx))
-                ci = f"[{low:.2f}, {high:.2f}]"
-            line.append(ci)
+            per = per if len(per) == len(members) else []  # a seed without per-image results
+            line.append(ci_cell(per, idx))
             if baseline:
                 base = [r.per_sample[m] for r in baseline if m in r.per_sample]
-                diff = "-"
-                if idx is not None and per and base and len(per) == len(members):
-                    d = seed_mean_bootstrap(per, idx) - seed_mean_bootstrap(base, idx)
-                    point = np.mean([100 * p.mean() for p in per]) - np.mean(
-                        [100 * b.mean() for b in base]
-                    )
-                    low, high = interval(d)
-                    mark = " *" if low > 0 or high < 0 else ""
-                    diff = f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
-                line.append(diff)
+                line.append(diff_cell(per, base, idx, same_test_set(members, baseline)))
         table.append([*line, *run_cost(members), plugins_cell(members)])
     if all(row[-1] == "-" for row in table):  # no plugins: the column is left out
         return [*header, "wall time", "hardware"], [row[:-1] for row in table]
     return [*header, "wall time", "hardware", "plugins"], table
+
+
+def resampler(seed: int) -> Callable[[int], np.ndarray]:
+    """Bootstrap indices (N_RESAMPLES, n) for a test set of n images, the same for every group of
+    that size (so a paired difference resamples the same images on both sides)."""
+    drawn: dict[int, np.ndarray] = {}
+
+    def idx(n: int) -> np.ndarray:
+        if n not in drawn:
+            drawn[n] = np.random.default_rng(seed).integers(0, n, size=(N_RESAMPLES, n))
+        return drawn[n]
+
+    return idx
+
+
+def same_test_set(members: list[Run], baseline: list[Run]) -> bool:
+    """Whether a group was evaluated on the baseline's test set (its recorded digest; runs
+    evaluated before it was recorded count as one set when their sizes agree)."""
+    return members[0].config.get("test_set") == baseline[0].config.get("test_set")
+
+
+def ci_cell(per: list[np.ndarray], idx: Callable[[int], np.ndarray]) -> str:
+    """The bootstrap interval of the seed-averaged accuracy ("-": no per-image results)."""
+    if not per or len({len(p) for p in per}) != 1:
+        return "-"
+    low, high = interval(seed_mean_bootstrap(per, idx(len(per[0]))))
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def diff_cell(
+    per: list[np.ndarray], base: list[np.ndarray], idx: Callable[[int], np.ndarray], same: bool
+) -> str:
+    """Run - baseline, paired over the test images: only on one test set (``same``, and equal
+    sizes), where pairing the i-th results pairs one image."""
+    if not per or not base:
+        return "-"
+    sizes = {len(p) for p in per + base}
+    if not same or len(sizes) != 1:
+        return "not paired: another test set"
+    i = idx(sizes.pop())
+    d = seed_mean_bootstrap(per, i) - seed_mean_bootstrap(base, i)
+    point = np.mean([100 * p.mean() for p in per]) - np.mean([100 * b.mean() for b in base])
+    low, high = interval(d)
+    mark = " *" if low > 0 or high < 0 else ""
+    return f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}"
 
 
 def mean_std(values: list[float], members: int) -> str:
@@ -316,57 +376,62 @@ def markdown(
     return "\n".join(out) + "\n"
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m linear_eval table", description=__doc__.split("\n")[0]
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``table``'s arguments (its subparser in :func:`linear_eval.cli.main.parser`)."""
+    p.description = __doc__.split("\n")[0]
     p.add_argument("runs", nargs="+", help="run folders, globs, or folders of runs (sweep_*)")
     p.add_argument("--baseline", default=None, help="a run folder: its group is the baseline")
     p.add_argument("--out", default=None, help="write OUT.md and OUT.csv (default: print only)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--metrics", default="", help="comma list of metrics (default: every one)")
-    return p.parse_args(argv)
 
 
-def main(argv: list[str]) -> int:
-    args = parse(argv)
-    try:
-        paths = find_runs(args.runs)
-        runs, left_out = [], []
-        for path in paths:
-            run, why = read_run(path)
-            (runs.append(run) if run else left_out.append((path, why)))
-        if not runs:
-            raise ValueError(
-                "no finished, evaluated run: " + "; ".join(f"{p}: {w}" for p, w in left_out)
-            )
-        baseline = None
-        if args.baseline:
-            base_path = Path(args.baseline)
-            rows, _ = group(runs)
-            baseline = next(
-                (g for g in rows if any(r.path.resolve() == base_path.resolve() for r in g)), None
-            )
-            if baseline is None:
-                raise ValueError(
-                    f"--baseline {base_path} is not among the finished, evaluated runs"
-                )
-        only = [m for m in args.metrics.split(",") if m]
-        header, table = build(runs, baseline, args.seed, only)
-    except (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    text = markdown(header, table, left_out, notes(runs, baseline is not None))
+def read_runs(patterns: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The finished, evaluated runs, and the others with the reason they are left out."""
+    runs, left_out = [], []
+    for path in find_runs(patterns):
+        run, why = read_run(path)
+        (runs.append(run) if run else left_out.append((path, why)))
+    if not runs:
+        raise ValueError(
+            "no finished, evaluated run: " + "; ".join(f"{p}: {w}" for p, w in left_out)
+        )
+    return runs, left_out
+
+
+def baseline_group(runs: list[Run], path: str | None) -> list[Run] | None:
+    """The group holding the run folder ``path`` (None without ``--baseline``)."""
+    if not path:
+        return None
+    rows, _ = group(runs)
+    base = Path(path).resolve()
+    found = next((g for g in rows if any(r.path.resolve() == base for r in g)), None)
+    if found is None:
+        raise ValueError(f"--baseline {path} is not among the finished, evaluated runs")
+    return found
+
+
+def write(out: Path, text: str, header: list[str], rows: list[list[str]], left_out: list) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(text)
+    with out.with_suffix(".csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+        for p, why in left_out:
+            writer.writerow([f"(not in the table) {p}", why])
+    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``table``: print the table (and write OUT.md, OUT.csv). Unreadable runs raise ValueError,
+    OSError or yaml.YAMLError (exit 2 in :func:`linear_eval.cli.main.main`)."""
+    runs, left_out = read_runs(args.runs)
+    baseline = baseline_group(runs, args.baseline)
+    only = [m for m in args.metrics.split(",") if m]
+    header, rows = build(runs, baseline, args.seed, only)
+    text = markdown(header, rows, left_out, notes(runs, baseline is not None))
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".md").write_text(text)
-        with out.with_suffix(".csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(table)
-            for p, why in left_out:
-                writer.writerow([f"(not in the table) {p}", why])
-        print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}", file=sys.stderr)
+        write(Path(args.out), text, header, rows, left_out)
     return 0

@@ -22,33 +22,16 @@ is fitted on a seeded subsample of at most ``ocsvm_max_bank`` bank rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from linear_eval.detect import scores
-from linear_eval.inputs.features import Features
+from linear_eval.inputs.features import ViewSet
 from negmine_core.registry import Registry
 
 CIDER_K_FRACTION = 100 / 50_000
-
-
-@dataclass
-class ViewSet:
-    """Features of one image set: the plain view, the 4 rotations (0 = plain) and, per rotation,
-    N random crops (test side of ``s_ens`` only). Rows are the same images in every view."""
-
-    plain: Features
-    rotations: dict[int, Features] = field(default_factory=dict)
-    crops: dict[int, list[Features]] = field(default_factory=dict)
-
-    def subset(self, rows: torch.Tensor) -> ViewSet:
-        return ViewSet(
-            self.plain.subset(rows),
-            {r: f.subset(rows) for r, f in self.rotations.items()},
-            {r: [f.subset(rows) for f in fs] for r, fs in self.crops.items()},
-        )
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Detection scores on frozen features (SEMANTICS §5 and §7), plus the one-class protocol.
 
 Every score is a *normality* score, higher = in-distribution, so it feeds
-:mod:`linear_eval.detect.metrics` with ID as the positive class. Inputs are torch tensors or numpy
+:mod:`linear_eval.records.metrics` with ID as the positive class. Inputs are torch tensors or numpy
 arrays: a bank / training set (N, F) and test features (M, F); the maths runs in float64 on the
 device of the inputs (CPU for numpy) and each score is returned as a float64 tensor (M,).
 Nearest-neighbour scores tile both the test set and the bank in blocks of ``chunk_size`` rows
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.svm import OneClassSVM
 
-from linear_eval.detect.metrics import auroc
+from linear_eval.records.metrics import auroc
 from pretrain.engine import knn
 
 ArrayLike = torch.Tensor | np.ndarray

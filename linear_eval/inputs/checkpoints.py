@@ -28,6 +28,7 @@ class Model:
     ckpt: Path
     reference: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)  # loaded weights
     out_dir: Path | None = None  # results folder of foreign weights (<file>.eval)
+    train_set: dict | None = None  # the checkpoint's training-set identity (None: not recorded)
 
     @property
     def run_dir(self) -> Path:
@@ -99,7 +100,16 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
     encoder = moco.encoder_q.eval().requires_grad_(False)
     _refuse_non_finite(encoder, path)
     reference = {k: v.detach().clone().cpu() for k, v in encoder.state_dict().items()}
-    return Model(encoder, cfg, state["epoch"], state["global_step"], tag, path, reference)
+    return Model(
+        encoder,
+        cfg,
+        state["epoch"],
+        state["global_step"],
+        tag,
+        path,
+        reference,
+        train_set=state.get("train_set"),
+    )
 
 
 def _refuse_non_finite(encoder: Encoder, path: Path) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,23 @@ def encode(
         encoder.train(was_training)
     cat = {k: torch.cat(v) if v else None for k, v in parts.items()}
     return Features(cat["backbone"], cat["head"], cat["labels"], cat["kappa"])
+
+
+@dataclass
+class ViewSet:
+    """Features of one image set: the plain view, the 4 rotations (0 = plain) and, per rotation,
+    N random crops (test side of ``s_ens`` only). Rows are the same images in every view."""
+
+    plain: Features
+    rotations: dict[int, Features] = field(default_factory=dict)
+    crops: dict[int, list[Features]] = field(default_factory=dict)
+
+    def subset(self, rows: torch.Tensor) -> ViewSet:
+        return ViewSet(
+            self.plain.subset(rows),
+            {r: f.subset(rows) for r, f in self.rotations.items()},
+            {r: [f.subset(rows) for f in fs] for r, fs in self.crops.items()},
+        )
 
 
 class FeatureStore:

@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from linear_eval.detect.detectors import ViewSet
 from linear_eval.inputs import checkpoints, features, guards
-from linear_eval.inputs.features import Features, FeatureStore, View
+from linear_eval.inputs.features import Features, FeatureStore, View, ViewSet
 from linear_eval.records import summary
+from pretrain.data import identity
 from pretrain.runtime import dist
 from pretrain.runtime import threads as pretrain_threads
 
@@ -79,6 +79,7 @@ class Session:
             data_root=opts.data_root,
         )
         self._memo: dict[tuple, Features] = {}
+        self._test_set: dict[str, Any] | None = None
 
     @property
     def eval_dir(self) -> Path:
@@ -149,6 +150,14 @@ class Session:
             }
         return out
 
+    def test_set(self) -> dict[str, Any]:
+        """The test split's identity (:func:`pretrain.data.identity.train_set_identity` applied to
+        it: size, files and labels, or pixels), which pairs and groups results of one test set."""
+        if self._test_set is None:
+            ds = self.store.dataset(self.store.run_dataset, "test")
+            self._test_set = identity.train_set_identity(ds, self.store.data_root)
+        return self._test_set
+
     def header(self, evaluator: str) -> dict[str, Any]:
         m = self.model
         return {
@@ -161,6 +170,8 @@ class Session:
             "in_classes": list(m.cfg.data.in_classes),
             "arch": m.cfg.model.arch,
             "kappa_head": m.has_kappa,
+            "train_set": m.train_set,  # the checkpoint's (None: recorded before it was)
+            "test_set": self.test_set(),
             "features": "backbone: pooled penultimate, unnormalised; head: unit-norm z",
             "intervals": f"bootstrap {summary.LEVEL:.0%}, {summary.N_RESAMPLES} resamples of the "
             "test set (percentile)",

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from linear_eval.detect.metrics import as_scores, auroc
+from linear_eval.records.metrics import as_scores, auroc
 
 ArrayLike = torch.Tensor | np.ndarray
 

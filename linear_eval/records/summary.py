@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from linear_eval.detect import metrics
-from linear_eval.records import stats
+from linear_eval.records import metrics, stats
 
 N_RESAMPLES = 1000
 LEVEL = 0.95
@@ -34,7 +33,7 @@ def accuracy(correct: torch.Tensor, prefix: str = "top1") -> dict[str, Any]:
         raise ValueError(f"correct must be (N,) or (S, N) with N > 0, got {tuple(c.shape)}")
     per_run = 100.0 * c.double().mean(1)  # (S,)
     if c.shape[0] == 1:
-        ci = stats.accuracy_ci(c[0].numpy().astype(np.int8), N_RESAMPLES, LEVEL)
+        low, high = interval(c[0])
     else:
         ci = stats.bootstrap_ci(
             _percent_mean,
@@ -43,13 +42,21 @@ def accuracy(correct: torch.Tensor, prefix: str = "top1") -> dict[str, Any]:
             level=LEVEL,
             vectorized=True,
         )
+        low, high = ci.low, ci.high
     return {
         prefix: float(per_run.mean()),
         f"{prefix}_std": float(per_run.std(unbiased=True)) if c.shape[0] > 1 else 0.0,
-        f"{prefix}_ci": [ci.low, ci.high],
+        f"{prefix}_ci": [low, high],
         f"{prefix}_per_run": [float(a) for a in per_run],
         "runs": int(c.shape[0]),
     }
+
+
+def interval(correct: torch.Tensor) -> list[float]:
+    """The bootstrap interval (percent) of one run's accuracy; ``correct`` is (N,) booleans."""
+    c = torch.as_tensor(correct).detach().cpu().reshape(-1)
+    ci = stats.accuracy_ci(c.numpy().astype(np.int8), N_RESAMPLES, LEVEL)
+    return [ci.low, ci.high]
 
 
 def topk_correct(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:

@@ -15,9 +15,6 @@ JSON file and in the tables of :func:`linear_eval.report.markdown.write_report`.
 
 from __future__ import annotations
 
-import json
-import math
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +25,11 @@ matplotlib.use("Agg")  # files only, never a display; must precede the pyplot im
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter  # noqa: E402
-from scipy import stats  # noqa: E402
 
-from linear_eval.classify import geometry  # noqa: E402
-from linear_eval.classify.geometry import ArrayLike, as_array, same_length  # noqa: E402
+from linear_eval.classify import geometry, limited  # noqa: E402
+from linear_eval.classify import kappa as kappa_numbers  # noqa: E402
+from linear_eval.classify.geometry import ArrayLike, as_array  # noqa: E402
+from linear_eval.records import training  # noqa: E402
 
 DPI = 120
 
@@ -133,25 +131,8 @@ def kappa_histograms(kappa: ArrayLike, correct: ArrayLike, path: str | Path) -> 
     P(kappa_correct > kappa_wrong) + P(tie) / 2. With an empty group there is no test: ``u`` and
     ``p_value`` are None and ``note`` says why.
     """
-    k = as_array(kappa, "kappa", 1)
-    ok = as_array(correct, "correct", 1, bool)
-    same_length(kappa=k, correct=ok)
+    k, ok, out = kappa_numbers.correct_vs_wrong(kappa, correct)
     kc, kw = k[ok], k[~ok]
-    out: dict[str, Any] = {
-        "n_correct": len(kc),
-        "n_wrong": len(kw),
-        "mean_correct": float(kc.mean()) if len(kc) else None,
-        "mean_wrong": float(kw.mean()) if len(kw) else None,
-        "u": None,
-        "p_value": None,
-        "effect_size": None,
-    }
-    if len(kc) and len(kw):
-        res = stats.mannwhitneyu(kc, kw, alternative="two-sided")
-        u = float(res.statistic)
-        out |= {"u": u, "p_value": float(res.pvalue), "effect_size": u / (len(kc) * len(kw))}
-    else:
-        out["note"] = f"no {'wrongly' if len(kc) else 'correctly'} classified samples: no test"
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     bins = np.linspace(k.min(), k.max() + (k.max() == k.min()), 41)
@@ -178,19 +159,8 @@ def kappa_histograms(kappa: ArrayLike, correct: ArrayLike, path: str | Path) -> 
     return out
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    with warnings.catch_warnings():  # constant input: rho is NaN, reported as such
-        warnings.simplefilter("ignore")
-        res = stats.spearmanr(a, b)
-    return float(res.statistic), float(res.pvalue)
-
-
-def _per_severity(sev: np.ndarray, k: np.ndarray) -> tuple[dict[int, float], dict[int, float]]:
-    levels = np.unique(sev)
-    return (
-        {int(s): float(k[sev == s].mean()) for s in levels},
-        {int(s): float(k[sev == s].std()) for s in levels},
-    )
+def _curve(record: dict[str, Any]) -> tuple[dict[int, float], dict[int, float]]:
+    return record["mean_kappa_per_severity"], record["std_kappa_per_severity"]
 
 
 def kappa_vs_severity(
@@ -202,40 +172,26 @@ def kappa_vs_severity(
     clean samples (severity 0) belong to every kind, whatever their entry in ``kinds``, so each
     kind's curve and rho start from the same clean set.
     """
-    s = as_array(severity, "severity", 1, np.int64)
-    k = as_array(kappa, "kappa", 1)
-    same_length(severity=s, kappa=k)
-    if s.min() < 0 or s.max() > 5:
-        raise ValueError(f"severity must be in 0..5 (0 = clean), got {s.min()}..{s.max()}")
-    rho, p = _spearman(k, s)
-    mean, std = _per_severity(s, k)
-    out: dict[str, Any] = {"spearman_rho": rho, "spearman_p": p, "n": len(s)}
-    out |= {"mean_kappa_per_severity": mean, "std_kappa_per_severity": std, "per_kind": {}}
-
+    out = kappa_numbers.severity_trend(severity, kappa, kinds)
+    rho, p, mean, std = out["spearman_rho"], out["spearman_p"], *_curve(out)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    if kinds is not None:
-        kd = as_array(kinds, "kinds", 1, object).astype(str)
-        same_length(severity=s, kinds=kd)
-        names = sorted(str(n) for n in set(kd[s > 0]))
-        colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
-        for name, color in zip(names, colors * (len(names) // len(colors) + 1)):
-            m = (kd == name) | (s == 0)
-            r, pk = _spearman(k[m], s[m])
-            mk, sk = _per_severity(s[m], k[m])
-            out["per_kind"][name] = {"spearman_rho": r, "spearman_p": pk, "n": int(m.sum())}
-            out["per_kind"][name] |= {"mean_kappa_per_severity": mk, "std_kappa_per_severity": sk}
-            ax.errorbar(
-                list(mk),
-                list(mk.values()),
-                yerr=list(sk.values()) if len(names) <= 4 else None,  # 15 bars are clutter
-                color=color,
-                marker="o",
-                ms=3,
-                capsize=2,
-                linewidth=1,
-                alpha=0.8,
-                label=f"{name} (ρ={r:.2f})",
-            )
+    names = list(out["per_kind"])
+    colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20").colors
+    for name, color in zip(names, colors * (len(names) // len(colors) + 1)):
+        kind = out["per_kind"][name]
+        mk, sk = _curve(kind)
+        ax.errorbar(
+            list(mk),
+            list(mk.values()),
+            yerr=list(sk.values()) if len(names) <= 4 else None,  # 15 bars are clutter
+            color=color,
+            marker="o",
+            ms=3,
+            capsize=2,
+            linewidth=1,
+            alpha=0.8,
+            label=f"{name} (ρ={kind['spearman_rho']:.2f})",
+        )
     ax.errorbar(
         list(mean),
         list(mean.values()),
@@ -250,31 +206,12 @@ def kappa_vs_severity(
     ax.set(xlabel="corruption severity (0 = clean)", ylabel="mean κ (± std over samples)")
     bars = "std bars on 'all' only" if len(out["per_kind"]) > 4 else "bars: std"
     ax.set_title(
-        f"κ vs corruption severity: Spearman ρ={rho:.3f} (p={p:.2g}), n={len(s)}; {bars}",
+        f"κ vs corruption severity: Spearman ρ={rho:.3f} (p={p:.2g}), n={out['n']}; {bars}",
         fontsize=10,
     )
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     _save(fig, path)
     return out
-
-
-def read_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl``, last one kept per (kind, global_step); a line cut by a
-    hard kill is skipped. Raises ValueError if the file is missing or holds no records."""
-    p = Path(metrics_path)
-    if not p.is_file():
-        raise ValueError(f"{p} does not exist; pass RUN/metrics.jsonl of a pretraining run")
-    records: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in p.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(r, dict) and r.get("kind") in ("step", "epoch") and "global_step" in r:
-            records[(r["kind"], r["global_step"])] = r
-    if not records:
-        raise ValueError(f"{p} has no step or epoch records; has the run logged a step yet?")
-    return sorted(records.values(), key=lambda r: (r["global_step"], r["kind"] == "epoch"))
 
 
 def learning_curves(metrics_path: str | Path, path: str | Path) -> dict[str, Any]:
@@ -283,23 +220,12 @@ def learning_curves(metrics_path: str | Path, path: str | Path) -> dict[str, Any
     x is the epoch: fractional for step lines, the number of finished epochs for epoch lines.
     ``final_loss`` is the last epoch mean (the last step loss if no epoch finished).
     """
-    recs = read_metrics(metrics_path)
+    recs = training.read_metrics(metrics_path)
+    out = training.curve_summary(recs)
     steps = [r for r in recs if r["kind"] == "step"]
     epochs = [r for r in recs if r["kind"] == "epoch"]
-    knn = [r for r in epochs if isinstance(r.get("knn_top1"), (int, float))]
-    knn = [r for r in knn if math.isfinite(r["knn_top1"])]
+    knn = training.knn_points(epochs)
     best = max(knn, key=lambda r: r["knn_top1"], default=None)
-    out: dict[str, Any] = {
-        "final_step_loss": steps[-1]["loss"] if steps else None,
-        "final_epoch_loss": epochs[-1]["loss"] if epochs else None,
-        "best_knn_top1": best["knn_top1"] if best else None,
-        "best_knn_epoch": best["epoch"] if best else None,
-        "last_knn_top1": knn[-1]["knn_top1"] if knn else None,
-        "last_knn_epoch": knn[-1]["epoch"] if knn else None,
-        "num_steps_logged": len(steps),
-        "num_epochs": len(epochs),
-    }
-    out["final_loss"] = out["final_epoch_loss"] if epochs else out["final_step_loss"]
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6), sharex=True)
     if steps:
@@ -348,18 +274,6 @@ def learning_curves(metrics_path: str | Path, path: str | Path) -> dict[str, Any
     return out
 
 
-def _draws(table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]]) -> dict[int, list]:
-    if isinstance(table, Mapping):
-        return {int(n): [float(a) for a in accs] for n, accs in table.items()}
-    draws: dict[int, list] = {}
-    for row in table:
-        if "labels_per_class" not in row or not ({"accuracy", "accuracies"} & set(row)):
-            raise ValueError(f"a row needs labels_per_class and accuracy or accuracies: {row}")
-        accs = row["accuracies"] if "accuracies" in row else [row["accuracy"]]
-        draws.setdefault(int(row["labels_per_class"]), []).extend(float(a) for a in accs)
-    return draws
-
-
 def limited_labels_plot(
     table: Mapping[Any, Sequence[float]] | Sequence[Mapping[str, Any]],
     path: str | Path,
@@ -370,17 +284,7 @@ def limited_labels_plot(
     ``table`` is {labels_per_class: [accuracy of each draw]} or rows
     {"labels_per_class": n, "accuracy": a} (one per draw) / {..., "accuracies": [a, ...]}.
     """
-    draws = dict(sorted(_draws(table).items()))
-    if not draws or any(n < 1 or not accs for n, accs in draws.items()):
-        raise ValueError(f"need labels_per_class >= 1, each with >= 1 draw, got {draws}")
-    out = {
-        n: {
-            "mean": float(np.mean(a)),
-            "std": float(np.std(a, ddof=1)) if len(a) > 1 else 0.0,
-            "draws": len(a),
-        }
-        for n, a in draws.items()
-    }
+    out = limited.draws_summary(table)
     ns = list(out)
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ax.errorbar(

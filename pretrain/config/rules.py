@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pretrain.config import run_settings
 from pretrain.errors import ConfigError
 
 
@@ -71,14 +72,14 @@ def registry_names() -> dict[str, tuple[str, ...]]:
 
 
 def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
-    """``loss.kwargs``: the loss's own constructor arguments (not those the trainer fills in from
-    other keys, ``Loss.from_config``)."""
+    """``loss.kwargs``: the loss's own constructor arguments (not the run settings the trainer
+    fills in, ``Loss.from_run``)."""
     own = dict(cfg.loss.kwargs)
     for name in own:
-        if name in loss_cls.from_config:
+        if name in loss_cls.from_run:
             raise ConfigError(
                 f"config key 'loss.kwargs.{name}': loss {cfg.loss.name!r} takes {name} from "
-                f"{loss_cls.from_config[name]}, not from loss.kwargs; set that instead"
+                f"{run_settings.source(name)}, not from loss.kwargs; set that instead"
             )
     try:
         registries()["loss.name"].check_kwargs(cfg.loss.name, own)
@@ -288,6 +289,20 @@ def _increasing_epochs(milestones: list[int]) -> bool:
     return all(m >= 1 for m in milestones) and list(milestones) == sorted(set(milestones))
 
 
+def bn_splits_fit(batch: int, splits: int) -> bool:
+    """Split BatchNorm's rule, stated once: ``splits`` divides ``batch`` (the images of one rank)
+    into BatchNorm groups of at least 2 images. The config rule applies it to train.batch_size,
+    :func:`pretrain.engine.world.check` to the per-rank batch of a multi-rank job."""
+    return batch % splits == 0 and batch // splits >= 2
+
+
+BN_SPLITS_FIT = Cond(  # the text: bn_splits_fit's body, as the configuration page states it
+    "train.batch_size % model.bn_splits == 0 and train.batch_size // model.bn_splits >= 2",
+    lambda c, n: bn_splits_fit(key("train.batch_size")(c, n), key("model.bn_splits")(c, n)),
+    frozenset({"train.batch_size", "model.bn_splits"}),
+)
+
+
 def _scale(low_high: tuple[float, float]) -> bool:
     return 0 < low_high[0] <= low_high[1] <= 1
 
@@ -327,8 +342,9 @@ RULES: tuple[Rule, ...] = (
     bound("train.dist_timeout_min", 0, low_open=True),
     bound("train.threads", 0, note="0 = automatic"),
     bound("model.bn_splits", 1),
-    Rule(key="model.bn_splits", holds=K("train.batch_size") % K("model.bn_splits") == 0,
-         why="must divide train.batch_size ({train.batch_size})"),
+    Rule(key="model.bn_splits", holds=BN_SPLITS_FIT,
+         why="must divide train.batch_size ({train.batch_size}) into BatchNorm splits of at "
+         "least 2 images"),
     Rule(key="data.crop_scale", holds=check("scale", _scale, "data.crop_scale"),
          why="must be (low, high) with 0 < low <= high <= 1"),
     bound("eval.knn_k", 0, low_open=True),
@@ -418,6 +434,4 @@ RULES: tuple[Rule, ...] = (
          "been checked under a compiled encoder)"),
     Rule(key="model.sync_bn", holds=~(K("model.sync_bn") & (K("model.bn_splits") > 1)),
          why="and model.bn_splits > 1 exclude each other (split BN emulates per-GPU BN)"),
-    Rule(key="model.bn_splits", holds=K("train.batch_size") // K("model.bn_splits") >= 2,
-         why="leaves fewer than 2 images per BatchNorm split"),
 )  # fmt: skip

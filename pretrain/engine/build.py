@@ -2,7 +2,8 @@
 loss and the optimizer are built here from plain values and never see the config; the data through
 :mod:`pretrain.data.pipeline`, which takes the values :func:`data_settings` gives it. Besides this
 module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``train.*`` and
-``eval.*``), ``Loss.config_kwargs`` (a loss's keys) and ``cuda_graphs.refusal`` read it."""
+``eval.*``), ``config.run_settings`` (the run settings a loss declares) and
+``cuda_graphs.refusal`` read it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import negatives
 from negmine_core.step import SetupContext
 from pretrain import losses
-from pretrain.config import Config, ConfigError
+from pretrain.config import Config, ConfigError, run_settings
 from pretrain.data import pipeline
 from pretrain.data.pipeline import Data
 from pretrain.engine.queue import LabeledQueue
@@ -124,7 +125,7 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     kappa head), checked against the negative strategy it is combined with."""
     check_pairing(cfg)
     loss, kappa = cfg.loss, cfg.kappa
-    kwargs = losses.registry.get(loss.name).config_kwargs(cfg, num_classes)
+    kwargs = run_settings.values(cfg, losses.registry.get(loss.name).from_run, num_classes)
     kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
     try:
         made = losses.create(loss.name, **kwargs)

@@ -15,7 +15,7 @@ like any other config change: it would be a different method mid-run.
 
 from __future__ import annotations
 
-from pretrain.config import Config, ConfigError
+from pretrain.config import Config, ConfigError, rules
 
 
 def check(cfg: Config, world: int) -> None:
@@ -27,7 +27,7 @@ def check(cfg: Config, world: int) -> None:
             f"{world} ranks of this job; use a multiple of {world}"
         )
     per_rank = batch // world
-    if per_rank % splits or per_rank // splits < 2:
+    if not rules.bn_splits_fit(per_rank, splits):
         raise ConfigError(
             f"config key 'model.bn_splits' = {splits} must divide the per-rank batch "
             f"({batch} / {world} ranks = {per_rank}) into BatchNorm splits of at least 2 images"

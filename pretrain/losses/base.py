@@ -9,8 +9,9 @@ keeps ``lightly.loss``'s base pieces apart from one file per loss.
 
 A new loss is one file: a ``Loss`` subclass with ``@register("name")``, its paper in the
 docstring, and its own settings as keyword arguments of its constructor (the config's
-``loss.kwargs``, checked against that signature); the settings the trainer fills in from other
-config keys are named in :attr:`Loss.from_config`.
+``loss.kwargs``, checked against that signature); the run settings it takes besides (the
+temperature, the class count, ...) are named in :attr:`Loss.from_run`, and the trainer reads
+them from the config (``pretrain.config.run_settings``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ from negmine_core.registry import Registry
 from negmine_core.step import ONE_PROCESS, Batch, Embeddings, SetupContext, StepContext
 from pretrain.losses.masked import check_temperature
 from pretrain.runtime import dist
-
-#: ``Loss.from_config`` value of an argument that is the training set's class count.
-NUM_CLASSES = "(the training set's class count)"
 
 
 @dataclass(kw_only=True)
@@ -152,8 +150,9 @@ class Loss(Contract, nn.Module):
     """Base class. ``forward(step: StepTensors) -> scalar loss``.
 
     Attributes:
-        from_config: constructor arguments the trainer fills in from other config keys
-            (argument -> dotted key, or :data:`NUM_CLASSES`); ``loss.kwargs`` may not set them.
+        from_run: the run settings the constructor takes by keyword (``temperature``,
+            ``num_classes``, ``dim``, ``classes``, ``epochs``, ``bn_splits``,
+            ``contrast_queue``), filled in by the trainer; ``loss.kwargs`` may not set them.
         accepts_strategies: negative strategies this loss can be combined with (None = any).
         batch_layout: can run in the symmetric 2N x 2N layout (``loss.symmetric``).
         can_drop_queue: the batch alone can be the contrast set (``loss.contrast_queue: false``).
@@ -171,11 +170,12 @@ class Loss(Contract, nn.Module):
         temperature: T of the logits, above 1e-3; the trainer passes ``moco.temperature``.
     """
 
-    #: Constructor arguments the trainer fills in from other config keys (argument -> dotted key,
-    #: or NUM_CLASSES); ``loss.kwargs`` may not set them. The base's: ``temperature`` from
-    #: ``moco.temperature``, checked by ``Loss.__init__`` (above 1e-3) and kept as
-    #: ``self.temperature`` (a loss that has no temperature still takes it, unused).
-    from_config: ClassVar[dict[str, str]] = {"temperature": "moco.temperature"}
+    #: The run settings the constructor takes by keyword, filled in by the trainer (the names
+    #: of ``pretrain.config.run_settings.KEYS``, which says where each is read); ``loss.kwargs``
+    #: may not set them. The base's: ``temperature`` (``moco.temperature``), checked by
+    #: ``Loss.__init__`` (above 1e-3) and kept as ``self.temperature`` (a loss that has no
+    #: temperature still takes it, unused).
+    from_run: ClassVar[tuple[str, ...]] = ("temperature",)
 
     # -- The contract: negmine_core.contract.Contract (syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), the same as a strategy's.
@@ -199,20 +199,6 @@ class Loss(Contract, nn.Module):
     #: The support views (``data.support_views``) the loss needs at least; their keys come in
     #: ``StepTensors.support`` (FNC: 1). ``config.validate`` refuses fewer.
     extra_views: int = 0
-
-    @classmethod
-    def config_kwargs(cls, cfg: Any, num_classes: int) -> dict[str, Any]:
-        """Constructor kwargs from the resolved config (``pretrain.config.Config``): the
-        arguments of :attr:`from_config`, read from their keys."""
-        out: dict[str, Any] = {}
-        for arg, key in cls.from_config.items():
-            if key == NUM_CLASSES:
-                out[arg] = num_classes
-                continue
-            section, name = key.split(".")
-            value = getattr(getattr(cfg, section), name)
-            out[arg] = list(value) if isinstance(value, (list, tuple)) else value
-        return out
 
     def __init__(self, temperature: float) -> None:
         super().__init__()

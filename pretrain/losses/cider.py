@@ -37,7 +37,6 @@ import torch
 import torch.nn.functional as F
 
 from pretrain.losses.base import (
-    NUM_CLASSES,
     Loss,
     SetupContext,
     StepTensors,
@@ -224,12 +223,7 @@ class Cider(Loss):
         "negatives (MiOC, MoCHi) have no term to enter and synthetic outliers have no prototype"
     )
 
-    from_config: ClassVar[dict[str, str]] = {
-        "temperature": "moco.temperature",
-        "num_classes": NUM_CLASSES,
-        "dim": "model.dim",
-        "classes": "data.in_classes",
-    }
+    from_run: ClassVar[tuple[str, ...]] = ("temperature", "num_classes", "dim", "classes")
 
     def __init__(
         self,

@@ -38,10 +38,7 @@ class Hard(Reweighted):
         epochs: the training length the annealing is spread over (``train.epochs``).
     """
 
-    from_config: ClassVar[dict[str, str]] = {
-        "temperature": "moco.temperature",
-        "epochs": "train.epochs",
-    }
+    from_run: ClassVar[tuple[str, ...]] = ("temperature", "epochs")
 
     def __init__(
         self,

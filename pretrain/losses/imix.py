@@ -81,10 +81,7 @@ class IMix(Loss):
 
     batch_layout = False  # MoCo's layout (the query encoder sees the mixed first view only)
 
-    from_config: ClassVar[dict[str, str]] = {
-        "temperature": "moco.temperature",
-        "bn_splits": "model.bn_splits",
-    }
+    from_run: ClassVar[tuple[str, ...]] = ("temperature", "bn_splits")
 
     def __init__(
         self,

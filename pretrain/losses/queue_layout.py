@@ -183,10 +183,7 @@ class QueueContrastive(Loss):
 
     capturable = True
 
-    from_config: ClassVar[dict[str, str]] = {
-        "temperature": "moco.temperature",
-        "contrast_queue": "loss.contrast_queue",
-    }
+    from_run: ClassVar[tuple[str, ...]] = ("temperature", "contrast_queue")
     can_drop_queue = True
     reference_scale = False  # x T/0.07 (SupContrast's hidden factor): supcon's option
 

@@ -101,14 +101,15 @@ def check_zero_kwargs(cls: type) -> None:
 
 
 def build_loss(cls: type) -> torch.nn.Module:
-    """``cls`` as the trainer builds it: the arguments of ``from_config`` read from the digits
+    """``cls`` as the trainer builds it: its run settings (``from_run``) read from the digits
     recipe (moco.temperature, ...), its ``contract_kwargs``, and its ``setup`` hook run."""
     from pretrain import config
+    from pretrain.config import run_settings
     from pretrain.losses.base import SetupContext
 
     cfg = config.load("digits_moco.yaml", [f"model.dim={D}"])  # the embedding width of the step
     try:
-        loss = cls(**cls.config_kwargs(cfg, CLASSES), **cls.contract_kwargs)
+        loss = cls(**run_settings.values(cfg, cls.from_run, CLASSES), **cls.contract_kwargs)
     except (TypeError, ValueError) as e:
         raise fail(cls, "contract_kwargs", f"the constructor refused it: {e}",
                    "give settings the constructor accepts") from None  # fmt: skip

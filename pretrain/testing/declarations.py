@@ -31,7 +31,7 @@ LOSS = {
     "can_drop_queue": ((bool,), "True or False"),
     "needs_labels": ((bool,), "True or False"),
     "extra_views": ((int,), "a whole number >= 0"),
-    "from_config": ((dict,), "a dict: argument -> dotted config key"),
+    "from_run": ((tuple,), "a tuple of run settings (temperature, num_classes, dim, ...)"),
 }
 
 
@@ -74,9 +74,26 @@ def check_declarations(cls: type) -> None:
     budget = cls.ops_budget
     if budget is not None and budget < 0:
         raise fail(cls, "ops_budget", f"is {budget!r}", "declare a fraction >= 0 (or None)")
-    given = tuple(getattr(cls, "from_config", {}))  # a loss's temperature comes from the config
+    if kind == "loss":
+        check_run_settings(cls)
+    given = tuple(getattr(cls, "from_run", ()))  # a loss's temperature comes from the run
     settings = ["contract_kwargs"] + (["zero_kwargs"] if kind == "strategy" else [])
     for attribute in settings:
         why = accepted(cls, getattr(cls, attribute) or {}, given)
         if why:
             raise fail(cls, attribute, why, "name the constructor's keyword arguments")
+
+
+def check_run_settings(cls: type) -> None:
+    """ContractError unless every name of a loss's ``from_run`` is a run setting the trainer
+    fills in (``pretrain.config.run_settings.KEYS``)."""
+    from pretrain.config import run_settings
+
+    unknown = [n for n in cls.from_run if n not in run_settings.KEYS]
+    if unknown:
+        raise fail(
+            cls,
+            "from_run",
+            f"names {', '.join(unknown)}, which the trainer does not fill in",
+            f"name run settings among {', '.join(run_settings.KEYS)}",
+        )

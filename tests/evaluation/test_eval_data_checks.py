@@ -40,7 +40,7 @@ def folder_labels(ds) -> list[tuple[str, int]]:
     return [(Path(p).parent.name, y) for p, y in ds.samples]
 
 
-# --- item 1: splits labelled by the training split's class names -------------------------------
+# --- splits labelled by the training split's class names -------------------------------
 
 
 def test_run_image_folder_test_split_keeps_the_training_labels(tmp_path, capsys):
@@ -99,7 +99,7 @@ def test_cinic10_test_split_without_a_class_keeps_the_training_labels(tmp_path, 
         build_eval_dataset("cinic10", str(tmp_path), "test")
 
 
-# --- item 2: symbolic links followed without entering a folder twice ---------------------------
+# --- symbolic links followed without entering a folder twice ---------------------------
 
 
 def test_ood_folder_with_a_loop_reads_each_image_once(tmp_path, capsys):
@@ -123,7 +123,7 @@ def test_labelled_folder_with_a_loop_keeps_its_labels(tmp_path, capsys):
     assert f"{tmp_path / 'train' / 'cat' / 'up'} -> {tmp_path / 'train'}" in capsys.readouterr().err
 
 
-# --- item 7: a corrupt feature cache is rebuilt with one warning -------------------------------
+# --- a corrupt feature cache is rebuilt with one warning -------------------------------
 
 
 def test_a_truncated_cache_file_is_rebuilt_with_one_warning(tmp_path, capsys):
@@ -158,7 +158,7 @@ def test_a_cache_file_of_another_layout_is_rebuilt(tmp_path, capsys):
     assert f"warning: the feature cache file {path} is corrupt (" in capsys.readouterr().err
 
 
-# --- item 10: weights that are not finite -------------------------------------------------------
+# --- weights that are not finite -------------------------------------------------------
 
 
 def test_weights_that_are_not_finite_are_refused_by_name(tmp_path):
@@ -187,7 +187,7 @@ def test_weights_that_are_not_finite_end_linear_eval_with_exit_1(tmp_path, capsy
     assert "holds weights that are not finite" in err and "frozen encoder changed" not in err
 
 
-# --- item 10 and item 4 in the evaluation sets' loader -------------------------------------------
+# --- the evaluation sets' loader -------------------------------------------
 
 
 def test_an_unreadable_evaluation_image_is_named_and_ends_the_run_with_exit_1(

@@ -1,4 +1,4 @@
-"""linear_eval.detect.metrics against scikit-learn and explicit-loop re-derivations, with and
+"""linear_eval.records.metrics against scikit-learn and explicit-loop re-derivations, with and
 without ties."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from linear_eval.detect.metrics import aupr, aupr_out, auroc, fpr_at_tpr, ood_summary
+from linear_eval.records.metrics import aupr, aupr_out, auroc, fpr_at_tpr, ood_summary
 
 
 def score_sets(seed: int, ties: bool):

@@ -118,7 +118,7 @@ def test_lbfgs_records_the_held_out_fraction_it_used():
 
 
 def test_recorded_settings_are_the_constants_the_code_runs_with(ckpt, monkeypatch):
-    """Issue 40 item 7: no literal copies of settings in the records (they would go stale)."""
+    """No literal copies of settings in the records (they would go stale)."""
     from linear_eval.detect import fitted
     from linear_eval.inputs.session import Options, Session
     from linear_eval.records import summary
