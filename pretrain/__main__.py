@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from pretrain import config
+from pretrain.config import files
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import DatasetError
 from pretrain.engine import loop
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = config.load(args.cfg, args.overrides)
-        status = loop.main(cfg)
+        status = loop.main(cfg, files.resolve_path(args.cfg, config.CONFIG_DIR))
     except (config.ConfigError, DatasetNotFoundError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

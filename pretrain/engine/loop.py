@@ -14,6 +14,7 @@ import math
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,14 +48,15 @@ class Stop(enum.Enum):
     MAX_STEPS = "train.max_steps reached mid-epoch"
 
 
-def run_training(cfg: Config) -> int:
+def run_training(cfg: Config, config_file: str | Path | None = None) -> int:
     """Train ``cfg`` to completion, resuming from ``out_dir/checkpoints/last.pt`` if present.
+    ``config_file``: the file ``cfg`` was loaded from (its sha256 goes into the provenance).
 
     Returns the exit status: 0 when finished or stopped cleanly by SIGTERM/SIGUSR2 (checkpoint
     written), 130 after Ctrl-C (checkpoint written).
     """
     run = setup(cfg)
-    run.provenance = provenance.start(run.run_dir, run.device, plugins_of(cfg))
+    run.provenance = provenance.start(run.run_dir, run.device, plugins_of(cfg), config_file)
     try:
         return train(run)
     finally:
@@ -337,11 +339,12 @@ def plugins_of(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
-def main(cfg: Config) -> int:
+def main(cfg: Config, config_file: str | Path | None = None) -> int:
     """The command's run: its exit status, 1 for errors of the run itself (2 is the CLI's, for
-    config errors)."""
+    config errors). ``config_file``: the file given to ``--cfg``, None for a config built in
+    code."""
     try:
-        return run_training(cfg)
+        return run_training(cfg, config_file)
     except (checkpoint.CheckpointError, NonFiniteLossError, boundary.FirstStepError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
