@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from negmine_core import stop as stop_request
 from pretrain.runtime import dist
 
 FORMAT = "negmine-1"
@@ -239,6 +240,7 @@ class StopSignals:
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = signum
+        stop_request.request()  # for loops inside a step that poll it (MiOC's solver)
 
     @property
     def stop(self) -> bool:
@@ -262,6 +264,7 @@ class StopSignals:
             previous(signum, None)
 
     def __enter__(self) -> StopSignals:
+        stop_request.clear()
         for sig in self.SIGNALS:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -272,3 +275,4 @@ class StopSignals:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        stop_request.clear()
