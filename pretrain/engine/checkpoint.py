@@ -232,8 +232,12 @@ class StopSignals:
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, leaving: bool = False) -> None:
+        """``leaving``: the process ends after the block (``python -m pretrain``): on leaving it
+        the signals are ignored, not handed back, so one that arrives while the process exits
+        cannot turn a run that finished or saved its checkpoint into 143 or 130."""
         self.received: int | None = None
+        self.leaving = leaving
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
@@ -274,5 +278,5 @@ class StopSignals:
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.leaving else handler)
         stop_request.clear()
