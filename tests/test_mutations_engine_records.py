@@ -1,5 +1,5 @@
-"""Tests for more mutations the round-3 audit found surviving (items 16, 19, 20): each fails when
-its mutation is applied (the docstring names it), against a reference of its own: the
+"""Tests for more mutations a mutation audit found surviving (engine, data, records): each fails
+when its mutation is applied (the docstring names it), against a reference of its own: the
 components called in the documented order, an uninterrupted run, the kernel's clock, numpy."""
 
 from __future__ import annotations
