@@ -257,6 +257,7 @@ class OneClassSVM:
             Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
         )
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
+        self.stopped_by_ = ""  # "max_iter" once the host attributes are read (_materialize)
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
         self.offset_ = rho
         self._pending = (alpha, it)
