@@ -45,9 +45,14 @@ from negatives.base import (
     strategies,
 )
 from negatives.ocsvm.svm import OneClassSVM
+from negmine_core import stop as stop_request
 
 Warmup = Literal["paper", "code"]  # warmup: the paper's schedule or the code's
 EmptyInliers = Literal["queue", "skip"]  # empty_inliers: what an empty inlier set does
+
+#: The wall clock one OC-SVM fit may take (a usual fit takes milliseconds); the solver then stops
+#: with one warning, as at its iteration cap.
+MAX_SOLVE_S = 60.0
 
 #: The largest RBF gamma MiOC takes: on unit vectors the float64 kernel's rounding (|x - y|^2 to
 #: about 1e-16) times gamma stays below 1e-6 (gamma=1e300 made the host solver spin on NaN).
@@ -181,8 +186,16 @@ class MiOC(NegativeStrategy):
                 "and the solver finds no finite rho (the paper uses 0.01)"
             )
         self.svm = OneClassSVM(
-            nu=nu, gamma=gamma, kernel="rbf", tol=tol, solver=solver, backend=backend, loop=loop
-        )  # validates nu, gamma, solver, loop
+            nu=nu,
+            gamma=gamma,
+            kernel="rbf",
+            tol=tol,
+            solver=solver,
+            backend=backend,
+            loop=loop,
+            max_seconds=MAX_SOLVE_S,
+            should_stop=stop_request.requested,
+        )  # validates nu, gamma, solver, loop; a preemption's signal stops a long solve
         self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol

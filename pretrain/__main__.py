@@ -5,7 +5,9 @@
 
 Re-running the same command on an existing run directory resumes from its last checkpoint.
 Exit status: 0 done (or stopped by SIGTERM/SIGUSR2 with a checkpoint), 1 runtime error (corrupt
-checkpoint, non-finite loss), 2 config error, 130 Ctrl-C (checkpoint written). A multi-rank run
+checkpoint, non-finite loss), 2 config error, 130 Ctrl-C (checkpoint written). A stop signal
+after the run's end (its "run complete" line, or its checkpoint after a stop) changes nothing:
+the status stays the run's. A multi-rank run
 that finished or stopped cleanly destroys its process group and exits through ``os._exit``
 (``dist.finish``), so no teardown abort can turn a saved run into a failed job.
 """
@@ -16,13 +18,16 @@ import argparse
 import sys
 
 from pretrain import config
+from pretrain.config import files
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import DatasetError
 from pretrain.engine import loop
 from pretrain.runtime import dist
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, leaving: bool = False) -> int:
+    """``python -m pretrain ARGV``; ``leaving``: the process ends with this status (a stop signal
+    after the run's end is then ignored, not fatal)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["export"]:
         from pretrain.engine import export
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = config.load(args.cfg, args.overrides)
-        status = loop.main(cfg)
+        status = loop.main(cfg, files.resolve_path(args.cfg, config.CONFIG_DIR), leaving=leaving)
     except (config.ConfigError, DatasetNotFoundError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -70,4 +75,4 @@ def registered() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(leaving=True))

@@ -95,10 +95,12 @@ class PretrainTask:
 
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         from pretrain import config
+        from pretrain.config import files
         from pretrain.engine import loop
         from pretrain.runtime import dist
 
-        status = loop.main(config.load(self.cfg, self.overrides))
+        cfg_file = files.resolve_path(self.cfg, config.CONFIG_DIR)
+        status = loop.main(config.load(self.cfg, self.overrides), cfg_file)
         if status not in (0, 130):
             raise RuntimeError(f"pretraining failed with exit status {status}")
         dist.finish(status, leave=False)  # destroy the group; submitit still writes the result

@@ -26,6 +26,8 @@ TOL = 1.0 / 255 / min(STD) + 1e-5  # one level of the uint8 resize
         (16, 16, 16, 12),  # odd padding (2 each side)
         (16, 16, 14, 11),  # pad by 3: one more on the right and the bottom
         (20, 14, 16, 10),  # non-square: pads the short side only, crops the long one
+        (14, 20, 16, 10),  # landscape: the height is the short side
+        (12, 20, 12, 16),  # landscape upsampled to a short side of 16, then a crop
         (16, 16, 12, 16),  # no resize, a crop
         (16, 16, 16, 24),  # upsample then crop
     ],

@@ -75,10 +75,10 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
         state = checkpoint.load(path)
     except checkpoint.NotNegmineError as e:
         raise checkpoint.CheckpointError(
-            f"{e}. Weights made elsewhere (an official MoCo v1/v2 checkpoint, a torchvision, timm "
-            "or solo-learn ResNet) need --config CFG, a config naming the dataset and evaluation "
-            f"settings, e.g. python -m linear_eval --ckpt {path} --config cifar10_moco.yaml "
-            "[--set data.root=PATH]"
+            f"{e}. Weights made elsewhere (an official MoCo v1/v2 checkpoint, a torchvision, timm, "
+            "solo-learn or lightly ResNet) need --config CFG, a config naming the dataset and "
+            f"evaluation settings, e.g. python -m linear_eval --ckpt {path} --config "
+            "cifar10_moco.yaml [--set data.root=PATH]"
         ) from None
     try:
         cfg = config.from_dict(

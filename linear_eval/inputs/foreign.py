@@ -6,8 +6,12 @@ baselines run through the same protocols. Recognised layouts:
   ``module.encoder_q.fc.*`` is dropped.
 * A torchvision or timm ResNet state dict (``conv1.weight``, ``layer1.0.bn1.weight``, ...;
   ``fc.*`` dropped); also ``python -m pretrain export --to torchvision|timm`` output.
-* solo-learn (Lightning checkpoint, ``state_dict`` with ``backbone.*``; ``projector.*``,
-  ``classifier.*``, momentum copies dropped). lightly saves no fixed layout and is not read.
+* A Lightning checkpoint whose ``state_dict`` holds the backbone as ``backbone.<torchvision
+  name>``; the rest (heads, momentum copies, classifiers) is dropped. It is named after the
+  library its other keys come from: solo-learn (``projector.*``, ``momentum_backbone.*``,
+  ``classifier.*``), lightly's benchmark modules (``projection_head.*``, ``online_classifier.*``,
+  ``backbone_momentum.*``, ...), else "Lightning". lightly saves no fixed layout: a backbone kept
+  as ``nn.Sequential`` (``backbone.0.weight``, ...) has no torchvision names and is refused.
 
 The evaluation config (dataset, preprocessing, eval settings) comes from ``--config`` (a shipped
 name or YAML); ``model.arch`` comes from the file (MoCo's ``arch``, else the block layout) and
@@ -48,16 +52,33 @@ def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], 
             return out, "moco", raw.get("arch") if isinstance(raw.get("arch"), str) else None
         if any(k.startswith("backbone.") for k in sd):
             out = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
-            return {k: v for k, v in out.items() if not k.startswith("fc.")}, "solo-learn", None
+            out = {k: v for k, v in out.items() if not k.startswith("fc.")}
+            return out, lightning_library(sd), None
     if isinstance(raw, dict) and "conv1.weight" in raw:
         out = {k: v for k, v in raw.items() if not k.startswith("fc.")}
         return out, "torchvision/timm state dict", None
     keys = list(raw)[:8] if isinstance(raw, dict) else type(raw).__name__
     raise CheckpointError(
         f"{path} is neither a negmine checkpoint nor a known layout (MoCo v1/v2 "
-        f"'state_dict' with '{MOCO}*', a torchvision/timm state dict, solo-learn 'backbone.*'); "
+        f"'state_dict' with '{MOCO}*', a torchvision/timm state dict, a Lightning 'backbone.*'); "
         f"its top-level keys: {keys}"
     )
+
+
+#: the keys beside ``backbone.*`` that name the library of a Lightning checkpoint: solo-learn's
+#: BaseMethod/BaseMomentumMethod, lightly's benchmark and example modules
+LIBRARY_KEYS = {
+    "solo-learn": ("projector.", "momentum_backbone.", "momentum_projector.", "classifier."),
+    "lightly": ("projection_head.", "prediction_head.", "online_classifier.",
+                "backbone_momentum.", "projection_head_momentum.", "query_backbone."),
+}  # fmt: skip
+
+
+def lightning_library(sd: dict[str, torch.Tensor]) -> str:
+    """ "solo-learn" or "lightly" by the other keys of a ``backbone.*`` state dict, else
+    "Lightning" (a module of one's own, or both libraries' keys at once)."""
+    named = [lib for lib, keys in LIBRARY_KEYS.items() if any(k.startswith(keys) for k in sd)]
+    return named[0] if len(named) == 1 else "Lightning"
 
 
 def infer_arch(sd: dict[str, torch.Tensor]) -> str | None:
@@ -82,4 +103,4 @@ def load(path: str | Path, cfg_name: str, overrides: list[str] | None = None) ->
     encoder = build.model(cfg).encoder_q
     checkpoint.load_module(encoder.backbone, sd, f"backbone ({layout} layout, {path.name})")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    return encoder, cfg, f"foreign-{layout.split('/')[0]}-{digest}"
+    return encoder, cfg, f"foreign-{layout.split('/')[0].lower()}-{digest}"

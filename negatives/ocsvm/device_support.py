@@ -108,3 +108,13 @@ def thundersvm() -> Any:
             "thundersvm for CUDA); backend='torch' needs nothing more"
         ) from e
     return Wrapped
+
+
+def scratch(store: dict, device: torch.device, *sizes: int) -> list[torch.Tensor]:
+    """Flat float64 buffers of the given sizes on device, kept in ``store`` between calls."""
+    bufs = store.setdefault("_buffers", {})
+    key = str(device)
+    if key not in bufs or len(bufs[key]) < sum(sizes):
+        bufs[key] = torch.empty(sum(sizes), dtype=torch.float64, device=device)
+    ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
+    return [bufs[key][e - n : e] for n, e in zip(sizes, ends)]

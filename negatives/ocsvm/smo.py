@@ -5,7 +5,7 @@ index), ``do_shrinking``/``be_shrunk``, ``reconstruct_gradient`` and ``calculate
 that scikit-learn 1.9.1 vendors (sklearn/svm/src/libsvm/svm.cpp). The step functions are written
 once against two sets of primitives: :class:`HostOps` (numpy arrays and host scalars, the CPU loop)
 and :class:`DeviceOps` (fixed-shape tensor ops in chunks with a device-side ``live`` flag, the CUDA
-loop, which syncs with the host once per chunk). Imports only numpy and torch.
+loop, which syncs with the host once per chunk). Imports numpy, torch and :mod:`.limits`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from negatives.ocsvm.limits import Limits
 
 _TAU = 1e-12  # libsvm's TAU: stands in for a non-positive quadratic coefficient
 _INF = math.inf
@@ -390,20 +392,18 @@ def _shrink(o: HostOps, s: _State, eps: float) -> None:
 
 
 def solve(
-    o: HostOps, alpha: np.ndarray, eps: float, max_iter: int, shrinking: bool, chunk: int
-) -> tuple[_State, int, bool]:
-    """``Solver::Solve`` for the one-class problem (p = 0, y = +1, C = 1)."""
+    o: HostOps, alpha: np.ndarray, eps: float, limits: Limits, shrinking: bool, chunk: int
+) -> tuple[_State, int, str]:
+    """``Solver::Solve`` for the one-class problem (p = 0, y = +1, C = 1); the reason a cap of
+    ``limits`` stopped it, or ""."""
     s = o.init(alpha)
     for i in np.flatnonzero(alpha > 0).tolist():  # initial gradient, summed in libsvm's order
         Qi = o.row_full(s, i)
         s.G += float(alpha[i]) * Qi
         if alpha[i] >= 1.0:
             s.Gbar += Qi
-    it, counter, timed_out = 0, min(s.l, 1000) + 1, False
-    while True:
-        if it >= max_iter:
-            timed_out = True
-            break
+    it, counter, max_iter = 0, min(s.l, 1000) + 1, limits.max_iter
+    while not (why := limits.reached(it)):  # between chunks: no host sync of its own
         counter -= 1
         if counter == 0:
             counter = min(s.l, 1000)
@@ -423,7 +423,7 @@ def solve(
             counter = 1  # shrink at the next iteration
             it += 1
             _update(o, s, i, j, Qi, True)
-    return s, it, timed_out
+    return s, it, why
 
 
 def rho(G: np.ndarray, a: np.ndarray) -> float:

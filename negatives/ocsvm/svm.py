@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,7 @@ import torch
 
 from negatives.ocsvm import device_support as support
 from negatives.ocsvm import smo
+from negatives.ocsvm.limits import Limits, warn_once
 
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
@@ -96,6 +98,8 @@ class OneClassSVM:
         loop: str = "auto",
         chunk_size: int = 32,
         kernel_cache: str = "auto",
+        max_seconds: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ):
         """Validate and store the settings.
 
@@ -117,6 +121,9 @@ class OneClassSVM:
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
                 computed once with torch, 4 n^2 bytes) or "rows" (rows computed on the CPU when
                 first needed and kept, like libsvm's cache).
+            max_seconds, should_stop: the host and device loops also stop after ``max_seconds``
+                of wall clock, or when ``should_stop()`` turns true in a solve past 1 s
+                (:mod:`negatives.ocsvm.limits`); each cap warns once per object.
         """
         for name, value, valid in (
             ("kernel", kernel, ("rbf", "linear")),
@@ -146,6 +153,7 @@ class OneClassSVM:
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
         self.solver, self.backend, self.shrinking = solver, backend, shrinking
         self.loop, self.chunk_size, self.kernel_cache = loop, chunk_size, kernel_cache
+        self.max_seconds, self.should_stop, self.stopped_by_ = max_seconds, should_stop, ""
         self._wrapped: Any = None
         self._triton_state = "untried"  # "untried" | "ok" | the cause of the fallback
         self.path_ = ""  # the loop of the latest fit: "triton", "device", "host" or the backend
@@ -185,8 +193,7 @@ class OneClassSVM:
         stats = (float(n_iter), float(len(sv)), float(status))
         self._stats = dict(zip(("solver_iterations", "support_vectors", "max_iter_reached"), stats))
         self.nonfinite_ = self._constant(dev, "zero", 0)[0]  # checked above
-        if status:
-            warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=2)
+        warn_once(self, self.stopped_by_, n_iter, self.max_seconds, level=2)
         return self
 
     def _loop(self, X: torch.Tensor) -> str:
@@ -250,6 +257,7 @@ class OneClassSVM:
             Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
         )
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
+        self.stopped_by_ = ""  # "max_iter" once the host attributes are read (_materialize)
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
         self.offset_ = rho
         self._pending = (alpha, it)
@@ -289,8 +297,8 @@ class OneClassSVM:
         self.dual_coef_ = torch.from_numpy(alpha[None, sv]).to(dev)
         self.n_support_ = torch.tensor([len(sv)], dtype=torch.int32, device=dev)
         self.n_iter_, self.fit_status_ = int(n_iter), int(status)
-        if status:
-            warnings.warn(f"OneClassSVM stopped at max_iter={n_iter}", RuntimeWarning, stacklevel=3)
+        self.stopped_by_ = "max_iter" if status else ""
+        warn_once(self, self.stopped_by_, int(n_iter), None, level=3)
 
     def __getattr__(self, name: str) -> Any:
         """Host attributes of a Triton fit, materialised on first access (one host sync)."""
@@ -329,19 +337,21 @@ class OneClassSVM:
         eps = self.tol if self.solver == "libsvm" else min(self.tol, 1e-10)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
         chunk = self.chunk_size if device_loop else n + 1000  # host: no chunk boundary needed
-        alpha0 = smo.initial_alpha(self.nu, n)
-        s, n_iter, timed_out = smo.solve(ops, alpha0, eps, max_iter, self.shrinking, chunk)
+        limits = Limits(max_iter, self.max_seconds, self.should_stop)
+        s, n_iter, self.stopped_by_ = smo.solve(
+            ops, smo.initial_alpha(self.nu, n), eps, limits, self.shrinking, chunk
+        )
         G, a, perm = support.solution_to_host(s.G, s.alpha, s.perm)
         self.n_syncs_ = ops.n_syncs + device_loop  # + this copy of the solution to the host
         alpha = np.zeros(n)
         alpha[perm] = a  # libsvm's "put back the solution"
-        return alpha, smo.rho(G[: s.A], a[: s.A]), n_iter, int(timed_out)
+        return alpha, smo.rho(G[: s.A], a[: s.A]), n_iter, int(bool(self.stopped_by_))
 
     def _fit_wrapped(self, X64: torch.Tensor) -> tuple[np.ndarray, float, int, int]:
         kw = dict(kernel=self.kernel, nu=self.nu, gamma=self.gamma, tol=self.tol)
         kw.update(max_iter=self.max_iter, shrinking=self.shrinking)
         self._wrapped, *fitted = support.fit_wrapped(self.backend, X64.cpu().numpy(), kw)
-        self.n_syncs_ = 0
+        self.n_syncs_, self.stopped_by_ = 0, "max_iter" if fitted[3] else ""
         return tuple(fitted)  # type: ignore[return-value]
 
     def decision_function(self, Y: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
@@ -368,7 +378,7 @@ class OneClassSVM:
         W = (2.0 * g) * sv  # (n_SV, d)
         sv_r2 = math.inf if Y.is_cuda or self._dense else float(sv_sq.max())  # no sync there
         a_sv = a * torch.exp(-g * sv_sq) if sv_r2 < math.inf else None  # (n_SV,), CPU only
-        y_buf, E_buf = self._scratch(Y.device, chunk * d, chunk * n_sv)
+        y_buf, E_buf = support.scratch(self.__dict__, Y.device, chunk * d, chunk * n_sv)
         for k in range(0, len(Y), chunk):
             o = out[k : k + chunk]  # (b,)
             y = y_buf[: len(o) * d].view(len(o), d).copy_(Y[k : k + chunk])  # float64
@@ -434,15 +444,6 @@ class OneClassSVM:
             return f, f > 0
         self._score_state = "ok"
         return out
-
-    def _scratch(self, device: torch.device, *sizes: int) -> list[torch.Tensor]:
-        """Flat float64 buffers of the given sizes on device, kept between calls."""
-        bufs = self.__dict__.setdefault("_buffers", {})
-        key = str(device)
-        if key not in bufs or len(bufs[key]) < sum(sizes):
-            bufs[key] = torch.empty(sum(sizes), dtype=torch.float64, device=device)
-        ends = [sum(sizes[: i + 1]) for i in range(len(sizes))]
-        return [bufs[key][e - n : e] for n, e in zip(sizes, ends)]
 
     def predict(self, Y: torch.Tensor) -> torch.Tensor:
         """+1 for inliers (f > 0, as libsvm), -1 for outliers: (m,) int64 on Y's device."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from negmine_core import stop as stop_request
 from pretrain.runtime import dist
 
 FORMAT = "negmine-1"
@@ -231,14 +232,19 @@ class StopSignals:
 
     SIGNALS = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
 
-    def __init__(self) -> None:
+    def __init__(self, leaving: bool = False) -> None:
+        """``leaving``: the process ends after the block (``python -m pretrain``): on leaving it
+        the signals are ignored, not handed back, so one that arrives while the process exits
+        cannot turn a run that finished or saved its checkpoint into 143 or 130."""
         self.received: int | None = None
+        self.leaving = leaving
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = signum
+        stop_request.request()  # for loops inside a step that poll it (MiOC's solver)
 
     @property
     def stop(self) -> bool:
@@ -262,6 +268,7 @@ class StopSignals:
             previous(signum, None)
 
     def __enter__(self) -> StopSignals:
+        stop_request.clear()
         for sig in self.SIGNALS:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -271,4 +278,5 @@ class StopSignals:
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.leaving else handler)
+        stop_request.clear()

@@ -14,6 +14,7 @@ import math
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,37 +47,43 @@ class Stop(enum.Enum):
     MAX_STEPS = "train.max_steps reached mid-epoch"
 
 
-def run_training(cfg: Config) -> int:
+def run_training(
+    cfg: Config, config_file: str | Path | None = None, *, leaving: bool = False
+) -> int:
     """Train ``cfg`` to completion, resuming from ``out_dir/checkpoints/last.pt`` if present.
+    ``config_file``: the file ``cfg`` was loaded from (its sha256 goes into the provenance).
 
     Returns the exit status: 0 when finished or stopped cleanly by SIGTERM/SIGUSR2 (checkpoint
-    written), 130 after Ctrl-C (checkpoint written).
+    written), 130 after Ctrl-C (checkpoint written). From the start of training to the return, a
+    stop signal is a flag (:class:`checkpoint.StopSignals`): one that arrives after the last
+    step, while the run closes, leaves the status as it is. ``leaving``: the process ends after
+    this (``python -m pretrain``), so the stop signals stay ignored after the return as well.
     """
     run = setup(cfg)
-    run.provenance = provenance.start(run.run_dir, run.device, plugins_of(cfg))
-    try:
-        return train(run)
-    finally:
-        provenance.finish(run.provenance, run.state.global_step)
-        run.close()
+    run.provenance = provenance.start(run.run_dir, run.device, plugins_of(cfg), config_file)
+    with checkpoint.StopSignals(leaving=leaving) as stop:
+        try:
+            return train(run, stop)
+        finally:
+            provenance.finish(run.provenance, run.state.global_step)
+            run.close()
 
 
-def train(run: Run) -> int:
+def train(run: Run, stop: checkpoint.StopSignals) -> int:
     """The run after :func:`setup`: resume or start, then epochs until done or stopped."""
     if not start(run):  # the command of a finished run, again: said so, nothing rewritten
         return 0
-    with checkpoint.StopSignals() as stop:
-        while run.state.epoch < run.cfg.train.epochs:
-            if reached_max_steps(run):  # at an epoch boundary (or a rerun with the same limit)
-                return stop_at_max_steps(run)
-            tic = time.perf_counter()
-            why = train_one_epoch(run, stop)
-            if why is Stop.MAX_STEPS:
-                return stop_at_max_steps(run)
-            if why is Stop.SIGNAL:
-                return stop_on_signal(run, stop)
-            end_epoch(run, time.perf_counter() - tic)
-    if dist.is_main():
+    while run.state.epoch < run.cfg.train.epochs:
+        if reached_max_steps(run):  # at an epoch boundary (or a rerun with the same limit)
+            return stop_at_max_steps(run)
+        tic = time.perf_counter()
+        why = train_one_epoch(run, stop)
+        if why is Stop.MAX_STEPS:
+            return stop_at_max_steps(run)
+        if why is Stop.SIGNAL:
+            return stop_on_signal(run, stop)
+        end_epoch(run, time.perf_counter() - tic)
+    if dist.is_main():  # a stop signal from here on changes nothing: the run is complete
         print(closing.finished(run.run_dir, run.cfg.train.epochs), flush=True)
     return 0
 
@@ -336,11 +343,12 @@ def plugins_of(cfg: Config) -> list[dict[str, Any]]:
     return out
 
 
-def main(cfg: Config) -> int:
+def main(cfg: Config, config_file: str | Path | None = None, *, leaving: bool = False) -> int:
     """The command's run: its exit status, 1 for errors of the run itself (2 is the CLI's, for
-    config errors)."""
+    config errors). ``config_file``: the file given to ``--cfg``, None for a config built in
+    code; ``leaving``: see :func:`run_training`."""
     try:
-        return run_training(cfg)
+        return run_training(cfg, config_file, leaving=leaving)
     except (checkpoint.CheckpointError, NonFiniteLossError, boundary.FirstStepError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1

@@ -6,7 +6,8 @@ process that trains the run (the first start and every resume after a preemption
 none): the code (git commit and whether the tree had uncommitted changes, or the installed
 package's version outside a git checkout), host, CPU model and cores, GPU model and count, world
 size, Python/torch/triton/CUDA versions, the plugins it trained with (each one's distribution
-and version, or a file's sha256: :mod:`pretrain.runtime.plugin_provenance`), its start (the
+and version, or a file's sha256: :mod:`pretrain.runtime.plugin_provenance`), the config file
+given to ``--cfg`` (resolved) and its sha256, its start (the
 process's start, imports and data set-up included) and end in UTC, its wall time, and its peak
 memory (the resident set of rank 0's training process, and the peak CUDA memory allocated by
 torch on rank 0's GPU). The top level
@@ -24,6 +25,7 @@ that cannot be read is ``null``, and a file that cannot be written prints one wa
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -113,6 +115,19 @@ def code_version() -> dict[str, Any]:
     return out
 
 
+def config_record(path: str | Path | None) -> dict[str, str | None]:
+    """The config file the run was given (``--cfg``, resolved) and its sha256; both None when
+    there is none (a config built in code), the digest None when the file cannot be read."""
+    if path is None:
+        return {"config_file": None, "config_sha256": None}
+    path = Path(path).resolve()
+    try:
+        digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"config_file": str(path), "config_sha256": digest}
+
+
 def package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -141,6 +156,7 @@ class Provenance:
         device: torch.device,
         started: float,
         plugins: list[dict[str, Any]] | None = None,
+        config_file: str | Path | None = None,
     ) -> None:
         self.path = Path(run_dir) / FILE
         self.device = device
@@ -166,6 +182,7 @@ class Provenance:
             "triton": package_version("triton"),
             "cuda": None if torch.version.cuda is None else str(torch.version.cuda),
             "command": " ".join(getattr(sys, "orig_argv", sys.argv)),
+            **config_record(config_file),
             "plugins": plugins or [],  # the strategy's and loss's, where not this package's
             "start": utc(started),
             "end": None,
@@ -240,6 +257,7 @@ def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
         "world_size": same("world_size"),
         "torch": same("torch"),
         "plugins": same("plugins"),
+        "config_sha256": same("config_sha256"),
         "start": segments[0].get("start"),
         "end": segments[-1].get("end"),
         "wall_s": round(sum(walls), 1),
@@ -249,11 +267,15 @@ def summarize(segments: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def start(
-    run_dir: str | Path, device: torch.device, plugins: list[dict[str, Any]] | None = None
+    run_dir: str | Path,
+    device: torch.device,
+    plugins: list[dict[str, Any]] | None = None,
+    config_file: str | Path | None = None,
 ) -> Provenance:
     """Record this process's segment in ``RUN/provenance.json`` (rank 0): call once after setup.
-    ``plugins``: :func:`pretrain.runtime.plugin_provenance.record` of the strategy and loss."""
-    prov = Provenance(run_dir, device, process_start(), plugins)
+    ``plugins``: :func:`pretrain.runtime.plugin_provenance.record` of the strategy and loss;
+    ``config_file``: the file given to ``--cfg`` (None: the config was built in code)."""
+    prov = Provenance(run_dir, device, process_start(), plugins, config_file)
     prov.write(prov.snapshot())
     return prov
 
