@@ -118,8 +118,11 @@ class Registry(Generic[T]):
                 )
                 self._problems[ep.name] = why
                 if clash:  # one warning; only the runs that use the name stop
-                    print(f"warning: {why}: runs that use {ep.name!r} stop with this error; "
-                          "other runs go on", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"warning: {why}: runs that use {ep.name!r} stop with this error; "
+                        "other runs go on",
+                        file=sys.stderr,
+                    )
             finally:
                 self._loading = ""
 

@@ -49,15 +49,26 @@ def resources(a: argparse.Namespace) -> Resources:
     counts += [("--cpus-per-task", a.cpus_per_task, 1)] if a.cpus_per_task is not None else []
     for flag, value, low in counts:
         if value < low:
-            raise SlurmError(f"{flag} {value}: give a whole number >= {low}"
-                             + (" (0 = a CPU job)" if low == 0 else ""))  # fmt: skip
+            raise SlurmError(
+                f"{flag} {value}: give a whole number >= {low}"
+                + (" (0 = a CPU job)" if low == 0 else "")
+            )
     if a.mem is not None and not re.fullmatch(r"[1-9][0-9]*[KMGT]?", a.mem):
         raise SlurmError(
             f"--mem {a.mem!r}: give a whole number with an optional unit K, M, G or T (e.g. 200G; "
             "no unit = megabytes)"
         )
-    return Resources(a.nodes, a.gpus_per_node, a.partition, a.time, a.account, a.qos,
-                     a.constraint, a.mem, a.cpus_per_task)  # fmt: skip
+    return Resources(
+        a.nodes,
+        a.gpus_per_node,
+        a.partition,
+        a.time,
+        a.account,
+        a.qos,
+        a.constraint,
+        a.mem,
+        a.cpus_per_task,
+    )
 
 
 def absolute(path: str) -> str:

@@ -88,3 +88,28 @@ def test_the_check_finds_a_long_function(tmp_path):
     sixty_one.write_text("def g():\n" + "".join(f"    x{i} = {i}\n" for i in range(60)))
     assert [s.split(" ", 1)[1] for s in long_functions(sixty_one, tmp_path)] == ["g (61 lines)"]
     assert is_triton_kernel(ast.parse("@triton.jit\ndef k():\n    pass\n").body[0])
+
+
+MAX_FMT_SKIPS = 10  # hand-aligned tables only: formatting is not a line budget
+
+
+def fmt_skips(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """Each ``# fmt: skip`` / ``# fmt: off`` line of ``paths``, as ``path:line``."""
+    return [
+        f"{p.relative_to(root)}:{i}"
+        for p in paths
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "# fmt: skip" in line or "# fmt: off" in line
+    ]
+
+
+def test_at_most_ten_fmt_skips_in_the_library():
+    paths = [*modules(), *sorted((ROOT / "slurm").rglob("*.py"))]
+    found = fmt_skips(paths)
+    assert len(found) <= MAX_FMT_SKIPS, f"{len(found)} fmt skips (at most {MAX_FMT_SKIPS}): {found}"
+
+
+def test_the_fmt_skip_count_finds_each_marker(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("A = {1: 2}  # fmt: skip\nB = 1\n# fmt: off\nC = 3\n")
+    assert fmt_skips([mod], tmp_path) == ["m.py:1", "m.py:3"]

@@ -69,9 +69,15 @@ def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], 
 #: BaseMethod/BaseMomentumMethod, lightly's benchmark and example modules
 LIBRARY_KEYS = {
     "solo-learn": ("projector.", "momentum_backbone.", "momentum_projector.", "classifier."),
-    "lightly": ("projection_head.", "prediction_head.", "online_classifier.",
-                "backbone_momentum.", "projection_head_momentum.", "query_backbone."),
-}  # fmt: skip
+    "lightly": (
+        "projection_head.",
+        "prediction_head.",
+        "online_classifier.",
+        "backbone_momentum.",
+        "projection_head_momentum.",
+        "query_backbone.",
+    ),
+}
 
 
 def lightning_library(sd: dict[str, torch.Tensor]) -> str:

@@ -54,10 +54,17 @@ def before_loss(run: Any, step: Any) -> None:
     symmetric = bool(getattr(run.cfg.loss, "symmetric", False))
     n = step.q.shape[0] * (2 if symmetric else 1)
     try:
-        check_extra(type(run.strategy), step.extra, step.q, step.queue, rows=n,
-                    because="loss.symmetric=true" if symmetric else "",
-                    fix_rows="declare symmetric_ok = False (its negatives are the first view's)",
-                    dtypes=(step.k.dtype, step.q.dtype), values=False)  # fmt: skip
+        check_extra(
+            type(run.strategy),
+            step.extra,
+            step.q,
+            step.queue,
+            rows=n,
+            because="loss.symmetric=true" if symmetric else "",
+            fix_rows="declare symmetric_ok = False (its negatives are the first view's)",
+            dtypes=(step.k.dtype, step.q.dtype),
+            values=False,
+        )
     except ContractError as e:
         raise FirstStepError(str(e)) from None
     _pending[run.strategy] = {"extra": value_flags(step.extra)}
@@ -68,8 +75,9 @@ def after_loss(run: Any, step: Any, loss: torch.Tensor) -> None:
     if not first(run):
         return
     flags = _pending.setdefault(run.strategy, {"extra": {}})
-    flags["loss"] = torch.stack([torch.isfinite(loss.detach()).all(),
-                                 torch.isfinite(step.q.detach()).all()])  # fmt: skip
+    flags["loss"] = torch.stack(
+        [torch.isfinite(loss.detach()).all(), torch.isfinite(step.q.detach()).all()]
+    )
     flags["loss_class"] = type(run.loss_fn)
     _checked.add(run.strategy)
 

@@ -36,11 +36,17 @@ def declared(kind: str, name: str, cls: Any) -> list[tuple[bool, str]]:
     n = cls.syncs_per_step
     return [
         (n == 0, f"{kind} {name!r} syncs {n} time(s) per step (syncs_per_step): {cls.syncs_why}"),
-        (not cls.step_state, f"{kind} {name!r}: Python state that changes per step would be "
-                             f"frozen in the graph (step_state): {cls.step_state}"),
-        (cls.capturable, f"{kind} {name!r} is not declared capturable (capturable = False): "
-                         f"{cls.why_not_capturable}"),
-    ]  # fmt: skip
+        (
+            not cls.step_state,
+            f"{kind} {name!r}: Python state that changes per step would be "
+            f"frozen in the graph (step_state): {cls.step_state}",
+        ),
+        (
+            cls.capturable,
+            f"{kind} {name!r} is not declared capturable (capturable = False): "
+            f"{cls.why_not_capturable}",
+        ),
+    ]
 
 
 def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
@@ -48,17 +54,23 @@ def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
     t, loss, strategy = cfg.train, cfg.loss.name, cfg.negatives.name
     checks = [
         (device_type == "cuda", f"CUDA graphs need a CUDA device (this run is on {device_type})"),
-        (world_size == 1, "DDP's gradient all-reduce has not been captured here (one process "
-                          "only; batches are even at any world size: the sampler drops the rest)"),
+        (
+            world_size == 1,
+            "DDP's gradient all-reduce has not been captured here (one process "
+            "only; batches are even at any world size: the sampler drops the rest)",
+        ),
         (not t.compile, "train.compile is on: capture the eager step or compile, not both"),
         (t.amp != "fp16", "fp16's GradScaler checks for infs on the host every step"),
         (t.lr_per_epoch, "train.lr_per_epoch=false changes the lr (frozen at capture) every step"),
         (not cfg.eval.online_probe, "the online probe's accumulators are unchecked under capture"),
         *declared("loss", loss, losses.registry.get(loss)),
         *declared("strategy", strategy, negatives.strategies.get(strategy)),
-        (whole_epoch_warmup(cfg), f"strategy {strategy!r}: its warmup_epochs is not a whole "
-                                  "number (the graph is re-captured at whole epochs only)"),
-    ]  # fmt: skip
+        (
+            whole_epoch_warmup(cfg),
+            f"strategy {strategy!r}: its warmup_epochs is not a whole "
+            "number (the graph is re-captured at whole epochs only)",
+        ),
+    ]
     return next((why for ok, why in checks if not ok), None)
 
 

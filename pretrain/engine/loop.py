@@ -335,8 +335,10 @@ def plugins_of(cfg: Config) -> list[dict[str, Any]]:
     from pretrain import losses
 
     out = []
-    for kind, name, registry in (("strategy", cfg.negatives.name, negatives.strategies),
-                                 ("loss", cfg.loss.name, losses.registry)):  # fmt: skip
+    for kind, name, registry in (
+        ("strategy", cfg.negatives.name, negatives.strategies),
+        ("loss", cfg.loss.name, losses.registry),
+    ):
         made = plugin_provenance.record(kind, name, registry.get(name), registry.group)
         if made is not None:
             out.append(made)

@@ -39,8 +39,12 @@ def check_extra(
     the form only (host metadata, no device read): the trainer reads the values later
     (:func:`value_flags`)."""
     if not isinstance(extra, ExtraNegatives):
-        raise fail(cls, HOOK, f"returned {type(extra).__name__}",
-                   "return negatives.ExtraNegatives(shared=..., per_query=...)")  # fmt: skip
+        raise fail(
+            cls,
+            HOOK,
+            f"returned {type(extra).__name__}",
+            "return negatives.ExtraNegatives(shared=..., per_query=...)",
+        )
     n, d = q.shape[0] if rows is None else rows, q.shape[-1]
     for field, want, form in (
         ("shared", 2, f"(M, D) = (M, {d})"),
@@ -50,33 +54,67 @@ def check_extra(
         if t is None:
             continue
         if not isinstance(t, torch.Tensor):
-            raise fail(cls, HOOK, f"returned {field} of type {type(t).__name__}",
-                       "return a tensor or None")  # fmt: skip
+            raise fail(
+                cls, HOOK, f"returned {field} of type {type(t).__name__}", "return a tensor or None"
+            )
         bad = t.dim() != want or t.shape[-1] != d or (want == 3 and t.shape[0] != n)
         if bad:
             why = f" because {because}" if because and want == 3 and t.shape[0] != n else ""
             fix = fix_rows if why and fix_rows else f"return {field} as {form}, rows of q's width"
             raise fail(cls, HOOK, f"returned {field} {shape(t)}; expected {form}{why}", fix)
-        allowed = (queue.dtype, *dtypes)
-        if t.dtype not in allowed:
-            raise fail(cls, HOOK, f"returned {field} of dtype {t.dtype}, the queue's is "
-                       f"{queue.dtype}", "cast it: .to(s.queue.dtype)")  # fmt: skip
-        if t.device != queue.device:
-            raise fail(cls, HOOK, f"returned {field} on {t.device}, the queue is on "
-                       f"{queue.device}", "make it on s.queue.device")  # fmt: skip
-        if t.requires_grad or t.grad_fn is not None:
-            raise fail(cls, HOOK, f"returned {field} that carries a gradient",
-                       "detach it (or decorate the hook with @torch.no_grad())")  # fmt: skip
-        if t.numel() == 0 or not values:
-            continue
-        if not bool(torch.isfinite(t).all()):
-            raise fail(cls, HOOK, f"returned non-finite {field} (NaN or inf)",
-                       "keep them finite (normalise with an eps; guard divisions)")  # fmt: skip
-        norms = t.double().norm(dim=-1)
-        worst = float((norms - 1).abs().max())
-        if worst > tolerance(t.dtype):
-            raise fail(cls, HOOK, f"returned {field} whose rows are not unit norm (off by "
-                       f"{worst:.3g})", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+        check_tensor(cls, field, t, queue, dtypes, values)
+
+
+def check_tensor(
+    cls: type,
+    field: str,
+    t: torch.Tensor,
+    queue: torch.Tensor,
+    dtypes: tuple[torch.dtype, ...] = (),
+    values: bool = True,
+) -> None:
+    """One returned tensor of :func:`check_extra` past its shape: the queue's dtype (or one of
+    ``dtypes``) and device, detached; with ``values``, finite and unit norm."""
+    allowed = (queue.dtype, *dtypes)
+    if t.dtype not in allowed:
+        raise fail(
+            cls,
+            HOOK,
+            f"returned {field} of dtype {t.dtype}, the queue's is {queue.dtype}",
+            "cast it: .to(s.queue.dtype)",
+        )
+    if t.device != queue.device:
+        raise fail(
+            cls,
+            HOOK,
+            f"returned {field} on {t.device}, the queue is on {queue.device}",
+            "make it on s.queue.device",
+        )
+    if t.requires_grad or t.grad_fn is not None:
+        raise fail(
+            cls,
+            HOOK,
+            f"returned {field} that carries a gradient",
+            "detach it (or decorate the hook with @torch.no_grad())",
+        )
+    if t.numel() == 0 or not values:
+        return
+    if not bool(torch.isfinite(t).all()):
+        raise fail(
+            cls,
+            HOOK,
+            f"returned non-finite {field} (NaN or inf)",
+            "keep them finite (normalise with an eps; guard divisions)",
+        )
+    norms = t.double().norm(dim=-1)
+    worst = float((norms - 1).abs().max())
+    if worst > tolerance(t.dtype):
+        raise fail(
+            cls,
+            HOOK,
+            f"returned {field} whose rows are not unit norm (off by {worst:.3g})",
+            "normalise them: F.normalize(x, dim=-1)",
+        )
 
 
 def value_flags(extra: ExtraNegatives) -> dict[str, torch.Tensor]:
@@ -98,11 +136,19 @@ def value_fault(cls: type, flags: dict[str, torch.Tensor]) -> ContractError | No
     for field, flag in flags.items():
         finite, unit = flag.tolist()
         if not finite:
-            return fail(cls, HOOK, f"returned non-finite {field} (NaN or inf) at the first step",
-                        "keep them finite (normalise with an eps; guard divisions)")  # fmt: skip
+            return fail(
+                cls,
+                HOOK,
+                f"returned non-finite {field} (NaN or inf) at the first step",
+                "keep them finite (normalise with an eps; guard divisions)",
+            )
         if not unit:
-            return fail(cls, HOOK, f"returned {field} whose rows are not unit norm at the first "
-                        "step", "normalise them: F.normalize(x, dim=-1)")  # fmt: skip
+            return fail(
+                cls,
+                HOOK,
+                f"returned {field} whose rows are not unit norm at the first step",
+                "normalise them: F.normalize(x, dim=-1)",
+            )
     return None
 
 
@@ -116,9 +162,19 @@ def check_loss_output(cls: type, loss: object, *, hook: str = "forward()") -> No
     if not loss.is_floating_point():
         raise fail(cls, hook, f"returned dtype {loss.dtype}", "return a floating-point scalar")
     if not bool(torch.isfinite(loss)):
-        raise fail(cls, hook, f"returned {float(loss)} on finite unit-norm inputs",
-                   "keep it finite (an eps in logs and divisions)")  # fmt: skip
+        raise fail(
+            cls,
+            hook,
+            f"returned {float(loss)} on finite unit-norm inputs",
+            "keep it finite (an eps in logs and divisions)",
+        )
 
 
-__all__ = ["ContractError", "check_extra", "check_loss_output", "tolerance", "value_flags",
-           "value_fault"]  # fmt: skip
+__all__ = [
+    "ContractError",
+    "check_extra",
+    "check_loss_output",
+    "tolerance",
+    "value_flags",
+    "value_fault",
+]

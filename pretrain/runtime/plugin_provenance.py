@@ -21,8 +21,11 @@ def record(kind: str, name: str, cls: type, group: str) -> dict[str, Any] | None
     or None for a class of this package."""
     if cls.__module__.split(".")[0] in PACKAGES:
         return None
-    out: dict[str, Any] = {"kind": kind, "name": name,
-                           "class": f"{cls.__module__}.{cls.__qualname__}"}  # fmt: skip
+    out: dict[str, Any] = {
+        "kind": kind,
+        "name": name,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+    }
     for ep in importlib.metadata.entry_points(group=group):
         dist = getattr(ep, "dist", None)
         if ep.name == name and dist is not None:

@@ -101,8 +101,9 @@ def code_version() -> dict[str, Any]:
         git = ["git", "-C", str(root)]
 
         def run(*args: str) -> str:
-            return subprocess.run([*git, *args], capture_output=True, text=True, timeout=30,
-                                  check=True).stdout.strip()  # fmt: skip
+            return subprocess.run(
+                [*git, *args], capture_output=True, text=True, timeout=30, check=True
+            ).stdout.strip()
 
         if Path(run("rev-parse", "--show-toplevel")).resolve() != root:
             return out  # a copy inside another project's repository: its HEAD is not ours

@@ -38,8 +38,12 @@ def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeS
     try:
         strategy = cls(**(cls.contract_kwargs if kwargs is None else kwargs))
     except (TypeError, ValueError) as e:
-        raise fail(cls, attribute, f"the constructor refused it: {e}",
-                   "give settings the constructor accepts") from None  # fmt: skip
+        raise fail(
+            cls,
+            attribute,
+            f"the constructor refused it: {e}",
+            "give settings the constructor accepts",
+        ) from None
     strategy.setup(SetupContext(dim=D, image_size=16, mean=(0.5,) * 3, std=(0.25,) * 3))
     return strategy
 
@@ -55,8 +59,12 @@ def run_strategy(cls: type, seed: int, kwargs: dict[str, Any] | None = None) -> 
     )
     check_extra(cls, extra, q, queue)
     if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
-        raise fail(cls, "negatives()", "changed s.queue or s.queue_labels in place",
-                   "the queue is read-only: work on a copy (s.queue.clone())")  # fmt: skip
+        raise fail(
+            cls,
+            "negatives()",
+            "changed s.queue or s.queue_labels in place",
+            "the queue is read-only: work on a copy (s.queue.clone())",
+        )
     return extra
 
 
@@ -69,16 +77,24 @@ def check_strategy_behaviour(cls: type) -> None:
     MoCo's logits at ``zero_kwargs``."""
     first, second = run_strategy(cls, 1), run_strategy(cls, 1)
     if not (same(first.shared, second.shared) and same(first.per_query, second.per_query)):
-        raise fail(cls, "negatives()", "two runs under torch.manual_seed(0) differ",
-                   "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
-                   "numpy's, and keep no state outside buffers")  # fmt: skip
+        raise fail(
+            cls,
+            "negatives()",
+            "two runs under torch.manual_seed(0) differ",
+            "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
+            "numpy's, and keep no state outside buffers",
+        )
     torch.manual_seed(0)
     strategy = build_strategy(cls)
     x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
     out = strategy.transform_batch(x1, x2, y)
     if [(t.shape, t.dtype) for t in out] != [(t.shape, t.dtype) for t in (x1, x2, y)]:
-        raise fail(cls, "transform_batch()", "changed the batch's shapes or dtypes",
-                   "return (x1, x2, labels) of the shapes and dtypes it was given")  # fmt: skip
+        raise fail(
+            cls,
+            "transform_batch()",
+            "changed the batch's shapes or dtypes",
+            "return (x1, x2, labels) of the shapes and dtypes it was given",
+        )
     if cls.zero_kwargs is not None:
         check_zero_kwargs(cls)
 
@@ -90,14 +106,23 @@ def check_zero_kwargs(cls: type) -> None:
     q, k, queue, _ = strategy_inputs(3)
     for t in (extra.shared, extra.per_query):
         if t is not None and t.shape[-2] != 0:
-            raise fail(cls, "zero_kwargs", f"{cls.zero_kwargs} still makes {t.shape[-2]} "
-                       "negatives", "name settings that make none, or declare None")  # fmt: skip
+            raise fail(
+                cls,
+                "zero_kwargs",
+                f"{cls.zero_kwargs} still makes {t.shape[-2]} negatives",
+                "name settings that make none, or declare None",
+            )
     shared = extra.shared if extra.shared is not None and extra.shared.numel() else None
     per_query = extra.per_query if extra.per_query is not None and extra.per_query.numel() else None
-    if not torch.equal(moco_logits(q, k, queue, 0.2, shared, per_query),
-                       moco_logits(q, k, queue, 0.2)):  # fmt: skip
-        raise fail(cls, "zero_kwargs", "its logits differ from plain MoCo's",
-                   "return ExtraNegatives() (or empty tensors) at these settings")  # fmt: skip
+    if not torch.equal(
+        moco_logits(q, k, queue, 0.2, shared, per_query), moco_logits(q, k, queue, 0.2)
+    ):
+        raise fail(
+            cls,
+            "zero_kwargs",
+            "its logits differ from plain MoCo's",
+            "return ExtraNegatives() (or empty tensors) at these settings",
+        )
 
 
 def build_loss(cls: type) -> torch.nn.Module:
@@ -111,8 +136,12 @@ def build_loss(cls: type) -> torch.nn.Module:
     try:
         loss = cls(**run_settings.values(cfg, cls.from_run, CLASSES), **cls.contract_kwargs)
     except (TypeError, ValueError) as e:
-        raise fail(cls, "contract_kwargs", f"the constructor refused it: {e}",
-                   "give settings the constructor accepts") from None  # fmt: skip
+        raise fail(
+            cls,
+            "contract_kwargs",
+            f"the constructor refused it: {e}",
+            "give settings the constructor accepts",
+        ) from None
     g = torch.Generator().manual_seed(9)
     features = unit(4 * CLASSES, D, g=g), torch.arange(4 * CLASSES) % CLASSES
     loss.setup(
@@ -141,8 +170,16 @@ def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str,
         more["support"] = unit(LOSS_N, max(cls.extra_views, 2), D, g=g)
     made = {"shared": unit(5, D, g=g), "per_query": unit(LOSS_N, 3, D, g=g)}
     given = ExtraNegatives(**{extra: made[extra]}) if extra else ExtraNegatives()
-    step = StepTensors.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels,
-                              extra=given, epoch=EPOCH, **more)  # fmt: skip
+    step = StepTensors.single(
+        q,
+        k,
+        queue=queue,
+        labels=labels,
+        queue_labels=queue_labels,
+        extra=given,
+        epoch=EPOCH,
+        **more,
+    )
     images = torch.randn(LOSS_N, 3, 8, 8, generator=g)
     hook = "transform_batch()"
     try:  # the trainer calls it before the encoders (i-Mix mixes the queries here)
@@ -150,9 +187,13 @@ def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str,
         hook = "forward()"
         value = loss(step)
     except Exception as e:  # noqa: BLE001  (any failure of the hook: named)
-        raise fail(cls, hook, f"raised {type(e).__name__}: {e}",
-                   f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
-                   "queue, labels in 0..3 (StepTensors.single)") from e  # fmt: skip
+        raise fail(
+            cls,
+            hook,
+            f"raised {type(e).__name__}: {e}",
+            f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
+            "queue, labels in 0..3 (StepTensors.single)",
+        ) from e
     return value, {"q": q, "k": k, "queue": queue}
 
 
@@ -163,27 +204,43 @@ def check_loss_behaviour(cls: type) -> None:
     check_loss_output(cls, value)
     again, _ = loss_step(cls)
     if not torch.equal(value.detach(), again.detach()):
-        raise fail(cls, "forward()", "two runs under torch.manual_seed(0) differ",
-                   "draw from the torch RNG and keep no state outside buffers")  # fmt: skip
+        raise fail(
+            cls,
+            "forward()",
+            "two runs under torch.manual_seed(0) differ",
+            "draw from the torch RNG and keep no state outside buffers",
+        )
     value.backward()
     grad = inputs["q"].grad
     if grad is None or not bool(torch.isfinite(grad).all()) or not bool(grad.abs().sum() > 0):
-        raise fail(cls, "forward()", "no finite, non-zero gradient reaches the queries s.q",
-                   "compute the loss from s.q (the only input with a gradient)")  # fmt: skip
+        raise fail(
+            cls,
+            "forward()",
+            "no finite, non-zero gradient reaches the queries s.q",
+            "compute the loss from s.q (the only input with a gradient)",
+        )
     g = inputs["queue"].grad
     if g is not None and bool(g.abs().sum() > 0):
-        raise fail(cls, "forward()", "a gradient reaches s.queue",
-                   "detach it (s.queue.detach()): the queue's keys are constants")  # fmt: skip
+        raise fail(
+            cls,
+            "forward()",
+            "a gradient reaches s.queue",
+            "detach it (s.queue.detach()): the queue's keys are constants",
+        )
     if cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}:
         return  # takes no strategy's negatives
     for field in ("shared", "per_query"):
         with_extra, _ = loss_step(cls, field)
         if torch.equal(with_extra.detach(), value.detach()):
-            raise fail(cls, "forward()", f"its value is the same with and without the "
-                       f"strategy's extra negatives (extra.{field})",
-                       "use s.extra.shared and s.extra.per_query as negatives (as "
-                       "pretrain.losses.moco_logits and contrast_set do), or declare "
-                       "accepts_strategies = ('none',)")  # fmt: skip
+            raise fail(
+                cls,
+                "forward()",
+                f"its value is the same with and without the "
+                f"strategy's extra negatives (extra.{field})",
+                "use s.extra.shared and s.extra.per_query as negatives (as "
+                "pretrain.losses.moco_logits and contrast_set do), or declare "
+                "accepts_strategies = ('none',)",
+            )
 
 
 __all__ = ["ContractError", "check_loss_behaviour", "check_strategy_behaviour"]

@@ -74,9 +74,11 @@ def bases() -> dict[str, type]:
     from negmine_core.contract import Contract
     from pretrain.losses import Loss
 
-    return {"both (negmine_core.contract.Contract)": Contract,
-            "a strategy (negatives.NegativeStrategy)": NegativeStrategy,
-            "a loss (pretrain.losses.Loss)": Loss}  # fmt: skip
+    return {
+        "both (negmine_core.contract.Contract)": Contract,
+        "a strategy (negatives.NegativeStrategy)": NegativeStrategy,
+        "a loss (pretrain.losses.Loss)": Loss,
+    }
 
 
 def undocumented(cls: type) -> list[str]:

@@ -39,16 +39,18 @@ def negatives(cls: type, rank: int, world: int) -> Any:
     q, k, queue, labels = inputs()
     if world > 1 and not cls.needs_global_batch:
         q, k = q[rank * N : (rank + 1) * N], k[rank * N : (rank + 1) * N]
-    s = StrategyInputs.single(q, k, queue=queue, queue_labels=labels, epoch=EPOCH, rank=rank,
-                              world_size=world)  # fmt: skip
+    s = StrategyInputs.single(
+        q, k, queue=queue, queue_labels=labels, epoch=EPOCH, rank=rank, world_size=world
+    )
     return strategy.negatives(s)
 
 
 def _rank(rank: int, cls: type, port: int, out: str) -> None:
     import torch.distributed as td
 
-    td.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                          world_size=WORLD)  # fmt: skip
+    td.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
+    )
     try:
         extra = negatives(cls, rank, WORLD)
         torch.save({"shared": extra.shared, "per_query": extra.per_query}, f"{out}.{rank}")
@@ -80,8 +82,10 @@ def check_ranks(cls: type) -> None:
             else:
                 os.environ["NEGMINE_DEVICE"] = before
         got = [torch.load(f"{out}.{r}", weights_only=True) for r in range(WORLD)]
-    fix = ("under DDP draw for the global batch (s.world_size x N rows) and keep this rank's "
-           "rows (s.rank), or declare needs_global_batch; or leave ddp_check = False")  # fmt: skip
+    fix = (
+        "under DDP draw for the global batch (s.world_size x N rows) and keep this rank's "
+        "rows (s.rank), or declare needs_global_batch; or leave ddp_check = False"
+    )
     for r, extra in enumerate(got):
         want = one.per_query
         if want is not None and not cls.needs_global_batch:

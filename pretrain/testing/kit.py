@@ -33,10 +33,14 @@ class Report:
         added = (self.ops - self.plain_moco) / self.plain_moco if self.plain_moco else 0.0
         ops = "ops not counted"
         if self.ops:
-            ops = (f"{self.ops} aten ops per step ({added:+.1%} over plain MoCo's "
-                   f"{self.plain_moco}; budget +{self.budget:.0%})")  # fmt: skip
-        return (f"{self.kind} {self.cls}: {self.syncs_per_step} host syncs per step (as "
-                f"declared), {ops}; train.cuda_graphs: {self.cuda_graphs}")  # fmt: skip
+            ops = (
+                f"{self.ops} aten ops per step ({added:+.1%} over plain MoCo's "
+                f"{self.plain_moco}; budget +{self.budget:.0%})"
+            )
+        return (
+            f"{self.kind} {self.cls}: {self.syncs_per_step} host syncs per step (as "
+            f"declared), {ops}; train.cuda_graphs: {self.cuda_graphs}"
+        )
 
 
 REPORTS: list[Report] = []  # every report of this process, for the pytest plugin's summary
@@ -54,8 +58,10 @@ def _check(cls: type, counts: bool) -> Report:
     check_declarations(cls)
     report.done.append("declarations")
     (check_strategy_behaviour if kind == "strategy" else check_loss_behaviour)(cls)
-    report.done.append("records, determinism, gradients" + (", zero_kwargs" if kind == "strategy"
-                       else ", extra negatives used"))  # fmt: skip
+    report.done.append(
+        "records, determinism, gradients"
+        + (", zero_kwargs" if kind == "strategy" else ", extra negatives used")
+    )
     refusal = check_cuda_graph_refusal(cls)
     report.cuda_graphs = refusal or "accepted"
     report.done.append("cuda_graphs refusal")

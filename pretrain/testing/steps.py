@@ -26,15 +26,21 @@ from pretrain.testing.sync_counter import SyncCounter
 RECIPE = "digits_moco"
 WARM, COUNTED = 2, 2  # steps before the counted ones (optimizer state exists), counted steps
 EPOCH = 1.5  # past every warm-up (warmup_epochs=0 in the contract_kwargs)
-SYNC_SIZES = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
-              "train.progress_bar=false", "train.amp='off'"]  # fmt: skip
+SYNC_SIZES = [
+    "model.width=8",
+    "train.batch_size=16",
+    "moco.queue_size=64",
+    "data.num_workers=0",
+    "train.progress_bar=false",
+    "train.amp='off'",
+]
 OP_SIZES = [
     "train.batch_size=16",
     "moco.queue_size=64",
     "data.num_workers=0",
     "train.progress_bar=false",
     "train.amp='off'",
-]  # fmt: skip  (the recipe's model)
+]  # (the recipe's model)
 
 
 @contextlib.contextmanager

@@ -26,14 +26,18 @@ def who(loss: str, strategy: str) -> str:
     from pretrain import losses
 
     lc, sc = losses.registry.get(loss), negatives.strategies.get(strategy)
-    return (f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
-            f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
-            f"{sc.syncs_per_step} (strategy {strategy!r})")  # fmt: skip
+    return (
+        f"{lc.__module__}.{lc.__qualname__}.syncs_per_step = {lc.syncs_per_step} (loss "
+        f"{loss!r}) + {sc.__module__}.{sc.__qualname__}.syncs_per_step = "
+        f"{sc.syncs_per_step} (strategy {strategy!r})"
+    )
 
 
-FIX = ("remove the sync (no .item(), float(t), bool(t), boolean-mask indexing or .cpu() in the "
-       "step: fixed-shape tensor ops) or declare the count in syncs_per_step and say where in "
-       "syncs_why")  # fmt: skip
+FIX = (
+    "remove the sync (no .item(), float(t), bool(t), boolean-mask indexing or .cpu() in the "
+    "step: fixed-shape tensor ops) or declare the count in syncs_per_step and say where in "
+    "syncs_why"
+)
 
 
 def shown(where: list[str], most: int = 6) -> str:
