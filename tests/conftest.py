@@ -36,8 +36,10 @@ distribution, and never depends on two tests landing on one worker:
 - a session-scoped result that several files use (the Triton launches) is computed once per run,
   under a lock, and read by the other workers (``run_once.py``, pytest-xdist's documented pattern).
 
-xdist hands out files in collection order; a test of minutes is marked ``early`` so that its file
-starts first instead of ending the run alone.
+xdist hands out files in collection order (``--no-loadscope-reorder`` in ``addopts``: by default
+pytest-xdist sorts files by their number of tests, which sends a file of few long tests last); a
+file of minutes is marked ``early`` (``pytestmark``) so that it starts first instead of ending the
+run alone on one worker while the other waits.
 
 Environment variables and ``NEGMINE_CACHE_DIR`` set by a test are per process, each worker's free
 ports come from its own range (``test_ddp.free_port``), and inductor's and Triton's caches are

@@ -29,6 +29,8 @@ from pretrain.data import loaders
 from pretrain.data.augment_params import ViewSpec
 from pretrain.runtime import dist
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "ddp_worker.py"
 TINY = [

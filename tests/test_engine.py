@@ -18,6 +18,8 @@ import torch
 from pretrain import config, losses
 from pretrain.engine import build, loop
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "model.width=8",

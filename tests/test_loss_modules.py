@@ -24,6 +24,8 @@ from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import build, checkpoint, knn, loop
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 TINY = [
     "model.arch=resnet_small",
     "model.width=8",

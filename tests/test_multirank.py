@@ -11,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from test_ddp import clean_env, free_port
 from test_engine import lines, tensors
+
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

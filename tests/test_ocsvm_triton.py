@@ -22,6 +22,8 @@ from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 from triton_launches import installed_ptx
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 NAN_X = [[0.0, 1.0], [float("nan"), 0.0], [1.0, 0.0], [0.6, 0.8]]
 CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
     "mioc_default_256": ({"n_fit": 256, "n_queue": 3000, "seed": 0}, {"nu": 0.01, "gamma": 0.01}),

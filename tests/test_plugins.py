@@ -25,6 +25,8 @@ from compat import tomllib
 
 from negmine_core.registry import Registry
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin"
 HIDE = (  # the entry points of the negmine groups hidden (an installed example included)

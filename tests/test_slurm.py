@@ -11,6 +11,8 @@ import pytest
 
 from slurm.submit import SlurmError, parse_time
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -21,6 +21,8 @@ from triton_launches import installed_ptx
 
 from pretrain.model.split_bn import SplitBatchNorm
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 

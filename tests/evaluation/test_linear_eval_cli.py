@@ -18,6 +18,8 @@ from linear_eval.inputs.session import Options, Session
 from pretrain.engine import knn as pretrain_knn
 from pretrain.engine.knn import extract
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 
 def last_json(capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
