@@ -3,6 +3,8 @@
     python .ci/floors.py > floors.txt && pip install -c floors.txt -e ".[dev,docs]"
     python .ci/floors.py --python     # requires-python's floor, e.g. 3.10
 
+The pins are for requires-python's floor: a requirement whose marker excludes it is left out.
+
 installs the oldest versions the project says it supports (``name>=X`` becomes ``name==X``), so that
 CI tests the floors it declares instead of trusting them. Run it with a Python that has ``tomllib``
 (3.11+) or ``tomli``, and ``packaging`` (any environment with pip's test tools: CI's first one).
@@ -24,11 +26,15 @@ except ModuleNotFoundError:
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
-def floors(project: dict) -> dict[str, str]:
-    """Each requirement of ``dependencies`` and the optional extras -> its ``>=`` bound."""
+def floors(project: dict, python: str | None = None) -> dict[str, str]:
+    """Each requirement of ``dependencies`` and the optional extras -> its ``>=`` bound; with a
+    ``python`` (X.Y), only the requirements whose environment marker holds there."""
     found = {}
     for text in [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]:
         req = Requirement(text)
+        env = {"python_version": python, "python_full_version": f"{python}.0"} if python else None
+        if req.marker is not None and env and not req.marker.evaluate(env):
+            continue
         lower = [s.version for s in req.specifier if s.operator == ">="]
         if len(lower) != 1:
             raise SystemExit(f"{PYPROJECT}: {text!r} declares no single >= floor")
@@ -47,4 +53,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--python"]:
         print(python_floor(project))
     else:
-        print("\n".join(f"{name}=={version}" for name, version in sorted(floors(project).items())))
+        pins = floors(project, python_floor(project))  # for the oldest Python: its markers
+        print("\n".join(f"{name}=={version}" for name, version in sorted(pins.items())))

@@ -32,7 +32,8 @@
 #   train  (135) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), data.resident on and
 #                off, as many whole epochs as fit: images/s, data-wait, epoch time, kNN at the end,
-#                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each)
+#                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each,
+#                MoCo from the loader and MiOC resident)
 #   peers   (90) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
 #                the same settings (ResNet-18, batch 512, the CIFAR-10 images), negmine's loader
 #                and resident paths, interleaved epoch by epoch, as many whole epochs as fit,
@@ -282,9 +283,11 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
   local data=() budget
   budget=$(part_budget train)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  if [ ${#QUICK[@]} -gt 0 ]; then data=(); fi  # --quick: its own tiny images
-  bench_part train benchmarks/train.py "${data[@]}" --budget "$((budget > 20 ? budget - 15 : 5))" \
-    --keep "$REPORT/train" --summary "$REPORT/figures.md"
+  local runs=()
+  # --quick: its own tiny images, and two runs that cover both recipes and both data paths
+  if [ ${#QUICK[@]} -gt 0 ]; then data=(); runs=(--runs moco_loader,mioc_resident); fi
+  bench_part train benchmarks/train.py "${data[@]}" "${runs[@]}" \
+    --budget "$((budget > 20 ? budget - 15 : 5))" --keep "$REPORT/train" --summary "$REPORT/figures.md"
 }
 
 part_peers() {  # the training stops 30 s before the budget: kNN, OC-SVM and the tables

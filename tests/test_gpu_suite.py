@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "gpu_suite.sh"
 PARTS = ["tests", "sync", "mioc", "graphs", "splitbn", "ocsvm", "step", "input", "profile",
          "train", "peers"]  # fmt: skip
-TRAIN_RUNS = ("moco_resident", "moco_loader", "mioc_resident", "mioc_loader")
+TRAIN_RUNS = ("moco_loader", "mioc_resident")  # --quick: both recipes, both data paths
 CATEGORIES = ("convolutions/matmuls", "split BN", "other elementwise", "optimizer",
               "strategy + loss")  # fmt: skip
 
@@ -100,7 +100,7 @@ def figures(report: Path) -> dict[str, str]:
 
 @pytest.mark.early  # about a minute on 2 cores: starts first under xdist (tests/conftest.py)
 def test_train_and_profile_parts_run_on_cpu_in_quick_mode(tmp_path):
-    """The train part: every run (MoCo and MiOC, data.resident on and off) trains a whole epoch
+    """The train part (--quick: MoCo from the loader, MiOC resident) trains a whole epoch
     through python -m pretrain and reports its epoch time, images/s, data-wait and kNN, MiOC its
     OC-SVM path; the profile part: the top operators and the step split into its parts beside the
     bare model's step. Both print their tables; the summary gives their figures in one table."""
