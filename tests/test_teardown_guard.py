@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
 TESTS = Path(__file__).resolve().parent
 
 HANG_IN_A_THREAD = """
