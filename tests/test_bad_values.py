@@ -4,10 +4,10 @@ ranges, MiOC's solver settings, a missing optional backend, and a run lock that 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
+import inproc
 import pytest
 
 from pretrain import config
@@ -55,11 +55,9 @@ def test_the_edges_of_the_ranges_are_accepted(override):
 
 
 def test_a_refused_config_value_exits_2_before_any_work(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={tmp_path}",
-         "train.lr_base_batch=0"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+    out = inproc.pretrain(
+        "--cfg", "digits_moco.yaml", f"out_dir={tmp_path}", "train.lr_base_batch=0"
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "config key 'train.lr_base_batch' = 0 must be positive" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "checkpoints").exists()
@@ -113,9 +111,6 @@ def test_a_lock_that_is_a_directory_or_a_dangling_link_is_a_clear_error(tmp_path
 
 def test_a_bad_lock_exits_2_with_its_message(tmp_path):
     (tmp_path / ".lock").mkdir()
-    out = subprocess.run(
-        [sys.executable, "-m", "pretrain", "--cfg", "digits_moco.yaml", f"out_dir={tmp_path}"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+    out = inproc.pretrain("--cfg", "digits_moco.yaml", f"out_dir={tmp_path}")
     assert out.returncode == 2, out.stderr[-2000:]
     assert "is a directory, not a file" in out.stderr and "Traceback" not in out.stderr

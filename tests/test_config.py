@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import inproc
 import pytest
 
 from pretrain import config
@@ -20,13 +21,10 @@ def write_yaml(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pretrain", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``python -m pretrain ARGS`` from ``cwd``, in this process (``tests/inproc.py``)."""
+    with inproc.isolated():  # puts the working directory back
+        os.chdir(cwd)
+        return inproc.pretrain(*args)
 
 
 def test_shipped_config_loads_with_overrides(tmp_path):

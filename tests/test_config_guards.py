@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import inproc
 import pytest
 from fakedata import random_images, write_png
 
@@ -18,7 +19,15 @@ from pretrain.config import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_here(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m pretrain ARGS`` from ``cwd``, in this process (``tests/inproc.py``)."""
+    with inproc.isolated():  # puts the working directory back
+        os.chdir(cwd)
+        return inproc.pretrain(*args)
+
+
 def run_cli(args: list, cwd: Path) -> subprocess.CompletedProcess:
+    """A process of its own: for an argument that is not UTF-8, which only argv carries."""
     return subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=cwd, capture_output=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
 
@@ -70,8 +79,8 @@ def test_the_same_section_twice_is_a_duplicate(tmp_path):
 def test_non_utf8_config_file_exits_2(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_bytes("train:\n  epochs: 5  # caf\u00e9\n".encode("latin-1"))
-    proc = run_cli(["--cfg", str(path)], cwd=tmp_path)
-    err = proc.stderr.decode()
+    proc = run_here(["--cfg", str(path)], cwd=tmp_path)
+    err = proc.stderr
     assert proc.returncode == 2, err
     assert str(path) in err and "not UTF-8" in err and "line 2" in err
     assert "Traceback" not in err
@@ -87,8 +96,8 @@ def test_non_utf8_command_line_value_exits_2(tmp_path):
 
 
 def test_cfg_naming_a_directory_exits_2(tmp_path):
-    proc = run_cli(["--cfg", str(tmp_path)], cwd=tmp_path)
-    err = proc.stderr.decode()
+    proc = run_here(["--cfg", str(tmp_path)], cwd=tmp_path)
+    err = proc.stderr
     assert proc.returncode == 2, err
     assert f"config file {str(tmp_path)!r} is a directory" in err and "Traceback" not in err
 

@@ -137,17 +137,18 @@ def test_train_and_profile_parts_run_on_cpu_in_quick_mode(tmp_path):
 
 def test_a_part_past_its_budget_is_killed_and_earlier_tables_stay(tmp_path):
     """A 1-second budget for the input part: killed (exit 1), its log kept and its tail printed,
-    the OC-SVM table before it kept, and the suite's closing line still written; --results
+    the split-BN table before it kept (the cheapest part, 4 s), and the suite's closing line
+    still written; --results
     elsewhere: this run's part of that file is copied beside the logs."""
     results, report = tmp_path / "results.md", tmp_path / "rep"
     results.write_text("# an earlier run\n")
     proc = suite("--quick", "--results", str(results), "--report", str(report),
-                 "--parts", "ocsvm,input", "--budget", "input=1")  # fmt: skip
+                 "--parts", "splitbn,input", "--budget", "input=1")  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     text = results.read_text()
-    assert "OC-SVM fit and scoring" in text and "## Input pipeline" not in text
+    assert "## Split BatchNorm paths" in text and "## Input pipeline" not in text
     parts = part_lines(text)
-    assert parts["ocsvm"] == "passed" and parts["input"] == "timed out (budget 1 s)", parts
+    assert parts["splitbn"] == "passed" and parts["input"] == "timed out (budget 1 s)", parts
     assert "step" not in parts and "sync" not in parts  # not selected, not run
     assert "gpu_suite: part input: timed out (budget 1 s) in" in proc.stdout
     assert "  input | $ python benchmarks/input.py" in proc.stdout  # the log's tail
@@ -155,7 +156,7 @@ def test_a_part_past_its_budget_is_killed_and_earlier_tables_stay(tmp_path):
     assert "exit status 1" in text.splitlines()[-1]
     copy = (report / "results.md").read_text()
     assert copy.lstrip().startswith("## GPU suite") and "an earlier run" not in copy
-    assert summary_rows(report) == {"ocsvm": "passed", "input": "timed out (budget 1 s)"}
+    assert summary_rows(report) == {"splitbn": "passed", "input": "timed out (budget 1 s)"}
 
 
 def test_the_total_budget_holds_parts_that_would_pass_it(tmp_path):
