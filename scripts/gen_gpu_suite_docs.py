@@ -16,6 +16,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pages.py, when loaded by path
+import pages  # noqa: E402  (the generators' --check tail)
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_suite.sh"
 PAGE = ROOT / "docs" / "gpu_suite.md"
@@ -62,16 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 if the block is stale")
     a = p.parse_args(argv)
-    old = PAGE.read_text(encoding="utf-8")
-    text = render(old, SCRIPT.read_text(encoding="utf-8"))
-    if a.check:
-        if old == text:
-            return 0
-        print(f"{PAGE} is stale: run {COMMAND}", file=sys.stderr)
-        return 1
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    text = render(PAGE.read_text(encoding="utf-8"), SCRIPT.read_text(encoding="utf-8"))
+    return pages.write_or_check(PAGE, text, COMMAND, a.check)
 
 
 if __name__ == "__main__":

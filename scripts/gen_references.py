@@ -13,10 +13,12 @@ braces nested, ``%`` comments between entries); an entry it cannot read is an er
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pages.py, when loaded by path
+import pages  # noqa: E402  (the generators' --check tail)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIB = ROOT / "docs" / "references.bib"
@@ -144,19 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     a = p.parse_args(argv)
     text = render(parse(BIB.read_text(encoding="utf-8")))
-    if a.check:
-        old = PAGE.read_text(encoding="utf-8") if PAGE.is_file() else ""
-        if old == text:
-            return 0
-        diff = difflib.unified_diff(
-            old.splitlines(), text.splitlines(), str(PAGE), "generated", lineterm="", n=0
-        )
-        print("\n".join(list(diff)[:40]), file=sys.stderr)
-        print(f"{PAGE} is stale: run {COMMAND}", file=sys.stderr)
-        return 1
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return pages.write_or_check(PAGE, text, COMMAND, a.check)
 
 
 if __name__ == "__main__":
