@@ -5,7 +5,8 @@ once eager, and their logged losses compared step by step (the GPU suite's ``gra
     python benchmarks/graphs_check.py --device cpu --quick   # the plumbing, both runs eager (CI)
 
 The data is a stand-in CIFAR-10 written in its own pickle format (tests/fakedata.py: 2,560
-random 32-px training images, 5 steps per epoch at batch 512), so the run needs no download and
+random 32-px training images, 5 steps per epoch at batch 512; the queue cut to 512 keys, below the
+training set as the trainer requires), so the run needs no download and
 crosses an epoch (where the graph is re-captured for the new learning rate) after its 3 eager
 warm-up steps. Exit 0 when both runs end (exit 0) and every logged loss agrees within ``--rtol``
 (relative); 1 otherwise, naming the first disagreement; each run's own output is printed.
@@ -70,7 +71,7 @@ def main() -> int:
         write_cifar10(data, per_batch=32 if a.quick else 512, test=64)
         common = ["--cfg", "cifar10_moco.yaml", f"data.root={data}", f"train.max_steps={a.steps}",
                   "train.log_every=1", "eval.knn_every=0", "data.num_workers=2",
-                  *(QUICK if a.quick else [])]  # fmt: skip
+                  *(QUICK if a.quick else ["moco.queue_size=512"])]  # fmt: skip
         graphs = "true" if a.device == "cuda" else "false"
         series = {}
         for name, extra in (("captured", [f"train.cuda_graphs={graphs}"]), ("eager", [])):

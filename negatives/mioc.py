@@ -26,6 +26,9 @@ NOTE (deviations and choices, each a config switch):
   ``empty_inliers="queue"`` (default) draws those S_o keys from the whole queue, keeping the logit
   count constant and costing no host sync; ``"skip"`` drops S_o for that step, which needs one
   host sync per step to know the shape. Empty steps are counted in the diagnostics.
+- Ablation (``selection="queue"``; default ``"ocsvm"``): O = the whole queue and no OC-SVM is
+  fitted, so S_o is drawn as S_n is. Everything else (sizes, warm-up, beta) is unchanged: the
+  difference between the two runs is what the OC-SVM's selection adds.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from negmine_core import stop as stop_request
 
 Warmup = Literal["paper", "code"]  # warmup: the paper's schedule or the code's
 EmptyInliers = Literal["queue", "skip"]  # empty_inliers: what an empty inlier set does
+Selection = Literal["ocsvm", "queue"]  # selection: O from the OC-SVM, or the whole queue (ablation)
 
 #: The wall clock one OC-SVM fit may take (a usual fit takes milliseconds); the solver then stops
 #: with one warning, as at its iteration cap.
@@ -106,6 +110,8 @@ class MiOC(NegativeStrategy):
         warmup_epochs: epochs before the OC-SVM is used (paper: 10).
         warmup: ``paper`` (S_n only) or ``code`` (M_n + S_n, the official implementation).
         empty_inliers: ``queue`` or ``skip`` (see the module NOTE).
+        selection: ``ocsvm`` (O = {n : f(n) > 0}, the paper) or ``queue`` (the ablation: O = the
+            whole queue, no OC-SVM fitted).
         beta_max: beta ~ U(0, beta_max), the query's weight (paper: 0.5).
     """
 
@@ -145,6 +151,7 @@ class MiOC(NegativeStrategy):
         warmup_epochs: Annotated[float, "must be a finite number >= 0"] = 10.0,
         warmup: Warmup = "paper",
         empty_inliers: EmptyInliers = "queue",
+        selection: Selection = "ocsvm",
         beta_max: Annotated[float, "must lie in [0, 1]"] = 0.5,
     ) -> None:
         super().__init__()
@@ -164,6 +171,11 @@ class MiOC(NegativeStrategy):
             raise ValueError(f"warmup must be 'paper' or 'code', got {warmup!r}")
         if empty_inliers not in get_args(EmptyInliers):
             raise ValueError(f"empty_inliers must be 'queue' or 'skip', got {empty_inliers!r}")
+        if selection not in get_args(Selection):
+            raise ValueError(
+                f"selection must be 'ocsvm' (the paper) or 'queue' (the ablation, O = the whole "
+                f"queue), got {selection!r}"
+            )
         if not 0.0 <= beta_max <= 1.0:
             raise ValueError(f"beta_max must lie in [0, 1], got {beta_max}")
         if not 0 <= warmup_epochs < math.inf:
@@ -199,6 +211,7 @@ class MiOC(NegativeStrategy):
         self.num_synthetic, self.num_inlier_synthetic = num_synthetic, num_inlier_synthetic
         self.num_queue_mix, self.warmup_epochs, self.warmup = num_queue_mix, warmup_epochs, warmup
         self.empty_inliers, self.beta_max, self.tol = empty_inliers, beta_max, tol
+        self.selection = selection
         self.register_buffer("empty_steps", torch.zeros((), dtype=torch.long))  # in checkpoints
         self.register_buffer("nonfinite_steps", torch.zeros((), dtype=torch.long), persistent=False)
         self._stats: dict[str, torch.Tensor | float] = {}
@@ -244,14 +257,17 @@ class MiOC(NegativeStrategy):
         j = torch.randint(K, (n,), device=dev)
         beta = torch.empty(n, dtype=q.dtype, device=dev).uniform_(0.0, self.beta_max)
         used = s_n
-        if not warm:
+        if not warm and self.selection == "queue":  # ablation: S_o keys stay whole-queue draws
+            used += s_o
+            latest.update(inliers=K, queue_size=K)
+        elif not warm:
             points = torch.empty(2 * B, q.shape[1], dtype=torch.float64, device=dev)
             inlier = self.fit_inliers(torch.cat([q, k.detach()], out=points), queue, latest)
             n_o = sample_mask(inlier, j[s_n:])[1]
             self.empty_steps += n_o == 0
             if self.empty_inliers == "queue" or bool(n_o > 0):  # "skip": one host sync per step
                 used += s_o
-            latest["inliers"] = n_o
+            latest.update(inliers=n_o, queue_size=K)
         i, j = i[:used], j[:used]
         s = mix(q[i], queue[j], beta[:used])
         sets = {"m_n": m_n} if m_n is not None else {}
@@ -311,7 +327,7 @@ class MiOC(NegativeStrategy):
             st["within_tolerance"] = (latest["f"].abs() < self.tol).float().mean()
         if "inliers" in latest:
             n_o = latest["inliers"]
-            st.update(inliers=n_o, inlier_fraction=n_o / len(latest["f"]))
+            st.update(inliers=n_o, inlier_fraction=n_o / latest["queue_size"])
         if "q" in latest:
             q_mean = latest["q"].mean(0)
             st["qn_queue"] = q_mean @ latest["queue_mean"]

@@ -10,9 +10,10 @@ strongly connected components (Tarjan 1972) with more than one module are the cy
 
 from __future__ import annotations
 
-import grimp
-import networkx as nx
 import pytest
+
+grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (the dev extra)")
+nx = pytest.importorskip("networkx", reason="networkx comes with torch")
 
 PACKAGES = ("pretrain", "negatives", "linear_eval", "slurm")
 

@@ -307,3 +307,26 @@ def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
     msg = str(err.value)
     assert msg.startswith("MiOC: the OC-SVM's input embeddings cat(q, k) were non-finite")
     assert "at 2 step(s)" in msg and "non-finite loss at or before global step 40" in msg
+
+
+def test_selection_queue_ablation_draws_s_o_from_the_whole_queue_without_a_fit(batch, monkeypatch):
+    """The ablation "MiOC without the OC-SVM's selection": no fit, S_o keys uniform over the
+    whole queue, the same logit count as MiOC; against a queue where MiOC's O is empty."""
+    q, k, queue = batch
+    far = F.normalize(-q[:1] + 0.3 * torch.randn(K, D), dim=1)  # opposite the batch: f < 0
+    step = StrategyInputs.single(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
+    assert not sklearn_inliers(torch.cat([q, k]).numpy(), far.numpy(), 0.1, 0.1).any()
+    mioc = MiOC(num_synthetic=4, num_inlier_synthetic=3000, nu=0.1, gamma=0.1, warmup_epochs=0,
+                beta_max=0.0, selection="queue")  # fmt: skip
+    monkeypatch.setattr(mioc.svm, "fit", lambda *a, **kw: pytest.fail("the ablation fitted"))
+    torch.manual_seed(0)
+    shared = mioc.negatives(step).shared
+    assert shared.shape == (4 + 3000, D)
+    key = (shared[4:] @ far.T).argmax(1)  # beta 0: each S_o point is one queue key
+    assert torch.allclose(shared[4:], far[key], atol=1e-6)
+    counts = np.bincount(key.numpy(), minlength=K)
+    assert (counts > 0).all()  # every key drawn (a miss has probability ~ 64 e^-47)
+    stats = mioc.diagnostics()
+    assert stats["inlier_fraction"] == 1.0 and int(stats["empty_inlier_steps"]) == 0
+    with pytest.raises(ValueError, match="selection must be"):
+        MiOC(selection="all")
