@@ -2,45 +2,46 @@
 # shellcheck disable=SC2317  # (file-wide) the part_* functions are called by name, "part_$part"
 # The GPU suite: run it first whenever a GPU is available (docs/gpu_suite.md).
 #
-#   benchmarks/gpu_suite.sh --report /tmp/gpu          # on a CUDA machine: every part, < 12 min
+#   benchmarks/gpu_suite.sh --report /tmp/gpu          # on a CUDA machine: every part, < 10 min
 #   benchmarks/gpu_suite.sh --quick --report DIR       # on a CPU (CI): what runs without CUDA
 #   benchmarks/gpu_suite.sh --parts sync,step --budget step=300   # some parts, another budget
 #   benchmarks/gpu_suite.sh --dry-run --device cuda    # print the plan (commands, budgets) only
 #
 # Parts, in this order (the pass/fail checks first, then the timings), each under its own time
 # budget in seconds (`timeout`: SIGTERM at the budget, SIGKILL 10 s later):
-#   tests   (90) pytest -m cuda tests: the cuda-marked tests (CUDA only)
-#   sync    (60) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
+#   tests   (80) pytest -m cuda tests: the cuda-marked tests (CUDA only)
+#   sync    (55) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
 #                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
-#   mioc    (45) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
+#   mioc    (25) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
 #                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
 #                CPU (--quick) 4 steps with the OC-SVM from step 0
-#   graphs  (60) benchmarks/graphs_check.py: cifar10_moco, 10 steps with train.cuda_graphs=true
+#   graphs  (55) benchmarks/graphs_check.py: cifar10_moco, 10 steps with train.cuda_graphs=true
 #                against eager, losses compared (CUDA only)
-#   splitbn (25) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
+#   splitbn (12) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
 #                triton): decides the CUDA default (--quick sizes on a CPU)
-#   ocsvm   (45) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
-#   step    (70) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
+#   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
+#   step    (35) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
 #                off; on a CPU the strategies table (--quick)
-#   input   (55) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
+#   input  (105) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
 #                batched decode + crop (--quick, every part, on a CPU)
-#   profile (45) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
+#   profile (25) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
 #                warm-up: the 25 most expensive CUDA kernels, the step split into convolutions/
 #                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
 #                model's step (on a CPU, --quick: operators' CPU time, tiny model)
-#   train  (135) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
+#   train   (90) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), data.resident on and
 #                off, as many whole epochs as fit: images/s, data-wait, epoch time, kNN at the end,
 #                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each,
 #                MoCo from the loader and MiOC resident)
-#   peers   (90) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
+#   peers   (58) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
 #                the same settings (ResNet-18, batch 512, the CIFAR-10 images), negmine's loader
 #                and resident paths, interleaved epoch by epoch, as many whole epochs as fit,
 #                kNN at the end; the OC-SVM beside scikit-learn and thundersvm-cpu at n = 256,
 #                1024, 4096 (on a CPU, --quick: tiny model and images, one epoch, n = 256; the
 #                moco half skipped with a note where lightly is not installed)
-# 720 s of budgets in all, and the whole run is held under --total (720 s): a part gets at most
+# 570 s of budgets in all, and the whole run is held under --total (570 s, so that the suite and
+# its set-up fit one 10-minute command): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
 # failure). --quick (the CPU mode) triples the budgets and the total that were not given. Every part's whole output (stdout and stderr, unbuffered) goes to REPORT/PART.log;
 # a part that fails or overruns prints its log's last lines, and the next part starts. Each
@@ -66,11 +67,11 @@ RESULTS=""
 REPORT=""
 DRY=0
 FORCE_DEVICE=""
-TOTAL=720
+TOTAL=570
 ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train,peers"
 PARTS="$ALL_PARTS"
-declare -A BUDGET=([tests]=90 [sync]=60 [mioc]=45 [graphs]=60 [splitbn]=25 [ocsvm]=45 [step]=70
-                   [input]=55 [profile]=45 [train]=135 [peers]=90)
+declare -A BUDGET=([tests]=80 [sync]=55 [mioc]=25 [graphs]=55 [splitbn]=12 [ocsvm]=30 [step]=35
+                   [input]=105 [profile]=25 [train]=90 [peers]=58)
 CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0

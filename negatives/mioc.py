@@ -121,9 +121,9 @@ class MiOC(NegativeStrategy):
         "draw is fixed-shape tensor ops; nothing is read on the host (CPU default: see below)"
     )
     why_not_capturable = (
-        "its Triton OC-SVM fit counts no host sync on the CPU (empty_inliers 'skip' still "
-        "syncs once) but has never completed on a GPU, let alone under CUDA-graph capture; "
-        "refused until it is measured there"
+        "its Triton OC-SVM fit made no host sync on an H200 (empty_inliers 'skip' still "
+        "syncs once) but was never captured in a CUDA graph on a GPU; refused until it is "
+        "measured there"
     )
     contract_kwargs = {
         "num_synthetic": 16,

@@ -59,7 +59,7 @@ def test_the_digits_recipe_is_accepted_on_one_cuda_device():
         (["train.lr_per_epoch=false"], 1, "train.lr_per_epoch=false"),
         (["eval.online_probe=true"], 1, "online probe"),
         (["loss.name=cider"], 1, "loss 'cider' syncs 1 time(s) per step (syncs_per_step): the"),
-        (["negatives.name=mioc"], 1, "never completed on a GPU, let alone under CUDA-graph"),
+        (["negatives.name=mioc"], 1, "never captured in a CUDA graph on a GPU"),
         (["loss.name=ring"], 1, "(step_state): its band anneals"),
         (
             [

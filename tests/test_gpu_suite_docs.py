@@ -28,7 +28,9 @@ def test_the_block_states_the_scripts_total_and_budgets():
 
 def test_a_changed_budget_makes_the_check_fail(tmp_path, monkeypatch, capsys):
     script = tmp_path / "gpu_suite.sh"
-    script.write_text(gen.SCRIPT.read_text().replace("TOTAL=720", "TOTAL=480"))
+    text = gen.SCRIPT.read_text()
+    assert re.search(r"^TOTAL=\d+$", text, flags=re.M)
+    script.write_text(re.sub(r"^TOTAL=\d+$", "TOTAL=480", text, flags=re.M))
     page = tmp_path / "gpu_suite.md"
     page.write_text(gen.PAGE.read_text())
     monkeypatch.setattr(gen, "SCRIPT", script)

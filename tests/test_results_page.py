@@ -27,6 +27,11 @@ def rows(page: str) -> list[list[str]]:
     return [[c.strip() for c in re.split(r"(?<!\\)\|", s)[1:-1]] for s in lines]
 
 
+def recipe_of(row: list[str]) -> str:
+    """The config of a row's first cell (a variant's overrides follow it)."""
+    return re.match(r"`([^`]+)`", row[0]).group(1)
+
+
 def test_the_pages_match_the_kept_logs():
     assert gen_results.main(["--check"]) == 0
 
@@ -35,9 +40,9 @@ def test_every_shipped_recipe_has_a_row_and_rows_equal_their_logs():
     page = gen_results.PAGE.read_text()
     table = rows(page)
     shipped = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))
-    assert sorted({r[0].strip("`") for r in table}) == shipped
+    assert sorted({recipe_of(r) for r in table}) == shipped
     for row in table:
-        recipe, knn, linear, log = row[0].strip("`"), row[4], row[5], row[11]
+        recipe, knn, linear, log = recipe_of(row), row[4], row[5], row[11]
         runs = re.findall(r"\]\(results/logs/([^/]+)/metrics\.jsonl\)", log)
         if not runs:
             continue
@@ -65,13 +70,15 @@ def test_every_shipped_recipe_has_a_row_and_rows_equal_their_logs():
             assert row[4] == row[5] == "not run"
 
 
-def fake_run(folder: Path, seed: int, knn: float, wall: float) -> None:
+def fake_run(
+    folder: Path, seed: int, knn: float, wall: float, recipe: str = "digits_moco.yaml", *sets: str
+) -> None:
     folder.mkdir(parents=True)
-    cfg = config.to_dict(config.load("digits_moco.yaml", [f"seed={seed}"]))
+    cfg = config.to_dict(config.load(recipe, [f"seed={seed}", *sets]))
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
     lines = [{"kind": "epoch", "epoch": e, "global_step": 22 * e} for e in range(1, 31)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    seg = {"command": f"python -m pretrain --cfg digits_moco.yaml seed={seed}",
+    seg = {"command": f"python -m pretrain --cfg {recipe} seed={seed} out_dir=. {' '.join(sets)}",
            "start": "2026-11-27T00:00:00Z"}  # fmt: skip
     prov = {"commit": "abcdef0123", "dirty": False, "cpu_model": "AMD EPYC", "cpu_cores": 2,
             "gpu_model": None, "gpu_count": 0, "world_size": 1, "start": seg["start"],
@@ -119,3 +126,21 @@ def test_a_log_of_an_unknown_recipe_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "x" / "provenance.json").write_text(json.dumps(prov))
     with pytest.raises(ValueError, match="not shipped: mine.yaml"):
         gen_results.table()
+
+
+def test_a_variant_makes_its_own_row_and_the_mioc_ablation_stands_beside_mioc(
+    tmp_path, monkeypatch
+):
+    """Runs of one recipe with different overrides are different rows; every MiOC recipe has an
+    ablation row (O = the whole queue), "not run" until its logs are kept."""
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    ablation = "negatives.kwargs.selection=queue"
+    fake_run(tmp_path / "a", 0, 90.0, 100.0, "digits_mioc.yaml")
+    fake_run(tmp_path / "b", 0, 80.0, 100.0, "digits_mioc.yaml", ablation, "train.threads=1")
+    table = [r for r in gen_results.table() if r.recipe == "digits_mioc.yaml"]
+    assert [(r.variant, r.knn) for r in table] == [("", "90.00 (1 seed)"),
+                                                   (ablation, "80.00 (1 seed)")]  # fmt: skip
+    assert "O = the whole queue (no OC-SVM fitted)" in table[1].notes[0]
+    assert gen_results.name(table[1]).startswith(f"`digits_mioc.yaml` `{ablation}` (ablation")
+    cifar = [r for r in gen_results.table() if r.recipe == "cifar10_mioc.yaml"]
+    assert cifar[-1].variant == ablation and cifar[-1].knn == "not run"
