@@ -1,7 +1,7 @@
 """NT-Xent, SupCon, SINCERE and FIRM on a [view1; view2] batch against numpy re-derivations.
 
 References written from the papers (SEMANTICS §4), explicit loops over anchors and positives:
-NT-Xent (FIRM eq. 1), SupCon "out" (Khosla et al. eq. 2), SINCERE (Feeney & Hughes 2024, eq. 12,
+NT-Xent (FIRM eq. 1), SupCon "out" (Khosla et al. eq. 2), SINCERE (Feeney & Hughes 2023, eq. 12,
 in its literal row-of-p form), FIRM (Lunardi et al., eq. 2) and the authors' pairwise FIRMLoss. Each
 comparison covers the gradient with respect to z (every row carries gradient in this layout) as
 well as the value: autograd on ours against central finite differences of the numpy reference

@@ -25,6 +25,9 @@ PYPROJECT = dict(
     re.findall(r'^(version|license) = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
 )
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+#: the library's docstrings and the shipped configs' comments cite papers too
+SOURCES = [p for room in ("pretrain", "negatives", "linear_eval", "slurm", "negmine_core")
+           for p in sorted((ROOT / room).rglob("*")) if p.suffix in (".py", ".yaml")]  # fmt: skip
 
 # every method, protocol and solver the toolkit implements or follows -> its entry
 NEEDED = {
@@ -74,7 +77,7 @@ def test_every_page_dates_a_cited_paper_as_its_entry_does():
     for e in ENTRIES:
         years.setdefault(gen_references.short(e), set()).add(e["year"])
     wrong = []
-    for page in PAGES:
+    for page in PAGES + SOURCES:
         if "results/logs" in str(page):
             continue
         text = html.unescape(page.read_text(encoding="utf-8"))  # the generated pages escape &

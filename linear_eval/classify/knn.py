@@ -13,7 +13,7 @@ Presets (k, T):
 - ``mioc``: 10, 0.1. MiOC (Jain et al. 2025) reports a 10-NN; the temperature is not given there,
   T = 0.1 is our assumption (the InstDisc value).
 
-Majority vote (SINCERE, Feeney & Hughes 2024, https://arxiv.org/abs/2309.14277, 1-NN and 5-NN
+Majority vote (SINCERE, Feeney & Hughes 2023, https://arxiv.org/abs/2309.14277, 1-NN and 5-NN
 accuracy): each of the k most cosine-similar training features gives one vote; a tie between
 classes goes to the smallest class index (scikit-learn's ``KNeighborsClassifier`` rule).
 """

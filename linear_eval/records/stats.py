@@ -11,7 +11,7 @@ interval is ``np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])`` (linear i
 ``torch.quantile`` in the SINCERE code), and the point estimate is the statistic on the full test
 set (SINCERE's ``bootstrap_metric`` reports the bootstrap mean instead; the two differ by O(1/n)).
 
-Comparing two checkpoints (SINCERE, Feeney & Hughes 2024, tufts-ml/SupContrast
+Comparing two checkpoints (SINCERE, Feeney & Hughes 2023, tufts-ml/SupContrast
 ``bootstrap_acc.py``): both are evaluated on the *same* resampled indices, and the difference is
 significant when the 95% interval of the per-resample difference excludes 0.
 """
