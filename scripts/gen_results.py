@@ -170,6 +170,14 @@ def mioc_note(runs: list[dict[str, Any]]) -> list[str]:
     return [f"MiOC: {warmup} warm-up epochs (no OC-SVM fitted, query-queue mixing only); {share}"]
 
 
+def threads_note(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs' ``train.threads`` where the command set it (it changes the step time, not what
+    is measured: it is no variant)."""
+    words = {w for r in runs for w in r["prov"]["segments"][0].get("command", "").split()}
+    threads = sorted(w.split("=", 1)[1] for w in words if w.startswith("train.threads="))
+    return [f"train.threads={'/'.join(threads)} (torch threads per run)"] if threads else []
+
+
 def memory(prov: dict[str, Any]) -> str:
     if prov.get("peak_gpu_mib"):
         return f"{prov['peak_gpu_mib'] / 1024:.1f} GiB GPU"
@@ -214,7 +222,7 @@ def run_rows() -> list[Row]:
             commit=(commit or "-")[:7] + ("+dirty" if dirty else ""),
             log=" ".join(f"[{r['path'].name}](results/logs/{r['path'].name}/metrics.jsonl)"
                          for r in members),  # fmt: skip
-            notes=mioc_note(members),
+            notes=mioc_note(members) + threads_note(members),
         ))  # fmt: skip
     return rows
 

@@ -84,6 +84,19 @@ def test_the_config_file_given_to_cfg_is_recorded_resolved_with_its_sha256(tmp_p
     assert seg["config_file"] is None and seg["config_sha256"] is None
 
 
+def test_a_shipped_config_is_recorded_relative_to_the_package_tree():
+    """A shipped recipe's path names no directory of the measuring machine (kept logs are
+    refused with one); its sha256 is hashlib's of the file."""
+    import hashlib
+
+    from pretrain import config
+
+    shipped = config.CONFIG_DIR / "digits_mioc.yaml"
+    rec = provenance.config_record(shipped)
+    assert rec == {"config_file": "pretrain/configs/digits_mioc.yaml",
+                   "config_sha256": hashlib.sha256(shipped.read_bytes()).hexdigest()}  # fmt: skip
+
+
 def test_outside_any_repository_commit_and_dirty_stay_null(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no enclosing repository
     as_if_imported_from(monkeypatch, tmp_path / "plain")

@@ -118,7 +118,9 @@ def code_version() -> dict[str, Any]:
 
 def config_record(path: str | Path | None) -> dict[str, str | None]:
     """The config file the run was given (``--cfg``, resolved) and its sha256; both None when
-    there is none (a config built in code), the digest None when the file cannot be read."""
+    there is none (a config built in code), the digest None when the file cannot be read. A file
+    of this package's tree (a shipped recipe) is recorded relative to it
+    (``pretrain/configs/NAME.yaml``), so that a kept log names no path of the measuring machine."""
     if path is None:
         return {"config_file": None, "config_sha256": None}
     path = Path(path).resolve()
@@ -126,7 +128,9 @@ def config_record(path: str | Path | None) -> dict[str, str | None]:
         digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         digest = None
-    return {"config_file": str(path), "config_sha256": digest}
+    root = Path(__file__).resolve().parents[2]
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    return {"config_file": str(shown), "config_sha256": digest}
 
 
 def package_version(name: str) -> str | None:
