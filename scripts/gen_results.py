@@ -62,6 +62,8 @@ README_RECIPES = ("digits_moco.yaml", "digits_mioc.yaml")
 NOT_VARIANT = ("seed", "out_dir", "train.threads", "train.progress_bar", "data.root")
 #: The ablation beside every MiOC row: MiOC without the OC-SVM's selection (O = the whole queue).
 ABLATION = "negatives.kwargs.selection=queue"
+#: The untrained encoder's row beside a recipe whose runs kept ``eval/linear_eval_random.json``.
+RANDOM = "--random-init"
 
 #: Curves of runs whose folders are gone: file, recipe, hardware, date, commit, how it was run
 #: (transcribed from benchmarks/curves/README.md; the numbers are read from the file).
@@ -133,12 +135,14 @@ def read_run(path: Path) -> dict[str, Any]:
                          "which records paths relative to the run folder")  # fmt: skip
     prov = json.loads((path / "provenance.json").read_text())
     evaluation = json.loads((path / "eval" / "linear_eval.json").read_text())
+    random_file = path / "eval" / "linear_eval_random.json"
+    random = json.loads(random_file.read_text()) if random_file.is_file() else None
     records = [json.loads(s) for s in (path / "metrics.jsonl").read_text().splitlines() if s]
     epochs = [r["epoch"] for r in records if r.get("kind") == "epoch"]
     cfg = yaml.safe_load((path / "config.yaml").read_text())
     steps = [r for r in records if r.get("kind") == "step"]
     return {"path": path, "prov": prov, "eval": evaluation, "epochs": max(epochs, default=0),
-            "cfg": cfg, "recipe": recipe_of(prov), "variant": variant_of(prov),
+            "cfg": cfg, "recipe": recipe_of(prov), "variant": variant_of(prov), "random": random,
             "steps": steps}  # fmt: skip
 
 
@@ -224,7 +228,22 @@ def run_rows() -> list[Row]:
                          for r in members),  # fmt: skip
             notes=mioc_note(members) + threads_note(members),
         ))  # fmt: skip
+        if all(r["random"] for r in members):
+            rows.append(random_row(rows[-1], members))
     return rows
+
+
+def random_row(trained: Row, runs: list[dict[str, Any]]) -> Row:
+    """The same runs' encoders untrained (``python -m linear_eval --ckpt RUN --random-init``):
+    what the pretraining adds is the difference to the row above."""
+    return Row(
+        recipe=trained.recipe, variant=RANDOM, epochs="0", seeds=trained.seeds,
+        knn=mean_std([r["random"]["knn_top1"] for r in runs]),
+        linear=mean_std([r["random"]["linear_top1"] for r in runs]),
+        hardware=trained.hardware, date=trained.date, commit=trained.commit,
+        log=" ".join(f"[{r['path'].name}](results/logs/{r['path'].name}/eval/"
+                     "linear_eval_random.json)" for r in runs),
+    )  # fmt: skip
 
 
 def curve_rows() -> list[Row]:
@@ -279,6 +298,8 @@ def name(r: Row) -> str:
     """The recipe cell: the config, and the overrides of a variant (the ablation's named)."""
     if not r.variant:
         return f"`{r.recipe}`"
+    if r.variant == RANDOM:
+        return f"`{r.recipe}` untrained encoder (`linear_eval --random-init`)"
     what = " (ablation: O = the whole queue)" if r.variant == ABLATION else ""
     return f"`{r.recipe}` `{r.variant}`{what}"
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 FILES = ("config.yaml", "metrics.jsonl", "provenance.json", "eval/linear_eval.json")
+#: kept too where the run has it: the untrained encoder's evaluation (``--random-init``)
+OPTIONAL = ("eval/linear_eval_random.json",)
 #: an absolute path under a home or work directory (not a URL's path, not part of a word)
 MACHINE_PATH = re.compile(r"(?<![\w.~:/-])/(?:home|root|work|tmp)(?:/[^\s\"',;)]*)?")
 DATA_ROOT = "DATA_ROOT"
@@ -25,7 +27,7 @@ DATA_ROOT = "DATA_ROOT"
 def machine_paths(run: Path) -> list[str]:
     """``FILE: PATH`` for every machine path in the run's kept files."""
     found = []
-    for name in FILES:
+    for name in FILES + OPTIONAL:
         file = run / name
         if file.is_file():
             found += [f"{name}: {m.group(0)}" for m in MACHINE_PATH.finditer(file.read_text())]
@@ -48,7 +50,7 @@ def keep(run: Path, dest: Path) -> list[str]:
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     root = (cfg.get("data") or {}).get("root")
     data_root = str(Path(root).resolve()) if root and Path(root).is_absolute() else None
-    for name in FILES:
+    for name in FILES + tuple(n for n in OPTIONAL if (run / n).is_file()):
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         text = (run / name).read_text()
         (dest / name).write_text(_relative(text, run, data_root))

@@ -68,6 +68,13 @@ def test_keep_makes_the_paths_relative_to_the_run_folder(tmp_path):
     checkpoint = json.loads((dest / "eval" / "linear_eval.json").read_text())["checkpoint"]
     assert checkpoint == "checkpoints/last.pt"
     assert (dest / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    assert not (dest / "eval" / "linear_eval_random.json").exists()  # optional: not made up
+    (run / "eval" / "linear_eval_random.json").write_text(
+        json.dumps({**ev, "checkpoint": f"{run}/checkpoints/last.pt", "weights": "random"})
+    )
+    assert results_logs.keep(run, tmp_path / "kept" / "r1") == []
+    random = json.loads((tmp_path / "kept" / "r1" / "eval" / "linear_eval_random.json").read_text())
+    assert random["checkpoint"] == "checkpoints/last.pt" and random["weights"] == "random"
 
 
 def test_no_kept_log_or_page_names_a_machine_path():

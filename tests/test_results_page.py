@@ -144,3 +144,21 @@ def test_a_variant_makes_its_own_row_and_the_mioc_ablation_stands_beside_mioc(
     assert gen_results.name(table[1]).startswith(f"`digits_mioc.yaml` `{ablation}` (ablation")
     cifar = [r for r in gen_results.table() if r.recipe == "cifar10_mioc.yaml"]
     assert cifar[-1].variant == ablation and cifar[-1].knn == "not run"
+
+
+def test_runs_with_a_random_init_evaluation_get_the_untrained_row(tmp_path, monkeypatch):
+    """``linear_eval --random-init``'s file, kept beside a run's, makes an untrained-encoder row
+    under the trained one, its mean over the seeds re-derived here."""
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    for seed, knn in ((0, 40.0), (1, 44.0)):
+        fake_run(tmp_path / f"m{seed}", seed, 90.0, 100.0)
+        (tmp_path / f"m{seed}" / "eval" / "linear_eval_random.json").write_text(
+            json.dumps({"knn_top1": knn, "linear_top1": 60.0 + seed})
+        )
+    trained, untrained = [r for r in gen_results.table() if r.recipe == "digits_moco.yaml"]
+    assert trained.variant == "" and untrained.variant == gen_results.RANDOM
+    assert untrained.knn == f"42.00 ± {statistics.stdev([40.0, 44.0]):.2f}"
+    assert untrained.linear == "60.50 ± 0.71" and untrained.seeds == "0, 1"
+    assert "linear_eval_random.json" in untrained.log
+    (tmp_path / "m1" / "eval" / "linear_eval_random.json").unlink()  # one seed without: no row
+    assert [r.variant for r in gen_results.table() if r.recipe == "digits_moco.yaml"] == [""]
