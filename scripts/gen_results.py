@@ -366,9 +366,9 @@ def row_lines(rows: list[Row], prefix: str = "") -> tuple[list[str], list[str]]:
     for r in rows:
         data, arch = data_of(r.recipe)
         mark = ""
-        for note in r.notes:
-            notes.append(note)
-            mark += f" [{len(notes)}]"
+        if r.notes:  # one mark a row ("[1] [2]" would read as a Markdown reference link)
+            notes.append("; ".join(r.notes))
+            mark = f" [{len(notes)}]"
         paper = results_recipes.paper_figure(r.recipe, config.load(r.recipe), prefix)
         log = r.log.replace("](results/logs/", f"]({prefix}results/logs/")
         lines.append("| " + " | ".join(cell(c) for c in (
