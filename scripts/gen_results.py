@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_logs  # noqa: E402
 import results_recipes  # noqa: E402
 from results_cells import (  # noqa: E402
+    detection_note,
     memory,
     mioc_note,
     recipe_of,
@@ -127,12 +128,15 @@ def read_run(path: Path) -> dict[str, Any]:
     evaluation = json.loads((path / "eval" / "linear_eval.json").read_text())
     random_file = path / "eval" / "linear_eval_random.json"
     random = json.loads(random_file.read_text()) if random_file.is_file() else None
+    oneclass_file = path / "eval" / "oneclass.json"
+    oneclass = json.loads(oneclass_file.read_text()) if oneclass_file.is_file() else None
     records = [json.loads(s) for s in (path / "metrics.jsonl").read_text().splitlines() if s]
     epochs = [r["epoch"] for r in records if r.get("kind") == "epoch"]
     cfg = yaml.safe_load((path / "config.yaml").read_text())
     steps = [r for r in records if r.get("kind") == "step"]
     return {"path": path, "prov": prov, "eval": evaluation, "epochs": max(epochs, default=0),
             "cfg": cfg, "recipe": recipe_of(prov), "variant": variant_of(prov), "random": random,
+            "oneclass": oneclass,
             "steps": steps}  # fmt: skip
 
 
@@ -164,7 +168,7 @@ def run_rows() -> list[Row]:
             commit=(commit or "-")[:7] + ("+dirty" if dirty else ""),
             log=" ".join(f"[{r['path'].name}](results/logs/{r['path'].name}/metrics.jsonl)"
                          for r in members),  # fmt: skip
-            notes=mioc_note(members) + threads_note(members),
+            notes=mioc_note(members) + detection_note(members) + threads_note(members),
         ))  # fmt: skip
         if all(r["random"] for r in members):
             rows.append(random_row(rows[-1], members))

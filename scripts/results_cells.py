@@ -84,3 +84,19 @@ def wall_cell(walls: list[float]) -> str:
         return provenance.duration(walls[0])
     d = provenance.duration
     return f"{d(float(np.mean(walls)))} per run ({d(min(walls))} to {d(max(walls))})"
+
+
+def detection_note(runs: list[dict[str, Any]]) -> list[str]:
+    """The one-class detection AUROC of s_con over the seeds, where every run kept
+    ``eval/oneclass.json`` (``python -m linear_eval ood --ckpt RUN/checkpoints/last.pt
+    --detectors s_con --k K``): the figure a one-class recipe (FIRM's) is judged by."""
+    records = [r.get("oneclass") for r in runs]
+    if not all(rec and "s_con" in rec["detectors"] for rec in records):
+        return []
+    aurocs = [rec["detectors"]["s_con"]["mean"]["auroc"] for rec in records]
+    sets = "; ".join(", ".join(map(str, s)) for s in records[0]["normal_sets"])
+    spread = f" ± {np.std(aurocs, ddof=1):.2f}" if len(aurocs) > 1 else " (1 seed)"
+    k = records[0]["settings"]["k"]
+    command = f"python -m linear_eval ood --ckpt RUN/checkpoints/last.pt --detectors s_con --k {k}"
+    return [f"one-class detection, in-distribution class {sets} against the other classes' test "
+            f"images: s_con (k {k}) AUROC {np.mean(aurocs):.2f}{spread} (`{command}`)"]  # fmt: skip

@@ -18,7 +18,7 @@ import yaml
 
 FILES = ("config.yaml", "metrics.jsonl", "provenance.json", "eval/linear_eval.json")
 #: kept too where the run has it: the untrained encoder's evaluation (``--random-init``)
-OPTIONAL = ("eval/linear_eval_random.json",)
+OPTIONAL = ("eval/linear_eval_random.json", "eval/oneclass.json")
 #: an absolute path under a home or work directory (not a URL's path, not part of a word)
 MACHINE_PATH = re.compile(r"(?<![\w.~:/-])/(?:home|root|work|tmp)(?:/[^\s\"',;)]*)?")
 DATA_ROOT = "DATA_ROOT"

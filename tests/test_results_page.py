@@ -162,3 +162,21 @@ def test_runs_with_a_random_init_evaluation_get_the_untrained_row(tmp_path, monk
     assert "linear_eval_random.json" in untrained.log
     (tmp_path / "m1" / "eval" / "linear_eval_random.json").unlink()  # one seed without: no row
     assert [r.variant for r in gen_results.table() if r.recipe == "digits_moco.yaml"] == [""]
+
+
+def test_a_one_class_recipes_row_notes_its_detection_auroc(tmp_path, monkeypatch):
+    """Runs that kept ``eval/oneclass.json`` get the s_con AUROC over the seeds in their note,
+    re-derived here; one run without it: no note (never a partial mean)."""
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    for seed, auroc in ((0, 91.0), (1, 95.0)):
+        fake_run(tmp_path / f"f{seed}", seed, 90.0, 100.0)
+        record = {"normal_sets": [[0]], "settings": {"k": 1},
+                  "detectors": {"s_con": {"mean": {"auroc": auroc}}}}  # fmt: skip
+        (tmp_path / f"f{seed}" / "eval" / "oneclass.json").write_text(json.dumps(record))
+    (row,) = [r for r in gen_results.table() if r.recipe == "digits_moco.yaml"]
+    want = f"AUROC {statistics.mean([91.0, 95.0]):.2f} ± {statistics.stdev([91.0, 95.0]):.2f}"
+    (note,) = [n for n in row.notes if "one-class detection" in n]
+    assert "in-distribution class 0 " in note and "s_con (k 1)" in note and want in note
+    (tmp_path / "f1" / "eval" / "oneclass.json").unlink()
+    (row,) = [r for r in gen_results.table() if r.recipe == "digits_moco.yaml"]
+    assert not any("one-class detection" in n for n in row.notes)
