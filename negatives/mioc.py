@@ -220,9 +220,11 @@ class MiOC(NegativeStrategy):
     def check_sizes(self, queue_size: int, batch_size: int) -> None:
         """Called once at setup: the OC-SVM is fitted on the 2 x ``batch_size`` queries and keys of
         the global batch, so its Triton fit's per-device constants are built now (and again at
-        ``.to()``), not in the first training step."""
-        self._fit_size = 2 * batch_size
-        self.svm.prepare(self.empty_steps.device, self._fit_size)
+        ``.to()``), not in the first training step. The ablation (``selection="queue"``) fits
+        none."""
+        if self.selection == "ocsvm":
+            self._fit_size = 2 * batch_size
+            self.svm.prepare(self.empty_steps.device, self._fit_size)
 
     def _apply(self, fn: Any, recurse: bool = True) -> MiOC:
         """``nn.Module._apply`` (``.to()``, ...), then the OC-SVM's constants on the new device."""

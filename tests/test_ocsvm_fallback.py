@@ -28,6 +28,8 @@ from negatives.ocsvm.svm import OneClassSVM
 
 ROOT = Path(__file__).resolve().parents[1]
 
+NO_TRITON = "triton is not installed: the Triton kernels' tests need it (pip install triton)"
+
 
 def data(n: int = 120, d: int = 5, seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).normal(size=(n, d)))
@@ -42,7 +44,7 @@ def assert_matches_sklearn(svm: OneClassSVM, X: torch.Tensor) -> None:
 
 
 def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warning(monkeypatch):
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason=NO_TRITON)
     from negatives.ocsvm import kernels_triton
 
     def fails(*args, **kwargs):
@@ -89,7 +91,7 @@ json.dump({"path": svm.path_, "f": f.tolist(), "mask": mask.tolist(), "f2": f2.t
 def test_a_scoring_kernel_that_cannot_launch_falls_back_to_batched_ops():
     """The fit ran (in Triton's interpreter, a fresh process); the first scoring launch fails:
     one warning, and the decision values of the batched path (scikit-learn's)."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason=NO_TRITON)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     run = subprocess.run([sys.executable, "-c", SCORE_FAILS], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -113,7 +115,7 @@ def test_a_scoring_kernel_that_cannot_launch_falls_back_to_batched_ops():
     [("3.4.1", False), ("3.5.0", True), ("3.8.0+git1a2b3c", True), ("2.3.1", False)],
 )
 def test_triton_older_than_the_kernels_need_is_named(monkeypatch, version, usable):
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason=NO_TRITON)
     monkeypatch.setattr(importlib.metadata, "version", lambda name: version)
     cause = device_support.triton_unusable()
     assert (cause == "") == usable, cause
@@ -135,7 +137,7 @@ def test_user_errors_still_raise_on_the_triton_path():
 def test_mioc_run_records_the_loop_that_ran(tmp_path):
     """A MiOC training run with ``loop: triton`` on a CPU without the interpreter trains to the
     end on the device loop, warns once, and logs ``neg_ocsvm_path``."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason=NO_TRITON)
     cmd = [sys.executable, "-m", "pretrain", "--cfg", "digits_mioc.yaml", f"out_dir={tmp_path}",
            "model.width=8", "model.bn_splits=2", "train.batch_size=32", "moco.queue_size=64",
            "train.progress_bar=false", "train.log_every=2", "eval.knn_every=0",

@@ -86,12 +86,17 @@ def cpu_cores() -> int | None:
         return os.cpu_count()
 
 
+def package_root() -> Path:
+    """The root of the tree this package was imported from (a checkout's, or site-packages)."""
+    return Path(__file__).resolve().parents[2]
+
+
 def code_version() -> dict[str, Any]:
     """The git commit of the source tree this package was imported from and whether it has
     uncommitted changes to tracked files or untracked files in its packages; the installed
     version where it is not a checkout. Both stay None (unknown) outside a repository, and
     where the repository's root is not the package's own (a copy vendored in another project)."""
-    root = Path(__file__).resolve().parents[2]
+    root = package_root()
     out: dict[str, Any] = {"commit": None, "dirty": None, "version": None}
     try:
         out["version"] = importlib.metadata.version("negmine")
@@ -128,7 +133,7 @@ def config_record(path: str | Path | None) -> dict[str, str | None]:
         digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         digest = None
-    root = Path(__file__).resolve().parents[2]
+    root = package_root()
     shown = path.relative_to(root) if path.is_relative_to(root) else path
     return {"config_file": str(shown), "config_sha256": digest}
 
