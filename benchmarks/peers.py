@@ -4,7 +4,7 @@ negmine's OC-SVM beside scikit-learn's and thundersvm-cpu's.
     pip install -e ".[bench]"   # lightly and thundersvm-cpu: the benchmark's, not the library's
     python benchmarks/peers.py [--device cpu|cuda] [--quick] [--data CIFAR10_JPEG_DIR]
         [--train-images N] [--test-images N] [--arch resnet-18|resnet-9] [--width W]
-        [--batch B] [--epochs E] [--seeds S] [--budget SECONDS] [--runs LIST]
+        [--batch B] [--epochs E] [--seeds S] [--budget SECONDS] [--runs LIST] [--precision P]
         [--ocsvm-sizes LIST] [--parts moco,ocsvm] [--summary PATH] [--results PATH] [--no-record]
 
 Part ``moco``: lightly's CIFAR-10 benchmark model (its ``MocoModel``, benchmarks/peers_models.py:
@@ -35,6 +35,11 @@ thundersvm-cpu's (when installed) at n = 256 ... 16384 (``--ocsvm-sizes``) on be
 points timed apart (medians of interleaved repeats), and the decisions' agreement with
 scikit-learn's on those points (the share with the same sign).
 
+Both sides run at one precision, ``--precision`` (default fp32): fp32 everywhere, or bf16 autocast
+of the encoders with the loss in float32 (negmine's ``train.amp=bf16``; lightly's forwards under
+``torch.autocast``). negmine's ``train.amp=auto`` is never used here: it picks bf16 on a
+bf16-capable CPU and fp32 on another, which would pair different precisions by machine.
+
 ``--quick`` (CPU, CI): lightly's ``resnet-9`` at width 0.125 against negmine's ``resnet_small`` of
 width 8 (the same net: one BasicBlock per stage), 320 random JPEGs, batch 32, queue 64, one epoch,
 OC-SVM at n = 256 only: the whole path in about a minute. Without lightly installed the moco part
@@ -58,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.input import synthetic_cifar  # noqa: E402
-from benchmarks.peers_models import UNMATCHED, Sizes  # noqa: E402
+from benchmarks.peers_models import PRECISIONS, UNMATCHED, Sizes  # noqa: E402
 from benchmarks.peers_run import CONTESTANTS, KNN_K, KNN_T, contest  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
@@ -150,11 +155,19 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
         print(f"peers: {msg}", flush=True)
         return [msg, ""], []
     root, what = prepare(a, work)
-    s = Sizes(arch=a.arch, width=a.width, batch=a.batch, queue=a.queue, epochs=a.epochs or 200)
+    s = Sizes(
+        arch=a.arch,
+        width=a.width,
+        batch=a.batch,
+        queue=a.queue,
+        epochs=a.epochs or 200,
+        precision=a.precision,
+    )
     runs = [r for r in a.runs.split(",") if r]
     res = contest(runs, s, root, work, device, a.seeds, a.epochs, a.budget, a.workers, ALONE_ROUNDS)
     blocks, knn, meta = res["blocks"], res["knn"], res["meta"]
-    lines = [f"data: {what}; device {device}; {meta['epochs']} whole epochs per run, "
+    lines = [f"data: {what}; device {device}; precision {s.precision} on both sides (matched); "
+             f"{meta['epochs']} whole epochs per run, "
              f"{meta['steps']} steps of batch {s.batch} each; seeds {a.seeds}; loader workers "
              f"{meta['workers']}; torch threads {torch.get_num_threads()}",
              "", f"model: lightly {s.arch} width {s.width} / negmine {meta['negmine_arch']}; "
@@ -245,6 +258,8 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=0, help="0: as many as --budget allows")
     p.add_argument("--budget", type=float, default=0.0, help="seconds for the training (moco)")
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
+                   help="both sides: fp32, or bf16 autocast of the encoders")  # fmt: skip
     p.add_argument("--workers", type=int, default=-1, help="loader workers, both (-1: negmine's)")
     p.add_argument("--runs", default="", help="comma list of " + ", ".join(CONTESTANTS))
     p.add_argument("--parts", default="moco,ocsvm")

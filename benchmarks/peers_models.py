@@ -12,6 +12,7 @@ negmine ``resnet18``, or ``resnet_small`` for lightly's one-block-per-stage ``re
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 
@@ -19,6 +20,11 @@ import torch
 from torch import nn
 
 ARCHS = {"resnet-18": "resnet18", "resnet-9": "resnet_small"}  # lightly name -> negmine arch
+#: The precision of a pair, the same on both sides: negmine's ``train.amp`` for it, and lightly's
+#: encoders under ``torch.autocast`` in that dtype (None: none) with the loss in float32, as
+#: negmine's policy (pretrain/runtime/precision.py). Never ``train.amp=auto``, which picks bf16 or
+#: fp32 by the CPU and would pair a bf16 negmine with an fp32 lightly on a bf16-capable CPU.
+PRECISIONS = {"fp32": ("off", None), "bf16": ("bf16", torch.bfloat16)}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # lightly's default
 
 UNMATCHED = [
@@ -39,9 +45,6 @@ UNMATCHED = [
     "loader: lightly's DataLoader as its benchmark builds it (shuffle, drop_last, no pinned "
     "memory, workers started anew every epoch) with negmine's worker count for both (the "
     "benchmark's is 8); negmine's loader keeps its workers across epochs and pins memory on CUDA",
-    "precision: lightly's benchmark trains in fp32 (Lightning's default); negmine's default "
-    "train.amp=auto (bf16 autocast on CUDA and on bf16-capable CPUs, fp32 elsewhere) is kept; "
-    "the table names each run's precision",
     "loop: lightly's benchmark runs under PyTorch Lightning (hooks, self.log each step); here "
     "its model runs in a plain loop (backward, SGD step, zero_grad), which can only flatter it",
     "augmentation: lightly's benchmark MocoModel uses SimCLRTransform(input_size=32, "
@@ -68,6 +71,7 @@ class Sizes:
     splits: int = 8
     dim: int = 128
     epochs: int = 200  # the cosine schedule's length (both)
+    precision: str = "fp32"  # both sides: fp32, or bf16 autocast of the encoders (PRECISIONS)
 
     @property
     def lr(self) -> float:
@@ -93,6 +97,7 @@ class LightlyMoco(nn.Module):
         utils.deactivate_requires_grad(self.projection_head_momentum)
         self.criterion = NTXentLoss(temperature=s.temperature, memory_bank_size=(s.queue, s.dim))
         self.momentum, self.utils = s.momentum, utils
+        self.dtype = PRECISIONS[s.precision][1]
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """The pooled backbone features (the kNN's input, as lightly's BenchmarkModule)."""
@@ -105,13 +110,22 @@ class LightlyMoco(nn.Module):
 
         def step(x0_: torch.Tensor, x1_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             x1_, shuffle = u.batch_shuffle(x1_)
-            x0_ = self.projection_head(self.backbone(x0_).flatten(start_dim=1))
-            x1_ = self.projection_head_momentum(self.backbone_momentum(x1_).flatten(start_dim=1))
-            return x0_, u.batch_unshuffle(x1_, shuffle)
+            with self.autocast(x0_.device):  # the encoders; the loss in float32 below
+                x0_ = self.projection_head(self.backbone(x0_).flatten(start_dim=1))
+                x1_ = self.projection_head_momentum(
+                    self.backbone_momentum(x1_).flatten(start_dim=1)
+                )
+            return x0_.float(), u.batch_unshuffle(x1_.float(), shuffle)
 
         loss_1 = self.criterion(*step(x0, x1))  # the symmetric loss, as the benchmark
         loss_2 = self.criterion(*step(x1, x0))
         return 0.5 * (loss_1 + loss_2)
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """The encoders' autocast at the pair's precision (a null context in fp32)."""
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.dtype)
 
     def trained_parameters(self) -> list[nn.Parameter]:
         return list(self.backbone.parameters()) + list(self.projection_head.parameters())
@@ -152,6 +166,7 @@ def negmine_overrides(s: Sizes, root: str) -> list[str]:
         f"moco.temperature={s.temperature}",
         "loss.name=nt_xent", "loss.symmetric=true",
         f"train.batch_size={s.batch}", "train.base_lr=0.06", "train.lr_base_batch=128",
+        f"train.amp={PRECISIONS[s.precision][0]}",
         "train.weight_decay=5e-4", "train.sgd_momentum=0.9", "train.lr_schedule=cosine",
         "train.lr_per_epoch=true", "train.lr_first_epoch=0", "train.warmup_epochs=0",
         f"train.epochs={s.epochs}", "train.progress_bar=false", "eval.knn_every=0",

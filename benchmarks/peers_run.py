@@ -64,7 +64,7 @@ class Negmine:
         enc = self.run.moco.encoder_q
         self.params = parameter_counts(enc.backbone, enc.head)
         dtype = amp.amp_dtype(self.cfg.train.amp, self.device)
-        self.precision = "fp32" if dtype is None else str(dtype).removeprefix("torch.")
+        self.precision = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
     def epoch(self, e: int) -> list[float]:
         """One whole epoch; returns each step's data wait (s)."""
@@ -122,7 +122,7 @@ class Lightly:
                                 for split in ("train", "test"))  # fmt: skip
         self.steps = len(self.train)
         self.params = parameter_counts(self.model.backbone, self.model.projection_head)
-        self.precision = "fp32"
+        self.precision = s.precision
 
     def epoch(self, e: int) -> list[float]:
         self.model.train()
@@ -229,6 +229,10 @@ def contest(
                 runs[name] = Negmine(name, s, root, out, seed, workers)
             meta["precision"][name] = runs[name].precision
             meta["params"][name.split("_")[0]] = runs[name].params
+        precisions = {r.precision for r in runs.values()}
+        if precisions != {s.precision}:  # a pair at two precisions is no comparison
+            raise RuntimeError(f"the runs' precisions differ from --precision {s.precision}: "
+                               f"{meta['precision']}")  # fmt: skip
         steps = {r.steps for r in runs.values()}
         if len(steps) != 1:
             raise RuntimeError(f"steps per epoch differ between the runs: {steps}")

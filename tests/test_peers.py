@@ -168,27 +168,41 @@ def test_the_subset_takes_the_same_images_of_every_class(tmp_path):
     assert got == [f"train/{c}/{i}.jpg" for c in "ab" for i in range(3)]
 
 
-def test_quick_run_prints_the_table(tmp_path):
-    """The CI run: both models a whole epoch on random JPEGs, interleaved, their kNN, the ratio;
-    the OC-SVM at n = 256 beside scikit-learn, agreeing with it; the results file written."""
+def quick_run(tmp_path, *args: str) -> str:
+    """benchmarks/peers.py --quick on the CPU with ``args``; its results file's text."""
     results = tmp_path / "results.md"
-    proc = subprocess.run([sys.executable, "benchmarks/peers.py", "--quick", "--device", "cpu",
-                           "--results", str(results)], capture_output=True, text=True, cwd=ROOT,
-                          env=clean_env(CUDA_VISIBLE_DEVICES=""), timeout=600)  # fmt: skip
+    cmd = [sys.executable, "benchmarks/peers.py", "--quick", "--device", "cpu",
+           "--results", str(results), *args]  # fmt: skip
+    env = clean_env(CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    text = results.read_text()
+    return results.read_text()
+
+
+def check_moco_rows(text: str, precision: str) -> None:
+    """Both runs' rows at ``precision`` (one precision per pair, named in the header line)."""
+    assert f"precision {precision} on both sides (matched)" in text, text
+    for run in ("lightly", "negmine"):
+        row = re.search(rf"^\| {run} \| {precision} \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| "
+                        r"([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
+                        flags=re.M)  # fmt: skip
+        assert row, (run, text)
+        ips, wait, compute, _, knn, ratio, alone, alone_ratio = map(float, row.groups())
+        assert ips > 0 and wait >= 0 and compute > 0 and 0 <= knn <= 100 and ratio > 0
+        assert alone > 0 and alone_ratio > 0
+
+
+def test_quick_run_prints_the_table(tmp_path):
+    """The CI run: both models a whole epoch on random JPEGs, interleaved, their kNN, the ratio,
+    both in fp32 (given explicitly: on a CPU with bf16, negmine's train.amp=auto would pick bf16
+    and pair it with an fp32 lightly); the OC-SVM at n = 256 beside scikit-learn, agreeing with
+    it; the results file written."""
+    text = quick_run(tmp_path, "--precision", "fp32")
     assert "## Compared with lightly (MoCo v2, CIFAR-10) and OC-SVM peers" in text
     assert "command: python benchmarks/peers.py --quick" in text and "commit " in text
     if HAS_LIGHTLY:
-        for run in ("lightly", "negmine"):
-            row = re.search(rf"^\| {run} \| fp32 \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| "
-                            r"([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
-                            flags=re.M)  # fmt: skip
-            assert row, (run, text)
-            ips, wait, compute, _, knn, ratio, alone, alone_ratio = map(float, row.groups())
-            assert ips > 0 and wait >= 0 and compute > 0 and 0 <= knn <= 100 and ratio > 0
-            assert alone > 0 and alone_ratio > 0
+        check_moco_rows(text, "fp32")
         same = re.search(r"parameters \(backbone, head\): lightly (\(\d+, \d+\)), negmine "
                          r"(\(\d+, \d+\))", text)  # fmt: skip
         assert same and same.group(1) == same.group(2), text
@@ -202,3 +216,19 @@ def test_quick_run_prints_the_table(tmp_path):
     for _, n_sv, fit, score, agree in rows:
         assert int(n_sv) > 0 and float(fit) > 0 and float(score) > 0
         assert float(agree) >= 99.0  # the same decisions as scikit-learn on held-out points
+
+
+@pytest.mark.skipif(not HAS_LIGHTLY, reason="lightly is not installed (pip install -e '.[bench]')")
+def test_quick_run_bf16_pairs_bf16_on_both_sides(tmp_path):
+    """The other path, forced: bf16 on both sides whatever the CPU has (emulated where it lacks
+    bf16), never a bf16 negmine beside an fp32 lightly."""
+    check_moco_rows(quick_run(tmp_path, "--precision", "bf16", "--parts", "moco"), "bf16")
+
+
+def test_sizes_name_one_precision_for_both_sides():
+    """negmine's train.amp is set from the pair's precision, never left at auto."""
+    from benchmarks.peers_models import PRECISIONS, Sizes, negmine_overrides
+
+    for precision, (amp, _) in PRECISIONS.items():
+        over = negmine_overrides(Sizes(precision=precision), "ROOT")
+        assert [o for o in over if o.startswith("train.amp=")] == [f"train.amp={amp}"]
