@@ -102,8 +102,9 @@ class Embeddings:
     """What the model makes of one batch: unit-norm embeddings, D = the head's output."""
 
     q: torch.Tensor  # (N, D) queries of view 1, with gradient
-    q2: torch.Tensor | None = None  # (N, D) queries of view 2 (symmetric layout)
+    q2: torch.Tensor | None = None  # (N, D) queries of view 2 (loss.symmetric, moco.symmetric_keys)
     k: torch.Tensor  # (N, D) keys of view 2, no gradient
+    k1: torch.Tensor | None = None  # (N, D) keys of view 1, q2's positives (moco.symmetric_keys)
     kappa_q: torch.Tensor | None = None  # (N,) concentrations (a kappa head), else None
     kappa_q2: torch.Tensor | None = None
     kappa_k: torch.Tensor | None = None

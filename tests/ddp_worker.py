@@ -148,6 +148,7 @@ def record_run(out: Path, overrides: list[str]) -> None:
         "world_size": dist.world_size(),
         "ddp": isinstance(run.moco.query_encoder, torch.nn.parallel.DistributedDataParallel),
         "shuffle_keys": run.moco.shuffle_keys,
+        "symmetric_keys": run.moco.symmetric_keys,
         "steps": record,
         "encoder_q": {k: v.detach().clone() for k, v in run.moco.encoder_q.named_parameters()},
         "encoder_k": {k: v.detach().clone() for k, v in run.moco.encoder_k.named_parameters()},

@@ -71,9 +71,10 @@ def run_one_epoch(cfg_name: str, root: Path, out: Path, *extra: str) -> dict:
     return json.loads(last)
 
 
-def test_cifar10_config_runs_on_cifar_pickles(tmp_path):
+@pytest.mark.parametrize("name", ["cifar10_moco.yaml", "cifar10_moco_sym.yaml"])
+def test_cifar10_config_runs_on_cifar_pickles(tmp_path, name):
     write_cifar10(tmp_path / "data", per_batch=16)
-    record = run_one_epoch("cifar10_moco.yaml", tmp_path / "data", tmp_path / "run")
+    record = run_one_epoch(name, tmp_path / "data", tmp_path / "run")
     assert record["kind"] == "epoch" and record["epoch"] == 1 and "knn_top1" in record
 
 

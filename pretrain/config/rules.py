@@ -422,6 +422,24 @@ RULES: tuple[Rule, ...] = (
          holds=~K("loss.symmetric") | K("negatives.name").not_in(names("per_query_strategies")),
          why="cannot be combined with negatives {negatives.name!r}: its per-query negatives "
          "belong to the first view's queries only"),
+    Rule(key="moco.symmetric_keys",
+         holds=~K("moco.symmetric_keys") | (K("loss.name") == "infonce"),
+         why="cannot be combined with loss {loss.name!r}: the MoCo CIFAR-10 demo's symmetric "
+         "loss is two InfoNCE terms in MoCo's layout (loss.name=infonce); for both views as "
+         "queries against each other use loss.symmetric with one of {batch_losses}"),
+    Rule(key="moco.symmetric_keys",
+         holds=~K("moco.symmetric_keys") | (K("negatives.name") == "none"),
+         why="cannot be combined with negatives {negatives.name!r}: a strategy's negatives are "
+         "made from the first view's queries and keys only; use negatives.name=none"),
+    Rule(key="moco.symmetric_keys",
+         holds=~K("moco.symmetric_keys") | (K("kappa.hidden") == 0),
+         why="cannot be combined with kappa.hidden={kappa.hidden} (a kappa head): its terms read "
+         "the first view's queries and keys only; set kappa.hidden=0"),
+    Rule(key="moco.symmetric_keys",
+         holds=~K("moco.symmetric_keys") | (K("moco.queue_size") >= K("train.batch_size") * 2),
+         why="enqueues both views' keys, 2 x train.batch_size ({train.batch_size}) per step: "
+         "moco.queue_size ({moco.queue_size}) must hold at least that (the demo: 4096 for "
+         "2 x 512)"),
     Rule(key="data.train_split",
          holds=K("loss.name").not_in(names("label_losses"))
          | ((K("data.train_split") == "train") & (K("data.name") != "stl10")),

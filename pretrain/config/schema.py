@@ -121,11 +121,18 @@ class MocoConfig:
         queue_size: K; must not exceed the training set
         momentum: m in key <- m * key + (1 - m) * query
         temperature: MoCo v2 (v1 and the reference code default: 0.07)
+        symmetric_keys: the MoCo CIFAR-10 demo's symmetric loss (its --symmetric): each view
+            is query and key in turn, InfoNCE(q1, k2) + InfoNCE(q2, k1) against the same queue,
+            one momentum update then a shuffled key forward of each view, and both views' keys
+            (2 x train.batch_size) enqueued; infonce with no negative strategy only. Not
+            loss.symmetric, the multiview layout (both views through the query encoder
+            against each other, no key of view 1)
     """
 
     queue_size: int = 65536
     momentum: float = 0.999
     temperature: float = 0.2
+    symmetric_keys: bool = False
 
 
 @dataclass
@@ -228,7 +235,8 @@ class LossConfig:
         name: a registered loss (pretrain.losses.list_losses()); the configuration reference lists
             each one's settings
         symmetric: both views through the query encoder, anchors [q1; q2] against each other: the
-            papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms)
+            papers' 2N x 2N layout (nt_xent, supcon, sincere, firm, cider, kappa terms); MoCo's
+            two-direction loss with a key of each view is moco.symmetric_keys instead
         contrast_queue: False: the batch alone is the contrast set (no queue); with symmetric it is
             the papers' equation exactly, without it FIRM's authors' N x N training loss
         kwargs: the loss's own settings (its constructor's keyword arguments, checked against its

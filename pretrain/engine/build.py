@@ -38,6 +38,7 @@ def model(cfg: Config, device: torch.device | None = None) -> model_lib.MoCo:
         kappa_hidden=cfg.kappa.hidden,
         momentum=cfg.moco.momentum,
         symmetric=cfg.loss.symmetric,
+        symmetric_keys=cfg.moco.symmetric_keys,
         channels_last=last,
         keep_features=cfg.eval.online_probe,
     )

@@ -33,6 +33,7 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
         e = run.moco.embed(batch)
     e = e.float32()
     k_all, y_all = dist.gather(e.k), dist.gather(batch.y)  # (world*N, D): identity in one process
+    keys, key_labels = enqueued(e, k_all, y_all)
     step = StepTensors(
         emb=e,
         k_all=k_all,
@@ -52,8 +53,20 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
     run.scaler.scale(loss).backward()
     run.scaler.step(run.optimizer)
     run.scaler.update()
-    run.queue.enqueue(k_all, y_all)  # after the logits (and backward); never synthetic points
+    run.queue.enqueue(keys, key_labels)  # after the logits (and backward); never synthetic points
     return loss
+
+
+def enqueued(
+    e: Embeddings, k_all: torch.Tensor, y_all: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys this step enqueues and their labels: every rank's keys of view 2 (``k_all``);
+    with ``moco.symmetric_keys`` every rank's keys of view 1, then of view 2 (2B): the demo's
+    ``torch.cat([k1, k2])`` on the global batch, so that R ranks enqueue what one process does
+    (facebookresearch/moco, branch colab-notebook, ``colab/moco_cifar10_demo.ipynb`` at f736491)."""
+    if e.k1 is None:
+        return k_all, y_all
+    return torch.cat([dist.gather(e.k1), k_all]), torch.cat([y_all, y_all])
 
 
 def photometric(run: Run, batch: Batch) -> Batch:

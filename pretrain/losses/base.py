@@ -55,7 +55,8 @@ class StepTensors:
 
     q = property(lambda s: s.emb.q, doc="(N, D) this rank's queries, unit norm, with gradient")
     k = property(lambda s: s.emb.k, doc="(N, D) this rank's keys, unit norm, constants")
-    q2 = property(lambda s: s.emb.q2, doc="(N, D) symmetric layout: view 2's queries, or None")
+    k1 = property(lambda s: s.emb.k1, doc="(N, D) moco.symmetric_keys: view 1's keys, or None")
+    q2 = property(lambda s: s.emb.q2, doc="(N, D) view 2's queries (symmetric layouts), or None")
     kappa_q = property(lambda s: s.emb.kappa_q, doc="(N,) with a kappa head, else None")
     kappa_k = property(lambda s: s.emb.kappa_k, doc="(N,) with a kappa head, else None")
     kappa_q2 = property(lambda s: s.emb.kappa_q2, doc="(N,) symmetric layout with a kappa head")
@@ -84,7 +85,7 @@ class StepTensors:
     ) -> StepTensors:
         """One process: k_all = k, labels_all = labels, rank 0; labels default to NO_LABEL
         (unknown: no label-positives), queue labels likewise, no extra negatives.
-        ``embeddings``: kappa_q, kappa_k, q2, kappa_q2, support."""
+        ``embeddings``: kappa_q, kappa_k, q2, k1, kappa_q2, support."""
         n, K = q.shape[0], queue.shape[0]
         labels = unknown(n, q.device) if labels is None else labels
         queue_labels = unknown(K, q.device) if queue_labels is None else queue_labels

@@ -60,7 +60,14 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
 
 @register("infonce")
 class InfoNCE(Loss):
-    """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras."""
+    """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras.
+
+    With view 1's keys in the step (``s.k1``: ``moco.symmetric_keys``) it is the MoCo CIFAR-10
+    demo's symmetric loss (facebookresearch/moco, branch colab-notebook,
+    ``colab/moco_cifar10_demo.ipynb`` at f736491, ``ModelMoCo.forward``): ``loss_12 + loss_21``,
+    the sum of the two directions' means, InfoNCE(q1, k2) + InfoNCE(q2, k1), both against the
+    queue before this step's enqueue; no strategy's negatives (they are view 1's queries').
+    """
 
     capturable = True
 
@@ -68,9 +75,20 @@ class InfoNCE(Loss):
 
     def forward(self, s: StepTensors) -> torch.Tensor:
         logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
+        labels = s.labels
+        loss = info_nce(logits)
+        if s.k1 is not None:  # the second direction: view 2's queries, view 1's keys
+            if s.extra.shared is not None or s.extra.per_query is not None:
+                raise ValueError(
+                    "the two-direction loss (moco.symmetric_keys) takes no strategy negatives: "
+                    "they belong to view 1's queries"
+                )
+            logits21 = moco_logits(s.q2, s.k1, s.queue, self.temperature)
+            loss = loss + info_nce(logits21)
+            logits, labels = torch.cat([logits, logits21]), torch.cat([labels, labels])
         # for the diagnostics on log steps only; the queue labels copied (the enqueue rewrites them)
-        self._seen = (logits.detach(), s.labels, s.queue_labels.clone())
-        return info_nce(logits)
+        self._seen = (logits.detach(), labels, s.queue_labels.clone())
+        return loss
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:
         """``contrast_top1``: MoCo's acc@1 (%), the own key ranked first among own + queue +

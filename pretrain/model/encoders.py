@@ -160,6 +160,8 @@ class MoCo(nn.Module):
     [0] He et al., Momentum Contrast for Unsupervised Visual Representation Learning, CVPR 2020,
         https://arxiv.org/abs/1911.05722; v2: Chen et al., https://arxiv.org/abs/2003.04297.
     Implementation based on https://github.com/facebookresearch/moco/blob/b8ae0d9/moco/builder.py.
+    [1] facebookresearch/moco, branch colab-notebook, ``colab/moco_cifar10_demo.ipynb`` at f736491,
+        ``ModelMoCo.forward``.
 
     The queue and the loss live outside (``pretrain.engine.queue``, ``pretrain.losses``), so that
     negative strategies and losses can be swapped without touching this module. As moco's builder
@@ -173,6 +175,11 @@ class MoCo(nn.Module):
             BN is invariant to the order of the batch.
         symmetric: both views through the query encoder as one (2N) batch (the papers' multiview
             layout, ``loss.symmetric``); ``Embeddings.q2`` holds view 2's queries.
+        symmetric_keys: each view is query and key in turn (``moco.symmetric_keys``, the MoCo
+            CIFAR-10 demo's ``--symmetric`` [1]): view 2 through the query encoder too, in its
+            own forward (BatchNorm statistics per view, as the demo's two calls), and after the
+            one momentum update view 1 through the key encoder too, each key batch shuffled on
+            its own; ``Embeddings.q2`` and ``Embeddings.k1`` hold them.
         bn_splits: the BatchNorm splits the paired batch is laid out for (:func:`pair_views`).
         channels_last: the views enter the encoders in channels-last memory layout.
         keep_features: return view 1's pooled backbone features (the online probe's input).
@@ -185,15 +192,19 @@ class MoCo(nn.Module):
         momentum: float = 0.999,
         shuffle_keys: bool = False,
         symmetric: bool = False,
+        symmetric_keys: bool = False,
         bn_splits: int = 1,
         channels_last: bool = False,
         keep_features: bool = False,
     ) -> None:
         super().__init__()
+        if symmetric and symmetric_keys:
+            raise ValueError("symmetric (multiview layout) and symmetric_keys exclude each other")
         self.encoder_q = encoder
         self.encoder_k = copy.deepcopy(encoder)
         self.encoder_k.requires_grad_(False)
         self.momentum, self.shuffle_keys, self.symmetric = momentum, shuffle_keys, symmetric
+        self.symmetric_keys = symmetric_keys
         self.bn_splits, self.channels_last = bn_splits, channels_last
         self.keep_features = keep_features
         self.ddp: tuple[nn.Module, ...] = ()  # the query encoder's DDP wrapper, once wrapped
@@ -234,7 +245,9 @@ class MoCo(nn.Module):
         gradient), the momentum update, then the keys through shuffle-BN. ``batch.x1`` goes
         through the query encoder, ``batch.x2`` through the key encoder, and ``batch.support``
         ((N * V, 3, S, S) extra views, FNC's support set) through the updated key encoder, as
-        (N, V, D)."""
+        (N, V, D). With ``symmetric_keys`` also ``batch.x2`` through the query encoder and
+        ``batch.x1`` through the key encoder, after view 2's keys (the demo's order of the
+        shuffles' draws)."""
         x1, x2 = batch.x1, batch.x2
         if self.channels_last:
             x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
@@ -246,8 +259,11 @@ class MoCo(nn.Module):
         else:
             q, kappa_q, *h = query(x1, True, want)  # queries: NxD; kappa (N,) or None
             q2 = kappa_q2 = None
+            if self.symmetric_keys:  # a forward of its own: BatchNorm statistics of view 2 alone
+                q2 = query(x2)
             features = h[0] if want else None
         k, kappa_k = self.keys(x2, with_kappa=True)  # momentum update, then keys: NxD
+        k1 = self.encode_keys(x1) if self.symmetric_keys else None  # the same key encoder
         support = batch.support
         if support is not None:  # (N * V, D) -> (N, V, D), no gradient
             support = self.encode_keys(support).unflatten(0, (x2.shape[0], -1))
@@ -255,6 +271,7 @@ class MoCo(nn.Module):
             q=q,
             q2=q2,
             k=k,
+            k1=k1,
             kappa_q=kappa_q,
             kappa_q2=kappa_q2,
             kappa_k=kappa_k,
@@ -293,12 +310,14 @@ def build(
     kappa_hidden: int = 0,
     momentum: float = 0.999,
     symmetric: bool = False,
+    symmetric_keys: bool = False,
     channels_last: bool = False,
     keep_features: bool = False,
 ) -> MoCo:
     """The MoCo module from plain arguments (see :class:`pretrain.config.ModelConfig`);
     ``kappa_hidden`` > 0 adds a kappa head with that hidden width (vMF-κ: 512). The step's
-    constants (momentum, symmetric, channels_last, keep_features) are :class:`MoCo`'s."""
+    constants (momentum, symmetric, symmetric_keys, channels_last, keep_features) are
+    :class:`MoCo`'s."""
     net = backbone(arch, width, cifar_stem, bn_splits)
     kappa = kappa_head(net.feature_dim, kappa_hidden, bn_splits) if kappa_hidden > 0 else None
     encoder = Encoder(net, projection_head(net.feature_dim, dim, mlp), kappa)
@@ -308,6 +327,7 @@ def build(
         momentum=momentum,
         shuffle_keys=shuffle,
         symmetric=symmetric,
+        symmetric_keys=symmetric_keys,
         bn_splits=bn_splits,
         channels_last=channels_last,
         keep_features=keep_features,
