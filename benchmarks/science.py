@@ -293,8 +293,7 @@ class Science:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         r.state, r.need = "dropped", need
-        r.note = why or (f"not run: would need {need:.0f} s" if need is not None
-                         else "not run: stopped before its epochs were timed")  # fmt: skip
+        r.note = why or plan.not_run(need, self.a.budget)
         print(f"science: {r.name} {r.note} (budget {self.a.budget:.0f} s)", flush=True)
 
     def step(self) -> None:
@@ -305,7 +304,8 @@ class Science:
             needs = plan.over_time(self.timings(), now, self.eval_s)
             for r in [*self.live(), *(x for x in self.runs if x.state == "evaluating")]:
                 need = needs.get(r.name, now + self.eval_s)
-                self.stop(r, need, self.stop_asked and f"not run: {self.stop_asked}")
+                why = plan.not_run(need, self.a.budget)
+                self.stop(r, need, f"{why} ({self.stop_asked})" if self.stop_asked else why)
             return
         drop = plan.decide(self.timings(), now, self.a.budget, self.eval_s)
         for name, need in drop.items():
@@ -450,11 +450,16 @@ def main(argv: list[str] | None = None) -> int:
         epochs, why = choose_epochs(a, eval_s)
         if epochs == 0:
             print(f"science: {why}: nothing to run", flush=True)
+            if not a.dry_run:
+                status.parent.mkdir(parents=True, exist_ok=True)
+                status.write_text(json.dumps({"budget_s": a.budget, "epochs_why": why, "runs": {},
+                                              "plan": {"decided": True, "line": why},
+                                              "done": True, "pack": ""}) + "\n")  # fmt: skip
             return 0
         runs = build_runs(a, epochs, out)
         if not a.quick and not a.dry_run and not Path(a.data_root, "train").is_dir():
             raise UsageError(f"--data-root {a.data_root}: no train/ folder (the CIFAR-10 JPEGs; "
-                             "on a GPU machine `. .gpu/setup.sh` unpacks them)")  # fmt: skip
+                             "on a GPU machine, . .gpu/setup.sh unpacks them)")  # fmt: skip
     except UsageError as e:
         print(f"science: {e}", file=sys.stderr)
         return 2

@@ -64,22 +64,32 @@ def need_s(t: Timing, now: float, eval_s: float) -> float | None:
 
 
 def decide(live: list[Timing], now: float, budget: float, eval_s: float) -> dict[str, float]:
-    """The runs to stop now, each with the seconds it would need (from the start).
+    """The runs to stop now, each with the seconds it would need (from the start) at its
+    measured speed.
 
     ``live``: the runs still training, in priority order. Nothing is decided while a run is not
-    measured. When every estimate fits in ``budget``, none; else the last run of the order (its
-    own estimate as its need, or the first unfitting one's where its own fits): one at a time,
-    since the survivors speed up without it and are re-measured before the next drop.
+    measured. When every estimate fits in ``budget``, none; else the last run of the order (also
+    when its own estimate fits: it makes room for the runs before it): one at a time, since the
+    survivors speed up without it and are re-measured before the next drop.
     """
     needs = [need_s(t, now, eval_s) for t in live]
     if not live or any(n is None for n in needs):
         return {}
-    late = [n for n in needs if n is not None and n > budget]
-    if not late:
+    if all(n is not None and n <= budget for n in needs):
         return {}
-    last, need = live[-1], needs[-1]
+    need = needs[-1]
     assert need is not None
-    return {last.name: need if need > budget else max(late)}
+    return {live[-1].name: need}
+
+
+def not_run(need: float | None, budget: float) -> str:
+    """What a stopped run reports: never a result, the seconds it would have needed."""
+    if need is None:
+        return "not run: stopped before its epochs were timed"
+    if need <= budget:
+        return (f"not run: would need {need:.0f} s beside the runs before it, which did not fit "
+                f"in {budget:.0f} s with it")  # fmt: skip
+    return f"not run: would need {need:.0f} s"
 
 
 def over_time(live: list[Timing], now: float, eval_s: float) -> dict[str, float | None]:

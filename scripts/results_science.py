@@ -75,9 +75,9 @@ def section(rows: list[Any], name: Callable[[Any], str], cell: Callable[[str], s
     out = [
         "## CIFAR-10: MiOC against MoCo at full length",
         "",
-        "The arms of `benchmarks/science.py` (run side by side on one GPU within a lease; "
-        "[The GPU suite](gpu_suite.md#the-science-plan)), each a row of the table above as well: "
-        "seeds, wall time, hardware and kept logs. kNN (k 200, T 0.1) and linear top-1 by "
+        "The arms of `benchmarks/science.py`, run side by side on one GPU. How: [the science "
+        "plan](gpu_suite.md#the-science-plan). Each arm's runs are a row of the table above as "
+        "well: seeds, wall time, hardware and kept logs. kNN (k 200, T 0.1) and linear top-1 by "
         "`python -m linear_eval` on the last checkpoint, on the 10,000 test images. An arm that "
         "has not run says **not run**.",
         "",
