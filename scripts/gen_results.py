@@ -50,7 +50,9 @@ from pretrain.runtime import provenance  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_logs  # noqa: E402
 import results_recipes  # noqa: E402
+import results_science  # noqa: E402
 from results_cells import (  # noqa: E402
+    data_note,
     detection_note,
     memory,
     mioc_note,
@@ -110,6 +112,7 @@ class Row:
     commit: str = "-"
     log: str = "-"
     notes: list[str] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list, repr=False)  # the kept logs read
 
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where built: ~10x faster
@@ -191,7 +194,9 @@ def run_rows() -> list[Row]:
             commit=(commit or "-")[:7] + ("+dirty" if dirty else ""),
             log=" ".join(f"[{r['path'].name}](results/logs/{r['path'].name}/metrics.jsonl)"
                          for r in members),  # fmt: skip
-            notes=mioc_note(members) + detection_note(members) + threads_note(members),
+            notes=(mioc_note(members) + detection_note(members) + threads_note(members)
+                   + data_note(members)),
+            runs=members,
         ))  # fmt: skip
         if all(r["random"] for r in members):
             rows.append(random_row(rows[-1], members))
@@ -310,6 +315,7 @@ def render_page(rows: list[Row]) -> str:
     out += lines
     if notes:
         out += ["", *[f"- [{i}] {n}" for i, n in enumerate(notes, 1)]]
+    out += ["", *results_science.section(rows, name, cell)]
     out += [
         "",
         "The CIFAR-10 curves beside the official MoCo curve, and the commands of every row: "
@@ -392,7 +398,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", nargs=2, metavar=("RUN", "NAME"),
                    help="copy finished run RUN into docs/results/logs/NAME/ with its paths "
                    "relative to the run folder, and exit")  # fmt: skip
+    p.add_argument("--root", metavar="DIR",
+                   help="read and write the results of DIR laid out as the repository "
+                   "(DIR/docs/results/logs/, DIR/docs/results.md, DIR/README.md): a scratch "
+                   "copy")  # fmt: skip
     a = p.parse_args(argv)
+    global RUNS, PAGE, README
+    saved = RUNS, PAGE, README
+    if a.root:  # for this call only: the module's paths are put back after it
+        base = Path(a.root)
+        RUNS, PAGE = base / "docs" / "results" / "logs", base / "docs" / "results.md"
+        README = base / "README.md"
+    try:
+        return run(a)
+    finally:
+        RUNS, PAGE, README = saved
+
+
+def run(a: argparse.Namespace) -> int:
+    """Keep a run (``--keep``), or write or check the pages."""
     if a.keep:
         dest = RUNS / a.keep[1]
         if dest.exists():

@@ -15,7 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pretrain.runtime import provenance  # noqa: E402
 
 #: Command-line keys that do not change what a run measures: left out of a row's variant.
-NOT_VARIANT = ("seed", "out_dir", "train.threads", "train.progress_bar", "data.root")
+NOT_VARIANT = ("seed", "out_dir", "train.threads", "train.progress_bar", "data.root",
+               "train.log_every", "data.name", "data.resident")  # fmt: skip
+#: Of those, the ones that say how the data was read: noted under the row (``data_note``).
+DATA_KEYS = ("data.name", "data.resident")
 
 
 def recipe_of(prov: dict[str, Any]) -> str:
@@ -68,6 +71,14 @@ def threads_note(runs: list[dict[str, Any]]) -> list[str]:
     words = {w for r in runs for w in r["prov"]["segments"][0].get("command", "").split()}
     threads = sorted(w.split("=", 1)[1] for w in words if w.startswith("train.threads="))
     return [f"train.threads={'/'.join(threads)} (torch threads per run)"] if threads else []
+
+
+def data_note(runs: list[dict[str, Any]]) -> list[str]:
+    """How the runs read their data where the command set it (``data.name=imagefolder``: the
+    dataset's image files, e.g. the CIFAR-10 JPEGs; ``data.resident``): no variant."""
+    words = {w for r in runs for w in r["prov"]["segments"][0].get("command", "").split()}
+    found = sorted(w for w in words if w.split("=", 1)[0] in DATA_KEYS)
+    return [f"data read with {' '.join(found)}"] if found else []
 
 
 def memory(prov: dict[str, Any]) -> str:

@@ -185,3 +185,48 @@ def test_a_one_class_recipes_row_notes_its_detection_auroc(tmp_path, monkeypatch
     (tmp_path / "f1" / "eval" / "oneclass.json").unlink()
     (row,) = [r for r in gen_results.table() if r.recipe == "digits_moco.yaml"]
     assert not any("one-class detection" in n for n in row.notes)
+
+
+def test_the_cifar10_section_has_a_row_per_arm_and_mioc_minus_its_ablation(tmp_path, monkeypatch):
+    """benchmarks/science.py's arms: "not run" without logs; with kept MiOC and ablation runs (two
+    seeds each, per-image results), their rows and the paired bootstrap of the seed-averaged
+    difference, re-derived here with numpy on the same resampled test images."""
+    import numpy as np
+    import results_science
+
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    rng = np.random.default_rng(1)
+    hits = {}
+    for name, sets in (("m", ()), ("q", ("negatives.kwargs.selection=queue",))):
+        for seed in (0, 1):
+            run = tmp_path / f"{name}{seed}"
+            fake_run(run, seed, 80.0 + seed, 100.0, "cifar10_mioc.yaml", *sets)
+            bits = {
+                k: rng.random(500) < (0.8 if name == "m" else 0.7)
+                for k in ("knn_top1", "linear_top1")
+            }
+            hits[name, seed] = bits
+            ev = json.loads((run / "eval" / "linear_eval.json").read_text())
+            ev["per_sample"] = {k: "".join("1" if b else "0" for b in v) for k, v in bits.items()}
+            ev["test_set"] = {"size": 500}
+            (run / "eval" / "linear_eval.json").write_text(json.dumps(ev))
+    lines = results_science.section(gen_results.table(), gen_results.name, gen_results.cell)
+    text = "\n".join(lines)
+    assert "| moco | `cifar10_moco.yaml` | 200 | - | not run | not run |" in text
+    (mioc,) = [s for s in lines if s.startswith("| mioc |")]
+    assert "| 30 of 200 | 0, 1 | 80.50 ± 0.71 |" in mioc
+    assert "| 81.01 | setup as in the paper, not restated here |" in text
+    idx = np.random.default_rng(0).integers(0, 500, size=(1000, 500))
+    for key, label in (("knn_top1", "kNN"), ("linear_top1", "linear")):
+        m = np.mean([100 * hits["m", s][key][idx].mean(axis=1) for s in (0, 1)], axis=0)
+        q = np.mean([100 * hits["q", s][key][idx].mean(axis=1) for s in (0, 1)], axis=0)
+        point = np.mean([100 * hits["m", s][key].mean() - 100 * hits["q", s][key].mean()
+                         for s in (0, 1)])  # fmt: skip
+        low, high = np.quantile(m - q, [0.025, 0.975])
+        star = " *" if low > 0 or high < 0 else ""
+        assert f"{label} {point:+.2f} [{low:+.2f}, {high:+.2f}]{star}" in text
+    shutil.rmtree(tmp_path / "q1")  # the ablation at seed 0 only: no pair of the same seeds
+    text = "\n".join(
+        results_science.section(gen_results.table(), gen_results.name, gen_results.cell)
+    )
+    assert "- not run: both arms at the same epochs and seeds are needed." in text
