@@ -15,7 +15,7 @@ from linear_eval.inputs import checkpoints, features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View, ViewSet
 from linear_eval.records import summary
 from pretrain.data import identity
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 from pretrain.runtime import threads as pretrain_threads
 
 
@@ -63,8 +63,10 @@ class Session:
             (self.eval_dir, "the results directory"),
             (self.report_dir, "the report directory"),
         ):
+            run_folder.check_inside(d, self.model.run_dir)
             guards.require_writable(d, what)
         if opts.cache:
+            run_folder.check_inside(self.model.run_dir / "features", self.model.run_dir)
             guards.require_writable(
                 self.model.run_dir / "features", "the feature cache (--no-cache turns it off)"
             )
@@ -180,9 +182,8 @@ class Session:
     def write(self, evaluator: str, record: dict[str, Any], out: Path | None = None) -> Path:
         """``RUN/eval/<evaluator>[_random].json`` (or ``out``) holding header + record."""
         path = out or self.eval_dir / f"{evaluator}{self.suffix}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n")
-        return path
+        text = json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n"
+        return run_folder.write_text(path, text, self.model.run_dir)
 
 
 def clean(obj: Any) -> Any:
@@ -203,4 +204,4 @@ def clean(obj: Any) -> Any:
 def read(eval_dir: Path, evaluator: str, suffix: str = "") -> dict[str, Any] | None:
     """A result written by :meth:`Session.write`, or None if absent."""
     path = eval_dir / f"{evaluator}{suffix}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return run_folder.read_json(path) if path.exists() else None
