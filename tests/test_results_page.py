@@ -185,3 +185,13 @@ def test_a_one_class_recipes_row_notes_its_detection_auroc(tmp_path, monkeypatch
     (tmp_path / "f1" / "eval" / "oneclass.json").unlink()
     (row,) = [r for r in gen_results.table() if r.recipe == "digits_moco.yaml"]
     assert not any("one-class detection" in n for n in row.notes)
+
+
+def test_a_cut_kept_log_is_an_error_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "x", 0, 90.0, 100.0)
+    ev = tmp_path / "x" / "eval" / "linear_eval.json"
+    ev.write_text(ev.read_text()[:12])  # a copy cut short
+    assert gen_results.main(["--check"]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith(f"error: {ev} is not valid JSON (")

@@ -113,7 +113,8 @@ def test_linear_eval_writes_no_result_through_a_link(fake_run, tmp_path, random_
     (fake_run / "eval").mkdir()
     target = tmp_path / "bashrc"
     plant(fake_run / "eval" / name, target)
-    refused(evaluate(fake_run, *(["--random-init"] if random_init else [])), fake_run / "eval" / name)
+    flags = ["--random-init"] if random_init else []
+    refused(evaluate(fake_run, *flags), fake_run / "eval" / name)
     assert target.read_text() == PRECIOUS
 
 

@@ -11,6 +11,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import Config, ConfigError
+from pretrain.data import resident
 from pretrain.data.pipeline import Data
 from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
@@ -150,7 +151,8 @@ def check_run_dir(cfg: Config) -> None:
     are symbolic links out of it (:mod:`pretrain.runtime.run_folder`), before anything starts
     (exit 2)."""
     path = Path(cfg.out_dir)
-    run_folder.check_run_folder(path, RUN_FILES, RUN_DIRS)
+    cache = () if os.environ.get(resident.CACHE_ENV) else ("cache",)  # else the user's own folder
+    run_folder.check_run_folder(path, RUN_FILES, RUN_DIRS + cache)
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write_test.", dir=path)
