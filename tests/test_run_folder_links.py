@@ -128,6 +128,20 @@ def test_linear_eval_writes_nothing_into_an_eval_folder_linked_out(fake_run, tmp
     assert list(home.iterdir()) == []
 
 
+def test_a_report_refuses_a_linked_report_before_any_work(fake_run, tmp_path):
+    """``linear_eval report`` writes ``RUN/reports/report.md`` and figures: a link among them is
+    refused when the session opens, before a feature is computed."""
+    (fake_run / "reports").mkdir()
+    target = tmp_path / "bashrc"
+    plant(fake_run / "reports" / "report.md", target)
+    ckpt = fake_run / "checkpoints" / "last.pt"
+    refused(
+        linear_eval("report", "--ckpt", str(ckpt), "--no-cache"), fake_run / "reports" / "report.md"
+    )
+    assert target.read_text() == PRECIOUS
+    assert not (fake_run / "eval").exists()
+
+
 def test_an_export_writes_through_no_planted_temporary_file(fake_run, tmp_path):
     """The export's temporary file is made afresh next to ``--out``, never opened by a name a
     folder could already hold (``r.pth.tmp`` linked to a file outside)."""

@@ -59,19 +59,17 @@ class Session:
         else:
             self.model = checkpoints.load_model(ckpt, opts.random_init)
         cfg = self.model.cfg
+        written = (self.eval_dir, self.report_dir, *([self.cache_dir] if opts.cache else []))
+        run_folder.check_run_folder(self.model.run_dir, (), tuple(d.name for d in written))
         for d, what in (
             (self.eval_dir, "the results directory"),
             (self.report_dir, "the report directory"),
         ):
-            run_folder.check_inside(d, self.model.run_dir)
             guards.require_writable(d, what)
         if opts.cache:
-            run_folder.check_inside(self.model.run_dir / "features", self.model.run_dir)
-            guards.require_writable(
-                self.model.run_dir / "features", "the feature cache (--no-cache turns it off)"
-            )
+            guards.require_writable(self.cache_dir, "the feature cache (--no-cache turns it off)")
         device = torch.device(opts.device or dist.device_type())
-        cache = self.model.run_dir / "features" if opts.cache else None
+        cache = self.cache_dir if opts.cache else None
         self.store = FeatureStore(
             self.model,
             cache,
@@ -82,6 +80,11 @@ class Session:
         )
         self._memo: dict[tuple, Features] = {}
         self._test_set: dict[str, Any] | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        """RUN/features: the feature cache."""
+        return self.model.run_dir / "features"
 
     @property
     def eval_dir(self) -> Path:

@@ -95,12 +95,12 @@ def ensure_dir_inside(path: str | Path, run_dir: str | Path) -> Path:
 
 def check_run_folder(run_dir: str | Path, files: tuple[str, ...], dirs: tuple[str, ...]) -> None:
     """Before a run starts: none of ``files`` (paths relative to ``run_dir``) is a link, none of
-    ``dirs`` leads out of ``run_dir``, and no ``*.pt`` file in a ``dirs`` folder is a link."""
+    ``dirs`` leads out of ``run_dir``, and nothing in a ``dirs`` folder is a link."""
     run_dir = Path(run_dir)
     for name in dirs:
         check_inside(run_dir / name, run_dir)
         if (run_dir / name).is_dir():
-            for f in sorted((run_dir / name).glob("*.pt")):
+            for f in sorted((run_dir / name).iterdir()):
                 refuse_link(f)
     for name in files:
         refuse_link(run_dir / name, run_dir)
