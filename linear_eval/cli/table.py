@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from linear_eval.records import training
 from pretrain.runtime import plugin_provenance, provenance, run_folder
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
@@ -121,7 +122,7 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             "without its wall time and hardware"
         )
     run = Run(path, flatten(cfg), provenance=prov)
-    records = log_records(path / "metrics.jsonl")
+    records = training.log_lines(path / "metrics.jsonl")
     epochs = [r for r in records if r.get("kind") == "epoch"]
     done_steps = max((r.get("global_step", 0) for r in records), default=0)
     want = total_steps(path)
@@ -166,20 +167,6 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             if values:
                 run.metrics[f"train_{name}"] = float(np.mean(values))
     return run, ""
-
-
-def log_records(log: Path) -> list[dict[str, Any]]:
-    """The records of ``metrics.jsonl`` in file order (none when absent); a line cut by a hard
-    kill is skipped, as the trainer skips it on a resume."""
-    records = []
-    for line in log.read_text().splitlines() if log.exists() else []:
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(r, dict):
-            records.append(r)
-    return records
 
 
 def probe_of(stem: str, data: dict[str, Any]) -> str:
