@@ -26,9 +26,6 @@ from typing import IO, Any
 
 from pretrain.errors import ConfigError
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
 
 class RunFolderLinkError(ConfigError):
     """A path a run would write is a symbolic link, or leads out of the run folder (exit 2)."""
@@ -106,6 +103,20 @@ def check_run_folder(run_dir: str | Path, files: tuple[str, ...], dirs: tuple[st
         refuse_link(run_dir / name, run_dir)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (another thread
+    creating a file meanwhile would get the wrong permissions)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _in_place(path: Path) -> bool:
     """Whether ``path`` is a device or pipe (``/dev/null``), written in place, never replaced."""
     try:
@@ -140,7 +151,7 @@ def atomic_write(
             write(f)
             f.flush()
             if not private:
-                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
