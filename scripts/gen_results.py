@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pretrain import config  # noqa: E402
-from pretrain.runtime import provenance  # noqa: E402
+from pretrain.runtime import provenance, run_folder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_logs  # noqa: E402
@@ -150,12 +150,12 @@ def read_run(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path.name}: a path of the measuring machine in the kept log "
                          f"({'; '.join(found[:3])}): keep runs with {COMMAND} --keep RUN NAME, "
                          "which records paths relative to the run folder")  # fmt: skip
-    prov = json.loads((path / "provenance.json").read_text())
-    evaluation = json.loads((path / "eval" / "linear_eval.json").read_text())
+    prov = run_folder.read_json(path / "provenance.json")
+    evaluation = run_folder.read_json(path / "eval" / "linear_eval.json")
     random_file = path / "eval" / "linear_eval_random.json"
-    random = json.loads(random_file.read_text()) if random_file.is_file() else None
+    random = run_folder.read_json(random_file) if random_file.is_file() else None
     oneclass_file = path / "eval" / "oneclass.json"
-    oneclass = json.loads(oneclass_file.read_text()) if oneclass_file.is_file() else None
+    oneclass = run_folder.read_json(oneclass_file) if oneclass_file.is_file() else None
     records = [json.loads(s) for s in (path / "metrics.jsonl").read_text().splitlines() if s]
     epochs = [r["epoch"] for r in records if r.get("kind") == "epoch"]
     cfg = yaml.load((path / "config.yaml").read_text(), Loader=LOADER)
@@ -427,7 +427,11 @@ def run(a: argparse.Namespace) -> int:
             print(f"{dest}: a machine path is left, edit it by hand: {path}", file=sys.stderr)
         print(f"kept {a.keep[0]} as {dest}")
         return 1 if left else 0
-    rows = table()
+    try:
+        rows = table()
+    except ValueError as e:  # a kept log that cannot be read, named
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     stale = 0
     pages = [(PAGE, render_page(rows)), (README, render_readme(rows)), *recipe_pages(rows)]
     for path, text in pages:

@@ -100,7 +100,7 @@ def test_a_lock_that_is_a_directory_or_a_dangling_link_is_a_clear_error(tmp_path
     (tmp_path / "a" / ".lock").mkdir(parents=True)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / ".lock").symlink_to(tmp_path / "nowhere" / "lock")
-    for run, says in (("a", "is a directory, not a file"), ("b", "which does not exist")):
+    for run, says in (("a", "is a directory, not a file"), ("b", "is a symbolic link to")):
         lock = runlock.RunLock(tmp_path / run)
         with pytest.raises(runlock.RunInUseError) as info:
             lock.acquire()

@@ -230,3 +230,13 @@ def test_the_cifar10_section_has_a_row_per_arm_and_mioc_minus_its_ablation(tmp_p
         results_science.section(gen_results.table(), gen_results.name, gen_results.cell)
     )
     assert "- not run: both arms at the same epochs and seeds are needed." in text
+
+
+def test_a_cut_kept_log_is_an_error_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "x", 0, 90.0, 100.0)
+    ev = tmp_path / "x" / "eval" / "linear_eval.json"
+    ev.write_text(ev.read_text()[:12])  # a copy cut short
+    assert gen_results.main(["--check"]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith(f"error: {ev} is not valid JSON (")

@@ -9,7 +9,8 @@ read).
 Prints a summary, writes RUN/eval/linear_eval[_random].json, and ends with one JSON line holding
 ``knn_top1``, ``knn_top5``, ``linear_top1``, ``linear_top5`` (percent), their bootstrap 95%
 intervals (``*_ci``) and the protocol used. Exit status: 0 done, 1 unusable checkpoint, 2 bad
-arguments or missing dataset.
+arguments or missing dataset, or results that could not be written where asked (the message says
+where they were saved instead).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from linear_eval.classify.knn import PRESETS, knn_votes
 from linear_eval.inputs import guards
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.records import summary
+from pretrain.runtime import run_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,6 +98,11 @@ def _out_path(args: argparse.Namespace) -> Path:
     return Path(args.ckpt).resolve().parent.parent / "eval" / f"linear_eval{suffix}.json"
 
 
+def _run_dir(args: argparse.Namespace) -> Path | None:
+    """The run folder the results go into (None: ``--out`` names the file)."""
+    return None if args.out else _out_path(args).parent.parent
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse values that would run but mean nothing (or be replaced by a default unnoticed)."""
     whole = [("--epochs", args.epochs), ("--batch-size", args.batch_size)]
@@ -119,6 +128,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     check_args(args)
     guards.require_checkpoint(args.ckpt)
     guards.require_writable(_out_path(args).parent, "--out's directory")
+    guards.require_output_file(_out_path(args), _run_dir(args))
     opts = Options(
         data_root=args.data_root,
         num_workers=args.num_workers,
@@ -258,9 +268,7 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate, write ``RUN/eval/linear_eval[_random].json``, print the summary and the JSON."""
     configure_threads(None, None)
     result = evaluate(args)
-    out = _out_path(args)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(clean(result), indent=2) + "\n")
+    out, failure = _save(_out_path(args), json.dumps(clean(result), indent=2) + "\n", args)
     print(
         f"kNN (k={result['knn']['k']}, T={result['knn']['temperature']}): "
         f"top-1 {result['knn_top1']:.2f} {_ci(result['knn_top1_ci'])}  "
@@ -274,7 +282,31 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     print(json.dumps(clean({k: v for k, v in result.items() if k != "per_sample"})))
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _save(out: Path, text: str, args: argparse.Namespace) -> tuple[Path | str, str]:
+    """Write the results to ``out``; when that fails (a full disk, ``--out /dev/full``), to a
+    temporary file instead, or, failing that too, to stdout: where they went, and why ``out``
+    failed ("" when it did not)."""
+    try:
+        return run_folder.write_text(out, text, _run_dir(args)), ""
+    except OSError as e:
+        why = f"cannot write the results to {out} ({e.strerror or e})"
+    try:
+        fd, saved = tempfile.mkstemp(prefix="linear_eval-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except OSError as e:
+        print(text, end="")
+        return (
+            "stdout",
+            f"{why}, nor to a temporary file ({e.strerror or e}); they are printed above",
+        )
+    return saved, f"{why}; they were saved to {saved} instead"
 
 
 def _ci(pair: list[float]) -> str:

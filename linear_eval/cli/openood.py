@@ -13,6 +13,7 @@ section of ``RUN/reports/report.md``.
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from linear_eval.inputs.features import encode
 from linear_eval.inputs.session import Session
 from linear_eval.records import metrics
 from pretrain.engine.knn import knn_predict
+from pretrain.runtime import run_folder
 
 CSV_COLUMNS = ("dataset", "FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "FPR@95_ID+")
 
@@ -132,14 +134,12 @@ def write_csv(
     order = [n for n in b.near if n in rows] + ["nearood"] + [n for n in b.far if n in rows]
     order.append("farood")
     table = rows | {"nearood": near, "farood": far}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        for n in order:
-            r = table[n]
-            if not r:
-                continue
-            w.writerow(
-                [n] + [f"{r[c]:.2f}" if c != "ACC" else f"{acc:.2f}" for c in CSV_COLUMNS[1:]]
-            )
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(CSV_COLUMNS)
+    for n in order:
+        r = table[n]
+        if not r:
+            continue
+        w.writerow([n] + [f"{r[c]:.2f}" if c != "ACC" else f"{acc:.2f}" for c in CSV_COLUMNS[1:]])
+    run_folder.write_text(path, fh.getvalue())

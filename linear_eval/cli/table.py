@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
+import io
 import json
 import re
 import sys
@@ -38,7 +39,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pretrain.runtime import plugin_provenance, provenance
+from linear_eval.records import training
+from pretrain.runtime import plugin_provenance, provenance, run_folder
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
 IGNORED = (
@@ -112,11 +114,15 @@ def total_steps(path: Path) -> int | None:
 def read_run(path: Path) -> tuple[Run | None, str]:
     """The run, or None and why it is left out of the table."""
     cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    run = Run(path, flatten(cfg), provenance=provenance.read(path))
-    records = []
-    log = path / "metrics.jsonl"
-    if log.exists():
-        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    prov = provenance.read(path)
+    bad = provenance.damaged(prov)
+    if bad:
+        return None, (
+            f"{path / provenance.FILE}: {bad}; fix the key, or move the file away to list the run "
+            "without its wall time and hardware"
+        )
+    run = Run(path, flatten(cfg), provenance=prov)
+    records = training.log_lines(path / "metrics.jsonl")
     epochs = [r for r in records if r.get("kind") == "epoch"]
     done_steps = max((r.get("global_step", 0) for r in records), default=0)
     want = total_steps(path)
@@ -133,7 +139,9 @@ def read_run(path: Path) -> tuple[Run | None, str]:
         )
     found: dict[str, set[str]] = {}  # what the evaluations were made on, as group keys
     for file in evals:
-        data = json.loads(file.read_text())
+        data = run_folder.read_json(file)
+        if not isinstance(data, dict):
+            raise ValueError(f"{file} holds no result (a JSON object of keys); move it away")
         prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -412,14 +420,14 @@ def baseline_group(runs: list[Run], path: str | None) -> list[Run] | None:
 
 
 def write(out: Path, text: str, header: list[str], rows: list[list[str]], left_out: list) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text(text)
-    with out.with_suffix(".csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-        for p, why in left_out:
-            writer.writerow([f"(not in the table) {p}", why])
+    f = io.StringIO(newline="")
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(rows)
+    for p, why in left_out:
+        writer.writerow([f"(not in the table) {p}", why])
+    run_folder.write_text(out.with_suffix(".md"), text)
+    run_folder.write_text(out.with_suffix(".csv"), f.getvalue())
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.csv')}", file=sys.stderr)
 
 

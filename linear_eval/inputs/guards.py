@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pretrain.runtime import run_folder
+
 
 class UsageError(ValueError):
     """A bad argument found before any work: the CLI exits 2 with this message."""
@@ -36,3 +38,11 @@ def require_writable(directory: str | Path, what: str) -> Path:
             f"{what} {d} cannot be written ({p} is not writable); nothing was computed"
         )
     return d
+
+
+def require_output_file(path: Path, run_dir: Path | None) -> Path:
+    """Check, before any work, that the results file ``path`` is not a folder, not a symbolic
+    link and, given the ``run_dir`` it lies in, in a folder that resolves inside it."""
+    if path.is_dir() and not path.is_symlink():
+        raise UsageError(f"--out {path} is a directory: give a file name; nothing was computed")
+    return run_folder.refuse_link(path, run_dir)

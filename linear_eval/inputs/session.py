@@ -15,7 +15,7 @@ from linear_eval.inputs import checkpoints, features, guards
 from linear_eval.inputs.features import Features, FeatureStore, View, ViewSet
 from linear_eval.records import summary
 from pretrain.data import identity
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 from pretrain.runtime import threads as pretrain_threads
 
 
@@ -59,17 +59,17 @@ class Session:
         else:
             self.model = checkpoints.load_model(ckpt, opts.random_init)
         cfg = self.model.cfg
+        written = (self.eval_dir, self.report_dir, *([self.cache_dir] if opts.cache else []))
+        run_folder.check_run_folder(self.model.run_dir, (), tuple(d.name for d in written))
         for d, what in (
             (self.eval_dir, "the results directory"),
             (self.report_dir, "the report directory"),
         ):
             guards.require_writable(d, what)
         if opts.cache:
-            guards.require_writable(
-                self.model.run_dir / "features", "the feature cache (--no-cache turns it off)"
-            )
+            guards.require_writable(self.cache_dir, "the feature cache (--no-cache turns it off)")
         device = torch.device(opts.device or dist.device_type())
-        cache = self.model.run_dir / "features" if opts.cache else None
+        cache = self.cache_dir if opts.cache else None
         self.store = FeatureStore(
             self.model,
             cache,
@@ -80,6 +80,11 @@ class Session:
         )
         self._memo: dict[tuple, Features] = {}
         self._test_set: dict[str, Any] | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        """RUN/features: the feature cache."""
+        return self.model.run_dir / "features"
 
     @property
     def eval_dir(self) -> Path:
@@ -180,9 +185,8 @@ class Session:
     def write(self, evaluator: str, record: dict[str, Any], out: Path | None = None) -> Path:
         """``RUN/eval/<evaluator>[_random].json`` (or ``out``) holding header + record."""
         path = out or self.eval_dir / f"{evaluator}{self.suffix}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n")
-        return path
+        text = json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n"
+        return run_folder.write_text(path, text, self.model.run_dir)
 
 
 def clean(obj: Any) -> Any:
@@ -203,4 +207,4 @@ def clean(obj: Any) -> Any:
 def read(eval_dir: Path, evaluator: str, suffix: str = "") -> dict[str, Any] | None:
     """A result written by :meth:`Session.write`, or None if absent."""
     path = eval_dir / f"{evaluator}{suffix}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return run_folder.read_json(path) if path.exists() else None

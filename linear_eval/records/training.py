@@ -10,6 +10,20 @@ from pathlib import Path
 from typing import Any
 
 
+def log_lines(log: Path) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl`` in file order (none when absent); a line cut by a hard
+    kill is skipped, as the trainer skips it on a resume."""
+    records = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(r, dict):
+            records.append(r)
+    return records
+
+
 def read_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``metrics.jsonl``, last one kept per (kind, global_step); a line cut by a
     hard kill is skipped. Raises ValueError if the file is missing or holds no records."""
@@ -17,12 +31,8 @@ def read_metrics(metrics_path: str | Path) -> list[dict[str, Any]]:
     if not p.is_file():
         raise ValueError(f"{p} does not exist; pass RUN/metrics.jsonl of a pretraining run")
     records: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in p.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(r, dict) and r.get("kind") in ("step", "epoch") and "global_step" in r:
+    for r in log_lines(p):
+        if r.get("kind") in ("step", "epoch") and "global_step" in r:
             records[(r["kind"], r["global_step"])] = r
     if not records:
         raise ValueError(f"{p} has no step or epoch records; has the run logged a step yet?")

@@ -30,15 +30,20 @@ from linear_eval.classify import geometry, limited  # noqa: E402
 from linear_eval.classify import kappa as kappa_numbers  # noqa: E402
 from linear_eval.classify.geometry import ArrayLike, as_array  # noqa: E402
 from linear_eval.records import training  # noqa: E402
+from pretrain.runtime import run_folder  # noqa: E402
 
 DPI = 120
 
 
 def _save(fig: plt.Figure, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    # "tight" keeps legends placed outside the axes inside the image
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
+    """The figure as a file, written atomically and never through a symbolic link."""
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    try:  # "tight" keeps legends placed outside the axes inside the image
+        run_folder.atomic_write(
+            path, lambda f: fig.savefig(f, format=fmt, dpi=DPI, bbox_inches="tight")
+        )
+    finally:
+        plt.close(fig)
 
 
 def tsne_plot(

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from pretrain.runtime import run_folder
+
 
 def format_value(v: Any) -> str:
     """A table cell: 4 significant digits, plain integers, exponents only for tiny or huge."""
@@ -66,6 +68,4 @@ def write_report(report_dir: str | Path, title: str, sections: Sequence[Mapping[
             link = f"<{fig.as_posix()}>" if " " in fig.as_posix() else fig.as_posix()
             parts.append(f"![{sec['title']}]({link})\n")
     d.mkdir(parents=True, exist_ok=True)
-    out = d / "report.md"
-    out.write_text("\n".join(parts))
-    return out
+    return run_folder.write_text(d / "report.md", "\n".join(parts))

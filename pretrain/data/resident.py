@@ -32,7 +32,7 @@ from pretrain.data import datasets, device_decode, imagefiles
 from pretrain.data import device_params as dp
 from pretrain.data.views import as_uint8_tensor
 from pretrain.errors import ConfigError
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 
 FREE_FRACTION = 0.5  # auto: resident on CUDA when its bytes fit in this share of free memory
 CACHE_ENV = "NEGMINE_CACHE_DIR"  # where decoded splits are cached; default RUN/cache
@@ -208,19 +208,15 @@ def _companions(path: Path) -> tuple[Path, Path]:
 
 
 def _write_cache(path: Path, held: Held) -> None:
-    """The three files, each atomically, the images last: their presence marks a whole cache."""
+    """The three files, each atomically (:func:`pretrain.runtime.run_folder.atomic_write`: never
+    through a symbolic link), the images last: their presence marks a whole cache."""
     labels_path, check_path = _companions(path)
     check = torch.stack([image_crc32(held.images), held.skips], dim=1)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for target, array in ((labels_path, held.labels), (check_path, check), (path, held.images)):
-            tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-            try:
-                with open(tmp, "wb") as f:
-                    np.save(f, array.numpy())
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)  # a full disk leaves no partial file behind
+            values = array.numpy()
+            run_folder.atomic_write(target, lambda f, values=values: np.save(f, values))
     except OSError as e:
         where = (
             f"{CACHE_ENV}={os.environ[CACHE_ENV]}"

@@ -8,11 +8,9 @@ A checkpoint is a dict of plain containers and tensors (nothing that needs pickl
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
-import tempfile
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,7 +19,7 @@ import numpy as np
 import torch
 
 from negmine_core import stop as stop_request
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 
 FORMAT = "negmine-1"
 REQUIRED = (
@@ -46,35 +44,25 @@ class NotNegmineError(CheckpointError):
     ``--config CFG``)."""
 
 
-def save(state: dict[str, Any], path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically: temporary file in the same folder, fsync, rename.
+def save(state: dict[str, Any], path: str | Path, run_dir: str | Path | None = None) -> None:
+    """Write ``state`` to ``path`` atomically (:func:`pretrain.runtime.run_folder.atomic_write`:
+    temporary file in the same folder, fsync, rename), never through a symbolic link; given the
+    ``run_dir`` it lies in, its folder must resolve inside it.
 
     A write that fails (a full disk: ``OSError``, or torch's ``RuntimeError: ... unexpected pos``)
     removes its temporary file and raises :class:`CheckpointError` naming the path, the free space
     and whether the previous ``path`` is intact (it always is: only the rename replaces it).
     Temporary files of ``path`` left by a process killed mid-write are removed first.
     """
-    path = Path(path)
+    path = run_folder.refuse_link(path, run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except Exception as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise CheckpointError(write_failure(path, e)) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        run_folder.atomic_write(path, lambda f: torch.save(state, f), run_dir, private=True)
+    except run_folder.RunFolderLinkError:
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    except Exception as e:
+        raise CheckpointError(write_failure(path, e)) from None
 
 
 def remove_stale_tmp(folder: str | Path, name: str = "*") -> list[Path]:

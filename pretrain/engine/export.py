@@ -31,6 +31,7 @@ import torch
 
 from pretrain import config
 from pretrain.engine import checkpoint
+from pretrain.runtime import run_folder
 
 TARGETS = ("torchvision", "timm", "detectron2")
 PREFIX = "encoder_q.backbone."
@@ -79,9 +80,6 @@ def export(ckpt: str | Path, target: str, out: str | Path) -> Path:
         records=(state.get("provenance") or {}).get("plugins"),
     )
     sd = backbone_state(state, cfg, target)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     if target == "detectron2":
         model = {
             detectron2_name(k): v.detach().cpu().numpy()
@@ -89,12 +87,9 @@ def export(ckpt: str | Path, target: str, out: str | Path) -> Path:
             if not k.endswith("num_batches_tracked")
         }
         blob = {"model": model, "__author__": "negmine", "matching_heuristics": True}
-        with tmp.open("wb") as fh:
-            pickle.dump(blob, fh)
-    else:
-        torch.save({k: v.detach().cpu().clone() for k, v in sd.items()}, tmp)
-    tmp.replace(out)
-    return out
+        return run_folder.atomic_write(out, lambda fh: pickle.dump(blob, fh))
+    weights = {k: v.detach().cpu().clone() for k, v in sd.items()}
+    return run_folder.atomic_write(out, lambda fh: torch.save(weights, fh))
 
 
 def main(argv: list[str] | None = None) -> int:

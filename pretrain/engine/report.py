@@ -11,7 +11,7 @@ import yaml
 from pretrain import config
 from pretrain.engine import boundary
 from pretrain.engine.run import Run
-from pretrain.runtime import cores, dist
+from pretrain.runtime import cores, dist, run_folder
 from pretrain.runtime.progress import Progress
 
 
@@ -24,8 +24,9 @@ def announce(run: Run, resumed: bool) -> None:
     if not dist.is_main():
         return
     derived = run.derived.as_dict()
-    (run.run_dir / "config.yaml").write_text(config.dump(run.cfg))
-    (run.run_dir / "derived.yaml").write_text(yaml.safe_dump(derived, sort_keys=False))
+    run_folder.write_text(run.run_dir / "config.yaml", config.dump(run.cfg), run.run_dir)
+    derived_text = yaml.safe_dump(derived, sort_keys=False)
+    run_folder.write_text(run.run_dir / "derived.yaml", derived_text, run.run_dir)
     print("derived:", yaml.safe_dump(derived, sort_keys=False, default_flow_style=True), end="")
     if run.data.num_workers < run.cfg.data.num_workers:
         print(

@@ -88,9 +88,9 @@ def write_checkpoint(run: Run, also_epoch: bool = False) -> None:
     """The files of :func:`save` (rank 0), without its collectives."""
     ckpt_dir = run.run_dir / "checkpoints"
     state = state_dict(run)
-    checkpoint.save(state, ckpt_dir / "last.pt")
+    checkpoint.save(state, ckpt_dir / "last.pt", run.run_dir)
     if also_epoch:
-        checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt")
+        checkpoint.save(state, ckpt_dir / f"epoch_{run.state.epoch}.pt", run.run_dir)
 
 
 def restore(run: Run, state: dict[str, Any], path: Path | None = None) -> None:

@@ -15,6 +15,8 @@ import os
 import socket
 from pathlib import Path
 
+from pretrain.runtime import run_folder
+
 
 class RunInUseError(RuntimeError):
     """The run folder is locked by a live run, or its lock is not a file that can be locked."""
@@ -65,18 +67,15 @@ class RunLock:
 
     def _open(self) -> int:
         p = self.path
-        if p.is_symlink() and not p.exists():
-            raise RunInUseError(
-                f"the run lock {p} is a symbolic link to {os.readlink(p)}, which does not exist; "
-                "remove the link (a run makes its own lock) and run again"
-            )
-        if p.is_dir():
+        if p.is_dir() and not p.is_symlink():
             raise RunInUseError(
                 f"the run lock {p} is a directory, not a file; move it away (a run makes its own "
                 "lock) and run again"
             )
         try:
-            return os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+            return run_folder.open_nofollow(p, os.O_RDWR | os.O_CREAT, p.parent)
+        except run_folder.RunFolderLinkError as e:  # whatever it points to is never truncated
+            raise RunInUseError(str(e)) from None
         except OSError as e:
             raise RunInUseError(
                 f"cannot open the run lock {p} ({e.strerror}); check that out_dir is writable"

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import torch
 
 from pretrain import config
 from pretrain.config import Config, ConfigError
+from pretrain.data import resident
 from pretrain.data.pipeline import Data
 from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
 from pretrain.engine.step import train_step
-from pretrain.runtime import dist, precision, threads
+from pretrain.runtime import dist, precision, run_folder, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.triton_env import triton_interpreted
 
@@ -139,14 +141,23 @@ def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
     return lock
 
 
+#: what a run writes in its folder: files that must not be links, folders that must not lead out
+RUN_FILES = (".lock", "config.yaml", "derived.yaml", "metrics.jsonl", "provenance.json")
+RUN_DIRS = ("checkpoints", "tensorboard")
+
+
 def check_run_dir(cfg: Config) -> None:
-    """Refuse an ``out_dir`` that cannot be written before anything starts (exit 2)."""
+    """Refuse an ``out_dir`` that cannot be written, or whose files or folders that a run writes
+    are symbolic links out of it (:mod:`pretrain.runtime.run_folder`), before anything starts
+    (exit 2)."""
     path = Path(cfg.out_dir)
+    cache = () if os.environ.get(resident.CACHE_ENV) else ("cache",)  # else the user's own folder
+    run_folder.check_run_folder(path, RUN_FILES, RUN_DIRS + cache)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write_test.{dist.rank()}.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".write_test.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as e:
         raise ConfigError(
             f"out_dir {path} cannot be written ({e.strerror or e}); choose a writable out_dir"

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 
 
 class MetricsLog:
@@ -19,6 +19,7 @@ class MetricsLog:
     """
 
     def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.tb_dir = Path(run_dir) / "tensorboard"
         self._writer: Any = None
@@ -31,6 +32,7 @@ class MetricsLog:
         if self._writer is None and dist.is_main() and not self._closed:
             from torch.utils.tensorboard import SummaryWriter
 
+            run_folder.ensure_dir_inside(self.tb_dir, self.run_dir)
             self._writer = SummaryWriter(str(self.tb_dir))
         return self._writer
 
@@ -58,12 +60,12 @@ class MetricsLog:
                     kept.append(line)
             except json.JSONDecodeError:  # a line cut by a hard kill
                 continue
-        self.path.write_text("".join(f"{line}\n" for line in kept))
+        run_folder.write_text(self.path, "".join(f"{line}\n" for line in kept), self.run_dir)
 
     def write(self, record: dict[str, Any], tb_prefix: str) -> None:
         if not dist.is_main():
             return
-        with self.path.open("a") as f:
+        with run_folder.open_append(self.path, self.run_dir) as f:
             f.write(json.dumps(record) + "\n")
         for key, value in record.items():
             if key not in ("kind", "global_step", "epoch") and isinstance(value, (int, float)):

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from pretrain.runtime import dist
+from pretrain.runtime import dist, run_folder
 
 FILE = "provenance.json"
 FORMAT = 1
@@ -223,12 +223,9 @@ class Provenance:
     def write(self, data: dict[str, Any]) -> None:
         if not dist.is_main():
             return
-        tmp = self.path.with_name(f".{FILE}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps(data, indent=1) + "\n")
-            os.replace(tmp, self.path)
+            run_folder.write_text(self.path, json.dumps(data, indent=1) + "\n", self.path.parent)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
             print(
                 f"warning: could not write {self.path} ({e.strerror or e}); the run goes on "
                 "without its provenance record",
@@ -299,7 +296,8 @@ def finish(prov: Provenance | None, step: int) -> None:
     if prov.original is not None and prov.earlier and prov.earlier[-1].get("end_step") == step:
         if dist.is_main():
             try:
-                prov.path.write_bytes(prov.original)
+                original = prov.original
+                run_folder.atomic_write(prov.path, lambda f: f.write(original), prov.path.parent)
             except OSError:
                 pass  # the segment stays; harmless
         return
@@ -313,6 +311,34 @@ def read(run_dir: str | Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+#: the keys that readers of ``provenance.json`` use (``linear_eval table``, the results page),
+#: the types each may hold besides null, and what the value should be
+READ_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "wall_s": ((int, float), "a number of seconds"),
+    "world_size": ((int,), "a whole number of ranks"),
+    "cpu_cores": ((int,), "a whole number of cores"),
+    "gpu_model": ((str,), "a name"),
+    "cpu_model": ((str,), "a name"),
+    "plugins": ((list,), "a list of plugin records"),
+}
+
+
+def damaged(prov: Any) -> str:
+    """What makes a record read from ``provenance.json`` unusable to its readers: the key and its
+    value ("" when nothing; None, a run made before provenance was recorded, is fine)."""
+    if prov is None:
+        return ""
+    if not isinstance(prov, dict):
+        return f"holds {json.dumps(prov)[:40]}, not an object of keys"
+    for key, (types, what) in READ_KEYS.items():
+        v = prov.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+            return f"key {key!r} is {json.dumps(v)[:40]}, not {what}"
+        if key == "plugins" and v and not all(isinstance(r, dict) for r in v):
+            return f"key {key!r} is {json.dumps(v)[:40]}, not {what}"
+    return ""
 
 
 def hardware(prov: dict[str, Any] | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from linear_eval.__main__ import main
 from linear_eval.inputs.session import Options, Session
 from pretrain.engine import knn as pretrain_knn
 from pretrain.engine.knn import extract
+from tests.test_troubleshooting_data import assert_documented
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
@@ -242,3 +244,27 @@ def test_subcommands_print_a_summary_line_before_the_json(ckpt, capsys):
     rec = json.loads(cap.out.strip().splitlines()[-1])
     top1 = rec["variants"]["cifar"]["top1"]
     assert f"variants.cifar.top1 {top1:.2f}" in line
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_results_that_cannot_be_written_are_saved_elsewhere_and_named(
+    ckpt, tmp_path, monkeypatch, capsys
+):
+    """``--out /dev/full``: the write fails after the whole evaluation; the results go to a
+    temporary file that the error names (with the file that failed), and the status is 2."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["--ckpt", str(ckpt), "--epochs", "1", "--out", "/dev/full"]) == 2
+    cap = capsys.readouterr()
+    message = cap.err.strip().splitlines()[-1].removeprefix("error: ")
+    found = re.fullmatch(
+        r"cannot write the results to /dev/full \(No space left on device\); they were saved to "
+        r"(\S+) instead",
+        message,
+    )
+    assert found, message
+    saved = Path(found[1])
+    assert saved.parent == tmp_path
+    record, printed = json.loads(saved.read_text()), json.loads(cap.out.strip().splitlines()[-1])
+    assert record["knn_top1"] == printed["knn_top1"] and "per_sample" in record
+    assert f"written to {saved}" in cap.err
+    assert_documented(message)

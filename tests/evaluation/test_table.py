@@ -12,6 +12,7 @@ import numpy as np
 import yaml
 
 from linear_eval.cli import main as cli
+from tests.test_troubleshooting_data import assert_documented
 
 N_TEST = 50
 
@@ -113,3 +114,33 @@ def test_one_seed_shows_no_spread_and_provenance_gives_wall_time_and_hardware(tm
     assert "± 0.00" not in rows["hard"] and "| 100.00 (1 seed) |" in rows["hard"]
     assert rows["hard"].endswith("| 3 min 13 s | AMD EPYC, 2 cores |")
     assert rows["ring"].endswith("| 2 h 02 min | 8x NVIDIA H100 80GB HBM3 |")
+
+
+def test_a_cut_eval_json_is_an_error_naming_the_file(tmp_path, capsys):
+    run = make_run(tmp_path, "hard_s0", loss="hard", seed=0, correct=np.ones(N_TEST, bool))
+    ev = run / "eval" / "linear_eval.json"
+    ev.write_text(ev.read_text()[:40])  # a copy cut short
+    assert cli.main(["table", str(tmp_path)]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("error: ")
+    assert message.startswith(f"{ev} is not valid JSON (")
+    assert_documented(message)
+    ev.write_text("[1, 2]")
+    assert cli.main(["table", str(tmp_path)]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1].removeprefix("error: ")
+    assert message == f"{ev} holds no result (a JSON object of keys); move it away"
+    assert_documented(message)
+
+
+def test_a_damaged_provenance_leaves_its_run_out_with_a_note_naming_file_and_key(tmp_path, capsys):
+    make_run(tmp_path, "hard_s0", loss="hard", seed=0, correct=np.ones(N_TEST, bool))
+    bad = make_run(tmp_path, "ring_s0", loss="ring", seed=0, correct=np.ones(N_TEST, bool))
+    (bad / "provenance.json").write_text(json.dumps({"wall_s": "x", "world_size": 1}))
+    assert cli.main(["table", str(tmp_path), "--metrics", "knn_top1"]) == 0
+    out = capsys.readouterr().out
+    note = (
+        f"{bad / 'provenance.json'}: key 'wall_s' is \"x\", not a number of seconds; fix the key, "
+        "or move the file away to list the run without its wall time and hardware"
+    )
+    assert f"- `{bad}`: {note}" in out
+    assert "| hard | 1 |" in out and "| ring |" not in out
+    assert_documented(note)
