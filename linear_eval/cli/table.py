@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pretrain.data import identity
 from pretrain.runtime import plugin_provenance, provenance
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
@@ -61,6 +62,8 @@ IGNORED = (
 NOT_METRICS = {"epoch", "global_step", "train_size", "test_size", "seed"}
 DIAGNOSTICS = ("false_negative_fraction", "effective_negatives")
 N_RESAMPLES = 1000
+#: The mark of an image folder's digest from before it covered the files' sizes.
+OLD_DIGEST = "paths and labels only"
 
 
 @dataclass
@@ -186,12 +189,15 @@ def knn_of(stem: str, data: dict[str, Any]) -> str:
 def data_of(data: dict[str, Any]) -> dict[str, str]:
     """The data an eval JSON was made on: the checkpoint's training set and the test set, each as
     its size and the start of its digest (:mod:`pretrain.data.identity`); absent from evaluations
-    made before they were recorded."""
+    made before they were recorded. An image folder's digest recorded by older code covers its
+    paths and labels only, not the files' sizes: it is marked so, and never groups with a newer
+    record (whose digest differs even for the same files)."""
     out = {}
     for name in ("train_set", "test_set"):
         ident = data.get(name)
         if isinstance(ident, dict) and "sha256" in ident:
-            out[name] = f"{ident.get('size')} images, sha256 {ident['sha256'][:12]}"
+            old = f" ({OLD_DIGEST})" if identity.legacy_files(ident) else ""
+            out[name] = f"{ident.get('size')} images, sha256 {str(ident['sha256'])[:12]}{old}"
     return out
 
 
