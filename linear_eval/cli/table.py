@@ -17,9 +17,10 @@ With ``--baseline RUN`` each row also gets the paired bootstrap difference to th
 interval excludes 0), for rows evaluated on the baseline's test set only. A RUN_DIR may be a glob,
 or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold the
 runs. Runs that are unfinished or have no evaluation are listed under the table, with the reason,
-never dropped silently. The last two columns are the mean wall time of the group's runs and their
-hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-" for runs
-made before it was recorded).
+never dropped silently; so is a second run of a seed already in its row (a copied run folder),
+which would count one seed twice. The last two columns are the mean wall time of the group's runs
+and their hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-"
+for runs made before it was recorded).
 """
 
 from __future__ import annotations
@@ -405,6 +406,31 @@ def read_runs(patterns: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
     return runs, left_out
 
 
+def repeated_seeds(
+    runs: list[Run], baseline: str | None = None
+) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The runs with one run per seed in each group, and every other run of a seed already in its
+    group with why it is left out: a run folder and its copy are one seed, not two (a spread of
+    0.00 over "2 seeds"). Kept: the ``--baseline`` folder, else the first folder by name."""
+    rows, _ = group(runs)
+    base = Path(baseline).resolve() if baseline else None
+    dropped: dict[int, tuple[Path, str]] = {}
+    for members in rows:
+        first: dict[str, Run] = {}
+        for r in sorted(members, key=lambda r: (r.path.resolve() != base, str(r.path))):
+            seed = r.config.get("seed")
+            if repr(seed) not in first:
+                first[repr(seed)] = r
+                continue
+            dropped[id(r)] = (
+                r.path,
+                f"seed {seed} repeats that of {first[repr(seed)].path} in its row (one config, "
+                "data and evaluation; a copy of that run?): left out, so one seed is not counted "
+                "twice",
+            )
+    return [r for r in runs if id(r) not in dropped], list(dropped.values())
+
+
 def baseline_group(runs: list[Run], path: str | None) -> list[Run] | None:
     """The group holding the run folder ``path`` (None without ``--baseline``)."""
     if not path:
@@ -433,6 +459,8 @@ def run(args: argparse.Namespace) -> int:
     """``table``: print the table (and write OUT.md, OUT.csv). Unreadable runs raise ValueError,
     OSError or yaml.YAMLError (exit 2 in :func:`linear_eval.cli.main.main`)."""
     runs, left_out = read_runs(args.runs)
+    runs, repeats = repeated_seeds(runs, args.baseline)
+    left_out += repeats
     baseline = baseline_group(runs, args.baseline)
     only = [m for m in args.metrics.split(",") if m]
     header, rows = build(runs, baseline, args.seed, only)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,30 @@ def test_one_seed_shows_no_spread_and_provenance_gives_wall_time_and_hardware(tm
     assert "± 0.00" not in rows["hard"] and "| 100.00 (1 seed) |" in rows["hard"]
     assert rows["hard"].endswith("| 3 min 13 s | AMD EPYC, 2 cores |")
     assert rows["ring"].endswith("| 2 h 02 min | 8x NVIDIA H100 80GB HBM3 |")
+
+
+def test_a_copied_run_folder_is_one_seed_not_two(tmp_path, capsys):
+    """A run and its copy (the same seed in one row) would show as "2 seeds ± 0.00": the copy is
+    left out with a note naming both folders, and the row's mean and std are over the distinct
+    seeds (re-derived here); with --baseline naming the copy, the copy is the one kept."""
+    rng = np.random.default_rng(3)
+    correct = [rng.random(N_TEST) < 0.7 for _ in range(2)]
+    for s in range(2):
+        make_run(tmp_path, f"moco_s{s}", loss="infonce", seed=s, correct=correct[s])
+    first, copy = tmp_path / "moco_s0", tmp_path / "moco_s0_copy"
+    shutil.copytree(first, copy)
+    out = tmp_path / "t"
+    assert cli.main(["table", str(tmp_path / "moco_*"), "--out", str(out)]) == 0
+    rows = list(csv.reader(out.with_suffix(".csv").open()))
+    (row,) = [dict(zip(rows[0], r)) for r in rows[1:] if not r[0].startswith("(not")]
+    accs = [100 * c.mean() for c in correct]
+    assert row["config"] == "moco" and row["seeds"] == "2"
+    assert row["knn_top1"] == f"{np.mean(accs):.2f} ± {np.std(accs, ddof=1):.2f}"
+    assert (
+        f"- `{copy}`: seed 0 repeats that of {first} in its row (one config, data and "
+        "evaluation; a copy of that run?): left out, so one seed is not counted twice"
+    ) in out.with_suffix(".md").read_text()
+    assert cli.main(["table", str(tmp_path / "moco_*"), "--baseline", str(copy)]) == 0
+    printed = capsys.readouterr().out
+    assert f"- `{first}`: seed 0 repeats that of {copy} in its row" in printed
+    assert "| moco, moco_s0_copy | 2 |" in printed  # the copy stands for seed 0
