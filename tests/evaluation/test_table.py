@@ -141,3 +141,38 @@ def test_a_copied_run_folder_is_one_seed_not_two(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"- `{first}`: seed 0 repeats that of {copy} in its row" in printed
     assert "| moco, moco_s0_copy | 2 |" in printed  # the copy stands for seed 0
+
+
+def test_the_significance_mark_is_two_sided(tmp_path):
+    """``*`` marks a difference whose interval excludes 0 on either side: a significantly worse
+    row carries it as a better one does, a row whose interval holds 0 does not; each cell against
+    the numpy re-derivation (the same resampled test images for every run)."""
+    rng = np.random.default_rng(4)
+    draws = {"infonce": 0.7, "hard": 0.95, "ring": 0.3, "imix": 0.7}  # base, better, worse, same
+    correct = {loss: [rng.random(N_TEST) < p for _ in range(2)] for loss, p in draws.items()}
+    for loss, seeds in correct.items():
+        for s, c in enumerate(seeds):
+            make_run(tmp_path, f"{loss}_s{s}", loss=loss, seed=s, correct=c)
+    out = tmp_path / "t"
+    code = cli.main(["table", str(tmp_path / "*_s*"), "--baseline", str(tmp_path / "infonce_s0"),
+                     "--out", str(out), "--metrics", "knn_top1"])  # fmt: skip
+    assert code == 0
+    rows = list(csv.reader(out.with_suffix(".csv").open()))
+    cells = {r[1]: dict(zip(rows[0], r))["knn_top1 vs baseline"] for r in rows[1:]}
+    idx = np.random.default_rng(0).integers(0, N_TEST, size=(1000, N_TEST))
+
+    def seed_mean(seeds: list[np.ndarray]) -> np.ndarray:
+        return np.mean([100 * c[idx].mean(1) for c in seeds], axis=0)
+
+    sides = {}
+    for loss in ("hard", "ring", "imix"):
+        low, high = np.quantile(seed_mean(correct[loss]) - seed_mean(correct["infonce"]),
+                                [0.025, 0.975])  # fmt: skip
+        point = np.mean([100 * c.mean() for c in correct[loss]]) - np.mean(
+            [100 * c.mean() for c in correct["infonce"]]
+        )
+        mark = " *" if low > 0 or high < 0 else ""
+        assert cells[loss] == f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}", loss
+        sides[loss] = "above" if low > 0 else "below" if high < 0 else "holds 0"
+    assert sides == {"hard": "above", "ring": "below", "imix": "holds 0"}  # all three cases
+    assert cells["ring"].endswith(" *") and not cells["imix"].endswith(" *")
