@@ -75,6 +75,7 @@ class Run:
     per_sample: dict[str, np.ndarray] = field(default_factory=dict)
     provenance: dict[str, Any] | None = None  # RUN/provenance.json (None: not recorded)
     probes: dict[str, str] = field(default_factory=dict)  # metric prefix -> the linear probe
+    stopped: str = ""  # why it ran fewer steps than its schedule's (train.max_steps), or ""
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -113,8 +114,20 @@ def total_steps(path: Path) -> int | None:
     return info.get("total_steps")
 
 
+def steps_done(records: list[dict[str, Any]], prov: dict[str, Any] | None, evals: list) -> int:
+    """The last global step the run reached: the most of its logged records' (logged every
+    ``train.log_every`` steps and at each epoch's end, so a stop between two logs is not
+    there), its provenance's segments' ``end_step`` and the evaluated checkpoints'."""
+    steps = [r.get("global_step", 0) for r in records]
+    steps += [s.get("end_step") or 0 for s in ((prov or {}).get("segments") or [])]
+    steps += [e.get("global_step") or 0 for e in evals]
+    return max((s for s in steps if isinstance(s, int)), default=0)
+
+
 def read_run(path: Path) -> tuple[Run | None, str]:
-    """The run, or None and why it is left out of the table."""
+    """The run, or None and why it is left out of the table. A run stopped by
+    ``train.max_steps`` short of its schedule is in (``train.max_steps`` is part of its config),
+    with a note saying so (:attr:`Run.stopped`)."""
     cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
     run = Run(path, flatten(cfg), provenance=provenance.read(path))
     records = []
@@ -122,22 +135,29 @@ def read_run(path: Path) -> tuple[Run | None, str]:
     if log.exists():
         records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     epochs = [r for r in records if r.get("kind") == "epoch"]
-    done_steps = max((r.get("global_step", 0) for r in records), default=0)
-    want = total_steps(path)
+    evals = sorted((path / "eval").glob("*.json"))
+    loaded = [json.loads(file.read_text()) for file in evals]
+    done_steps = steps_done(records, run.provenance, [d for d in loaded if isinstance(d, dict)])
+    total = want = total_steps(path)
     max_steps = cfg.get("train", {}).get("max_steps", 0) or 0
     if max_steps:
         want = min(want, max_steps) if want else max_steps
     if want is not None and done_steps < want:
-        return None, f"unfinished: step {done_steps} of {want}"
-    evals = sorted((path / "eval").glob("*.json"))
+        cut = f" (train.max_steps={max_steps}; the schedule has {total})" if total else ""
+        cut = cut if want != total else ""
+        return None, f"unfinished: step {done_steps} of {want}{cut}"
+    if total is not None and want != total:  # reached train.max_steps, short of the schedule
+        run.stopped = (
+            f"stopped by train.max_steps at step {done_steps} of {total} (its schedule's): in "
+            "the row of its train.max_steps, apart from runs of the whole schedule"
+        )
     if not evals:
         return (
             None,
             "no evaluation (eval/*.json): run python -m linear_eval --ckpt RUN/checkpoints/last.pt",
         )
     found: dict[str, set[str]] = {}  # what the evaluations were made on, as group keys
-    for file in evals:
-        data = json.loads(file.read_text())
+    for file, data in zip(evals, loaded):
         prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -205,12 +225,14 @@ def data_of(data: dict[str, Any]) -> dict[str, str]:
 def notes(runs: list[Run], baseline: bool) -> list[str]:
     """What the columns mean where two commands could differ: the probe behind each linear
     metric and the kNN setting behind each kNN metric (every distinct one, so mixed probes and
-    mixed k or T show), and the sign of the difference."""
+    mixed k or T show), the runs that ``train.max_steps`` stopped short of their schedule, and
+    the sign of the difference."""
     out = []
     for key in sorted({k for r in runs for k in r.probes}):
         probes = sorted({r.probes[key] for r in runs if key in r.probes})
         mixed = " (the runs differ: not comparable)" if len(probes) > 1 else ""
         out.append(f"{key}: {'; '.join(probes)}{mixed}")
+    out += [f"`{r.path}`: {r.stopped}" for r in runs if r.stopped]
     if baseline:
         out.append(
             "vs baseline: run - baseline (as compare's B - A), paired bootstrap 95% interval "

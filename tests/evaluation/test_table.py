@@ -176,3 +176,30 @@ def test_the_significance_mark_is_two_sided(tmp_path):
         sides[loss] = "above" if low > 0 else "below" if high < 0 else "holds 0"
     assert sides == {"hard": "above", "ring": "below", "imix": "holds 0"}  # all three cases
     assert cells["ring"].endswith(" *") and not cells["imix"].endswith(" *")
+
+
+def test_a_run_stopped_by_max_steps_is_in_with_a_note_naming_it(tmp_path, capsys):
+    """``train.max_steps`` cuts a run short of its schedule on purpose: it is in the table (in a
+    row of its ``train.max_steps``) with a note naming it, even when its last step was not a
+    logged one (the step is read from its provenance's ``end_step``); a run stopped earlier is
+    left out as unfinished, with the limit named."""
+    ones = np.ones(N_TEST, bool)
+    cut = make_run(tmp_path, "cut_s0", loss="infonce", seed=0, correct=ones, steps=5, total=10)
+    early = make_run(tmp_path, "early_s0", loss="infonce", seed=1, correct=ones, steps=2, total=10)
+    for run in (cut, early):
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["train"]["max_steps"] = 5
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    logged = (cut / "metrics.jsonl").read_text().splitlines()[:4]  # step 5 fell between logs
+    (cut / "metrics.jsonl").write_text("\n".join(logged) + "\n")
+    (cut / "provenance.json").write_text(json.dumps({"segments": [{"end_step": 5}]}))
+    make_run(tmp_path, "whole_s0", loss="infonce", seed=0, correct=ones)
+    assert cli.main(["table", str(tmp_path / "*_s0"), "--metrics", "knn_top1"]) == 0
+    out = capsys.readouterr().out
+    assert "| config | train.max_steps | seeds |" in out
+    assert "| cut | 5 | 1 |" in out and "| whole | 0 | 1 |" in out
+    assert (
+        f"- `{cut}`: stopped by train.max_steps at step 5 of 10 (its schedule's): in the row of "
+        "its train.max_steps, apart from runs of the whole schedule"
+    ) in out
+    assert f"- `{early}`: unfinished: step 2 of 5 (train.max_steps=5; the schedule has 10)" in out
