@@ -21,7 +21,7 @@ Every shipped config (``pretrain/configs/*.yaml``) gets a row; one that never ra
 To add a row: ``python scripts/gen_results.py --keep RUN NAME`` copies a finished run's four files
 into ``docs/results/logs/NAME/`` with its paths made relative to the run folder
 (``results_logs.keep``); then run the first command. A kept log with an absolute path under a home
-or work directory (``/home``, ``/root``, ``/work``, ``/tmp``) is refused.
+or work directory (``/home``, ``/root``, ``/work``, ``/tmp``) in any of its files is refused.
 
 Beside the wall time (which depends on what else ran on a shared machine) a row gives the median
 step time and images/s of the run's own logged steps (``metrics.jsonl``): speed comparisons use
