@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.input import synthetic_cifar  # noqa: E402
 from benchmarks.peers_models import PRECISIONS, UNMATCHED, Sizes  # noqa: E402
-from benchmarks.peers_run import CONTESTANTS, KNN_K, KNN_T, contest  # noqa: E402
+from benchmarks.peers_run import CONTESTANTS, KNN_K, KNN_T, contest, medians  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
@@ -134,11 +134,6 @@ def versions() -> str:
     return f"commit {commit}; " + ", ".join(found)
 
 
-def warm(bl: list[dict]) -> list[dict]:
-    """The blocks after each run's first epoch (allocator, autotuning, decode), if any."""
-    return [b for b in bl if b["epoch"] > 0] or bl
-
-
 def ratio_line(blocks: dict[str, list[dict]], name: str, base: str) -> str:
     """negmine/lightly images/s block by block (each over the base block just before it)."""
     every = [(b["ips"] / a["ips"], b["epoch"]) for b, a in zip(blocks[name], blocks[base])]
@@ -181,10 +176,8 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
     summary = []
     for name in runs:
         bl = blocks[name]
-        timed = warm(bl)
-        ips = statistics.median(b["ips"] for b in timed)
-        wait = statistics.median(b["wait_ms"] for b in timed)
-        comp = statistics.median(b["compute_ms"] for b in timed)
+        med = medians(bl)
+        ips, wait, comp = med["ips"], med["wait_ms"], med["compute_ms"]
         peak = max(b["peak"] for b in bl) / 2**20
         accs = knn[name]
         ratio = "1.00x" if name == "lightly" else ratio_line(blocks, name, "lightly")

@@ -182,6 +182,20 @@ def block(run: Negmine | Lightly, e: int, batch: int) -> dict:
             "compute_ms": 1e3 * (wall - wait) / n, "peak": mem.peak, "wall": wall}  # fmt: skip
 
 
+def warm(bl: list[dict]) -> list[dict]:
+    """The blocks after each run's first epoch (allocator, autotuning, decode), if any."""
+    return [b for b in bl if b["epoch"] > 0] or bl
+
+
+def medians(bl: list[dict]) -> dict[str, float]:
+    """A run's medians over its blocks after the warm-up epoch (:func:`warm`; every block of a
+    one-epoch run): images/s, data wait and compute ms per step, and the block's wall seconds."""
+    timed = warm(bl)
+    return {
+        k: statistics.median(b[k] for b in timed) for k in ("ips", "wait_ms", "compute_ms", "wall")
+    }
+
+
 def step_alone(runs: dict, rounds: int) -> dict[str, float]:
     """Each run's training step on one fixed batch (no loader, no data wait), timed round-robin
     after one warm-up step each: the median ms. The models train on (after their kNN)."""
@@ -262,5 +276,5 @@ def contest(
             print(f"peers: the step alone, ms: {meta['step_alone_ms']}", flush=True)
         for run in runs.values():
             run.close()
-    meta["block_s"] = {n: statistics.median(b["wall"] for b in bl) for n, bl in blocks.items()}
+    meta["block_s"] = {n: medians(bl)["wall"] for n, bl in blocks.items()}
     return {"blocks": blocks, "knn": knns, "meta": meta}

@@ -9,7 +9,10 @@ Nothing here is typed by hand: every number comes from a log kept in the reposit
   ``provenance.json`` (:mod:`pretrain.runtime.provenance`) and ``eval/linear_eval.json``
   (``python -m linear_eval --ckpt RUN/checkpoints/last.pt``); the recipe is the ``--cfg`` of the
   provenance's command. Seeds of one recipe on the same hardware and commit make one row:
-  mean ± sample standard deviation over seeds (one seed: "(1 seed)", no spread measured).
+  mean ± sample standard deviation over seeds (one seed: "(1 seed)", no spread measured). The
+  epochs cell is the epochs logged, "30 of 40" for a run stopped short of its ``train.epochs``
+  (its own row: a finished seed is never averaged with it, even when ``train.epochs`` was raised
+  on a resume, after the command the recipe and variant are read from).
 * ``benchmarks/curves/*.csv`` listed in ``CURVES``: per-epoch kNN curves of runs whose folders are
   gone (their provenance as recorded in ``benchmarks/curves/README.md``, copied into ``CURVES``);
   the row gives the monitor's kNN at the last logged epoch and "not run" for the linear probe.
@@ -18,7 +21,7 @@ Every shipped config (``pretrain/configs/*.yaml``) gets a row; one that never ra
 To add a row: ``python scripts/gen_results.py --keep RUN NAME`` copies a finished run's four files
 into ``docs/results/logs/NAME/`` with its paths made relative to the run folder
 (``results_logs.keep``); then run the first command. A kept log with an absolute path under a home
-or work directory (``/home``, ``/root``, ``/work``, ``/tmp``) is refused.
+or work directory (``/home``, ``/root``, ``/work``, ``/tmp``) in any of its files is refused.
 
 Beside the wall time (which depends on what else ran on a shared machine) a row gives the median
 step time and images/s of the run's own logged steps (``metrics.jsonl``): speed comparisons use
@@ -172,12 +175,11 @@ def run_rows() -> list[Row]:
     for r in runs:
         p = r["prov"]
         key = (r["recipe"], r["variant"], provenance.hardware(p), p["commit"], p["dirty"],
-               r["epochs"])  # fmt: skip
+               r["epochs"], r["cfg"]["train"]["epochs"])  # fmt: skip
         groups.setdefault(key, []).append(r)
     rows = []
-    for (recipe, variant, hardware, commit, dirty, epochs), members in groups.items():
+    for (recipe, variant, hardware, commit, dirty, epochs, want), members in groups.items():
         members.sort(key=lambda r: r["cfg"]["seed"])
-        want = members[0]["cfg"]["train"]["epochs"]
         walls = [r["prov"]["wall_s"] for r in members]
         dates = sorted({r["prov"]["start"][:10] for r in members})
         rows.append(Row(

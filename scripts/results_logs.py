@@ -1,7 +1,8 @@
 """The kept logs of docs/results/logs/ carry no path of the machine that measured them.
 
 ``machine_paths(run)`` lists every absolute path under a home or work directory (``/home``,
-``/root``, ``/work``, ``/tmp``) in a kept run's four files; ``scripts/gen_results.py`` refuses a
+``/root``, ``/work``, ``/tmp``) in every file of a kept run (its four, the optional evaluations,
+anything else kept beside them); ``scripts/gen_results.py`` refuses a
 log that has one. ``keep(run, dest)`` copies a finished run's four files into the kept logs with
 its paths made relative to the run folder: ``out_dir`` becomes ``.``, the checkpoint
 ``checkpoints/last.pt``, the interpreter of the command its name, and a data root outside the run
@@ -25,12 +26,13 @@ DATA_ROOT = "DATA_ROOT"
 
 
 def machine_paths(run: Path) -> list[str]:
-    """``FILE: PATH`` for every machine path in the run's kept files."""
+    """``FILE: PATH`` for every machine path in every file kept under ``run`` (the four, the
+    optional ones, and any other file put there by hand), in order of the files' names."""
     found = []
-    for name in FILES + OPTIONAL:
-        file = run / name
-        if file.is_file():
-            found += [f"{name}: {m.group(0)}" for m in MACHINE_PATH.finditer(file.read_text())]
+    for file in sorted(p for p in run.rglob("*") if p.is_file()):
+        name = file.relative_to(run).as_posix()
+        text = file.read_text(errors="replace")
+        found += [f"{name}: {m.group(0)}" for m in MACHINE_PATH.finditer(text)]
     return found
 
 

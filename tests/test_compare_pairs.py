@@ -15,16 +15,21 @@ from linear_eval.records import stats
 from tests.test_troubleshooting_data import assert_documented
 
 
-def image_folder(root, tag: str) -> None:
+def image_folder(root, tag: str, flat: bool = False) -> None:
+    """Images named after ``tag``: random ones, or (``flat``) uniform grey ones."""
     for split, n in (("train", 8), ("test", 4)):
         for i, img in enumerate(random_images(n, 16, seed=len(tag))):
-            write_png(root / split / f"c{i % 2}" / f"{tag}{i}.png", img)
+            image = np.full_like(img, 128) if flat else img
+            write_png(root / split / f"c{i % 2}" / f"{tag}{i}.png", image)
 
 
-def test_compare_refuses_checkpoints_of_two_test_sets_of_one_size(tmp_path):
+@pytest.mark.parametrize("flat", [False, True], ids=["other names", "same names, other images"])
+def test_compare_refuses_checkpoints_of_two_test_sets_of_one_size(tmp_path, flat):
+    """Two folders of 4 test images: other file names, or the same names and labels with other
+    images (the digest covers the files' sizes: a flat PNG is smaller than a random one)."""
     ckpts = []
     for tag in ("a", "b"):
-        image_folder(tmp_path / f"d{tag}", tag)
+        image_folder(tmp_path / f"d{tag}", "a" if flat else tag, flat=flat and tag == "b")
         ckpts.append(make_checkpoint(tmp_path / f"run{tag}", "data.name=imagefolder",
                                      f"data.root={tmp_path / f'd{tag}'}", "data.image_size=16",
                                      "data.eval_resize=16", "eval.knn_k=2"))  # fmt: skip

@@ -7,6 +7,7 @@ quick run checks the moco part's skip note and the OC-SVM table."""
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from pretrain.model.split_bn import SplitBatchNorm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts beside the packages
-from benchmarks import peers  # noqa: E402
+from benchmarks import peers, peers_run  # noqa: E402
 from benchmarks.peers_models import (  # noqa: E402
     ARCHS,
     LightlyMoco,
@@ -135,6 +136,21 @@ def test_the_ratio_leaves_out_each_runs_first_epoch():
     assert peers.ratio_line(blocks, "negmine", "lightly") == "1.75x [1.50, 2.00] over 2 blocks"
     one = {k: v[:1] for k, v in blocks.items()}  # one epoch: the only block counts
     assert peers.ratio_line(one, "negmine", "lightly") == "5.00x [5.00, 5.00] over 1 blocks"
+
+
+def test_the_medians_leave_out_each_runs_first_epoch():
+    """The table's images/s, data wait and compute, and the block seconds in ``meta``, are medians
+    over the blocks after each seed's warm-up epoch (epoch 0 of every seed; its slow first block
+    would pull them), every block of a one-epoch run; re-derived with ``statistics``."""
+    keys = ("ips", "wait_ms", "compute_ms", "wall")
+    values = {0: (5.0, 90.0, 400.0, 60.0), 1: (40.0, 2.0, 20.0, 8.0), 2: (50.0, 3.0, 25.0, 6.0),
+              3: (45.0, 4.0, 30.0, 7.0)}  # fmt: skip
+    blocks = [dict(zip(keys, values[e]), epoch=e) for e in (0, 1, 2, 3)] * 2  # two seeds
+    got = peers_run.medians(blocks)
+    for i, k in enumerate(keys):
+        assert got[k] == statistics.median(values[e][i] for e in (1, 2, 3)), k
+    assert got["ips"] == 45.0 and got["wall"] == 7.0  # with epoch 0: 42.5 and 7.5
+    assert peers_run.medians(blocks[:1]) == dict(zip(keys, values[0]))  # one epoch: it counts
 
 
 def test_the_knn_verdict_uses_the_seeds_spread():

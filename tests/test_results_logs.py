@@ -33,6 +33,20 @@ def test_a_log_with_a_machine_path_is_refused(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "kept", ["eval/oneclass.json", "eval/linear_eval_random.json", "eval/compare.json", "notes.txt"]
+)
+def test_a_machine_path_in_any_kept_file_is_refused(tmp_path, monkeypatch, kept):
+    """Every file kept under a run is checked: the optional evaluations (oneclass,
+    linear_eval_random) and a file put there by hand as the four."""
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "x", 0, 90.0, 100.0)
+    (tmp_path / "x" / kept).write_text(json.dumps({"checkpoint": "/work/me/r/last.pt"}))
+    assert results_logs.machine_paths(tmp_path / "x") == [f"{kept}: /work/me/r/last.pt"]
+    with pytest.raises(ValueError, match=rf"x: a path of the measuring machine .*\({kept}: /work"):
+        gen_results.table()
+
+
+@pytest.mark.parametrize(
     ("text", "found"),
     [
         ('"command": "/root/.pyenv/bin/python3 -m pretrain"', ["/root/.pyenv/bin/python3"]),

@@ -240,3 +240,23 @@ def test_a_cut_kept_log_is_an_error_naming_the_file(tmp_path, monkeypatch, capsy
     assert gen_results.main(["--check"]) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith(f"error: {ev} is not valid JSON (")
+
+
+def test_a_run_stopped_short_of_its_epochs_says_so_in_its_own_row(tmp_path, monkeypatch):
+    """A run whose ``train.epochs`` is 40 (raised on a resume: the first command, which names
+    the variant, is the recipe's) with 30 epochs logged shows "30 of 40", in a row apart from a
+    seed that ran its whole 30 epochs (each cell re-derived from its run's files)."""
+    monkeypatch.setattr(gen_results, "RUNS", tmp_path)
+    fake_run(tmp_path / "whole", 0, 90.0, 100.0)
+    fake_run(tmp_path / "short", 1, 80.0, 100.0)
+    cfg_file = tmp_path / "short" / "config.yaml"
+    cfg = yaml.safe_load(cfg_file.read_text())
+    cfg["train"]["epochs"] = 40
+    cfg_file.write_text(yaml.safe_dump(cfg))
+    got = {r.seeds: r for r in gen_results.table() if r.recipe == "digits_moco.yaml"}
+    for seed, run in (("0", "whole"), ("1", "short")):
+        logged = max(json.loads(s)["epoch"] for s in
+                     (tmp_path / run / "metrics.jsonl").read_text().splitlines())  # fmt: skip
+        want = yaml.safe_load((tmp_path / run / "config.yaml").read_text())["train"]["epochs"]
+        assert got[seed].epochs == (str(logged) if logged == want else f"{logged} of {want}")
+    assert got["1"].epochs == "30 of 40" and got["1"].knn == "80.00 (1 seed)"

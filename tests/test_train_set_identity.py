@@ -5,9 +5,11 @@ resumes as before."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 from fakedata import random_images, write_png
 from test_engine import lines, pretrain
@@ -88,3 +90,42 @@ def test_the_identity_of_an_embedded_array_follows_its_images_and_labels():
     assert identity.resume_problem(None, ia) is None  # a checkpoint from before: not checked
     assert identity.resume_problem(ia, dict(ia)) is None
     assert torch.equal(a.data, datasets.build("digits", "data", "train").data)
+
+
+def same_names(root: Path, images: np.ndarray) -> None:
+    """A folder of two classes whose file names and labels depend on the number of images only."""
+    for i, img in enumerate(images):
+        write_png(root / "train" / f"c{i % 2}" / f"{i:03d}.png", img)
+
+
+def test_a_folder_of_other_images_under_the_same_names_has_another_digest(tmp_path):
+    """Paths and labels alone would call two datasets with the same file names one set: the
+    digest covers each file's size, so other images differ; a copy (new mtimes) is the same set."""
+    same_names(tmp_path / "a", random_images(6, 16, seed=0))
+    same_names(tmp_path / "b", np.zeros((6, 16, 16, 3), np.uint8))  # flat: other PNG sizes
+    copy = tmp_path / "copy"
+    for src in sorted((tmp_path / "a").rglob("*.png")):  # shutil.copy: the mtimes are new
+        (copy / src.parent.relative_to(tmp_path / "a")).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, copy / src.relative_to(tmp_path / "a"))
+    ids = {
+        k: identity.train_set_identity(
+            datasets.build("imagefolder", str(tmp_path / k), "train"), tmp_path / k
+        )  # fmt: skip
+        for k in ("a", "b", "copy")
+    }
+    assert ids["a"]["names_sha256"] == ids["b"]["names_sha256"]  # same names and labels
+    assert ids["a"]["sha256"] != ids["b"]["sha256"] and ids["a"]["covers"] == identity.FILES_COVER
+    assert ids["copy"] == ids["a"]
+    # the re-derivation: sha256 over "relative path, label, size" lines in the dataset's order
+    ds = datasets.build("imagefolder", str(tmp_path / "b"), "train")
+    lines = "".join(
+        f"{Path(p).relative_to(tmp_path / 'b')}\t{y}\t{Path(p).stat().st_size}\n"
+        for p, y in ds.samples
+    )
+    assert ids["b"]["sha256"] == hashlib.sha256(lines.encode()).hexdigest()
+    # a checkpoint of older code recorded the paths and labels only: checked on those
+    old = {"size": 6, "kind": "files", "sha256": ids["a"]["names_sha256"]}
+    assert identity.resume_problem(old, ids["b"]) is None
+    assert "their digests differ" in identity.resume_problem(ids["a"], ids["b"])
+    renamed = {**old, "sha256": "0" * 64}
+    assert "their digests differ" in identity.resume_problem(renamed, ids["a"])

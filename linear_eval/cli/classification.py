@@ -167,8 +167,8 @@ def run_transfer(
 
 def check_same_test_set(a: Session, b: Session) -> None:
     """ValueError unless the two checkpoints' test sets are one (:meth:`Session.test_set`: size,
-    files and labels, or pixels): compare pairs test images, and two folders of equal size would
-    pair unrelated ones."""
+    and the files' paths, labels and sizes, or pixels): compare pairs test images, and two
+    folders of equal size, even under the same file names, would pair unrelated ones."""
     ids = [a.test_set(), b.test_set()]
     if ids[0] != ids[1]:
         same_size = ids[0]["size"] == ids[1]["size"]

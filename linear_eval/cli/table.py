@@ -17,29 +17,25 @@ With ``--baseline RUN`` each row also gets the paired bootstrap difference to th
 interval excludes 0), for rows evaluated on the baseline's test set only. A RUN_DIR may be a glob,
 or a folder whose ``sweep_*`` subfolders (``python -m slurm --sweep``) or run subfolders hold the
 runs. Runs that are unfinished or have no evaluation are listed under the table, with the reason,
-never dropped silently. The last two columns are the mean wall time of the group's runs and their
-hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-" for runs
-made before it was recorded).
+never dropped silently; so is a second run of a seed already in its row (a copied run folder),
+which would count one seed twice. The last two columns are the mean wall time of the group's runs
+and their hardware, from each run's ``provenance.json`` (:mod:`pretrain.runtime.provenance`; "-"
+for runs made before it was recorded).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import glob
 import io
-import json
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import yaml
 
-from linear_eval.records import training
+from linear_eval.cli.table_runs import Run, read_runs
 from pretrain.runtime import plugin_provenance, provenance, run_folder
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).
@@ -59,159 +55,20 @@ IGNORED = (
     "data.skip_bad_images",
     "eval.",
 )
-#: Numbers in eval JSONs that are bookkeeping, not metrics.
-NOT_METRICS = {"epoch", "global_step", "train_size", "test_size", "seed"}
-DIAGNOSTICS = ("false_negative_fraction", "effective_negatives")
 N_RESAMPLES = 1000
-
-
-@dataclass
-class Run:
-    path: Path
-    config: dict[str, Any]
-    metrics: dict[str, float] = field(default_factory=dict)
-    per_sample: dict[str, np.ndarray] = field(default_factory=dict)
-    provenance: dict[str, Any] | None = None  # RUN/provenance.json (None: not recorded)
-    probes: dict[str, str] = field(default_factory=dict)  # metric prefix -> the linear probe
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and k != "kwargs":
-            out.update(flatten(v, f"{key}."))
-        else:
-            out[key] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
-    return out
-
-
-def find_runs(patterns: list[str]) -> list[Path]:
-    """Run folders (holding config.yaml) from paths, globs and sweep / parent folders."""
-    found: list[Path] = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) or [pattern]
-        for m in map(Path, matches):
-            if (m / "config.yaml").exists():
-                found.append(m)
-            elif m.is_dir():
-                found += sorted(p.parent for p in m.glob("*/config.yaml"))
-            else:
-                raise ValueError(f"{m}: no such run folder (expected RUN/config.yaml)")
-    if not found:
-        raise ValueError(f"no run folders (with config.yaml) in {' '.join(patterns)}")
-    return list(dict.fromkeys(found))
-
-
-def total_steps(path: Path) -> int | None:
-    derived = path / "derived.yaml"
-    if not derived.exists():
-        return None
-    info = yaml.safe_load(derived.read_text()) or {}
-    return info.get("total_steps")
-
-
-def read_run(path: Path) -> tuple[Run | None, str]:
-    """The run, or None and why it is left out of the table."""
-    cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
-    prov = provenance.read(path)
-    bad = provenance.damaged(prov)
-    if bad:
-        return None, (
-            f"{path / provenance.FILE}: {bad}; fix the key, or move the file away to list the run "
-            "without its wall time and hardware"
-        )
-    run = Run(path, flatten(cfg), provenance=prov)
-    records = training.log_lines(path / "metrics.jsonl")
-    epochs = [r for r in records if r.get("kind") == "epoch"]
-    done_steps = max((r.get("global_step", 0) for r in records), default=0)
-    want = total_steps(path)
-    max_steps = cfg.get("train", {}).get("max_steps", 0) or 0
-    if max_steps:
-        want = min(want, max_steps) if want else max_steps
-    if want is not None and done_steps < want:
-        return None, f"unfinished: step {done_steps} of {want}"
-    evals = sorted((path / "eval").glob("*.json"))
-    if not evals:
-        return (
-            None,
-            "no evaluation (eval/*.json): run python -m linear_eval --ckpt RUN/checkpoints/last.pt",
-        )
-    found: dict[str, set[str]] = {}  # what the evaluations were made on, as group keys
-    for file in evals:
-        data = run_folder.read_json(file)
-        if not isinstance(data, dict):
-            raise ValueError(f"{file} holds no result (a JSON object of keys); move it away")
-        prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
-        for key, value in data.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if key not in NOT_METRICS:
-                    run.metrics[prefix + key] = float(value)
-        probe = probe_of(file.stem, data)
-        if probe:
-            run.probes[f"{prefix}linear_*" if not prefix else f"{prefix}*"] = probe
-        knn = knn_of(file.stem, data)
-        if knn:
-            run.probes[f"{prefix}knn_*"] = knn
-        for key, value in data_of(data).items():
-            found.setdefault(key, set()).add(value)
-        for key, bits in (data.get("per_sample") or {}).items():
-            run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
-    run.config |= {k: "; ".join(sorted(v)) for k, v in found.items()}
-    run.config |= {f"{k} (evaluated)": v for k, v in run.probes.items()}
-    if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
-        last = epochs[-1]["epoch"]
-        steps = [r for r in records if r.get("kind") == "step" and r.get("epoch", 0) > last - 1]
-        for name in DIAGNOSTICS:
-            values = [v for r in steps for k, v in r.items() if k.endswith(name)]
-            if values:
-                run.metrics[f"train_{name}"] = float(np.mean(values))
-    return run, ""
-
-
-def probe_of(stem: str, data: dict[str, Any]) -> str:
-    """The linear probe behind an eval JSON's linear numbers ("" when it has none)."""
-    lin = data.get("linear")
-    if stem.startswith("linear_eval") and isinstance(lin, dict) and "epochs" in lin:
-        return (
-            f"SGD probe of python -m linear_eval --ckpt ({lin.get('mode')}, {lin['epochs']} "
-            f"epochs, lr {lin.get('lr')}, milestones {lin.get('milestones')})"
-        )
-    protocol = data.get("protocol")
-    if stem.startswith("linear") and isinstance(protocol, dict) and "name" in protocol:
-        return f"{protocol['name']} probe of python -m linear_eval linear"
-    return ""
-
-
-def knn_of(stem: str, data: dict[str, Any]) -> str:
-    """The kNN setting behind an eval JSON's kNN numbers ("" when it names none)."""
-    knn = data.get("knn")
-    if stem.startswith("linear_eval") and isinstance(knn, dict) and "k" in knn:
-        return f"kNN of python -m linear_eval --ckpt (k {knn['k']}, T {knn.get('temperature')})"
-    return ""
-
-
-def data_of(data: dict[str, Any]) -> dict[str, str]:
-    """The data an eval JSON was made on: the checkpoint's training set and the test set, each as
-    its size and the start of its digest (:mod:`pretrain.data.identity`); absent from evaluations
-    made before they were recorded."""
-    out = {}
-    for name in ("train_set", "test_set"):
-        ident = data.get(name)
-        if isinstance(ident, dict) and "sha256" in ident:
-            out[name] = f"{ident.get('size')} images, sha256 {ident['sha256'][:12]}"
-    return out
 
 
 def notes(runs: list[Run], baseline: bool) -> list[str]:
     """What the columns mean where two commands could differ: the probe behind each linear
     metric and the kNN setting behind each kNN metric (every distinct one, so mixed probes and
-    mixed k or T show), and the sign of the difference."""
+    mixed k or T show), the runs that ``train.max_steps`` stopped short of their schedule, and
+    the sign of the difference."""
     out = []
     for key in sorted({k for r in runs for k in r.probes}):
         probes = sorted({r.probes[key] for r in runs if key in r.probes})
         mixed = " (the runs differ: not comparable)" if len(probes) > 1 else ""
         out.append(f"{key}: {'; '.join(probes)}{mixed}")
+    out += [f"`{r.path}`: {r.stopped}" for r in runs if r.stopped]
     if baseline:
         out.append(
             "vs baseline: run - baseline (as compare's B - A), paired bootstrap 95% interval "
@@ -394,17 +251,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", default="", help="comma list of metrics (default: every one)")
 
 
-def read_runs(patterns: list[str]) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """The finished, evaluated runs, and the others with the reason they are left out."""
-    runs, left_out = [], []
-    for path in find_runs(patterns):
-        run, why = read_run(path)
-        (runs.append(run) if run else left_out.append((path, why)))
-    if not runs:
-        raise ValueError(
-            "no finished, evaluated run: " + "; ".join(f"{p}: {w}" for p, w in left_out)
-        )
-    return runs, left_out
+def repeated_seeds(
+    runs: list[Run], baseline: str | None = None
+) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The runs with one run per seed in each group, and every other run of a seed already in its
+    group with why it is left out: a run folder and its copy are one seed, not two (a spread of
+    0.00 over "2 seeds"). Kept: the ``--baseline`` folder, else the first folder by name."""
+    rows, _ = group(runs)
+    base = Path(baseline).resolve() if baseline else None
+    dropped: dict[int, tuple[Path, str]] = {}
+    for members in rows:
+        first: dict[str, Run] = {}
+        for r in sorted(members, key=lambda r: (r.path.resolve() != base, str(r.path))):
+            seed = r.config.get("seed")
+            if repr(seed) not in first:
+                first[repr(seed)] = r
+                continue
+            dropped[id(r)] = (
+                r.path,
+                f"seed {seed} repeats that of {first[repr(seed)].path} in its row (one config, "
+                "data and evaluation; a copy of that run?): left out, so one seed is not counted "
+                "twice",
+            )
+    return [r for r in runs if id(r) not in dropped], list(dropped.values())
 
 
 def baseline_group(runs: list[Run], path: str | None) -> list[Run] | None:
@@ -435,6 +304,8 @@ def run(args: argparse.Namespace) -> int:
     """``table``: print the table (and write OUT.md, OUT.csv). Unreadable runs raise ValueError,
     OSError or yaml.YAMLError (exit 2 in :func:`linear_eval.cli.main.main`)."""
     runs, left_out = read_runs(args.runs)
+    runs, repeats = repeated_seeds(runs, args.baseline)
+    left_out += repeats
     baseline = baseline_group(runs, args.baseline)
     only = [m for m in args.metrics.split(",") if m]
     header, rows = build(runs, baseline, args.seed, only)

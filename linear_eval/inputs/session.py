@@ -157,7 +157,8 @@ class Session:
 
     def test_set(self) -> dict[str, Any]:
         """The test split's identity (:func:`pretrain.data.identity.train_set_identity` applied to
-        it: size, files and labels, or pixels), which pairs and groups results of one test set."""
+        it: size, and the files' paths, labels and sizes, or pixels), which pairs and groups results
+        of one test set."""
         if self._test_set is None:
             ds = self.store.dataset(self.store.run_dataset, "test")
             self._test_set = identity.train_set_identity(ds, self.store.data_root)

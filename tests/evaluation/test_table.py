@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,92 @@ def test_a_damaged_provenance_leaves_its_run_out_with_a_note_naming_file_and_key
     assert f"- `{bad}`: {note}" in out
     assert "| hard | 1 |" in out and "| ring |" not in out
     assert_documented(note)
+
+
+def test_a_copied_run_folder_is_one_seed_not_two(tmp_path, capsys):
+    """A run and its copy (the same seed in one row) would show as "2 seeds ± 0.00": the copy is
+    left out with a note naming both folders, and the row's mean and std are over the distinct
+    seeds (re-derived here); with --baseline naming the copy, the copy is the one kept."""
+    rng = np.random.default_rng(3)
+    correct = [rng.random(N_TEST) < 0.7 for _ in range(2)]
+    for s in range(2):
+        make_run(tmp_path, f"moco_s{s}", loss="infonce", seed=s, correct=correct[s])
+    first, copy = tmp_path / "moco_s0", tmp_path / "moco_s0_copy"
+    shutil.copytree(first, copy)
+    out = tmp_path / "t"
+    assert cli.main(["table", str(tmp_path / "moco_*"), "--out", str(out)]) == 0
+    rows = list(csv.reader(out.with_suffix(".csv").open()))
+    (row,) = [dict(zip(rows[0], r)) for r in rows[1:] if not r[0].startswith("(not")]
+    accs = [100 * c.mean() for c in correct]
+    assert row["config"] == "moco" and row["seeds"] == "2"
+    assert row["knn_top1"] == f"{np.mean(accs):.2f} ± {np.std(accs, ddof=1):.2f}"
+    assert (
+        f"- `{copy}`: seed 0 repeats that of {first} in its row (one config, data and "
+        "evaluation; a copy of that run?): left out, so one seed is not counted twice"
+    ) in out.with_suffix(".md").read_text()
+    assert cli.main(["table", str(tmp_path / "moco_*"), "--baseline", str(copy)]) == 0
+    printed = capsys.readouterr().out
+    assert f"- `{first}`: seed 0 repeats that of {copy} in its row" in printed
+    assert "| moco, moco_s0_copy | 2 |" in printed  # the copy stands for seed 0
+
+
+def test_the_significance_mark_is_two_sided(tmp_path):
+    """``*`` marks a difference whose interval excludes 0 on either side: a significantly worse
+    row carries it as a better one does, a row whose interval holds 0 does not; each cell against
+    the numpy re-derivation (the same resampled test images for every run)."""
+    rng = np.random.default_rng(4)
+    draws = {"infonce": 0.7, "hard": 0.95, "ring": 0.3, "imix": 0.7}  # base, better, worse, same
+    correct = {loss: [rng.random(N_TEST) < p for _ in range(2)] for loss, p in draws.items()}
+    for loss, seeds in correct.items():
+        for s, c in enumerate(seeds):
+            make_run(tmp_path, f"{loss}_s{s}", loss=loss, seed=s, correct=c)
+    out = tmp_path / "t"
+    code = cli.main(["table", str(tmp_path / "*_s*"), "--baseline", str(tmp_path / "infonce_s0"),
+                     "--out", str(out), "--metrics", "knn_top1"])  # fmt: skip
+    assert code == 0
+    rows = list(csv.reader(out.with_suffix(".csv").open()))
+    cells = {r[1]: dict(zip(rows[0], r))["knn_top1 vs baseline"] for r in rows[1:]}
+    idx = np.random.default_rng(0).integers(0, N_TEST, size=(1000, N_TEST))
+
+    def seed_mean(seeds: list[np.ndarray]) -> np.ndarray:
+        return np.mean([100 * c[idx].mean(1) for c in seeds], axis=0)
+
+    sides = {}
+    for loss in ("hard", "ring", "imix"):
+        low, high = np.quantile(seed_mean(correct[loss]) - seed_mean(correct["infonce"]),
+                                [0.025, 0.975])  # fmt: skip
+        point = np.mean([100 * c.mean() for c in correct[loss]]) - np.mean(
+            [100 * c.mean() for c in correct["infonce"]]
+        )
+        mark = " *" if low > 0 or high < 0 else ""
+        assert cells[loss] == f"{point:+.2f} [{low:+.2f}, {high:+.2f}]{mark}", loss
+        sides[loss] = "above" if low > 0 else "below" if high < 0 else "holds 0"
+    assert sides == {"hard": "above", "ring": "below", "imix": "holds 0"}  # all three cases
+    assert cells["ring"].endswith(" *") and not cells["imix"].endswith(" *")
+
+
+def test_a_run_stopped_by_max_steps_is_in_with_a_note_naming_it(tmp_path, capsys):
+    """``train.max_steps`` cuts a run short of its schedule on purpose: it is in the table (in a
+    row of its ``train.max_steps``) with a note naming it, even when its last step was not a
+    logged one (the step is read from its provenance's ``end_step``); a run stopped earlier is
+    left out as unfinished, with the limit named."""
+    ones = np.ones(N_TEST, bool)
+    cut = make_run(tmp_path, "cut_s0", loss="infonce", seed=0, correct=ones, steps=5, total=10)
+    early = make_run(tmp_path, "early_s0", loss="infonce", seed=1, correct=ones, steps=2, total=10)
+    for run in (cut, early):
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["train"]["max_steps"] = 5
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    logged = (cut / "metrics.jsonl").read_text().splitlines()[:4]  # step 5 fell between logs
+    (cut / "metrics.jsonl").write_text("\n".join(logged) + "\n")
+    (cut / "provenance.json").write_text(json.dumps({"segments": [{"end_step": 5}]}))
+    make_run(tmp_path, "whole_s0", loss="infonce", seed=0, correct=ones)
+    assert cli.main(["table", str(tmp_path / "*_s0"), "--metrics", "knn_top1"]) == 0
+    out = capsys.readouterr().out
+    assert "| config | train.max_steps | seeds |" in out
+    assert "| cut | 5 | 1 |" in out and "| whole | 0 | 1 |" in out
+    assert (
+        f"- `{cut}`: stopped by train.max_steps at step 5 of 10 (its schedule's): in the row of "
+        "its train.max_steps, apart from runs of the whole schedule"
+    ) in out
+    assert f"- `{early}`: unfinished: step 2 of 5 (train.max_steps=5; the schedule has 10)" in out

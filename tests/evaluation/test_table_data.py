@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 from fakeckpt import make_checkpoint
+from fakedata import random_images, write_png
 from inproc import linear_eval
 from test_table import N_TEST, make_run
 
 from linear_eval.cli import main as cli
+from pretrain.data import datasets, identity
 from pretrain.engine import checkpoint
 
 
@@ -24,7 +26,7 @@ def edit_eval(run: Path, **fields: object) -> None:
 
 
 def digest(size: int, tag: str) -> dict:
-    return {"size": size, "kind": "files", "sha256": tag * 64}
+    return {"size": size, "kind": "files", "sha256": tag * 64, "covers": identity.FILES_COVER}
 
 
 def table(tmp_path: Path, *extra: str) -> list[dict[str, str]]:
@@ -98,3 +100,27 @@ def test_the_default_command_records_the_train_and_test_sets(tmp_path):
     assert record["train_set"] == state["train_set"]
     test = record["test_set"]
     assert test["size"] == record["test_size"] and len(test["sha256"]) == 64
+
+
+def test_seeds_on_two_folders_with_the_same_file_names_are_two_rows(tmp_path):
+    """Two image folders with the same file names and labels but other images: their digests
+    (which cover the files' sizes) differ, so their seeds are not averaged; an old record (paths
+    and labels only) is read and marked, never grouped with a new one."""
+    folders = {}
+    for tag, images in (("a", random_images(4, 16, seed=0)), ("b", np.zeros((4, 16, 16, 3)))):
+        root = tmp_path / "data" / tag
+        for i, img in enumerate(images.astype(np.uint8)):
+            write_png(root / "train" / f"c{i % 2}" / f"{i}.png", img)
+        ds = datasets.build("imagefolder", str(root), "train")
+        folders[tag] = identity.train_set_identity(ds, root)
+    runs = seeds(tmp_path, 3)
+    edit_eval(runs[0], test_set=folders["a"])
+    edit_eval(runs[1], test_set=folders["b"])
+    old = {"size": 4, "kind": "files", "sha256": "c" * 64}  # as older code recorded it
+    edit_eval(runs[2], test_set=old)
+    rows = table(tmp_path)
+    assert len(rows) == 3 and {r["seeds"] for r in rows} == {"1"}
+    assert sorted(r["test_set"] for r in rows) == sorted(
+        [f"4 images, sha256 {folders[t]['sha256'][:12]}" for t in "ab"]
+        + [f"4 images, sha256 {old['sha256'][:12]} (paths and labels only)"]
+    )
