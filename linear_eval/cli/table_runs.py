@@ -121,6 +121,24 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             None,
             "no evaluation (eval/*.json): run python -m linear_eval --ckpt RUN/checkpoints/last.pt",
         )
+    found = add_evaluations(run, evals, loaded)
+    run.config |= {k: "; ".join(sorted(v)) for k, v in found.items()}
+    run.config |= {f"{k} (evaluated)": v for k, v in run.probes.items()}
+    if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
+        last = epochs[-1]["epoch"]
+        steps = [r for r in records if r.get("kind") == "step" and r.get("epoch", 0) > last - 1]
+        for name in DIAGNOSTICS:
+            values = [v for r in steps for k, v in r.items() if k.endswith(name)]
+            if values:
+                run.metrics[f"train_{name}"] = float(np.mean(values))
+    return run, ""
+
+
+def add_evaluations(
+    run: Run, evals: list[Path], loaded: list[dict[str, Any]]
+) -> dict[str, set[str]]:
+    """The eval JSONs' metrics, probes and per-sample bits into ``run``; what the evaluations were
+    made on (group keys)."""
     found: dict[str, set[str]] = {}  # what the evaluations were made on, as group keys
     for file, data in zip(evals, loaded):
         prefix = "" if file.stem == "linear_eval" else f"{file.stem}:"
@@ -138,16 +156,7 @@ def read_run(path: Path) -> tuple[Run | None, str]:
             found.setdefault(key, set()).add(value)
         for key, bits in (data.get("per_sample") or {}).items():
             run.per_sample[prefix + key] = np.frombuffer(bits.encode(), np.uint8) == ord("1")
-    run.config |= {k: "; ".join(sorted(v)) for k, v in found.items()}
-    run.config |= {f"{k} (evaluated)": v for k, v in run.probes.items()}
-    if epochs:  # the last epoch's training diagnostics (mean over its logged steps)
-        last = epochs[-1]["epoch"]
-        steps = [r for r in records if r.get("kind") == "step" and r.get("epoch", 0) > last - 1]
-        for name in DIAGNOSTICS:
-            values = [v for r in steps for k, v in r.items() if k.endswith(name)]
-            if values:
-                run.metrics[f"train_{name}"] = float(np.mean(values))
-    return run, ""
+    return found
 
 
 def probe_of(stem: str, data: dict[str, Any]) -> str:
