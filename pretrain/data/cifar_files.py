@@ -19,7 +19,7 @@ PIXELS = 3 * 32 * 32
 
 def _kind(value: Any) -> str:
     if isinstance(value, np.ndarray):
-        return f"a {value.dtype} array of shape {value.shape}"
+        return f"a {value.shape} array of {value.dtype}"
     if type(value) is list:
         return f"a list of {len(value)}"
     return f"a {type(value).__name__}"
@@ -41,7 +41,7 @@ def batch(entry: dict, path: Path, labels_key: str, classes: int) -> tuple[np.nd
         raise not_a(
             path,
             "CIFAR batch",
-            f"its 'data' is {_kind(data)}, not a uint8 array of shape (N, {PIXELS})",
+            f"its 'data' is {_kind(data)}, not a (N, {PIXELS}) array of uint8",
         )
     if type(labels) is not list:
         raise not_a(
