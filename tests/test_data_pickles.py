@@ -233,3 +233,28 @@ def test_a_python_2_batch_reads_as_pickle_load_reads_it(tmp_path):
     assert type(got["data"]) is np.ndarray and got["data"].dtype == want["data"].dtype
     assert np.array_equal(got["data"], want["data"]) and np.array_equal(got["data"], rows)
     assert (got["labels"], got["batch_label"]) == ([3, 4], "training batch 1 of 5")
+
+
+@pytest.mark.parametrize(
+    ("global_", "name"),
+    [("numpy\ndtype", "numpy.dtype"), ("numpy\nndarray", "numpy.ndarray"),
+     ("numpy.core.multiarray\n_reconstruct", "numpy's _reconstruct"),
+     ("numpy._core.numeric\n_frombuffer", "numpy's _frombuffer"),
+     ("_codecs\nencode", "_codecs.encode")],
+)  # fmt: skip
+def test_a_pickle_sets_no_attribute_of_a_global_it_names(tmp_path, global_, name):
+    """A BUILD on a named global (state None, then its attributes by name) would set them for
+    every later read in the process; it is refused, and the next file reads as before."""
+    blob = (b"\x80\x02c" + global_.encode() + b"\nN}X\x0c\x00\x00\x00__qualname__X\x06\x00\x00\x00"
+            b"forgeds\x86b}X\x04\x00\x00\x00dataX\x01\x00\x00\x00xs.")  # fmt: skip
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(blob)
+    with pytest.raises(DatasetError) as info:
+        datasets.read_pickle(path, "CIFAR batch")
+    why = f"it sets attributes of {name}, which a data file has no use for; it was not run"
+    assert str(info.value) == refusal(path, why)
+    assert_documented(str(info.value), HEADING)
+    ref = {"data": PLAIN["uint8"], "labels": [1, 2]}
+    path.write_bytes(pickle.dumps(ref, protocol=2))
+    again = datasets.read_pickle(path, "CIFAR batch")
+    assert np.array_equal(again["data"], ref["data"]) and again["labels"] == [1, 2]

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
-PLACEHOLDER = r"\b(?:DIR|PATH|LIST|NAMES|N|C|L|M|WHY|LINK|TARGET|RUN|FILE|DTYPE|KEY|TYPE)\b"
+PLACEHOLDER = r"\b(?:DIR|PATH|LIST|NAMES|N|C|L|M|WHY|LINK|TARGET|RUN|FILE|DTYPE|KEY|TYPE|NAME)\b"
 
 
 def quotes(heading: str | None = None) -> list[str]:

@@ -1,13 +1,13 @@
 """Reading a dataset's pickles (CIFAR's batch and meta files) as data, never as code or memory.
 
 A pickle may name any callable, so :class:`DataUnpickler` hands it stand-ins instead of numpy's
-own: ``numpy.dtype`` gives a :class:`PlainDtype` (bool, integer and float dtypes only),
-``numpy.ndarray`` may only be named as ``_reconstruct``'s first argument, and every array it
-builds is a :class:`CheckedArray`, whose state is checked before numpy reads it. So no object or
-structured array ever exists: such an array's items are pointers (``numpy.ndarray(shape,
-dtype('O'), buffer)`` takes them from the file's bytes, and so does ``ndarray.__setstate__`` for
-an object or structured dtype whose flags a BUILD of the dtype rewrote), and reading one would
-dereference addresses the file chose.
+own, each :class:`Sealed` (a BUILD can set nothing on them): ``numpy.dtype`` gives a
+:class:`PlainDtype` (bool, integer and float dtypes only), ``numpy.ndarray`` may only be named as
+``_reconstruct``'s first argument, and every array it builds is a :class:`CheckedArray`, whose
+state is checked before numpy reads it. So no object or structured array ever exists: such an
+array's items are pointers (``numpy.ndarray(shape, dtype('O'), buffer)`` takes them from the
+file's bytes, and so does ``ndarray.__setstate__`` for an object or structured dtype whose flags
+a BUILD of the dtype rewrote), and reading one would dereference addresses the file chose.
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ class CheckedArray(np.ndarray):
     """Every array a pickle builds: ``__setstate__`` (a BUILD) takes only a :class:`PlainDtype`
     and bytes, so the array can only ever hold plain numbers."""
 
+    __slots__ = ()
+
     def __setstate__(self, state: Any) -> None:
         parts = state if type(state) is tuple and len(state) in (4, 5) else (None,) * 4
         version = parts[:1] if len(parts) == 5 else ()
@@ -113,18 +115,37 @@ class CheckedArray(np.ndarray):
         np.ndarray.__setstate__(self, (*version, shape, dtype.dtype, fortran, raw))
 
 
-class NdarrayName:
-    """What a pickle naming ``numpy.ndarray`` gets: a name for ``_reconstruct``, not a class
-    (``numpy.ndarray(shape, dtype, buffer)`` builds an array over bytes the file chooses)."""
+class Sealed:
+    """What a pickle naming an allowed global gets: a callable with nothing a BUILD could set. A
+    function or a Python class handed to the pickle would take any attribute a BUILD gives it
+    (``__defaults__``, ``__setstate__``), for every later read in the process."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+    __slots__ = ("_name", "_call")
+
+    def __init__(self, name: str, call: Any) -> None:
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_call", call)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._call(*args)
+
+    def __setstate__(self, state: Any) -> NoReturn:
         refuse(
-            "it calls numpy.ndarray, which builds an array over memory the file chooses; it was "
-            "not run"
+            f"it sets attributes of {self._name}, which a data file has no use for; it was not run"
         )
 
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        self.__setstate__(None)
 
-NDARRAY = NdarrayName()
+
+def _ndarray(*args: Any) -> NoReturn:
+    """``numpy.ndarray(shape, dtype, buffer)`` builds an array over bytes the file chooses."""
+    refuse(
+        "it calls numpy.ndarray, which builds an array over memory the file chooses; it was not run"
+    )
+
+
+NDARRAY = Sealed("numpy.ndarray", _ndarray)  # only ever _reconstruct's first argument
 
 
 def reconstruct(subtype: Any, shape: Any, typecode: Any) -> CheckedArray:
@@ -179,11 +200,19 @@ class DataUnpickler(pickle.Unpickler):
 
     ALLOWED = {
         ("numpy", "ndarray"): NDARRAY,
-        ("numpy", "dtype"): PlainDtype,
+        ("numpy", "dtype"): Sealed("numpy.dtype", PlainDtype),
         # what an array pickles as, under numpy 1 (numpy.core) and 2 (numpy._core) alike
-        **{(f"numpy.{core}.multiarray", "_reconstruct"): reconstruct for core in ("core", "_core")},
-        **{(f"numpy.{core}.numeric", "_frombuffer"): frombuffer for core in ("core", "_core")},
-        ("_codecs", "encode"): encode,  # bytes in protocol-2 pickles
+        **{
+            (f"numpy.{core}.multiarray", "_reconstruct"): Sealed(
+                "numpy's _reconstruct", reconstruct
+            )
+            for core in ("core", "_core")
+        },
+        **{
+            (f"numpy.{core}.numeric", "_frombuffer"): Sealed("numpy's _frombuffer", frombuffer)
+            for core in ("core", "_core")
+        },
+        ("_codecs", "encode"): Sealed("_codecs.encode", encode),  # bytes in protocol-2 pickles
     }
 
     def find_class(self, module: str, name: str) -> Any:
