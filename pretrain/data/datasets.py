@@ -79,8 +79,8 @@ def _presence_only(files: list[tuple[str, str]]) -> list[tuple[str, None]]:
 class _SafeCIFAR:
     """torchvision's CIFAR reading (``__init__`` and ``_load_meta`` as upstream) with the files
     read by :func:`pickles.read_pickle` instead of ``pickle.load`` and their contents checked
-    (:mod:`cifar_files`) before any is used; the meta file is read first, as the class count
-    the labels are checked against comes with its class names."""
+    (:mod:`cifar_files`) before any is used: the meta file first (its class names, one per
+    class of ``n_classes``), then each batch (its labels below ``n_classes``)."""
 
     base_folder: str
     train_list: list[tuple[str, None]]
