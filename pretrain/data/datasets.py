@@ -5,17 +5,14 @@ and never downloads: a missing dataset raises :class:`DatasetNotFoundError` nami
 and layout. The torchvision readers are used as they are, except that file presence is checked
 instead of the upstream md5 sums (hashing 160 MB at every start buys nothing on a cluster where the
 files do not change, and it lets the tests load files they write in the true format), and that the
-CIFAR pickles are read by :class:`DataUnpickler`, which builds numpy arrays, lists, dicts, text and
-numbers and nothing else: a crafted batch file cannot run code (a pickle may name any callable).
+CIFAR pickles are read by :class:`pickles.DataUnpickler`, which builds numpy arrays of plain
+numbers, lists, dicts, text and numbers and nothing else (a crafted batch file can neither run code
+nor forge pointers), and their contents checked by :mod:`cifar_files` before any is used.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
-import importlib
-import io
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,8 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets as tvd
 from torchvision import tv_tensors
 
-from pretrain.data import imagefiles
+from pretrain.data import cifar_files, imagefiles
+from pretrain.data.pickles import read_pickle
 
 RESOURCES = Path(__file__).parents[1] / "resources"
 # sha256 of the CMC ImageNet-100 list (HobbitLong/CMC imagenet100.txt, the order solo-learn ships).
@@ -78,87 +76,37 @@ def _presence_only(files: list[tuple[str, str]]) -> list[tuple[str, None]]:
     return [(name, None) for name, _ in files]
 
 
-def _numpy(module: str, name: str) -> Any:
-    """numpy's ``_core.<module>.<name>`` (numpy 2), or ``core.<module>.<name>`` (numpy 1)."""
-    for package in ("numpy._core", "numpy.core"):
-        try:
-            return getattr(importlib.import_module(f"{package}.{module}"), name)
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError(f"numpy has no {module}.{name}")
-
-
-class DataUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays, lists, dicts, text, bytes and numbers only: any other global a
-    pickle names (``os.system``, a class whose ``__reduce__`` runs code) is refused before it is
-    looked up, so it never runs."""
-
-    ALLOWED = {
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-        # what an array pickles as, under numpy 1 (numpy.core) and 2 (numpy._core) alike
-        **{
-            (f"numpy.{core}.multiarray", "_reconstruct"): _numpy("multiarray", "_reconstruct")
-            for core in ("core", "_core")
-        },
-        **{
-            (f"numpy.{core}.numeric", "_frombuffer"): _numpy("numeric", "_frombuffer")
-            for core in ("core", "_core")
-        },
-        ("_codecs", "encode"): codecs.encode,  # bytes in protocol-2 pickles
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = self.ALLOWED.get((module, name))
-        if found is None:
-            raise pickle.UnpicklingError(
-                f"it names {module}.{name}, which a data file has no use for (only numpy arrays, "
-                "lists, dicts, text and numbers are read); it was not run"
-            )
-        return found
-
-
-def read_pickle(path: Path, what: str) -> Any:
-    """The data pickled in ``path`` (:class:`DataUnpickler`); a file that is no such pickle is a
-    :class:`imagefiles.DatasetError` naming it."""
-    try:
-        data = DataUnpickler(io.BytesIO(path.read_bytes()), encoding="latin1").load()
-    except Exception as e:  # noqa: BLE001  (pickle, EOF, value errors: a file that is not one)
-        raise imagefiles.DatasetError(
-            f"{path} is not a {what} file ({e}); replace it with the file of the dataset's download"
-        ) from None
-    if not isinstance(data, dict):
-        raise imagefiles.DatasetError(
-            f"{path} is not a {what} file (it holds a {type(data).__name__}, not a dict); "
-            "replace it with the file of the dataset's download"
-        )
-    return data
-
-
 class _SafeCIFAR:
-    """torchvision's CIFAR reading (``__init__`` and ``_load_meta`` as upstream) with the batch
-    files read by :func:`read_pickle` instead of ``pickle.load``."""
+    """torchvision's CIFAR reading (``__init__`` and ``_load_meta`` as upstream) with the files
+    read by :func:`pickles.read_pickle` instead of ``pickle.load`` and their contents checked
+    (:mod:`cifar_files`) before any is used: the meta file first (its class names, one per
+    class of ``n_classes``), then each batch (its labels below ``n_classes``)."""
 
     base_folder: str
     train_list: list[tuple[str, None]]
     test_list: list[tuple[str, None]]
     meta: dict[str, Any]
+    labels_key: str  # the batches' labels: CIFAR-10's "labels", CIFAR-100's "fine_labels"
+    n_classes: int
 
     def __init__(self, root: str, train: bool = True) -> None:
         tvd.VisionDataset.__init__(self, root)  # type: ignore[arg-type]
         self.train = train
         folder = Path(self.root) / self.base_folder
+        self._load_meta()
         data, self.targets = [], []
         for name, _ in self.train_list if train else self.test_list:
-            entry = read_pickle(folder / name, "CIFAR batch")
-            data.append(entry["data"])
-            self.targets.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+            path = folder / name
+            entry = read_pickle(path, "CIFAR batch")
+            rows, labels = cifar_files.batch(entry, path, self.labels_key, self.n_classes)
+            data.append(rows)
+            self.targets.extend(labels)
         self.data = np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))
-        self._load_meta()
 
     def _load_meta(self) -> None:
-        meta = read_pickle(Path(self.root) / self.base_folder / self.meta["filename"], "CIFAR meta")
-        self.classes = meta[self.meta["key"]]
+        path = Path(self.root) / self.base_folder / self.meta["filename"]
+        meta = read_pickle(path, "CIFAR meta")
+        self.classes = cifar_files.class_names(meta, path, self.meta["key"], self.n_classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
 
@@ -166,12 +114,14 @@ class CIFAR10(_SafeCIFAR, tvd.CIFAR10):
     train_list = _presence_only(tvd.CIFAR10.train_list)
     test_list = _presence_only(tvd.CIFAR10.test_list)
     meta = {**tvd.CIFAR10.meta, "md5": None}
+    labels_key, n_classes = "labels", 10
 
 
 class CIFAR100(_SafeCIFAR, tvd.CIFAR100):
     train_list = _presence_only(tvd.CIFAR100.train_list)
     test_list = _presence_only(tvd.CIFAR100.test_list)
     meta = {**tvd.CIFAR100.meta, "md5": None}
+    labels_key, n_classes = "fine_labels", 100
 
 
 class STL10(tvd.STL10):
