@@ -211,6 +211,14 @@ class SyncsOnce(NegativeStrategy):
         return ExtraNegatives()
 
 
+class PerRow(NegativeStrategy):
+    """Each key as a negative, copied in a Python loop over the rows: one op per row."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=torch.stack([s.k[i] * 1.0 for i in range(s.k.shape[0])]))
+
+
 class SharedOnly(Loss):
     """Plain MoCo's InfoNCE with the strategy's shared negatives; drops the per-query ones."""
 
@@ -252,6 +260,28 @@ def test_a_declared_budget_lets_a_heavier_loss_pass_and_the_report_shows_the_cou
     assert f"({report.ops - report.plain_moco:+d}" not in report.line()  # a percentage, not ops
     assert re.search(r"\d+ aten ops per step \(\+\d+\.\d% over plain MoCo's \d+; budget \+250%\)",
                      report.line()), report.line()  # fmt: skip
+
+
+def test_a_loop_over_rows_fails_on_its_growth_with_the_batch_not_its_cost_at_16():
+    """Within +15 % at batch 16, but one op per row: counted at batches 16 and 32, the growth
+    extrapolated to 512 fails, advising to vectorise, not a larger ops_budget."""
+    from pretrain.testing.ops import plain_moco
+
+    msg = failure(check_strategy, PerRow)
+    found = re.search(r"grow with the batch: (\d+) at batch 16, (\d+) at batch 32 on digits_moco "
+                      r"\(plain MoCo's: (\d+), (\d+)\), so about (\d+) at batch 512, \+(\d+)% over "
+                      r"plain MoCo's (\d+), more than \+15% \(the default\): vectorise its "
+                      r"negatives\(\) / transform_batch\(\) \(batched tensor ops, no Python loop "
+                      r"over rows or samples\)", msg)  # fmt: skip
+    assert msg.startswith(f"strategy 'kit_perrow' ({__name__}.PerRow.negatives()): its aten ops "
+                          "per training step"), msg  # fmt: skip
+    assert found, msg
+    n16, n32, b16, b32, n512, pct, b512 = map(int, found.groups())
+    assert (b16, b32) == (plain_moco("digits_moco", 16), plain_moco("digits_moco", 32))
+    assert n16 <= 1.15 * b16 and b16 == b32 == b512  # passes at one batch; plain MoCo's is flat
+    assert n32 - n16 == 16  # the loop's one op per row, 16 rows more
+    assert n512 == n16 + (n32 - n16) * (512 - 16) // 16 and pct == round(100 * (n512 - b512) / b512)
+    assert "ops_budget =" not in msg and "declare its cost" not in msg
 
 
 def test_a_strategy_returning_one_column_too_many_fails_naming_the_hook_and_shape():
