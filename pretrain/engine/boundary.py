@@ -20,7 +20,9 @@ finite check stops a run, runs the strategy again on them (:func:`strategy_fault
 inputs replaced by unit vectors).
 
 The trainer calls :func:`before_loss` and :func:`after_loss` around the loss in each step and
-:func:`at_log` from its finite check. The contract kit's counted runs skip the checks
+:func:`at_log` from its finite check. Under ``train.cuda_graphs`` the form is checked in the
+eager steps and the captured one (a replay runs no Python), the values in every step (the
+graph holds the device ops that update the maxima). The contract kit's counted runs skip the checks
 (:func:`mark_checked`): its counts measure the strategy's and the loss's step, not the trainer's
 check of it."""
 
@@ -151,7 +153,11 @@ def at_log(run: Any) -> None:
     StepContractError naming the strategy (non-finite or non-unit negatives from finite inputs)
     or, at the first step, the loss (non-finite on finite inputs)."""
     watch = _watch.get(run.strategy)
-    if watch is None or watch.last < watch.since:
+    if watch is None:
+        return
+    # the steps done: a captured step (train.cuda_graphs) updates the maxima but runs no Python
+    watch.last = max(watch.last, run.state.global_step - 1)
+    if watch.last < watch.since:
         return
     fields, first_loss = list(watch.worst), watch.loss
     parts = [watch.worst[f].reshape(1) for f in fields]
