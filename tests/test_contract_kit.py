@@ -118,6 +118,116 @@ class BadCount(NegativeStrategy):
     syncs_per_step = "0"  # type: ignore[assignment]
 
 
+class NegativeCount(NegativeStrategy):
+    syncs_per_step = -1
+
+
+class ParameterBank(NegativeStrategy):
+    """Returns its learnable bank itself: an nn.Parameter (requires grad, no grad_fn)."""
+
+    def setup(self, ctx) -> None:
+        self.bank = torch.nn.Parameter(F.normalize(torch.ones(4, ctx.dim), dim=1))
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=self.bank)
+
+
+class OneNaNRow(NegativeStrategy):
+    """Three unit rows, the middle one NaN."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        shared = s.k[:3].clone()
+        shared[1] = float("nan")
+        return ExtraNegatives(shared=shared)
+
+
+class PerQueryDice(NegativeStrategy):
+    """Seeded shared negatives, per-query ones from Python's random."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        per_query = F.normalize(s.q.unsqueeze(1) + random.random(), dim=-1)
+        return ExtraNegatives(shared=s.k[:1], per_query=per_query)
+
+
+class GradAfterEight(NegativeStrategy):
+    """``s.k`` for 8 steps, then twice as long and carrying a gradient (a parameter's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((), 2.0))
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k.detach() if s.global_step < 8 else s.k * self.scale)
+
+
+class NaNEveryFifth(NegativeStrategy):
+    """``s.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        self.calls += 1
+        return ExtraNegatives(shared=s.k * float("nan") if self.calls >= 8 and self.calls % 5 == 0
+                              else s.k)  # fmt: skip
+
+
+class ToHost(NegativeStrategy):
+    """Copies the keys to the host every step (``.to("cpu")``: a blocking copy on a GPU)."""
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        s.k.to("cpu")
+        return ExtraNegatives()
+
+
+class EverySeventh(NegativeStrategy):
+    """A ``.item()`` on every 7th call of its hook only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        self.calls += 1
+        if self.calls % 7 == 0 and s.k.sum().item() > 1e9:  # a host sync, every 7th call
+            pass
+        return ExtraNegatives()
+
+
+class SyncsOnce(NegativeStrategy):
+    """Reads the device once, lazily, at its first call (a sync of step 0 only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale: float | None = None
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        if self.scale is None:
+            self.scale = float(s.k.norm())
+        return ExtraNegatives()
+
+
+class PerRow(NegativeStrategy):
+    """Each key as a negative, copied in a Python loop over the rows: one op per row."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=torch.stack([s.k[i] * 1.0 for i in range(s.k.shape[0])]))
+
+
+class SharedOnly(Loss):
+    """Plain MoCo's InfoNCE with the strategy's shared negatives; drops the per-query ones."""
+
+    batch_layout = False
+
+    def forward(self, s: StepTensors) -> torch.Tensor:
+        return info_nce(moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared))
+
+
 def failure(check, cls, **kwargs) -> str:
     with pytest.raises(ContractError) as e:
         check(cls, **kwargs)
@@ -152,6 +262,28 @@ def test_a_declared_budget_lets_a_heavier_loss_pass_and_the_report_shows_the_cou
                      report.line()), report.line()  # fmt: skip
 
 
+def test_a_loop_over_rows_fails_on_its_growth_with_the_batch_not_its_cost_at_16():
+    """Within +15 % at batch 16, but one op per row: counted at batches 16 and 32, the growth
+    extrapolated to 512 fails, advising to vectorise, not a larger ops_budget."""
+    from pretrain.testing.ops import plain_moco
+
+    msg = failure(check_strategy, PerRow)
+    found = re.search(r"grow with the batch: (\d+) at batch 16, (\d+) at batch 32 on digits_moco "
+                      r"\(plain MoCo's: (\d+), (\d+)\), so about (\d+) at batch 512, \+(\d+)% over "
+                      r"plain MoCo's (\d+), more than \+15% \(the default\): vectorise its "
+                      r"negatives\(\) / transform_batch\(\) \(batched tensor ops, no Python loop "
+                      r"over rows or samples\)", msg)  # fmt: skip
+    assert msg.startswith(f"strategy 'kit_perrow' ({__name__}.PerRow.negatives()): its aten ops "
+                          "per training step"), msg  # fmt: skip
+    assert found, msg
+    n16, n32, b16, b32, n512, pct, b512 = map(int, found.groups())
+    assert (b16, b32) == (plain_moco("digits_moco", 16), plain_moco("digits_moco", 32))
+    assert n16 <= 1.15 * b16 and b16 == b32 == b512  # passes at one batch; plain MoCo's is flat
+    assert n32 - n16 == 16  # the loop's one op per row, 16 rows more
+    assert n512 == n16 + (n32 - n16) * (512 - 16) // 16 and pct == round(100 * (n512 - b512) / b512)
+    assert "ops_budget =" not in msg and "declare its cost" not in msg
+
+
 def test_a_strategy_returning_one_column_too_many_fails_naming_the_hook_and_shape():
     msg = failure(check_strategy, Wide, counts=False)
     assert msg == (f"strategy 'Wide' ({__name__}.Wide.negatives()): returned per_query "
@@ -170,16 +302,79 @@ def test_a_loss_that_ignores_the_extra_negatives_fails_naming_extra():
     ("cls", "member", "what"),
     [
         (NaNs, "negatives()", "returned non-finite shared (NaN or inf)"),
-        (Dice, "negatives()", "two runs under torch.manual_seed(0) differ"),
+        (Dice, "negatives()", "two runs under torch.manual_seed(0) differ in shared"),
         (Attached, "negatives()", "returned shared that carries a gradient"),
         (Capturing, "capturable", "is True while syncs_per_step = 1"),
         (BadCount, "syncs_per_step", "is '0'"),
+        (NegativeCount, "syncs_per_step", "is -1"),
+        (ParameterBank, "negatives()", "returned shared that carries a gradient"),
+        (OneNaNRow, "negatives()", "returned non-finite shared (NaN or inf)"),
+        (PerQueryDice, "negatives()", "two runs under torch.manual_seed(0) differ in per_query"),
+        (
+            GradAfterEight,
+            "negatives()",
+            "returned shared that carries a gradient at s.global_step 8 (s.epoch 2)",
+        ),
+        (
+            NaNEveryFifth,
+            "negatives()",
+            "returned non-finite shared (NaN or inf) at s.global_step 9 (s.epoch 2.0625)",
+        ),
     ],
 )
 def test_each_fault_names_the_class_and_the_member(cls, member, what):
     msg = failure(check_strategy, cls, counts=False)
     assert msg.startswith(f"strategy '{cls.__name__}' ({__name__}.{cls.__name__}.{member}): "
                           f"{what}: "), msg  # fmt: skip
+
+
+def scaled(factor: float) -> type:
+    """A strategy returning the keys times ``factor`` (rows of norm ``factor``)."""
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k * factor)
+
+    return type("Scaled", (NegativeStrategy,), {"negatives": negatives})
+
+
+def test_unit_norm_is_held_to_one_part_in_ten_thousand():
+    """The tolerance (1e-4 in float32, pretrain.engine.records.UNIT_TOLERANCE): rows off by
+    1e-3 are refused, naming how far; rows off by 1e-6 (float32 rounding) pass."""
+    msg = failure(check_strategy, scaled(1 + 1e-3), counts=False)
+    assert re.search(r"\.Scaled\.negatives\(\)\): returned shared whose rows are not unit norm "
+                     r"\(off by 0\.001\): normalise them", msg), msg  # fmt: skip
+    check_strategy(scaled(1 + 1e-6), counts=False)
+
+
+def test_a_loss_that_ignores_the_per_query_negatives_fails_naming_per_query():
+    msg = failure(check_loss, SharedOnly, counts=False)
+    assert msg.startswith(f"loss 'SharedOnly' ({__name__}.SharedOnly.forward()): its value is the "
+                          "same with and without the strategy's extra negatives "
+                          "(extra.per_query): "), msg  # fmt: skip
+
+
+def test_a_copy_to_the_host_by_to_cpu_is_a_sync():
+    msg = failure(syncs.check_syncs, ToHost)
+    assert msg.startswith("infonce/kit_tohost: 1 host syncs per step, declared 0: "), msg
+    assert "host_copy: " in msg and "test_contract_kit.py:" in msg, msg
+
+
+def test_a_sync_on_every_seventh_call_only_is_found():
+    """Four training steps show no sync; the kit's 35 calls of the hook (s.global_step 0 to 31
+    and three far steps) show the calls that sync."""
+    msg = failure(syncs.check_syncs, EverySeventh)
+    assert msg.startswith(f"strategy 'EverySeventh' ({__name__}.EverySeventh.syncs_per_step) "
+                          "= 0: host syncs per call of its negatives() and transform_batch() "
+                          "differ between calls: 1 at s.global_step 6, 1 at s.global_step 13, "
+                          "1 at s.global_step 20, 1 at s.global_step 27, 1 at s.global_step "
+                          "100000, 0 at the other 30 of 35 calls; measured at: item: "
+                          ), msg  # fmt: skip
+
+
+def test_a_sync_at_the_first_step_only_is_named_at_step_0():
+    msg = failure(syncs.check_syncs, SyncsOnce)
+    assert msg.startswith("infonce/kit_syncsonce step 0: 1 host syncs, declared 0: "), msg
+    assert "build per-device constants at construction or .to()" in msg, msg
 
 
 def test_the_message_form_is_class_member_what_and_fix():

@@ -1,9 +1,9 @@
-"""The trainer's first-step check (pretrain.engine.boundary): a strategy's
-record of the wrong form fails at step 1 naming the class and ``negatives()`` (with the
-symmetric layout's fix where that is the cause), before the loss sees it; non-finite negatives
-are named at the first log step instead of advice on the learning rate; the steady step stays
-free of host syncs (the check reads the device at the log step only). A strategy whose negatives
-turn non-finite later is named too when the finite check stops the run."""
+"""The trainer's checks of each step (pretrain.engine.boundary): a strategy's record of the wrong
+form fails at the step that returns it, naming the class and ``negatives()`` (with the symmetric
+layout's fix where that is the cause), before the loss sees it; non-finite or non-unit negatives
+are named at the next log step instead of advice on the learning rate, also when they start after
+8 good steps or come on every 5th call only; every step stays free of host syncs (the values are
+read at the log step only)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negmine_core.step import Batch
 from pretrain import config
 from pretrain.engine import boundary, loop
-from pretrain.testing import SyncCounter, steps
+from pretrain.testing import OpCounter, SyncCounter, steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
         "train.progress_bar=false", "train.max_steps=2", "train.log_every=1", "eval.knn_every=0",
@@ -86,7 +86,8 @@ def test_non_finite_negatives_are_named_instead_of_learning_rate_advice(tmp_path
     err = capsys.readouterr().err
     assert status == 1, err
     assert (f"strategy {name!r} ({__name__}.LateNaN.negatives()): returned non-finite shared "
-            "(NaN or inf) at the first step") in err, err  # fmt: skip
+            "(NaN or inf) from finite queries, keys and queue at the first step"
+            ) in err, err  # fmt: skip
     assert "lower train.base_lr" not in err
 
 
@@ -97,10 +98,75 @@ def test_negatives_that_turn_non_finite_later_are_named_instead_of_learning_rate
     err = capsys.readouterr().err
     assert status == 1, err
     assert (f"error: strategy {name!r} ({__name__}.NaNFromStepTwo.negatives()): returned "
-            "non-finite shared (NaN or inf) from finite queries, keys and queue: keep them finite "
-            "(normalise with an eps; guard divisions); non-finite loss at or before global step 4 "
-            "(epoch 1); training stopped.") in err, err  # fmt: skip
+            "non-finite shared (NaN or inf) from finite queries, keys and queue at an "
+            "s.global_step from 2 to 3: keep them finite (normalise with an eps; guard divisions)\n"
+            "Training stopped at global step 4 (epoch 1): fix the class named above; no "
+            "checkpoint was written before it (re-running starts afresh).") in err, err  # fmt: skip
     assert "lower train.base_lr" not in err and "Traceback" not in err
+
+
+class GoodForEightSteps(NegativeStrategy):
+    """``s.k`` for 8 steps (unit norm, detached), then twice as long and carrying a gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((), 2.0))
+
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k.detach() if s.global_step < 8 else s.k * self.scale)
+
+
+class LongFromStepEight(NegativeStrategy):
+    """``s.k`` for 8 steps, then twice as long (detached)."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k if s.global_step < 8 else 2 * s.k)
+
+
+class NaNEveryFifthCall(NegativeStrategy):
+    """``s.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        self.calls += 1
+        nan = self.calls >= 8 and self.calls % 5 == 0
+        return ExtraNegatives(shared=s.k * float("nan") if nan else s.k)
+
+
+def test_a_gradient_after_eight_good_steps_stops_the_run_at_that_step(tmp_path, capsys):
+    status, name = train(tmp_path, GoodForEightSteps, "train.max_steps=12", "train.log_every=4")
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert (f"error: strategy {name!r} ({__name__}.GoodForEightSteps.negatives()): returned "
+            "shared that carries a gradient at s.global_step 8: detach it (or decorate the hook "
+            "with @torch.no_grad())\nTraining stopped at global step 8 (epoch 1): fix the class "
+            "named above; no checkpoint was written before it (re-running starts afresh).\n"
+            ) == err[err.index("error: "):], err  # fmt: skip
+
+
+def test_non_unit_negatives_after_eight_good_steps_are_named_at_the_next_log_step(tmp_path, capsys):
+    status, name = train(tmp_path, LongFromStepEight, "train.max_steps=16", "train.log_every=4")
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert (f"error: strategy {name!r} ({__name__}.LongFromStepEight.negatives()): returned "
+            "shared whose rows are not unit norm at an s.global_step from 8 to 11 (off by 1): "
+            "normalise them: F.normalize(x, dim=-1)\nTraining stopped at global step 12 (epoch "
+            "1)") in err, err  # fmt: skip
+
+
+def test_nan_on_every_fifth_call_is_the_strategys_not_the_learning_rates(tmp_path, capsys):
+    status, name = train(tmp_path, NaNEveryFifthCall, "train.max_steps=16", "train.log_every=4")
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert (f"error: strategy {name!r} ({__name__}.NaNEveryFifthCall.negatives()): returned "
+            "non-finite shared (NaN or inf) from finite queries, keys and queue at an "
+            "s.global_step from 8 to 11: keep them finite") in err, err  # fmt: skip
+    assert "lower train.base_lr" not in err
 
 
 class FromQueries(NegativeStrategy):
@@ -132,18 +198,22 @@ def test_a_strategy_fed_non_finite_inputs_is_not_blamed(tmp_path):
         run.log.close()
 
 
-def test_the_first_step_reads_nothing_on_the_host(tmp_path):
-    """The check's device reads wait for the log step: step 0 syncs as little as any step."""
-    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY])
-    run = loop.setup(cfg)
-    assert boundary.first(run)
-    x1, x2, y, _, *rows = next(iter(run.data.train_loader))
-    with SyncCounter() as syncs:
-        loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-    assert syncs.count == 0, syncs.report()
-    assert not boundary.first(run)
-    boundary.at_log(run)  # good records: nothing raised
-    run.log.close()
+def test_the_checked_steps_read_nothing_on_the_host(tmp_path):
+    """The checks' device reads wait for the log step: step 0 and the steps after it, each
+    checking a strategy's negatives, sync as little as a step without the checks."""
+    with steps.registered(LongFromStepEight) as name:
+        cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY,
+                                               f"negatives.name={name}"])  # fmt: skip
+        run = loop.setup(cfg)
+        assert boundary.first(run)
+        for i, (x1, x2, y, _, *rows) in zip(range(3), run.data.train_loader, strict=False):
+            with SyncCounter() as syncs:
+                loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
+            assert syncs.count == 0, (i, syncs.report())
+            run.state.global_step += 1
+            assert not boundary.first(run)
+        boundary.at_log(run)  # good records: nothing raised
+        run.log.close()
 
 
 def test_unit_norm_is_checked_too(tmp_path):
@@ -158,7 +228,22 @@ def test_unit_norm_is_checked_too(tmp_path):
         run = loop.setup(cfg)
         x1, x2, y, _, *rows = next(iter(run.data.train_loader))
         loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-        with pytest.raises(boundary.FirstStepError, match=r"Long\.negatives\(\)\): returned "
+        with pytest.raises(boundary.StepContractError, match=r"Long\.negatives\(\)\): returned "
                            r"shared whose rows are not unit norm at the first step"):  # fmt: skip
             boundary.at_log(run)
         run.log.close()
+
+
+def test_the_value_checks_cost_what_the_docs_say():
+    """docs/plugins.md: 9 aten ops per step for the inputs' finiteness and 8 per returned tensor
+    (a steady step: the running maxima exist), no host sync."""
+    q = F.normalize(torch.randn(4, 8), dim=1)
+    seen = StrategyInputs.single(q, q, queue=F.normalize(torch.randn(16, 8), dim=1))
+    watch = boundary.Watch(start=0, since=0)
+    for fields in ({"shared": q[:2]}, {"shared": q[:2], "per_query": q.unsqueeze(1)}):
+        boundary.track(watch, ExtraNegatives(**fields), seen)  # the maxima's first values
+        with OpCounter() as ops, SyncCounter() as syncs:
+            boundary.track(watch, ExtraNegatives(**fields), seen)
+        assert ops.count == 9 + 8 * len(fields), ops.top(20)
+        assert syncs.count == 0, syncs.report()
+    assert boundary.Watch(start=0, since=0, last=0).when() == " at the first step"

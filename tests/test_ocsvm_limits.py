@@ -124,3 +124,60 @@ def test_a_sigterm_during_a_spinning_solve_checkpoints_as_a_preemption(tmp_path,
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SIGTERM: checkpoint saved at epoch 1 step 1/" in done.stdout, done.stdout
     assert checkpoint.load(out / "checkpoints" / "last.pt")["global_step"] == 1
+
+
+def mioc_svm() -> OneClassSVM:
+    """MiOC's own solver (its wall-clock cap and stop request) on the host loop at SETTING."""
+    from negatives.mioc import MiOC
+
+    return MiOC(loop="host", **SETTING).svm
+
+
+def test_a_stop_request_lasts_one_run_so_later_solves_in_the_process_converge(monkeypatch):
+    """R04: a stop signal cuts the run's long solve short; once the run has left its signal
+    handlers (StopSignals), a solve in the same process runs to the stopping rule again, and a
+    request left over from before a run does not reach into it."""
+    from negmine_core import stop as stop_request
+    from pretrain.engine import checkpoint
+
+    X = embeddings(300, 10, seed=0)[0].double()
+    full = full_iterations(X)
+    fake_clock(monkeypatch, 0.4)  # the request is read from the poll 1 s into the solve
+    svm = mioc_svm()
+    with checkpoint.StopSignals():
+        os.kill(os.getpid(), signal.SIGUSR2)  # the run's handler sets the request
+        time.sleep(0.01)  # (Python runs the handler between bytecodes)
+        with pytest.warns(RuntimeWarning, match="a stop was requested"):
+            svm.fit(X)
+        assert svm.stopped_by_ == "stop" and 0 < svm.n_iter_ < full
+    svm.fit(X)  # the run is over: the request with it
+    assert (svm.n_iter_, svm.fit_status_, svm.stopped_by_) == (full, 0, "")
+    stop_request.request()  # left over from before the next run
+    with checkpoint.StopSignals():
+        svm.fit(X)
+        assert (svm.n_iter_, svm.fit_status_, svm.stopped_by_) == (full, 0, "")
+    assert not stop_request.requested()
+
+
+def test_miocs_solve_cap_is_the_documented_60_s_and_stops_a_fit(monkeypatch):
+    """L04: MiOC's wall-clock cap per fit is the one docs/troubleshooting.md states, and a fit
+    whose clock passes it stops there with the warning quoting it; a fit that stays under it
+    runs to the stopping rule."""
+    import re
+    from pathlib import Path
+
+    from negatives import mioc
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md").read_text()
+    documented = float(re.search(r"\(MiOC: (\d+) s a fit,", page).group(1))
+    assert mioc.MAX_SOLVE_S == documented == 60
+    X = embeddings(300, 10, seed=0)[0].double()
+    full = full_iterations(X)
+    svm = mioc_svm()
+    fake_clock(monkeypatch, 0.001)  # a fit of well under 60 s on this clock
+    svm.fit(X)
+    assert (svm.n_iter_, svm.stopped_by_) == (full, "")
+    fake_clock(monkeypatch, 20.0)  # 20 s a read: polls at 20, 40, 60 s
+    with pytest.warns(RuntimeWarning, match=r"max_seconds=60 s at iteration") as seen:
+        svm.fit(X)
+    assert svm.stopped_by_ == "max_seconds" and 0 < svm.n_iter_ < full, str(seen[0].message)

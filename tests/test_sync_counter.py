@@ -39,7 +39,14 @@ CASES = {  # kind -> code that forces exactly one sync of that kind on CUDA
         lambda: x[:2].repeat_interleave(repeats),
     ],
     "bincount": [lambda: torch.bincount(bins)],
-    "host_copy": [lambda: x.cpu(), lambda: x.numpy(), lambda: x.tolist()],
+    "host_copy": [
+        lambda: x.cpu(),
+        lambda: x.numpy(),
+        lambda: x.tolist(),
+        lambda: x.to("cpu"),  # a blocking copy to the host on a GPU
+        lambda: x.to("cpu", torch.float64),
+        lambda: x.to(device="cpu"),
+    ],
     "host_data": [  # a tensor from host data: a pageable host-to-device copy on CUDA
         lambda: torch.tensor([0.5, 1.5], device=x.device),
         lambda: x.new_tensor([1.0, 2.0]),
@@ -68,7 +75,7 @@ def test_each_sync_kind_is_caught_once_with_its_stack(kind, i):
 
 
 def test_sync_free_ops_count_zero_and_methods_are_restored():
-    original = torch.Tensor.cpu
+    original, original_to = torch.Tensor.cpu, torch.Tensor.to
     with SyncCounter() as syncs:
         idx = torch.arange(3)
         y = torch.where(mask, x, 0.0)  # three-argument where: no sync
@@ -88,8 +95,12 @@ def test_sync_free_ops_count_zero_and_methods_are_restored():
         y[idx] = x[:3]  # a device value
         y.index_put_((idx,), x.sum())  # a device 0-dim value: no copy
         torch.where(mask, x, x.max())
+        x.to(torch.float64)  # a dtype: no device
+        x.to(mask)  # another tensor's device (on a GPU, the GPU)
+        x.to(x.device)  # the device of a tensor (on a GPU, a no-op)
+        x.to("cpu", non_blocking=True)  # asynchronous on a GPU; reading it would count
     assert syncs.count == 0, syncs.report()
-    assert torch.Tensor.cpu is original
+    assert torch.Tensor.cpu is original and torch.Tensor.to is original_to
 
 
 def test_a_known_sync_free_training_step_counts_zero():

@@ -1,18 +1,30 @@
-"""The trainer's check of its first step: the strategy's record
-(:class:`~negatives.base.ExtraNegatives`: shape, dtype, device, detachment) is checked before the
-loss sees it, so a wrong record fails naming the strategy's class and ``negatives()``, not inside
-the loss with a bare torch error; its values (finiteness, unit norm) and the loss's are computed
-on the device then and read at the first log step (which reads the device anyway), so the step
-itself stays free of host syncs. A loss that returns a non-finite value on finite inputs is
-named, and so is a strategy whose non-finite negatives came first. Past the first step, the
-trainer keeps a reference to each step's strategy inputs (:func:`remember`: no op, no read) and,
-only when its finite check stops a run, runs the strategy again on them (:func:`strategy_fault`,
-non-finite inputs replaced by unit vectors): a strategy that returns non-finite negatives from
-finite inputs is named instead of advice on the learning rate.
+"""The trainer's checks of a strategy's record (:class:`~negatives.base.ExtraNegatives`) in every
+training step, so that a strategy that breaks the contract only later (after 8 good steps, on
+every 5th call) is named, not a divergence blamed on the learning rate:
 
-The trainer calls :func:`before_loss` and :func:`after_loss` around the loss in each step (a
-Python set lookup after the first) and :func:`at_log` from its finite check. The contract kit's
-counts mark a run checked (:func:`mark_checked`): they measure the steady step."""
+- its form, host metadata only (no device read, no op): of an ExtraNegatives, shapes, dtype,
+  device, and no gradient (``requires_grad``, an ``nn.Parameter`` included). Checked before the
+  loss sees it, every step; a failure stops the run at that step (:class:`StepContractError`,
+  exit 1) naming the strategy's class, ``negatives()`` and the step;
+- its values, on the device: each returned tensor's largest ``|norm - 1|`` (NaN or inf when it
+  is not finite: :func:`~pretrain.engine.records.deviation`), kept as a running maximum over
+  the steps whose queries, keys and queue were finite (a strategy fed a diverged model's NaNs is
+  not blamed), with no host read: 9 aten ops per step for the inputs and 8 per returned tensor.
+  The finite check reads them at each log step (:func:`at_log`, one read, where it reads the
+  loss anyway) and stops the run naming the class, the hook and the steps since its last read.
+
+At the first step the loss is checked too: one that returns a non-finite value from finite
+queries and negatives is named (:func:`after_loss`). Past the checks, the trainer keeps a
+reference to each step's strategy inputs (:func:`remember`: no op, no read) and, only when its
+finite check stops a run, runs the strategy again on them (:func:`strategy_fault`, non-finite
+inputs replaced by unit vectors).
+
+The trainer calls :func:`before_loss` and :func:`after_loss` around the loss in each step and
+:func:`at_log` from its finite check. Under ``train.cuda_graphs`` the form is checked in the
+eager steps and the captured one (a replay runs no Python), the values in every step (the
+graph holds the device ops that update the maxima). The contract kit's counted runs skip the checks
+(:func:`mark_checked`): its counts measure the strategy's and the loss's step, not the trainer's
+check of it."""
 
 from __future__ import annotations
 
@@ -23,34 +35,65 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import StrategyInputs
+from negatives.base import ExtraNegatives, StrategyInputs
 from pretrain.engine.failures import ContractError, fail
-from pretrain.engine.records import HOOK, check_extra, value_fault, value_flags
+from pretrain.engine.records import HOOK, check_extra, deviation, tolerance, value_fault
+
+FIELDS = ("shared", "per_query")
+FINITE_IN = " from finite queries, keys and queue"
 
 
-class FirstStepError(RuntimeError):
-    """A strategy or loss broke the contract in the run's first step (a run error, exit 1)."""
+class StepContractError(RuntimeError):
+    """A strategy or loss broke the contract in a training step (a run error, exit 1)."""
 
 
-_pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> device flags
-_checked: weakref.WeakSet = weakref.WeakSet()  # strategies whose first step was checked
+@dataclasses.dataclass
+class Watch:
+    """One strategy's checks in a run: the device maxima of its record's values since the last
+    read, and the steps they cover."""
+
+    start: int  # s.global_step of the first step checked (its form errors name no step)
+    since: int  # s.global_step of the first step not read yet
+    last: int = -1  # s.global_step of the latest step checked
+    worst: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # field -> f64
+    tol: dict[str, float] = dataclasses.field(default_factory=dict)  # field -> its tolerance
+    loss: torch.Tensor | None = None  # the first step's (loss finite, queries finite)
+    loss_class: type | None = None
+
+    def when(self) -> str:
+        """The steps since the last read, for a message."""
+        if self.since == self.last == 0:
+            return " at the first step"
+        if self.since == self.last:
+            return f" at s.global_step {self.last}"
+        return f" at an s.global_step from {self.since} to {self.last}"
+
+
+_watch: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> Watch
+_skipped: weakref.WeakSet = weakref.WeakSet()  # strategies of the contract kit's counted runs
 _last: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> its last inputs
 
 
 def mark_checked(run: Any) -> None:
-    """Skip the first-step check for ``run`` (the contract kit's counted runs)."""
-    _checked.add(run.strategy)
+    """Skip the checks for ``run`` (the contract kit's counted runs)."""
+    _skipped.add(run.strategy)
 
 
 def first(run: Any) -> bool:
-    """Whether this is ``run``'s first checked step."""
-    return run.strategy not in _checked
+    """Whether ``run``'s next step is its first checked one."""
+    return run.strategy not in _watch and run.strategy not in _skipped
 
 
 def before_loss(run: Any, step: Any) -> None:
-    """The record's form (no device read); FirstStepError naming the strategy's class."""
-    if not first(run):
+    """The record's form (host metadata) every step: StepContractError naming the strategy's
+    class and the step; its values as device maxima (no read)."""
+    if run.strategy in _skipped:
         return
+    at = step.ctx.global_step
+    watch = _watch.get(run.strategy)
+    if watch is None:
+        watch = _watch[run.strategy] = Watch(start=at, since=at)
+    watch.last = at
     symmetric = bool(getattr(run.cfg.loss, "symmetric", False))
     n = step.q.shape[0] * (2 if symmetric else 1)
     try:
@@ -64,38 +107,75 @@ def before_loss(run: Any, step: Any) -> None:
             fix_rows="declare symmetric_ok = False (its negatives are the first view's)",
             dtypes=(step.k.dtype, step.q.dtype),
             values=False,
+            when="" if at == watch.start else f" at s.global_step {at}",
         )
     except ContractError as e:
-        raise FirstStepError(str(e)) from None
-    _pending[run.strategy] = {"extra": value_flags(step.extra)}
+        raise StepContractError(str(e)) from None
+    track(watch, step.extra, _last.get(run.strategy))
+
+
+def track(watch: Watch, extra: ExtraNegatives, seen: StrategyInputs | None) -> None:
+    """Fold this step's :func:`~pretrain.engine.records.deviation` of each returned tensor into
+    ``watch``'s running maxima (device ops: a NaN stays NaN), where its inputs were finite."""
+    given = [(f, t) for f in FIELDS if (t := getattr(extra, f)) is not None and t.numel()]
+    if not given:
+        return
+    finite_in = None
+    if seen is not None:  # a sum is NaN or inf iff a term is (unit rows cannot overflow)
+        sums = torch.stack([seen.q.sum(), seen.k.sum(), seen.queue.sum()])
+        finite_in = torch.isfinite(sums).all()
+    for field, t in given:
+        off = deviation(t)
+        if finite_in is not None:
+            off = torch.where(finite_in, off, 0.0)
+        worst = watch.worst.get(field)
+        if worst is None:
+            watch.worst[field] = off
+        else:
+            torch.maximum(worst, off, out=worst)
+        watch.tol[field] = max(watch.tol.get(field, 0.0), tolerance(t.dtype))
 
 
 def after_loss(run: Any, step: Any, loss: torch.Tensor) -> None:
-    """The loss's value and inputs as device flags, read at the first log step."""
-    if not first(run):
+    """At the first step, the loss's value and its queries as device flags, read at the first
+    log step."""
+    watch = _watch.get(run.strategy)
+    if watch is None or watch.loss_class is not None:
         return
-    flags = _pending.setdefault(run.strategy, {"extra": {}})
-    flags["loss"] = torch.stack(
+    watch.loss = torch.stack(
         [torch.isfinite(loss.detach()).all(), torch.isfinite(step.q.detach()).all()]
     )
-    flags["loss_class"] = type(run.loss_fn)
-    _checked.add(run.strategy)
+    watch.loss_class = type(run.loss_fn)
 
 
 def at_log(run: Any) -> None:
-    """Read the first step's flags once (a host read at a log step); FirstStepError naming the
-    strategy (non-finite or non-unit negatives) or the loss (non-finite on finite inputs)."""
-    flags = _pending.pop(run.strategy, None)
-    if flags is None:
+    """Read the values checked since the last read (one host read, at a log step):
+    StepContractError naming the strategy (non-finite or non-unit negatives from finite inputs)
+    or, at the first step, the loss (non-finite on finite inputs)."""
+    watch = _watch.get(run.strategy)
+    if watch is None:
         return
-    fault = value_fault(type(run.strategy), flags["extra"])
-    if fault is not None:
-        raise FirstStepError(str(fault))
-    if "loss" in flags:
-        loss_finite, q_finite = flags["loss"].tolist()
+    # the steps done: a captured step (train.cuda_graphs) updates the maxima but runs no Python
+    watch.last = max(watch.last, run.state.global_step - 1)
+    if watch.last < watch.since:
+        return
+    fields, first_loss = list(watch.worst), watch.loss
+    parts = [watch.worst[f].reshape(1) for f in fields]
+    if first_loss is not None:
+        parts.append(first_loss.double())
+    values = torch.cat(parts).tolist() if parts else []
+    for field, worst in zip(fields, values, strict=False):
+        fault = value_fault(
+            type(run.strategy), field, worst, watch.tol[field], watch.when(), inputs=FINITE_IN
+        )
+        if fault is not None:
+            raise StepContractError(str(fault))
+    watch.since, watch.loss = watch.last + 1, None
+    if first_loss is not None:
+        loss_finite, q_finite = values[len(fields) :]
         if q_finite and not loss_finite:
-            cls = flags["loss_class"]
-            raise FirstStepError(
+            cls = watch.loss_class
+            raise StepContractError(
                 f"loss {getattr(cls, 'name', cls.__name__)!r} ({cls.__module__}."
                 f"{cls.__qualname__}.forward()): non-finite at the first step from finite "
                 "queries and negatives: keep it finite (an eps in logs and divisions)"
@@ -132,8 +212,14 @@ def strategy_fault(run: Any) -> str:
             queue=finite_or_unit(seen.queue),
         )
         with torch.no_grad():
-            flags = value_flags(run.strategy.negatives(probe))
-        bad = [field for field, flag in flags.items() if not bool(flag[0])]
+            extra = run.strategy.negatives(probe)
+        bad = [
+            field
+            for field in FIELDS
+            if isinstance(t := getattr(extra, field), torch.Tensor)
+            and t.numel()
+            and not bool(torch.isfinite(t).all())
+        ]
     except Exception:  # noqa: BLE001  (no worse message than the learning-rate advice)
         return ""
     if not bad:
@@ -142,7 +228,7 @@ def strategy_fault(run: Any) -> str:
         fail(
             type(run.strategy),
             HOOK,
-            f"returned non-finite {bad[0]} (NaN or inf) from finite queries, keys and queue",
+            f"returned non-finite {bad[0]} (NaN or inf){FINITE_IN}",
             "keep them finite (normalise with an eps; guard divisions)",
         )
     )

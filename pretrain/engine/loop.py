@@ -27,6 +27,7 @@ from pretrain.engine.report import (
     NonFiniteLossError,
     announce,
     check_finite,
+    last_good,
     log_step,
     print_epoch,
 )
@@ -70,7 +71,21 @@ def run_training(
 
 
 def train(run: Run, stop: checkpoint.StopSignals) -> int:
-    """The run after :func:`setup`: resume or start, then epochs until done or stopped."""
+    """The run after :func:`setup`: resume or start, then epochs until done or stopped. A
+    strategy or loss that breaks the contract in a step stops it, saying where."""
+    try:
+        return epochs(run, stop)
+    except boundary.StepContractError as e:
+        st = run.state
+        e.add_note(
+            f"Training stopped at global step {st.global_step} (epoch {st.epoch + 1}): fix the "
+            f"class named above; {last_good(run)}."
+        )
+        raise
+
+
+def epochs(run: Run, stop: checkpoint.StopSignals) -> int:
+    """:func:`train`'s loop."""
     if not start(run):  # the command of a finished run, again: said so, nothing rewritten
         return 0
     while run.state.epoch < run.cfg.train.epochs:
@@ -351,7 +366,7 @@ def main(cfg: Config, config_file: str | Path | None = None, *, leaving: bool = 
     code; ``leaving``: see :func:`run_training`."""
     try:
         return run_training(cfg, config_file, leaving=leaving)
-    except (checkpoint.CheckpointError, NonFiniteLossError, boundary.FirstStepError) as e:
+    except (checkpoint.CheckpointError, NonFiniteLossError, boundary.StepContractError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker

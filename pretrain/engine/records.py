@@ -6,6 +6,8 @@ run the same function on a real step's record."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from negatives.base import ExtraNegatives
@@ -14,9 +16,14 @@ from pretrain.engine.failures import ContractError, fail, shape
 HOOK = "negatives()"
 
 
+UNIT_TOLERANCE = 1e-4  # how far from 1 a row's norm may be in float32/64
+HALF_TOLERANCE = 1e-2  # in float16/bfloat16 (8 or 11 significant bits)
+
+
 def tolerance(dtype: torch.dtype) -> float:
-    """How far from 1 a row's norm may be: 1e-5 in float32/64, 1e-2 in half precision."""
-    return 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-4
+    """How far from 1 a row's norm may be: :data:`UNIT_TOLERANCE` (1e-4) in float32/64,
+    :data:`HALF_TOLERANCE` (1e-2) in half precision."""
+    return HALF_TOLERANCE if dtype in (torch.float16, torch.bfloat16) else UNIT_TOLERANCE
 
 
 def check_extra(
@@ -30,6 +37,7 @@ def check_extra(
     fix_rows: str = "",
     dtypes: tuple[torch.dtype, ...] = (),
     values: bool = True,
+    when: str = "",
 ) -> None:
     """ContractError naming ``cls`` and its ``negatives()`` hook unless ``extra`` is an
     :class:`ExtraNegatives` whose ``shared`` is (M, D) and ``per_query`` (N, S, D) (N = ``rows``,
@@ -37,12 +45,12 @@ def check_extra(
     finite, unit norm and detached. ``because`` / ``fix_rows``: why N is what it is and what to
     declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``). ``values=False``:
     the form only (host metadata, no device read): the trainer reads the values later
-    (:func:`value_flags`)."""
+    (:func:`deviation`). ``when``: the step, appended to what failed (`` at s.global_step 8``)."""
     if not isinstance(extra, ExtraNegatives):
         raise fail(
             cls,
             HOOK,
-            f"returned {type(extra).__name__}",
+            f"returned {type(extra).__name__}{when}",
             "return negatives.ExtraNegatives(shared=..., per_query=...)",
         )
     n, d = q.shape[0] if rows is None else rows, q.shape[-1]
@@ -55,14 +63,17 @@ def check_extra(
             continue
         if not isinstance(t, torch.Tensor):
             raise fail(
-                cls, HOOK, f"returned {field} of type {type(t).__name__}", "return a tensor or None"
+                cls,
+                HOOK,
+                f"returned {field} of type {type(t).__name__}{when}",
+                "return a tensor or None",
             )
         bad = t.dim() != want or t.shape[-1] != d or (want == 3 and t.shape[0] != n)
         if bad:
             why = f" because {because}" if because and want == 3 and t.shape[0] != n else ""
             fix = fix_rows if why and fix_rows else f"return {field} as {form}, rows of q's width"
-            raise fail(cls, HOOK, f"returned {field} {shape(t)}; expected {form}{why}", fix)
-        check_tensor(cls, field, t, queue, dtypes, values)
+            raise fail(cls, HOOK, f"returned {field} {shape(t)}{when}; expected {form}{why}", fix)
+        check_tensor(cls, field, t, queue, dtypes, values, when)
 
 
 def check_tensor(
@@ -72,6 +83,7 @@ def check_tensor(
     queue: torch.Tensor,
     dtypes: tuple[torch.dtype, ...] = (),
     values: bool = True,
+    when: str = "",
 ) -> None:
     """One returned tensor of :func:`check_extra` past its shape: the queue's dtype (or one of
     ``dtypes``) and device, detached; with ``values``, finite and unit norm."""
@@ -80,75 +92,58 @@ def check_tensor(
         raise fail(
             cls,
             HOOK,
-            f"returned {field} of dtype {t.dtype}, the queue's is {queue.dtype}",
+            f"returned {field} of dtype {t.dtype}{when}, the queue's is {queue.dtype}",
             "cast it: .to(s.queue.dtype)",
         )
     if t.device != queue.device:
         raise fail(
             cls,
             HOOK,
-            f"returned {field} on {t.device}, the queue is on {queue.device}",
+            f"returned {field} on {t.device}{when}, the queue is on {queue.device}",
             "make it on s.queue.device",
         )
-    if t.requires_grad or t.grad_fn is not None:
+    if t.requires_grad or t.grad_fn is not None:  # an nn.Parameter too (no grad_fn)
         raise fail(
             cls,
             HOOK,
-            f"returned {field} that carries a gradient",
+            f"returned {field} that carries a gradient{when}",
             "detach it (or decorate the hook with @torch.no_grad())",
         )
     if t.numel() == 0 or not values:
         return
-    if not bool(torch.isfinite(t).all()):
-        raise fail(
+    fault = value_fault(cls, field, float(deviation(t)), tolerance(t.dtype), when)
+    if fault is not None:
+        raise fault
+
+
+def deviation(t: torch.Tensor) -> torch.Tensor:
+    """The largest ``|norm - 1|`` of ``t``'s rows, a float64 device scalar (no host read): NaN or
+    inf exactly when ``t`` holds a NaN or an inf (the float64 norm of finite float32/16 rows is
+    finite), so one number says both whether ``t`` is finite and how far from unit norm."""
+    return (t.detach().double().norm(dim=-1) - 1).abs().amax()
+
+
+def value_fault(
+    cls: type, field: str, worst: float, tol: float, when: str = "", *, inputs: str = ""
+) -> ContractError | None:
+    """The error for a returned ``field`` whose :func:`deviation` is ``worst``: non-finite first
+    (a NaN row among finite ones is non-finite, not "not unit norm"), then off unit norm by more
+    than ``tol``; None when neither. ``when``: where, appended (`` at the first step``);
+    ``inputs``: what the hook was given, said of a non-finite record."""
+    if not math.isfinite(worst):
+        return fail(
             cls,
             HOOK,
-            f"returned non-finite {field} (NaN or inf)",
+            f"returned non-finite {field} (NaN or inf){inputs}{when}",
             "keep them finite (normalise with an eps; guard divisions)",
         )
-    norms = t.double().norm(dim=-1)
-    worst = float((norms - 1).abs().max())
-    if worst > tolerance(t.dtype):
-        raise fail(
+    if worst > tol:
+        return fail(
             cls,
             HOOK,
-            f"returned {field} whose rows are not unit norm (off by {worst:.3g})",
+            f"returned {field} whose rows are not unit norm{when} (off by {worst:.3g})",
             "normalise them: F.normalize(x, dim=-1)",
         )
-
-
-def value_flags(extra: ExtraNegatives) -> dict[str, torch.Tensor]:
-    """{field: a device bool tensor (finite, unit norm)} of the record's tensors, computed without
-    a host read (the trainer reads them once, at its first log step: :func:`value_fault`)."""
-    out = {}
-    for field in ("shared", "per_query"):
-        t = getattr(extra, field)
-        if isinstance(t, torch.Tensor) and t.numel():
-            t = t.detach()
-            off = (t.double().norm(dim=-1) - 1).abs().amax()
-            out[field] = torch.stack([torch.isfinite(t).all(), off <= tolerance(t.dtype)])
-    return out
-
-
-def value_fault(cls: type, flags: dict[str, torch.Tensor]) -> ContractError | None:
-    """The error for the first field whose :func:`value_flags` are bad (this reads the device),
-    or None."""
-    for field, flag in flags.items():
-        finite, unit = flag.tolist()
-        if not finite:
-            return fail(
-                cls,
-                HOOK,
-                f"returned non-finite {field} (NaN or inf) at the first step",
-                "keep them finite (normalise with an eps; guard divisions)",
-            )
-        if not unit:
-            return fail(
-                cls,
-                HOOK,
-                f"returned {field} whose rows are not unit norm at the first step",
-                "normalise them: F.normalize(x, dim=-1)",
-            )
     return None
 
 
@@ -174,7 +169,7 @@ __all__ = [
     "ContractError",
     "check_extra",
     "check_loss_output",
+    "deviation",
     "tolerance",
-    "value_flags",
     "value_fault",
 ]

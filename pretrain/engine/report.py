@@ -100,15 +100,20 @@ def check_finite(run: Run) -> None:
         raise NonFiniteLossError(cause + divergence_message(run))
 
 
+def last_good(run: Run) -> str:
+    """Which checkpoint (if any) holds the last good state."""
+    st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
+    if st.saved_step >= 0 and last.exists():
+        return (
+            f"{last} (global step {st.saved_step}) is the last good state; re-running the same "
+            "command resumes from it"
+        )
+    return "no checkpoint was written before it (re-running starts afresh)"
+
+
 def stopped(run: Run) -> str:
     """When the loss became non-finite and which checkpoint (if any) holds the last good state."""
-    st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
-    where = (
-        f"{last} (global step {st.saved_step}) is the last good state; re-running the same "
-        "command resumes from it"
-        if st.saved_step >= 0 and last.exists()
-        else "no checkpoint was written before it (re-running starts afresh)"
-    )
+    st, where = run.state, last_good(run)
     return (
         f"non-finite loss at or before global step {st.global_step} (epoch {st.epoch + 1}); "
         f"training stopped. {where}"

@@ -11,12 +11,14 @@ meet, checked in its own tests exactly as negmine's suite checks the built-ins.
 
 Each runs, in well under a minute on a CPU: the declaration check; the record
 (:class:`~negatives.base.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
-detachment) or the loss's scalar and gradient; determinism under a fixed seed; no gradient into
-the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra negatives; the
-CUDA-graph refusal; host syncs per step against ``syncs_per_step`` and aten ops per step against
-``ops_budget`` (+15 % by default) in real training steps; a 2-rank gloo equivalence for a
-strategy that sets ``ddp_check = True``. The pytest plugin (entry point ``pytest11``:
-``negmine``) prints what was measured at the end of the session.
+detachment) at each of 35 calls of the hook (``s.global_step`` 0 to 31 and three far steps:
+:data:`.behaviour.CALLS`) or the loss's scalar and gradient; determinism under a fixed seed; no
+gradient into the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra
+negatives; the CUDA-graph refusal; host syncs per step against ``syncs_per_step`` in real training
+steps and the same count at each of the 35 calls of the hooks; aten ops per step against
+``ops_budget`` (+15 % by default) at batches 16 and 32, their growth held at batch 512; a 2-rank
+gloo equivalence for a strategy that sets ``ddp_check = True``. The pytest plugin (entry point
+``pytest11``: ``negmine``) prints what was measured at the end of the session.
 
 Modules: :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`, :mod:`.cuda_graph`,
 :mod:`.ddp`, :mod:`.steps` (the real steps), the counters :mod:`.sync_counter` and

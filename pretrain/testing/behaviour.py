@@ -2,10 +2,17 @@
 determinism under a fixed seed, a read-only queue with no gradient into it, plain MoCo's logits
 at ``zero_kwargs``; a loss's scalar, its gradient into the queries only, and its use of the
 strategy's extra negatives. Sizes: a strategy's at :data:`N` x :data:`D` with a :data:`K`-key
-queue (``contract_kwargs`` must fit them)."""
+queue (``contract_kwargs`` must fit them).
+
+A strategy's hook is called on one instance at every step of :data:`CALLS` (:data:`PERIOD`
+consecutive steps, then a few far ones), each record checked: a strategy that turns bad after
+some good steps, or on every n-th call only (n <= :data:`PERIOD`), fails at the first bad call,
+naming its ``s.global_step``. The host syncs of each call are counted on the same schedule
+(:func:`call_steps`, :mod:`pretrain.testing.syncs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -19,6 +26,14 @@ from pretrain.engine.records import check_extra, check_loss_output
 N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
 EPOCH = 1.5  # past every warm-up (contract_kwargs turn warm-ups off)
+PERIOD = 32  # consecutive calls: a fault on every n-th call, n <= PERIOD, shows in them
+#: (s.global_step, s.epoch) of the kit's calls of a hook, in order on one instance: steps 0 to
+#: PERIOD - 1 (16 steps an epoch from EPOCH), then three far ones.
+CALLS: list[tuple[int, float]] = [(i, EPOCH + i / 16) for i in range(PERIOD)] + [
+    (10**3, 20.0),
+    (10**4, 200.0),
+    (10**5, 2000.0),
+]
 
 
 def unit(*size: int, g: torch.Generator) -> torch.Tensor:
@@ -48,24 +63,38 @@ def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeS
     return strategy
 
 
-def run_strategy(cls: type, seed: int, kwargs: dict[str, Any] | None = None) -> ExtraNegatives:
+def when(step: int, epoch: float) -> str:
+    """A later call's step for a message (the first call's names none, as the trainer's)."""
+    return "" if step == CALLS[0][0] else f" at s.global_step {step} (s.epoch {epoch:g})"
+
+
+def run_strategy(
+    cls: type, seed: int, kwargs: dict[str, Any] | None = None
+) -> list[ExtraNegatives]:
+    """``cls``'s records at every step of :data:`CALLS` (one instance), each checked
+    (:func:`~pretrain.engine.records.check_extra`); the queue may not change."""
     torch.manual_seed(0)
     strategy = build_strategy(cls, kwargs)
     q, k, queue, labels = strategy_inputs(seed)
     before = queue.clone(), labels.clone()
     queue.requires_grad_(True)  # catches a strategy that forgets to detach what it builds
-    extra = strategy.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=EPOCH)
-    )
-    check_extra(cls, extra, q, queue)
-    if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
-        raise fail(
-            cls,
-            "negatives()",
-            "changed s.queue or s.queue_labels in place",
-            "the queue is read-only: work on a copy (s.queue.clone())",
+    out = []
+    for step, epoch in CALLS:
+        extra = strategy.negatives(
+            StrategyInputs.single(
+                q=q, k=k, queue=queue, queue_labels=labels, epoch=epoch, global_step=step
+            )
         )
-    return extra
+        check_extra(cls, extra, q, queue, when=when(step, epoch))
+        if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
+            raise fail(
+                cls,
+                "negatives()",
+                f"changed s.queue or s.queue_labels in place{when(step, epoch)}",
+                "the queue is read-only: work on a copy (s.queue.clone())",
+            )
+        out.append(extra)
+    return out
 
 
 def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -76,14 +105,16 @@ def check_strategy_behaviour(cls: type) -> None:
     """The record's form, a read-only queue, determinism, shapes of transform_batch, and plain
     MoCo's logits at ``zero_kwargs``."""
     first, second = run_strategy(cls, 1), run_strategy(cls, 1)
-    if not (same(first.shared, second.shared) and same(first.per_query, second.per_query)):
-        raise fail(
-            cls,
-            "negatives()",
-            "two runs under torch.manual_seed(0) differ",
-            "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
-            "numpy's, and keep no state outside buffers",
-        )
+    for (step, epoch), a, b in zip(CALLS, first, second, strict=True):
+        for field in ("shared", "per_query"):
+            if not same(getattr(a, field), getattr(b, field)):
+                raise fail(
+                    cls,
+                    "negatives()",
+                    f"two runs under torch.manual_seed(0) differ in {field}{when(step, epoch)}",
+                    "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
+                    "numpy's, and keep no state outside buffers",
+                )
     torch.manual_seed(0)
     strategy = build_strategy(cls)
     x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
@@ -102,27 +133,28 @@ def check_strategy_behaviour(cls: type) -> None:
 def check_zero_kwargs(cls: type) -> None:
     from pretrain.losses import moco_logits
 
-    extra = run_strategy(cls, 3, cls.zero_kwargs)
     q, k, queue, _ = strategy_inputs(3)
-    for t in (extra.shared, extra.per_query):
-        if t is not None and t.shape[-2] != 0:
+    plain = moco_logits(q, k, queue, 0.2)
+    for (step, epoch), extra in zip(CALLS, run_strategy(cls, 3, cls.zero_kwargs), strict=True):
+        for t in (extra.shared, extra.per_query):
+            if t is not None and t.shape[-2] != 0:
+                raise fail(
+                    cls,
+                    "zero_kwargs",
+                    f"{cls.zero_kwargs} still makes {t.shape[-2]} negatives{when(step, epoch)}",
+                    "name settings that make none, or declare None",
+                )
+        shared = extra.shared if extra.shared is not None and extra.shared.numel() else None
+        per_query = (
+            extra.per_query if extra.per_query is not None and extra.per_query.numel() else None
+        )
+        if not torch.equal(moco_logits(q, k, queue, 0.2, shared, per_query), plain):
             raise fail(
                 cls,
                 "zero_kwargs",
-                f"{cls.zero_kwargs} still makes {t.shape[-2]} negatives",
-                "name settings that make none, or declare None",
+                f"its logits differ from plain MoCo's{when(step, epoch)}",
+                "return ExtraNegatives() (or empty tensors) at these settings",
             )
-    shared = extra.shared if extra.shared is not None and extra.shared.numel() else None
-    per_query = extra.per_query if extra.per_query is not None and extra.per_query.numel() else None
-    if not torch.equal(
-        moco_logits(q, k, queue, 0.2, shared, per_query), moco_logits(q, k, queue, 0.2)
-    ):
-        raise fail(
-            cls,
-            "zero_kwargs",
-            "its logits differ from plain MoCo's",
-            "return ExtraNegatives() (or empty tensors) at these settings",
-        )
 
 
 def build_loss(cls: type) -> torch.nn.Module:
@@ -152,14 +184,15 @@ def build_loss(cls: type) -> torch.nn.Module:
     return loss
 
 
-def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str, torch.Tensor]]:
-    """A fresh loss's value on one tiny step (labels known; support views where it needs them),
-    with ``extra`` = "shared" / "per_query" negatives or none, and its inputs."""
+def loss_inputs(
+    cls: type, extra: str = "", seed: int = 5, step: int = 0, epoch: float = EPOCH
+) -> tuple[Any, Any, dict[str, torch.Tensor]]:
+    """A tiny step for a loss at ``(step, epoch)``: its :class:`StepTensors` (labels known;
+    support views where it needs them; ``extra`` = "shared" / "per_query" negatives or none),
+    the batch its ``transform_batch`` sees, and the inputs with a gradient."""
     from negmine_core.step import Batch
     from pretrain.losses import StepTensors
 
-    torch.manual_seed(0)
-    loss = build_loss(cls)
     g = torch.Generator().manual_seed(seed)
     q = unit(LOSS_N, D, g=g).requires_grad_(True)
     k, queue = unit(LOSS_N, D, g=g), unit(LOSS_K, D, g=g).requires_grad_(True)  # k: constants
@@ -170,22 +203,37 @@ def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str,
         more["support"] = unit(LOSS_N, max(cls.extra_views, 2), D, g=g)
     made = {"shared": unit(5, D, g=g), "per_query": unit(LOSS_N, 3, D, g=g)}
     given = ExtraNegatives(**{extra: made[extra]}) if extra else ExtraNegatives()
-    step = StepTensors.single(
+    tensors = StepTensors.single(
         q,
         k,
         queue=queue,
         labels=labels,
         queue_labels=queue_labels,
         extra=given,
-        epoch=EPOCH,
+        epoch=epoch,
+        global_step=step,
         **more,
     )
     images = torch.randn(LOSS_N, 3, 8, 8, generator=g)
+    batch = Batch(x1=images, x2=images.flip(0), y=labels)
+    return tensors, batch, {"q": q, "k": k, "queue": queue}
+
+
+def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str, torch.Tensor]]:
+    """A fresh loss's value on one tiny step (:func:`loss_inputs`), and its inputs."""
+    torch.manual_seed(0)
+    loss = build_loss(cls)
+    tensors, batch, inputs = loss_inputs(cls, extra, seed)
+    return run_loss(cls, loss, tensors, batch), inputs
+
+
+def run_loss(cls: type, loss: Any, tensors: Any, batch: Any) -> torch.Tensor:
+    """``loss.transform_batch`` then ``loss`` on a tiny step; a failure names the hook."""
     hook = "transform_batch()"
     try:  # the trainer calls it before the encoders (i-Mix mixes the queries here)
-        loss.transform_batch(Batch(x1=images, x2=images.flip(0), y=labels))
+        loss.transform_batch(batch)
         hook = "forward()"
-        value = loss(step)
+        return loss(tensors)
     except Exception as e:  # noqa: BLE001  (any failure of the hook: named)
         raise fail(
             cls,
@@ -194,7 +242,41 @@ def loss_step(cls: type, extra: str = "", seed: int = 5) -> tuple[Any, dict[str,
             f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
             "queue, labels in 0..3 (StepTensors.single)",
         ) from e
-    return value, {"q": q, "k": k, "queue": queue}
+
+
+def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
+    """``(s.global_step, s.epoch, call)`` for each step of :data:`CALLS` on one instance of
+    ``cls``: ``call()`` runs its hooks of one training step on inputs built before (a strategy's
+    ``transform_batch`` and ``negatives``; a loss's ``transform_batch``, ``forward`` and the
+    backward pass), for the host-sync count of each call."""
+    from negmine_core.step import StepContext
+
+    torch.manual_seed(0)
+    if issubclass(cls, NegativeStrategy):
+        strategy = build_strategy(cls)
+        q, k, queue, labels = strategy_inputs(1)
+        x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
+        for step, epoch in CALLS:
+            ctx = StepContext(epoch=epoch, global_step=step)
+            s = StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, labels=y, ctx=ctx)
+
+            def call(s: StrategyInputs = s, ctx: StepContext = ctx) -> object:
+                strategy.transform_batch(x1, x2, y, ctx)
+                return strategy.negatives(s)
+
+            yield step, epoch, call
+        return
+    loss = build_loss(cls)
+    takes_none = cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}
+    for step, epoch in CALLS:
+        tensors, batch, _ = loss_inputs(cls, "" if takes_none else "shared", 5, step, epoch)
+
+        def call(tensors: Any = tensors, batch: Any = batch) -> object:
+            value = run_loss(cls, loss, tensors, batch)
+            value.backward()
+            return value
+
+        yield step, epoch, call
 
 
 def check_loss_behaviour(cls: type) -> None:

@@ -43,6 +43,12 @@ OP_SIZES = [
 ]  # (the recipe's model)
 
 
+def op_sizes(batch: int) -> list[str]:
+    """:data:`OP_SIZES` at ``train.batch_size=batch`` (the ops' growth with the batch)."""
+    return [f"train.batch_size={batch}" if o.startswith("train.batch_size=") else o
+            for o in OP_SIZES]  # fmt: skip
+
+
 @contextlib.contextmanager
 def registered(cls: type) -> Iterator[str]:
     """The YAML name of ``cls``: its own where a registry holds it (a built-in, an installed

@@ -17,11 +17,16 @@ each op below blocks the host until the device queue drains; on a CPU they run a
   ``unique`` variants, ``repeat_interleave`` without ``output_size``,
   ``bincount`` (sized by the maximum);
 - device-to-host copies (``_to_copy``/``copy_`` to the CPU from another device). On a CPU every
-  tensor is already on the host, so ``Tensor.cpu``, ``Tensor.numpy`` and ``Tensor.tolist`` (which
-  do not dispatch when the tensor is on the CPU) are counted by wrapping those methods while the
-  counter is active: in a training step any of them is a host copy on a GPU. One such call is
-  one sync (``t.tolist()`` is one copy on CUDA, not one ``.item()`` per element as on a CPU), and
-  ``t.cpu().numpy()`` counts once;
+  tensor is already on the host, so ``Tensor.cpu``, ``Tensor.numpy``, ``Tensor.tolist`` and
+  ``Tensor.to`` toward the CPU named by a string (``t.to("cpu")``, ``t.to(device="cpu",
+  dtype=...)``), which do not dispatch when the tensor is on the CPU, are counted by wrapping
+  those methods while the counter is active: in a training step any of them is a host copy on a
+  GPU. One such call is one sync (``t.tolist()`` is one copy on CUDA, not one ``.item()`` per
+  element as on a CPU), and ``t.cpu().numpy()`` counts once. Not counted on a CPU (seen on a GPU
+  by the dispatch): ``t.to(torch.device("cpu"))``, which nothing tells from ``t.to(q.device)``
+  there, ``t.to(other)`` (another tensor's device), and a non-blocking
+  ``t.to("cpu", non_blocking=True)`` (an asynchronous copy into pinned memory; reading it is
+  counted);
 - host-to-device copies of host data. A tensor built inside the step from Python or numpy data
   (``torch.tensor(list, device=dev)``, ``x.new_tensor``, ``torch.as_tensor``/``from_numpy``, and
   indexing with a Python list ``x[:, [1, 2]]``, whose index tensor is built on the host) is
@@ -83,7 +88,7 @@ ALWAYS = {  # op packet -> kind; every overload of these syncs
     aten.bincount: "bincount",
 }
 INDEX_PUT = (aten.index_put, aten.index_put_, aten._index_put_impl_)
-HOST_METHODS = ("cpu", "numpy", "tolist")
+HOST_METHODS = ("cpu", "numpy", "tolist", "to")
 MARK = "_sync_counter_on_host"  # set on the result of a counted .cpu()
 KIT = str(Path(__file__).resolve().parent)  # the kit's own frames are never "where"
 HostScalar = Callable[[Any, torch.Tensor], bool]  # (t, the tensor it meets) -> t is a host scalar
@@ -175,6 +180,8 @@ class SyncCounter(TorchDispatchMode):
         def wrapped(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if getattr(t, MARK, False):  # x.cpu().numpy(): one copy, counted at .cpu()
                 return original(t, *args, **kwargs)
+            if name == "to" and not to_host(args, kwargs):  # a dtype, or toward a device
+                return original(t, *args, **kwargs)
             counter._record("host_copy", f"Tensor.{name}")
             counter._inside += 1
             try:
@@ -187,6 +194,21 @@ class SyncCounter(TorchDispatchMode):
             return out
 
         return wrapped
+
+
+def to_host(args: tuple, kwargs: dict) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` is a blocking copy to the host named as such: its
+    device a string naming the CPU (``"cpu"``, positional or ``device=``) and ``non_blocking``
+    not set. A ``torch.device`` is not counted: on a CPU run ``x.to(q.device)`` (a no-op on the
+    device, as MoCHi's constants) and the trainer's ``x.to(run.device)`` are CPU devices too, and
+    nothing tells them from ``torch.device("cpu")``; on a GPU the dispatch sees a real copy. A
+    non-blocking copy to the CPU is not a sync (on a GPU it lands in pinned memory; reading it
+    later is, by a counted method or ``.item()``)."""
+    device = kwargs.get("device")
+    if device is None and args:
+        device = args[0]
+    non_blocking = kwargs.get("non_blocking", len(args) > 2 and args[2])
+    return isinstance(device, str) and _is_host(device) and not non_blocking
 
 
 def _is_host(device: Any) -> bool:

@@ -1,13 +1,19 @@
 """Host syncs per training step measured against what the classes declare (``syncs_per_step``):
 one class (:func:`check_syncs`, the kit's) or one loss x strategy pair of negmine's table
-(:func:`check_pair`, ``tests/sync_table.py``'s)."""
+(:func:`check_pair`, ``tests/sync_table.py``'s). The kit's count of a class is two: its real
+training steps (:mod:`steps`: step 0 and the counted steps, against the declaration), and each
+of :data:`~pretrain.testing.behaviour.CALLS` of its hooks alone on one instance
+(:func:`check_call_syncs`: s.global_step 0 to PERIOD - 1 and three far steps), whose counts must
+all be the same, so that a sync on every n-th call only (n <= PERIOD = 32) or from a later step on
+shows."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pretrain.engine.failures import ContractError, at, kind_of
-from pretrain.testing import steps
+from pretrain.testing import behaviour, steps
+from pretrain.testing.sync_counter import SyncCounter
 
 
 def declared(loss: str, strategy: str, extra: int = 0) -> int:
@@ -34,9 +40,9 @@ def who(loss: str, strategy: str) -> str:
 
 
 FIX = (
-    "remove the sync (no .item(), float(t), bool(t), boolean-mask indexing or .cpu() in the "
-    "step: fixed-shape tensor ops) or declare the count in syncs_per_step and say where in "
-    "syncs_why"
+    "remove the sync (no .item(), float(t), bool(t), boolean-mask indexing, .cpu() or "
+    '.to("cpu") in the step: fixed-shape tensor ops) or declare the count in syncs_per_step '
+    "and say where in syncs_why"
 )
 
 
@@ -76,10 +82,39 @@ def pair_of(kind: str, name: str) -> tuple[str, str]:
     return ("nt_xent" if negatives.strategies.get(name).replaces_queue else "infonce"), name
 
 
+def check_call_syncs(cls: type) -> list[int]:
+    """The host syncs of each of the kit's calls of ``cls``'s hooks
+    (:func:`behaviour.call_steps`); a ContractError naming the class, ``syncs_per_step`` and
+    the calls where they are not all the same. Returns the counts, one per call."""
+    counts, where, steps_of = [], {}, []
+    for step, _, call in behaviour.call_steps(cls):
+        with SyncCounter() as syncs:
+            call()
+        counts.append(syncs.count)
+        steps_of.append(step)
+        where.setdefault(syncs.count, [f"{s.kind}: {s.where()}" for s in syncs.syncs])
+    usual = max(set(counts), key=counts.count)
+    odd = [(step, n) for step, n in zip(steps_of, counts, strict=True) if n != usual]
+    if odd:
+        hooks = "negatives() and transform_batch()" if kind_of(cls) == "strategy" else "forward()"
+        listed = ", ".join(f"{n} at s.global_step {step}" for step, n in odd[:8])
+        more = f" and {len(odd) - 8} more" if len(odd) > 8 else ""
+        seen = where[odd[0][1]] or where[usual]
+        raise ContractError(
+            f"{at(cls, 'syncs_per_step')} = {cls.syncs_per_step}: host syncs per call of its "
+            f"{hooks} differ between calls: {listed}{more}, {usual} at the other "
+            f"{len(counts) - len(odd)} of {len(counts)} calls; measured at: {shown(seen)}: "
+            "make every step sync the same (a sync on some calls only is one a step can hide): "
+            f"{FIX}"
+        )
+    return counts
+
+
 def check_syncs(cls: type) -> dict[str, Any]:
     """Count ``cls``'s host syncs in real training steps (:mod:`steps`) and raise a
     ContractError naming the class and ``syncs_per_step`` where they differ from its
-    declaration (with its partner's, which is 0 for infonce and none). Returns the counts."""
+    declaration (with its partner's, which is 0 for infonce and none), then in each call of its
+    hooks alone (:func:`check_call_syncs`). Returns the counts (``"calls"``: per call)."""
     kind = kind_of(cls)
     with steps.registered(cls) as name, steps.on_cpu():
         loss, strategy = pair_of(kind, name)
@@ -89,4 +124,5 @@ def check_syncs(cls: type) -> dict[str, Any]:
         want = declared(loss, strategy)
         why = f"{at(cls, 'syncs_per_step')} = {cls.syncs_per_step}; " + who(loss, strategy)
         check_pair(f"{loss}/{strategy}", got, want, why)
+    got["calls"] = check_call_syncs(cls)
     return got
