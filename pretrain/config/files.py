@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import stat
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +209,19 @@ def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
         target[name] = value
         notes.append(f"{old} -> {new}")
     if notes:
-        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
+        note(f"{source}: an older config, migrated: {', '.join(notes)}")
     return raw
+
+
+_NOTED: set[str] = set()
+
+
+def note(message: str) -> None:
+    """Print ``note: <message>`` as one line on stderr, once per process (a checkpoint's config
+    is read more than once by a resume or an evaluation)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        print(f"note: {message}", file=sys.stderr, flush=True)
 
 
 def takes(raw: dict[str, Any], arg: str) -> bool:
