@@ -5,13 +5,18 @@ the checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
+import torch
 
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from pretrain import config
-from pretrain.engine import resume
+from pretrain.config import ConfigError
+from pretrain.engine import checkpoint, loop, resume
 from pretrain.engine.schedules import learning_rate
+from pretrain.testing import steps
 from tests import inproc
 from tests.troubleshooting_quotes import assert_documented
 
@@ -94,3 +99,36 @@ def test_the_step_schedule_may_be_extended(tmp_path):
     assert pretrain(out, *step, "train.epochs=1").returncode == 0
     longer = pretrain(out, *step, "train.epochs=2")
     assert longer.returncode == 0, longer.stderr[-2000:]
+
+
+class FileKeys(NegativeStrategy):
+    """A plugin's strategy, defined in this file (its provenance: this file's sha256)."""
+
+    @torch.no_grad()
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives()
+
+
+def test_a_plugin_file_edited_since_the_checkpoint_is_refused_naming_it_and_both_digests(tmp_path):
+    """The checkpoint records the file's sha256 it ran; a resume that loads other code stops."""
+    here = Path(__file__).resolve()
+    digest = hashlib.sha256(here.read_bytes()).hexdigest()
+    with steps.registered(FileKeys) as name:
+        args = [f"out_dir={tmp_path}", *SMALL, "train.epochs=1", f"negatives.name={name}"]
+        assert loop.main(config.load("digits_moco.yaml", args)) == 0  # stopped at step 2
+        last = tmp_path / "checkpoints" / "last.pt"
+        state = checkpoint.load(last)
+        [record] = state["provenance"]["segments"][-1]["plugins"]
+        assert record["file"] == str(here) and record["sha256"] == digest
+        record["sha256"] = "0123456789ab" + "0" * 52  # the file as it was at the stop
+        checkpoint.save(state, last)
+        with pytest.raises(ConfigError) as info:
+            loop.main(config.load("digits_moco.yaml", [*args, "train.max_steps=4"]))
+    message = str(info.value)
+    assert message == (
+        f"{tmp_path}: the strategy plugin {name!r} in {here} changed since the checkpoint "
+        f"(sha256:0123456789ab then, sha256:{digest[:12]} now): the steps left would run other "
+        "code than the steps done. Restore the file as it was to resume, or choose a new out_dir"
+    )
+    assert_documented(message)
+    assert checkpoint.load(last)["global_step"] == 2  # nothing trained

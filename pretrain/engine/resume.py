@@ -142,6 +142,7 @@ def check_same_config(run: Run, state: dict[str, Any]) -> None:
     """The checkpoint's config equals the run's but for :data:`RESUMABLE_CHANGES` and what the
     world-size rule (:mod:`pretrain.engine.world`) allows; else a :class:`ConfigError`."""
     check_same_plugins(run, state["config"].get("plugins") or [])
+    check_same_plugin_code(run, state.get("provenance"))
     # no augment_on: the per-sample path (OLD_CHECKPOINTS_READ_UNTIL)
     raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
     saved = config.from_dict(raw, source="the checkpoint's config")
@@ -229,6 +230,33 @@ def check_same_plugins(run: Run, saved: Any) -> None:
             "plugins are never imported from it: give the same plugins in the config to resume, "
             "or choose a new out_dir"
         )
+
+
+def check_same_plugin_code(run: Run, saved: Any) -> None:
+    """The plugin code the checkpoint's last segment ran (its provenance records,
+    :mod:`pretrain.runtime.plugin_provenance`) is the code this run loaded, by a plugin file's
+    sha256: a file edited between the stop and the resume is refused, naming it and both
+    digests' prefixes (a record a checkpoint lacks is not compared; an installed plugin's
+    version is recorded but not compared)."""
+    segments = saved.get("segments") if isinstance(saved, dict) else None
+    last = segments[-1] if isinstance(segments, list) and segments else None
+    then = last.get("plugins") if isinstance(last, dict) else None
+    now = run.provenance.segment.get("plugins") if run.provenance is not None else None
+    if not isinstance(then, list) or not isinstance(now, list):
+        return
+    for old in [r for r in then if isinstance(r, dict)]:
+        key = (old.get("kind"), old.get("name"))
+        new = next((r for r in now if (r.get("kind"), r.get("name")) == key), None)
+        if new is None:
+            continue  # another name: the config check names it
+        what = f"the {old.get('kind')} plugin {old.get('name')!r}"
+        if old.get("sha256") and new.get("sha256") and old["sha256"] != new["sha256"]:
+            raise ConfigError(
+                f"{run.run_dir}: {what} in {new.get('file')} changed since the checkpoint "
+                f"(sha256:{str(old['sha256'])[:12]} then, sha256:{new['sha256'][:12]} now): the "
+                "steps left would run other code than the steps done. Restore the file as it "
+                "was to resume, or choose a new out_dir"
+            )
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
