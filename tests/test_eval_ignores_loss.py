@@ -75,6 +75,27 @@ def test_evaluation_ignores_loss_settings_and_a_loss_claimed_twice(tmp_path, mon
     assert f"trained with {CLAIMED}; the encoder does not need it" in err, err
 
 
+def test_a_name_claimed_twice_keeps_which_plugin_the_run_used(tmp_path, monkeypatch, capsys):
+    """F04: the checkpoint's provenance names the plugin its loss came from; with that name
+    claimed twice here, the warning said only the clash and lost which plugin the run used."""
+    ckpt = make_checkpoint(tmp_path / "run")
+    state = checkpoint.load(ckpt)
+    record = {"kind": "loss", "name": "infonce", "class": "a.Mine", "file": "/p/mine.py",
+              "sha256": "ab" * 32}  # fmt: skip
+    state["provenance"] = {"plugins": [record]}
+    checkpoint.save(state, ckpt)
+    losses.registry.names()  # the entry points scanned first
+    monkeypatch.setitem(losses.registry._problems, "infonce", CLAIMED)
+    capsys.readouterr()
+    load_model(ckpt)
+    [line] = [s for s in capsys.readouterr().err.splitlines() if s.startswith("warning: ")]
+    assert line == (
+        f"warning: {ckpt} (config): trained with {CLAIMED} (the run used mine.py "
+        "sha256:abababababab); the encoder does not need it: evaluation and export go on without "
+        "it"
+    )
+
+
 def test_a_strategy_claimed_twice_with_kwargs_is_a_config_error(monkeypatch):
     negatives.strategies.names()
     why = "negative strategy 'mochi' is already registered: claimed by A.M (a.py) and by B.M (b.py)"
