@@ -85,3 +85,20 @@ def test_a_config_that_cannot_fit_exits_2_naming_the_keys(tmp_path, monkeypatch,
         assert f"{key}=" in message
     assert_documented(message)
     assert not out.exists()  # refused before the run folder was made
+
+
+def test_every_rank_stops_when_one_cannot_fit(monkeypatch):
+    """A rank with room still stops when another has none (all-reduced), with a message that
+    points at the other rank's; it would otherwise wait at its first collective."""
+    cfg = config.load("digits_moco.yaml")
+    monkeypatch.setattr(memory.dist, "any_rank", lambda flag: True)  # another rank's verdict
+    with pytest.raises(config.ConfigError) as info:
+        memory.check(cfg, torch.device("cpu"))
+    message = str(info.value)
+    assert message == (
+        "another rank of this job lacks the memory the config needs (its error names the keys "
+        "and the estimate)"
+    )
+    assert_documented(message)
+    monkeypatch.setattr(memory.dist, "any_rank", lambda flag: flag)
+    memory.check(cfg, torch.device("cpu"))  # the digits recipe fits here

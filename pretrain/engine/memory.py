@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from pretrain.config import Config, ConfigError
+from pretrain.runtime import dist
 
 GIB = 2**30
 FLOAT = 4  # bytes
@@ -166,16 +167,28 @@ def available(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check(cfg: Config, device: torch.device, world_size: int = 1) -> None:
-    """:class:`ConfigError` when :func:`estimate` exceeds :func:`available`, naming the keys of
-    each term and its size."""
+def check(cfg: Config, device: torch.device) -> None:
+    """:class:`ConfigError` on every rank when :func:`problem` finds one on any (a rank that
+    exits alone would leave the others waiting at their first collective)."""
+    why = problem(cfg, device, dist.world_size())
+    if dist.any_rank(bool(why)):
+        raise ConfigError(
+            why
+            or "another rank of this job lacks the memory the config needs (its error names "
+            "the keys and the estimate)"
+        )
+
+
+def problem(cfg: Config, device: torch.device, world_size: int = 1) -> str:
+    """Why :func:`estimate` exceeds :func:`available` here, naming the keys of each term and
+    its size, or ''."""
     need, have = estimate(cfg, world_size), available(device)
     if need.total <= have:
-        return
+        return ""
     m, d = cfg.model, cfg.data
     batch = max(cfg.train.batch_size // max(world_size, 1), 1)
     arch = f"model.arch={m.arch}" + (f", model.width={m.width}" if m.arch == "resnet_small" else "")
-    raise ConfigError(
+    return (
         f"the config needs about {need.total / GIB:.1f} GiB and this {device.type} has "
         f"{have / GIB:.1f} GiB free: weights {need.weights / GIB:.1f} GiB ({arch}), activations "
         f"{need.activations / GIB:.1f} GiB (train.batch_size={cfg.train.batch_size} = {batch} "

@@ -24,7 +24,7 @@ def setup(cfg: Config) -> Run:
     """Check what needs the device and the rank count, lock ``out_dir``, build the run."""
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
-    memory.check(cfg, device, dist.world_size())  # a config that cannot fit: exit 2 before any work
+    memory.check(cfg, device)  # a config that cannot fit: exit 2 before any work, every rank
     refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
     if refused:
         raise ConfigError(
