@@ -53,6 +53,11 @@ def resources(a: argparse.Namespace) -> Resources:
                 f"{flag} {value}: give a whole number >= {low}"
                 + (" (0 = a CPU job)" if low == 0 else "")
             )
+    if a.mem is not None and re.fullmatch(r"0+[KMGT]?", a.mem):
+        raise SlurmError(
+            f"--mem {a.mem}: SLURM reads 0 as all of each node's memory, which holds the whole "
+            "node; give the amount the job needs, e.g. 200G"
+        )
     if a.mem is not None and not re.fullmatch(r"[1-9][0-9]*[KMGT]?", a.mem):
         raise SlurmError(
             f"--mem {a.mem!r}: give a whole number with an optional unit K, M, G or T (e.g. 200G; "

@@ -30,10 +30,12 @@ The cluster lives outside every test process, so it has one owner whatever the d
   answered for ``LOST_AFTER_S`` (60) seconds, with the daemons' logs, instead of polling for the
   whole deadline.
 
+The real-SLURM tests are opt-in: ``ensure_cluster`` tries nothing unless ``NEGMINE_SLURM=1``
+(``.ci/run`` sets it), and a test that needs the cluster is skipped with a reason naming the
+variable, so a plain ``python -m pytest`` never installs software or starts daemons. With it,
 ``ensure_cluster`` needs root on Debian (or SLURM and munge already installed); it installs the
 packages on first use (about 10-20 s), after which a bring-up takes about a second. The state
-directory is ``NEGMINE_SLURM_DIR`` (default ``/tmp/negmine-slurm``). Set ``NEGMINE_SLURM=0`` to skip
-SLURM tests without trying.
+directory is ``NEGMINE_SLURM_DIR`` (default ``/tmp/negmine-slurm``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ DOWN_TIMEOUT_S = 120
 
 RUN_ENV = "NEGMINE_TEST_RUN"  # this test run's id, set by the top-level pytest process
 LOST_AFTER_S = 60.0  # a wait fails once the controller has not answered for this long
+OPT_IN_ENV = "NEGMINE_SLURM"  # "1": the real-SLURM tests may install and start SLURM
+OPT_IN_REASON = (
+    "the real-SLURM tests are opt-in: set NEGMINE_SLURM=1 to run them (as root on Debian they "
+    "install SLURM and munge with apt-get and start their daemons; .ci/run sets it)"
+)
 
 _result: dict[str, str] | str | None = None
 _lease = None  # this process's open lease file (a shared flock), while it uses the cluster
@@ -199,8 +206,8 @@ def ensure_cluster() -> dict[str, str] | str:
     (``SLURM_CONF``), or why not. The process holds a lease on it until it exits."""
     global _result
     if _result is None:
-        if os.environ.get("NEGMINE_SLURM", "1") == "0":
-            _result = "local SLURM cluster disabled by NEGMINE_SLURM=0"
+        if os.environ.get(OPT_IN_ENV) != "1":
+            _result = OPT_IN_REASON
         else:
             _result = _up_for_run()
     if isinstance(_result, str):

@@ -23,7 +23,7 @@ BAD_CONFIG = [
     "data.jitter_strength=-3", "data.jitter_strength=2.5",
     "eval.knn_temperature=0", "eval.knn_temperature=-0.1",
     "train.lr_milestones=[160,120]", "train.lr_milestones=[-5,120]", "train.lr_milestones=[0]",
-    "train.lr_milestones=[120,120]",
+    "train.lr_milestones=[120,120]", "train.lr_milestones=[0, 20]",  # F03: a 0 before a valid one
     "train.lr_base_batch=0", "train.lr_base_batch=-64",
     "train.sgd_momentum=-1", "train.sgd_momentum=1",
 ]  # fmt: skip
@@ -48,7 +48,8 @@ def test_non_finite_values_of_typed_keys_stay_refused_by_the_type_check():
 @pytest.mark.parametrize(
     "override",
     ["train.weight_decay=0", "data.hflip_prob=0", "data.hflip_prob=1", "data.jitter_strength=0",
-     "train.lr_milestones=[]", "train.lr_milestones=[1,2]", "train.sgd_momentum=0"],
+     "train.lr_milestones=[]", "train.lr_milestones=[1,2]", "train.lr_milestones=[1, 20]",
+     "train.sgd_momentum=0"],
 )  # fmt: skip
 def test_the_edges_of_the_ranges_are_accepted(override):
     config.load("digits_moco.yaml", [override])

@@ -32,12 +32,15 @@ def edited(tmp_path, **loss_keys) -> object:
     [({"cider_alpha": 0.5}, "loss 'infonce' does not take it"),
      ({"kappa_lambda_align": 0.1}, "the model has no kappa head")],
 )  # fmt: skip
-def test_an_inert_old_loss_setting_is_dropped_and_the_checkpoint_evaluates(tmp_path, old, why):
+def test_an_inert_old_loss_setting_is_dropped_and_the_checkpoint_evaluates(
+    tmp_path, old, why, capsys
+):
     ckpt = edited(tmp_path, **old)
-    with pytest.warns(UserWarning) as record:
-        model = load_model(ckpt)
+    model = load_model(ckpt)
     [key] = old
-    message = str(record[0].message)
+    [message] = capsys.readouterr().err.splitlines()  # one plain line, no UserWarning's source
+    assert message.startswith("note: ")
+    message = message.removeprefix("note: ")
     assert message == (
         f"{ckpt} (config): an older config, migrated: loss.{key} dropped ({why}: it had no effect)"
     )
@@ -47,11 +50,14 @@ def test_an_inert_old_loss_setting_is_dropped_and_the_checkpoint_evaluates(tmp_p
     assert cfg.loss.kwargs == {}
 
 
-def test_a_moved_setting_the_saved_loss_takes_is_still_migrated():
+def test_a_moved_setting_the_saved_loss_takes_is_still_migrated(capsys):
     raw = config.to_dict(config.load("digits_cider.yaml"))
     raw["loss"] = {k: v for k, v in raw["loss"].items() if k != "kwargs"} | {"cider_alpha": 0.5}
-    with pytest.warns(UserWarning, match="loss.cider_alpha -> loss.kwargs.alpha"):
-        cfg = config.from_dict(raw, source="x")
+    cfg = config.from_dict(raw, source="cider.pt (config)")
+    assert capsys.readouterr().err == (
+        "note: cider.pt (config): an older config, migrated: loss.cider_alpha -> "
+        "loss.kwargs.alpha\n"
+    )
     assert cfg.loss.kwargs["alpha"] == 0.5
 
 
@@ -67,6 +73,27 @@ def test_evaluation_ignores_loss_settings_and_a_loss_claimed_twice(tmp_path, mon
     load_model(plain)
     err = capsys.readouterr().err
     assert f"trained with {CLAIMED}; the encoder does not need it" in err, err
+
+
+def test_a_name_claimed_twice_keeps_which_plugin_the_run_used(tmp_path, monkeypatch, capsys):
+    """F04: the checkpoint's provenance names the plugin its loss came from; with that name
+    claimed twice here, the warning said only the clash and lost which plugin the run used."""
+    ckpt = make_checkpoint(tmp_path / "run")
+    state = checkpoint.load(ckpt)
+    record = {"kind": "loss", "name": "infonce", "class": "a.Mine", "file": "/p/mine.py",
+              "sha256": "ab" * 32}  # fmt: skip
+    state["provenance"] = {"plugins": [record]}
+    checkpoint.save(state, ckpt)
+    losses.registry.names()  # the entry points scanned first
+    monkeypatch.setitem(losses.registry._problems, "infonce", CLAIMED)
+    capsys.readouterr()
+    load_model(ckpt)
+    [line] = [s for s in capsys.readouterr().err.splitlines() if s.startswith("warning: ")]
+    assert line == (
+        f"warning: {ckpt} (config): trained with {CLAIMED} (the run used mine.py "
+        "sha256:abababababab); the encoder does not need it: evaluation and export go on without "
+        "it"
+    )
 
 
 def test_a_strategy_claimed_twice_with_kwargs_is_a_config_error(monkeypatch):

@@ -27,8 +27,8 @@ def test_a_run_closes_with_its_metrics_and_a_rerun_says_it_is_complete(tmp_path)
     assert again.stdout.strip().splitlines()[-1] == (
         f"{out} is complete (1 of 1 epochs trained); nothing to do. epoch 1: "
         f"loss={record['loss']:.4g} knn_top1={record['knn_top1']:.4g}; checkpoint {ckpt}; "
-        f"metrics {metrics}. Raise train.epochs to train on, or evaluate it: python -m "
-        f"linear_eval --ckpt {ckpt}"
+        f"metrics {metrics}. Its schedule has ended (train.epochs cannot be raised on resume: "
+        f"a longer run is a new out_dir), or evaluate it: python -m linear_eval --ckpt {ckpt}"
     )
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files} == kept
     assert metrics.read_bytes() == logged

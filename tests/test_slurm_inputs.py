@@ -42,6 +42,10 @@ def submitted(monkeypatch):
         (["--cpus-per-task", "0"], "--cpus-per-task 0: give a whole number >= 1"),
         (["--mem", "200X"], "--mem '200X': give a whole number with an optional unit K, M, G or T "
          "(e.g. 200G; no unit = megabytes)"),
+        (["--mem", "0"], "--mem 0: SLURM reads 0 as all of each node's memory, which holds the "
+         "whole node; give the amount the job needs, e.g. 200G"),  # S01: sbatch takes it
+        (["--mem", "0G"], "--mem 0G: SLURM reads 0 as all of each node's memory, which holds the "
+         "whole node; give the amount the job needs, e.g. 200G"),
     ],
 )  # fmt: skip
 def test_bad_resources_are_refused_before_submitting(flags, message, submitted, tmp_path):

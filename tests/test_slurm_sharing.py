@@ -109,3 +109,40 @@ def test_a_wait_goes_on_while_the_controller_answers_again(tmp_path, monkeypatch
     assert watch.check() == "7 RUNNING\n"  # answered: the failure clock starts again
     flag.unlink()
     assert watch.check() == ""
+
+
+@pytest.mark.parametrize("value", [None, "0", "yes"])
+def test_without_the_opt_in_nothing_is_tried_and_the_reason_names_it(tmp_path, value):
+    """A plain ``python -m pytest`` (root on Debian included) installs and starts nothing: only
+    ``NEGMINE_SLURM=1`` lets ``ensure_cluster`` try; without it the answer names the variable."""
+    code = (
+        "import slurm_cluster\n"
+        "def tried(): raise SystemExit('ensure_cluster tried to bring SLURM up')\n"
+        "slurm_cluster._up_for_run = tried\n"
+        "print(slurm_cluster.ensure_cluster())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NEGMINE_SLURM"}
+    env.update({"NEGMINE_SLURM_DIR": str(tmp_path), "PYTHONPATH": str(TESTS)})
+    if value is not None:
+        env["NEGMINE_SLURM"] = value
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "the real-SLURM tests are opt-in: set NEGMINE_SLURM=1 to run them (as root on Debian they "
+        "install SLURM and munge with apt-get and start their daemons; .ci/run sets it)"
+    )
+    assert list(tmp_path.iterdir()) == []  # no state, no lock: nothing was started
+
+
+def test_a_real_slurm_test_is_skipped_without_the_opt_in_naming_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NEGMINE_SLURM"}
+    env["NEGMINE_SLURM_DIR"] = str(tmp_path)
+    test = "tests/test_slurm.py::test_training_job_runs_to_completion"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider", test],
+        cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "1 skipped" in out.stdout, out.stdout[-3000:]
+    assert "no local SLURM: the real-SLURM tests are opt-in: set NEGMINE_SLURM=1" in out.stdout

@@ -45,6 +45,17 @@ def check_numbers(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {value}: give a whole number >= 1")
     if args.num_workers < 0:
         raise UsageError(f"--num-workers {args.num_workers}: give a whole number >= 0")
+    bad_counts = [c for c in getattr(args, "counts", None) or [] if c < 1]
+    if bad_counts:
+        raise UsageError(
+            f"--counts {','.join(map(str, args.counts))}: give labelled images per class as "
+            "whole numbers >= 1"
+        )
+
+
+#: Commands that read only the run's own dataset (``--data-root`` is its root alone); transfer,
+#: OOD sets, CIFAR-10-C and the summary commands read other datasets under it too.
+OWN_DATA_ONLY = ("linear", "knn", "limited", "compare")
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -57,6 +68,8 @@ def options(args: argparse.Namespace) -> Options:
         device=args.device,
         config=args.config,
         overrides=tuple(args.set),
+        own_data_only=args.command in OWN_DATA_ONLY
+        or (args.command == "ood" and not getattr(args, "ood_datasets", None)),
     )
 
 

@@ -136,6 +136,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         random_init=args.random_init,
         config=args.config,
         overrides=tuple(args.set),
+        own_data_only=True,
     )
     sess = Session(args.ckpt, opts)
     train, test = sess.train(), sess.test()

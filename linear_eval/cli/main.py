@@ -34,6 +34,7 @@ from linear_eval.classify import transfer as transfer_lib
 from linear_eval.cli import commands, default, detection, table
 from linear_eval.cli.commands import on_one
 from linear_eval.detect import detectors, fitted
+from linear_eval.inputs import guards
 from linear_eval.inputs import openood as openood_data
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import BadImageError, bad_image_line
@@ -254,6 +255,14 @@ def _unknown(name: str) -> int:
     return 2
 
 
+def check_common(args: argparse.Namespace) -> None:
+    """The flags every command may share, checked before any work: the seeds, ``--set`` only
+    with ``--config``, and a ``--device`` this host has."""
+    guards.check_seeds(args)
+    guards.check_set_needs_config(getattr(args, "set", []), getattr(args, "config", None))
+    guards.check_device(getattr(args, "device", None))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
@@ -266,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
+        check_common(args)
         return run(args)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)

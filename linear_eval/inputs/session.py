@@ -31,6 +31,7 @@ class Options:
     device: str | None = None  # None: cuda if available, else cpu
     config: str | None = None  # weights made elsewhere: the evaluation config (dataset, eval.*)
     overrides: tuple[str, ...] = ()  # dotted overrides of that config
+    own_data_only: bool = False  # the command reads the run's dataset only (not transfer sets)
 
 
 def configure_threads(threads: int | None, device: str | None) -> int:
@@ -61,6 +62,8 @@ class Session:
         cfg = self.model.cfg
         written = (self.eval_dir, self.report_dir, *([self.cache_dir] if opts.cache else []))
         run_folder.check_run_folder(self.model.run_dir, (), tuple(d.name for d in written))
+        if opts.own_data_only:
+            guards.check_data_root(opts.data_root, cfg.data.name)
         for d, what in (
             (self.eval_dir, "the results directory"),
             (self.report_dir, "the report directory"),

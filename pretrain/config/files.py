@@ -5,7 +5,8 @@ that refuses a key given twice, and an older config's moved keys (:data:`MOVED`)
 from __future__ import annotations
 
 import difflib
-import warnings
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,36 @@ def resolve_path(name: str, config_dir: Path) -> Path:
     )
 
 
+#: The largest config file read (1 MiB): a shipped config is under 4 KiB, and a file without end
+#: (``/dev/zero``) or a huge one would otherwise fill the memory before YAML sees it.
+MAX_BYTES = 1 << 20
+
+#: The most values a config may expand to through YAML aliases: an alias repeats its anchor's whole
+#: value, so anchors nested in each other multiply (10 levels of 9 aliases, 371 bytes, are 9**10).
+MAX_VALUES = 1 << 20
+
+
 def read_text(path: Path) -> str:
-    """A config file's text; unreadable or not UTF-8: a :class:`ConfigError`."""
+    """A config file's text; unreadable, not a regular file, over :data:`MAX_BYTES` or not UTF-8:
+    a :class:`ConfigError`. At most ``MAX_BYTES + 1`` bytes are read."""
     try:
-        data = path.read_bytes()
+        mode = path.stat().st_mode
     except OSError as e:
         raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(
+            f"config file {path} is not a regular file (a {_kind(mode)}); give a YAML file"
+        )
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise ConfigError(
+            f"config file {path} is larger than {MAX_BYTES} bytes (1 MiB), the most a config is "
+            "read to; give the YAML file of a run's settings (a shipped config is under 4 KiB)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -52,22 +77,43 @@ def read_text(path: Path) -> str:
         ) from None
 
 
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
 def parse_yaml(text: str, source: str, prefix: str = "") -> Any:
     """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML silently keeps
-    the last), naming the dotted key and both lines."""
+    the last), naming the dotted key and both lines, and a document whose aliases expand to more
+    than :data:`MAX_VALUES` values. Each node is visited once (an alias is the node of its anchor),
+    so neither check walks an alias's value again."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
-            _refuse_duplicates(node, source, prefix)
+            _refuse_duplicates(node, source, prefix, set())
+            if _expanded_size(node, {}) > MAX_VALUES:
+                raise ConfigError(
+                    f"{source}: its YAML aliases expand to more than {MAX_VALUES} values (an "
+                    "alias repeats its anchor's whole value, so anchors nested in each other "
+                    "multiply); write the values out, or use fewer aliases"
+                )
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
 
 
-def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
+def _refuse_duplicates(node: yaml.Node, source: str, prefix: str, seen_nodes: set[int]) -> None:
+    if id(node) in seen_nodes:  # an alias: its anchor's node was checked already
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _refuse_duplicates(item, source, prefix)
+            _refuse_duplicates(item, source, prefix, seen_nodes)
     if not isinstance(node, yaml.MappingNode):
         return
     seen: dict[str, int] = {}
@@ -80,7 +126,25 @@ def _refuse_duplicates(node: yaml.Node, source: str, prefix: str) -> None:
                 f"{seen[key]} and {line}); YAML would silently keep the last: keep one"
             )
         seen[key] = line
-        _refuse_duplicates(value_node, source, f"{prefix}{key}.")
+        _refuse_duplicates(value_node, source, f"{prefix}{key}.", seen_nodes)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """The values ``node`` stands for once every alias is written out (memoised per node)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    sizes[id(node)] = 1  # a recursive alias (&a [*a]) counts once, as PyYAML builds it
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    total = 1
+    for child in children:
+        total = min(total + _expanded_size(child, sizes), MAX_VALUES + 1)
+    sizes[id(node)] = total
+    return total
 
 
 #: Keys that moved: old key -> (new key, the old default, where such settings live now). An old
@@ -145,8 +209,19 @@ def migrate(raw: dict[str, Any], source: str) -> dict[str, Any]:
         target[name] = value
         notes.append(f"{old} -> {new}")
     if notes:
-        warnings.warn(f"{source}: an older config, migrated: {', '.join(notes)}", stacklevel=3)
+        note(f"{source}: an older config, migrated: {', '.join(notes)}")
     return raw
+
+
+_NOTED: set[str] = set()
+
+
+def note(message: str) -> None:
+    """Print ``note: <message>`` as one line on stderr, once per process (a checkpoint's config
+    is read more than once by a resume or an evaluation)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        print(f"note: {message}", file=sys.stderr, flush=True)
 
 
 def takes(raw: dict[str, Any], arg: str) -> bool:

@@ -61,10 +61,12 @@ def missing_plugins(cfg: Any, records: list[dict[str, Any]] | None = None) -> li
     ):
         if name not in registry or registry.problem(name):
             where = recorded_as(kind, name, records)
-            used = f"; the run used {where}" if where else ""
-            out.append(
-                registry.problem(name) or f"{kind} {name!r} (a plugin not installed here{used})"
-            )
+            problem = registry.problem(name)
+            if problem:  # claimed twice (or broken): which one the run used is kept
+                out.append(problem + (f" (the run used {where})" if where else ""))
+            else:
+                used = f"; the run used {where}" if where else ""
+                out.append(f"{kind} {name!r} (a plugin not installed here{used})")
     return out
 
 

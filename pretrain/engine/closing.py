@@ -49,11 +49,19 @@ def finished(run_dir: Path, epochs: int) -> str:
     )
 
 
-def already_complete(run_dir: Path, epochs: int) -> str:
-    """The line of a command run again on a run that has finished: nothing is done."""
+def already_complete(run_dir: Path, epochs: int, fixed_length: bool = False) -> str:
+    """The line of a command run again on a run that has finished: nothing is done.
+    ``fixed_length``: its schedule depends on ``train.epochs``, which a resume cannot raise
+    (:func:`pretrain.engine.resume.check_same_schedule`)."""
     ckpt = run_dir / "checkpoints" / "last.pt"
+    go_on = (
+        "Its schedule has ended (train.epochs cannot be raised on resume: a longer run is a new "
+        "out_dir)"
+        if fixed_length
+        else "Raise train.epochs to train on"
+    )
     return (
         f"{run_dir} is complete ({epochs} of {epochs} epochs trained); nothing to do. "
         f"{metrics(last_epoch(run_dir))}; checkpoint {ckpt}; metrics {run_dir / 'metrics.jsonl'}. "
-        f"Raise train.epochs to train on, or evaluate it: python -m linear_eval --ckpt {ckpt}"
+        f"{go_on}, or evaluate it: python -m linear_eval --ckpt {ckpt}"
     )

@@ -31,7 +31,13 @@ from pretrain.engine.report import (
     log_step,
     print_epoch,
 )
-from pretrain.engine.resume import check_epochs_left, restore, save, write_checkpoint
+from pretrain.engine.resume import (
+    check_epochs_left,
+    epochs_dependence,
+    restore,
+    save,
+    write_checkpoint,
+)
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
@@ -114,7 +120,9 @@ def start(run: Run) -> bool:
         run.log.truncate(run.state.global_step)
         if is_complete(run):
             if dist.is_main():
-                print(closing.already_complete(run.run_dir, run.cfg.train.epochs), flush=True)
+                fixed = bool(epochs_dependence(run.cfg))
+                line = closing.already_complete(run.run_dir, run.cfg.train.epochs, fixed)
+                print(line, flush=True)
             return False
     else:
         init_loss(run)

@@ -4,10 +4,11 @@ back (:func:`restore`), with the config changes a resume may make (:data:`RESUMA
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from pretrain import config
+from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.data import identity
 from pretrain.data.imagefiles import warn
@@ -141,6 +142,7 @@ def check_same_config(run: Run, state: dict[str, Any]) -> None:
     """The checkpoint's config equals the run's but for :data:`RESUMABLE_CHANGES` and what the
     world-size rule (:mod:`pretrain.engine.world`) allows; else a :class:`ConfigError`."""
     check_same_plugins(run, state["config"].get("plugins") or [])
+    check_same_plugin_code(run, state.get("provenance"))
     # no augment_on: the per-sample path (OLD_CHECKPOINTS_READ_UNTIL)
     raw = {**state["config"], "data": {"augment_on": "workers", **state["config"]["data"]}}
     saved = config.from_dict(raw, source="the checkpoint's config")
@@ -156,6 +158,65 @@ def check_same_config(run: Run, state: dict[str, Any]) -> None:
             f"{run.run_dir} holds a run with a different config ({', '.join(refused)} differ); "
             "resume with the same settings or choose a new out_dir"
         )
+    check_same_schedule(run, saved, state)
+
+
+#: :func:`epochs_dependence`'s reason for the cosine schedule
+COSINE = "its lr schedule (train.lr_schedule=cosine) decays to 0 over train.epochs"
+
+
+def epochs_dependence(cfg: config.Config) -> list[str]:
+    """Why the run's training depends on ``train.epochs`` beyond where it stops (none: it does
+    not): the cosine schedule decays over it (:func:`pretrain.engine.schedules.learning_rate`;
+    the step schedule's milestones and the warm-up do not read it), and a loss that takes it
+    (``Loss.from_run``, e.g. HCL's annealing) spreads its own schedule over it."""
+    why = [COSINE] if cfg.train.lr_schedule == "cosine" else []
+    if "epochs" in losses.registry.get(cfg.loss.name).from_run:
+        why.append(f"loss {cfg.loss.name!r} takes train.epochs (its own schedule)")
+    return why
+
+
+def cosine_has_decayed(cfg: config.Config, epoch: int, step_in_epoch: int, steps: int) -> bool:
+    """Whether a step done so far (``epoch`` whole epochs and ``step_in_epoch`` steps of
+    ``steps``) read the cosine at t != 0, where its value depends on ``train.epochs``. In the
+    warm-up and at the cosine's start (t = 0) the lr is the same for any length (MoCo's
+    per-epoch lr: all of epoch 0), so such a run may still be given another length.
+
+    A step reads the epoch of :func:`pretrain.engine.loop.set_lr`, which grows with the step:
+    the warm-up while it is below ``warmup_epochs``, then the cosine at the (floored, per
+    epoch) epoch; that epoch is whole, so it equals ``warmup_epochs`` only where the warm-up
+    is whole. Hence the last step done decides."""
+    if epoch == 0 and step_in_epoch == 0:
+        return False
+    t = cfg.train
+    last = epoch + (step_in_epoch - 1) / steps if step_in_epoch else epoch - 1 + (steps - 1) / steps
+    read = last + t.lr_first_epoch
+    at = math.floor(read) if t.lr_per_epoch else read
+    return read >= t.warmup_epochs and at != t.warmup_epochs
+
+
+def check_same_schedule(run: Run, saved: config.Config, state: dict[str, Any]) -> None:
+    """A resume with another ``train.epochs`` where the steps done already depend on it
+    (:func:`epochs_dependence`; for the cosine alone, :func:`cosine_has_decayed`) is refused:
+    the steps left would follow another schedule than the steps done, and the folder would
+    claim one run of the new length. (Fewer epochs than done is :func:`check_epochs_left`'s
+    refusal.)"""
+    old, new = saved.train.epochs, run.cfg.train.epochs
+    epoch, step = state["epoch"], state["step_in_epoch"]
+    below = epoch > new or (epoch == new and step > 0)
+    why = epochs_dependence(run.cfg)
+    if old == new or below or not why:
+        return
+    steps = max(run.derived.steps_per_epoch, 1)
+    if why == [COSINE] and not cosine_has_decayed(run.cfg, epoch, step, steps):
+        return
+    raise ConfigError(
+        f"train.epochs={new} differs from the {old} epochs {run.run_dir} was started with, and "
+        f"{' and '.join(why)}: the steps left would follow another schedule than the steps "
+        f"done, and the folder would claim a {new}-epoch run. Resume with "
+        f"train.epochs={old}, or train {new} epochs in a new out_dir (train.lr_schedule=step "
+        "does not depend on train.epochs)"
+    )
 
 
 def check_same_plugins(run: Run, saved: Any) -> None:
@@ -169,6 +230,33 @@ def check_same_plugins(run: Run, saved: Any) -> None:
             "plugins are never imported from it: give the same plugins in the config to resume, "
             "or choose a new out_dir"
         )
+
+
+def check_same_plugin_code(run: Run, saved: Any) -> None:
+    """The plugin code the checkpoint's last segment ran (its provenance records,
+    :mod:`pretrain.runtime.plugin_provenance`) is the code this run loaded, by a plugin file's
+    sha256: a file edited between the stop and the resume is refused, naming it and both
+    digests' prefixes (a record a checkpoint lacks is not compared; an installed plugin's
+    version is recorded but not compared)."""
+    segments = saved.get("segments") if isinstance(saved, dict) else None
+    last = segments[-1] if isinstance(segments, list) and segments else None
+    then = last.get("plugins") if isinstance(last, dict) else None
+    now = run.provenance.segment.get("plugins") if run.provenance is not None else None
+    if not isinstance(then, list) or not isinstance(now, list):
+        return
+    for old in [r for r in then if isinstance(r, dict)]:
+        key = (old.get("kind"), old.get("name"))
+        new = next((r for r in now if (r.get("kind"), r.get("name")) == key), None)
+        if new is None:
+            continue  # another name: the config check names it
+        what = f"the {old.get('kind')} plugin {old.get('name')!r}"
+        if old.get("sha256") and new.get("sha256") and old["sha256"] != new["sha256"]:
+            raise ConfigError(
+                f"{run.run_dir}: {what} in {new.get('file')} changed since the checkpoint "
+                f"(sha256:{str(old['sha256'])[:12]} then, sha256:{new['sha256'][:12]} now): the "
+                "steps left would run other code than the steps done. Restore the file as it "
+                "was to resume, or choose a new out_dir"
+            )
 
 
 def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:

@@ -13,7 +13,7 @@ from pretrain import config
 from pretrain.config import Config, ConfigError
 from pretrain.data import resident
 from pretrain.data.pipeline import Data
-from pretrain.engine import build, checkpoint, cuda_graphs, knn, runlock, world
+from pretrain.engine import build, checkpoint, cuda_graphs, knn, memory, runlock, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
 from pretrain.engine.step import train_step
@@ -26,6 +26,7 @@ def setup(cfg: Config) -> Run:
     """Check what needs the device and the rank count, lock ``out_dir``, build the run."""
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
+    memory.check(cfg, device)  # a config that cannot fit: exit 2 before any work, every rank
     refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
     if refused:
         raise ConfigError(
