@@ -41,7 +41,17 @@ STATUS=$SCI_DIR/status.json
 LOG=/tmp/science.log
 PY="${PYTHON:-python3}"
 
-ARMS="${SCIENCE_ARMS:-}"  # science.py --arms (default: all, in its order)
+# science.py --arms. Default: the pair not yet kept in docs/results/logs, the project's question
+# first (MiOC and its ablation, O = the whole queue), then MoCo with the demo's symmetric MoCo: two
+# concurrent arms are what one lease holds at today's speed, and a lone arm of a pair answers nothing.
+default_arms() {
+  if compgen -G "docs/results/logs/cifar10_mioc_queue_*" >/dev/null; then
+    echo "moco_sym,moco"
+  else
+    echo "mioc,mioc_queue"
+  fi
+}
+ARMS="${SCIENCE_ARMS:-$(default_arms)}"
 usage() {
   echo "usage: [SCIENCE_ARMS=LIST] $0 --dry-run [--suite-first|--science-first] | start [BUDGET_S] | finish" >&2
   exit 2
