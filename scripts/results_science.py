@@ -81,6 +81,11 @@ def section(rows: list[Any], name: Callable[[Any], str], cell: Callable[[str], s
         "`python -m linear_eval` on the last checkpoint, on the 10,000 test images. An arm that "
         "has not run says **not run**.",
         "",
+        *(
+            ["<!-- not measured: no arm has run yet (every row says not run) -->"]
+            if not any(arm_rows(rows).values())
+            else []
+        ),
         "| arm | recipe | epochs | seeds | kNN top-1 | linear top-1 | hardware | wall time | "
         "date | commit | log |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -103,6 +108,7 @@ def section(rows: list[Any], name: Callable[[Any], str], cell: Callable[[str], s
         "",
         "Published figures (CIFAR-10, top-1 %), each with its setup:",
         "",
+        "<!-- not measured: published figures, quoted from their sources -->",
         "| source | method | kNN top-1 | linear top-1 | setup |",
         "|---|---|---|---|---|",
     ]
