@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_ddp import clean_env
+from troubleshooting_quotes import assert_documented
 
 from negmine_core.step import Batch
 from pretrain import config
@@ -42,6 +43,7 @@ except ImportError:
 needs_lightly = pytest.mark.skipif(
     not HAS_LIGHTLY, reason='lightly is not installed (pip install -e ".[bench]")'
 )
+HEADING = "`benchmarks/host_overhead.py`, `peers.py` and `train.py`"  # docs/troubleshooting.md
 SIZES = {
     "resnet-18, the benchmark's": Sizes(),
     "resnet-9 width 0.125, --quick's": Sizes(arch="resnet-9", width=0.125, batch=32, queue=64),
@@ -187,7 +189,7 @@ def test_each_round_reverses_the_order_of_the_last():
     assert peers_run.order(names, 1) == names[::-1] and peers_run.order(names, 2) == names
 
 
-def test_defaults_are_matched_pairs_over_timed_epochs_and_seeds():
+def test_defaults_are_matched_pairs_over_timed_epochs_and_seeds(capsys):
     """Without --quick: 4 epochs (a warm-up, 3 timed), 3 seeds on a CPU; fp32 pairs on a CPU,
     fp32 and bf16 pairs on CUDA; --quick: one epoch, one seed, the fp32 pair."""
     cpu = peers.options(["--device", "cpu"])
@@ -202,6 +204,8 @@ def test_defaults_are_matched_pairs_over_timed_epochs_and_seeds():
         with pytest.raises(SystemExit) as exit_:
             peers.options(["--device", "cpu", *bad])
         assert exit_.value.code == 2, bad
+        message = capsys.readouterr().err.strip().splitlines()[-1]
+        assert_documented(message.split(": error: ", 1)[1], HEADING)
 
 
 def test_a_resnet18_with_a_width_multiplier_is_refused():
