@@ -20,26 +20,31 @@
 #                against eager, losses compared (CUDA only)
 #   splitbn (12) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
 #                triton): decides the CUDA default (--quick sizes on a CPU)
-#   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets
+#   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets; the fit
+#                split into the kernel matrix, the solve and the 4096-key scoring
 #   step    (35) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
 #                off; on a CPU the strategies table (--quick)
 #   input  (105) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
 #                batched decode + crop (--quick, every part, on a CPU)
 #   profile (25) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
-#                warm-up: the 25 most expensive CUDA kernels, the step split into convolutions/
+#                warm-up: the 25 most expensive CUDA kernels, the GPU-busy share of the step (the
+#                union of the device events over the step), the step split into convolutions/
 #                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
 #                model's step (on a CPU, --quick: operators' CPU time, tiny model)
-#   train   (90) benchmarks/train.py: cifar10_moco and cifar10_mioc (OC-SVM from step 0) on the
-#                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), data.resident on and
-#                off, as many whole epochs as fit: images/s, data-wait, epoch time, kNN at the end,
-#                the OC-SVM path (on a CPU, --quick: tiny model and images, one epoch each,
-#                MoCo from the loader and MiOC resident)
+#   train   (90) benchmarks/train.py --capture both --runs moco_resident: cifar10_moco on the
+#                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), resident, captured
+#                (train.cuda_graphs=true) and eager one after the other, as many whole epochs as
+#                fit: images/s, data-wait, epoch time, kNN at the end, captured / eager (on a
+#                CPU, --quick: tiny model and images, one epoch each, MoCo from the loader and
+#                MiOC resident, eager)
 #   peers   (58) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
-#                the same settings (ResNet-18, batch 512, the CIFAR-10 images), negmine's loader
-#                and resident paths, interleaved epoch by epoch, as many whole epochs as fit,
-#                kNN at the end; the OC-SVM beside scikit-learn and thundersvm-cpu at n = 256,
-#                1024, 4096 (on a CPU, --quick: tiny model and images, one epoch, n = 256; the
-#                moco half skipped with a note where lightly is not installed)
+#                lightly's settings, matched (ResNet-18, batch 512, 10,240 of the CIFAR-10 images,
+#                the two-key symmetric loss on both, an fp32 and a bf16 pair), negmine's loader
+#                and resident paths, interleaved epoch by epoch in alternating order, as many
+#                whole epochs as fit, kNN at the end; the OC-SVM beside scikit-learn and
+#                thundersvm-cpu at n = 256, 1024, 4096 (on a CPU, --quick: tiny model and images,
+#                one epoch, the fp32 pair, n = 256; the moco half skipped with a note where
+#                lightly is not installed)
 # 570 s of budgets in all, and the whole run is held under --total (570 s, so that the suite and
 # its set-up fit one 10-minute command): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
@@ -284,7 +289,7 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
   local data=() budget
   budget=$(part_budget train)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  local runs=()
+  local runs=(--runs moco_resident --capture both)  # CUDA: the captured step against eager
   # --quick: its own tiny images, and two runs that cover both recipes and both data paths
   if [ ${#QUICK[@]} -gt 0 ]; then data=(); runs=(--runs moco_loader,mioc_resident); fi
   bench_part train benchmarks/train.py "${data[@]}" "${runs[@]}" \
@@ -292,12 +297,14 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
 }
 
 part_peers() {  # the training stops 30 s before the budget: kNN, OC-SVM and the tables
+  # matched pairs: fp32 and bf16, each on both sides, on 10,240 + 2,000 of the CIFAR-10 images
   local data=() sizes=(--ocsvm-sizes 256,1024,4096) budget
+  local pairs=(--precision fp32,bf16 --train-images 10240 --test-images 2000)
   budget=$(part_budget peers)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  if [ ${#QUICK[@]} -gt 0 ]; then data=(); sizes=(); fi  # --quick: its own tiny images, n = 256
+  if [ ${#QUICK[@]} -gt 0 ]; then data=(); sizes=(); pairs=(--precision fp32); fi  # tiny, n = 256
   bench_part peers benchmarks/peers.py "${data[@]}" --budget "$((budget > 40 ? budget - 30 : 10))" \
-    "${sizes[@]}"
+    "${pairs[@]}" "${sizes[@]}"
 }
 
 for part in "${SELECTED[@]}"; do "part_$part"; done

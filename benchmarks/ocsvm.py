@@ -14,6 +14,14 @@ the OC-SVM modules as of git revision REV (``negatives/ocsvm/``, or ``negatives/
 the package), interleaved with the current code (a before/after in one run).
 ``--interpreter`` times the Triton solver on CPU tensors in Triton's interpreter at n = 256.
 
+The fit split (a second table, for each torch implementation, from the same interleaved repeats):
+the kernel matrix alone, computed as that fit computes it (the float64 copy of X, then on the
+Triton path ``kernels_triton.gram``, the one launch that also checks the input; on the device
+loop ``smo.full_kernel``), the solve as the fit's median less the kernel matrix's, and the
+scoring of the 4096-key queue (MiOC's on CIFAR-10); each call between ``torch.cuda.synchronize()``
+on CUDA, ``time.perf_counter`` on both. The host loop (the CPU's) computes kernel rows on demand
+inside its solve: its kernel matrix is "in the solve" there.
+
 Two data generators with different support-vector counts (the scoring cost of scikit-learn scales
 with the SVs, ours partly with the queue alone): ``clustered`` (16 centres, 42 SVs at n = 256) and
 ``tight`` (2 centres, spread 0.3: ~10 SVs at n = 256). ``--device cuda`` also checks the GPU
@@ -43,6 +51,8 @@ from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
+from negatives.ocsvm import device_support as support  # noqa: E402
+from negatives.ocsvm import smo  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 from pretrain.testing.fakedata import embeddings  # noqa: E402  (the tests' recipe too)
 
@@ -87,6 +97,23 @@ class Torch:
     def score(self, m, Q):
         return m.decision_function(Q)
 
+    def path(self, X):
+        """The loop that fits X: triton, device or host (the OC-SVM's own choice)."""
+        return self.cls(nu=NU, gamma=GAMMA, loop=self.loop)._loop(X)  # noqa: SLF001
+
+    def kernel(self, X):
+        """The kernel matrix as this implementation's fit computes it (None: rows on demand)."""
+        X64 = X.detach().to(torch.float64)
+        path = self.path(X64)
+        if path == "triton":
+            from negatives.ocsvm import kernels_triton  # imports triton
+
+            gamma = support.fit_constant("gamma", 0, X64.device, NU, GAMMA, 1e-3)[0]
+            return kernels_triton.gram(X64, gamma, False)
+        if path == "device":
+            return smo.full_kernel(X64, "rbf", GAMMA, True)  # the libsvm solver: float32 rows
+        return None
+
 
 class ThunderSVM:
     name, device, sync, loop = "thundersvm-cpu", "cpu", None, "-"
@@ -128,6 +155,33 @@ def baseline(rev):
         (pkg / Path(path).name).write_text(src)
     sys.path.insert(0, str(pkg.parent))
     return importlib.import_module(module).OneClassSVM
+
+
+SPLIT_QUEUE = 4096  # the scoring in the fit split: MiOC's queue on CIFAR-10
+SPLIT_HEAD = [
+    "| data | n fit | implementation | loop | kernel matrix ms | solve ms (fit - kernel matrix) "
+    f"| fit ms | score {SPLIT_QUEUE} ms |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
+def splits(impl, X) -> bool:
+    """Whether ``impl``'s fit computes its kernel matrix before the solve (timed apart)."""
+    return isinstance(impl, Torch) and impl.path(X.detach().to(torch.float64)) != "host"
+
+
+def split_row(gen: str, n: int, name: str, path: str, times: dict, key: str) -> str:
+    """One row of the fit split: medians of the kernel matrix, the fit and the 4096-key scoring
+    (ms); the solve is the fit's median less the kernel matrix's (the host loop: rows on demand,
+    inside the solve)."""
+    fit = statistics.median(times[key, "fit"])
+    score = statistics.median(times[key, SPLIT_QUEUE])
+    if times[key, "kernel"]:
+        kernel = statistics.median(times[key, "kernel"])
+        cells = [f"{kernel:.3f}", f"{fit - kernel:.3f}"]
+    else:
+        cells = ["in the solve (rows on demand)", f"{fit:.3f}"]
+    return f"| {gen} | {n} | {name} | {path} | {' | '.join(cells)} | {fit:.3f} | {score:.3f} |"
 
 
 def machine():
@@ -182,6 +236,7 @@ def main():
         f"score {q} ms" for q in QUEUES
     )
     rows, ms = [header + " |", "|" + "---|" * (6 + len(QUEUES))], {}
+    split = list(SPLIT_HEAD)
     for gen in args.generators.split(","):
         for n in sizes:
             X, Q = embeddings(n, max(QUEUES), seed=n, **GENERATORS[gen])
@@ -191,15 +246,21 @@ def main():
             impls_n = [i for i in impls_n if n <= 256 or i.device != "cpu" or i.loop != "triton"]
             data = {impl.name: (X.to(impl.device), Q.to(impl.device)) for impl in impls_n}
             models = {impl.name: impl.fit(data[impl.name][0]) for impl in impls_n}  # + warm-up
-            times = {(impl.name, what): [] for impl in impls_n for what in ("fit",) + QUEUES}
+            times = {(impl.name, what): [] for impl in impls_n
+                     for what in ("fit", "kernel") + QUEUES}  # fmt: skip
             for r in range(max(3, repeats * 256 // n)):  # interleaved: drift hits all alike,
                 for impl in impls_n[r % len(impls_n) :] + impls_n[: r % len(impls_n)]:  # rotated
                     Xd, Qd = data[impl.name]
                     m = models[impl.name]
                     times[impl.name, "fit"].append(timed_ms(impl.sync, impl.fit, Xd))
+                    if splits(impl, Xd):
+                        times[impl.name, "kernel"].append(timed_ms(impl.sync, impl.kernel, Xd))
                     for q in QUEUES:
                         times[impl.name, q].append(timed_ms(impl.sync, impl.score, m, Qd[:q]))
             for impl in impls_n:
+                if isinstance(impl, Torch):
+                    split.append(split_row(gen, n, impl.name, impl.path(data[impl.name][0]),
+                                           times, impl.name))  # fmt: skip
                 fit, *score = (statistics.median(times[impl.name, w]) for w in ("fit",) + QUEUES)
                 ms[gen, n, impl.name] = (fit, score[-1])
                 m = models[impl.name]
@@ -235,7 +296,8 @@ def main():
                 "16.7 s)"
             )
     title = f"OC-SVM fit and scoring, (nu, gamma) = ({NU}, {GAMMA})"
-    record_table(title, rows + [""] + targets, args.results, not args.no_record, args.device)
+    lines = rows + [""] + targets + ["", "The fit split (torch implementations):", "", *split]
+    record_table(title, lines, args.results, not args.no_record, args.device)
     if missed:
         sys.exit(1)
 

@@ -4,30 +4,36 @@ negmine's OC-SVM beside scikit-learn's and thundersvm-cpu's.
     pip install -e ".[bench]"   # lightly and thundersvm-cpu: the benchmark's, not the library's
     python benchmarks/peers.py [--device cpu|cuda] [--quick] [--data CIFAR10_JPEG_DIR]
         [--train-images N] [--test-images N] [--arch resnet-18|resnet-9] [--width W]
-        [--batch B] [--epochs E] [--seeds S] [--budget SECONDS] [--runs LIST] [--precision P]
+        [--batch B] [--epochs E] [--seeds S] [--budget SECONDS] [--runs LIST] [--precision LIST]
         [--ocsvm-sizes LIST] [--parts moco,ocsvm] [--summary PATH] [--results PATH] [--no-record]
 
 Part ``moco``: lightly's CIFAR-10 benchmark model (its ``MocoModel``, benchmarks/peers_models.py:
 ResNet-18 from ``ResNetGenerator`` with 8 BN splits, ``MoCoProjectionHead(512, 512, 128)``,
-``NTXentLoss`` with a 4096-key memory bank at T 0.1, momentum 0.99, the symmetric loss, batch
-shuffle, SGD 0.06 x batch/128) in a plain PyTorch loop, reading the images with lightly's
-``LightlyDataset`` + ``MoCoV2Transform`` and a standard ``DataLoader``; and negmine's
-``cifar10_moco.yaml`` set to the same settings, once through its loader (``data.resident=off``)
-and once with the training split resident on the device (``data.resident=device``, the default on
-CUDA). The runs are interleaved one epoch at a time (lightly, negmine, negmine resident, lightly,
-...; an epoch is a block: a loader's workers live only inside its own block, so no run's
-prefetching runs in another's time), on the same images (``--data``, a subset of
+``NTXentLoss`` with a 4096-key memory bank at T 0.1, momentum 0.99, the two-key symmetric loss (the
+mean of its two terms), batch shuffle, SGD 0.06 x batch/128) in a plain PyTorch loop, reading the
+images with lightly's ``LightlyDataset`` + ``MoCoV2Transform`` and a standard ``DataLoader``; and
+negmine's ``cifar10_moco.yaml`` set to the same settings (the same two-key layout,
+``moco.symmetric_keys`` + ``loss.name=infonce``, whose loss is the sum of the two terms: at half the
+learning rate and twice the weight decay, which makes lightly's SGD updates; MATCHED in
+benchmarks/peers_models.py), once through its loader (``data.resident=off``) and once with the
+training split resident on the device (``data.resident=device``, the default on CUDA). The runs are
+interleaved one epoch at a time in rounds (lightly, negmine, negmine resident, then negmine
+resident, negmine, lightly: the order reversed every other round, so that neither side always
+follows the other; an epoch is a block: a loader's workers live only inside its own block, so no
+run's prefetching runs in another's time), on the same images (``--data``, a subset of
 ``--train-images`` / ``--test-images``, a whole number per class; without ``--data``: random JPEGs
 in CIFAR-10's layout). Per block: images/s, the step split into data wait (host time in
 ``next(loader)`` and the upload; on CUDA the device work of a batch lands in compute) and compute,
 the peak memory (``PeakMemory`` of benchmarks/step.py: RSS above the block's start on a CPU,
 ``max_memory_allocated`` on CUDA). Every run trains the same number of whole epochs (``--epochs``,
-or with ``--budget`` as many as fit), then the kNN (k 200, T 0.1, negmine's ``knn_top1`` for both)
-on the backbone features, training subset as bank, held-out subset as queries, each with its own
-eval transform. ``--seeds S`` repeats the whole contest with seeds 0..S-1: the kNN's spread over the
-seeds is the tolerance for "equal accuracy". The ratio negmine/lightly is taken block by block
-(each negmine epoch over the lightly epoch just before it, the first epoch of every run left out
-when there are more), its median and range printed; never across runs of different processes.
+default 4: a warm-up epoch and 3 timed ones; with ``--budget`` as many as fit), then the kNN (k 200,
+T 0.1, negmine's ``knn_top1`` for both) on the backbone features, training subset as bank, held-out
+subset as queries, each with its own eval transform. ``--seeds S`` (default 3 on a CPU, 1 on CUDA)
+repeats the whole contest with seeds 0..S-1: the kNN's spread over the seeds is the tolerance for
+"equal accuracy". The ratio negmine/lightly is taken block by block (each negmine epoch over the
+lightly epoch of the same round, the first epoch of every run left out when there are more), its
+median and range printed; never across runs of different processes. The table's ``matched`` column
+says ``yes`` for a run at lightly's settings, else what differs (the resident run: its data path).
 
 Part ``ocsvm``: ``negatives.ocsvm.OneClassSVM`` against scikit-learn's ``OneClassSVM`` and
 thundersvm-cpu's (when installed) at n = 256 ... 16384 (``--ocsvm-sizes``) on benchmarks/ocsvm.py's
@@ -35,15 +41,16 @@ thundersvm-cpu's (when installed) at n = 256 ... 16384 (``--ocsvm-sizes``) on be
 points timed apart (medians of interleaved repeats), and the decisions' agreement with
 scikit-learn's on those points (the share with the same sign).
 
-Both sides run at one precision, ``--precision`` (default fp32): fp32 everywhere, or bf16 autocast
-of the encoders with the loss in float32 (negmine's ``train.amp=bf16``; lightly's forwards under
-``torch.autocast``). negmine's ``train.amp=auto`` is never used here: it picks bf16 on a
-bf16-capable CPU and fp32 on another, which would pair different precisions by machine.
+Each pair runs at one precision on both sides; ``--precision`` lists the pairs (default
+``fp32,bf16`` on CUDA, ``fp32`` on a CPU; each pair its share of ``--budget``): fp32 everywhere, or
+bf16 autocast of the encoders with the loss in float32 (negmine's ``train.amp=bf16``; lightly's
+forwards under ``torch.autocast``). negmine's ``train.amp=auto`` is never used here: it picks bf16
+on a bf16-capable CPU and fp32 on another, which would pair different precisions by machine.
 
 ``--quick`` (CPU, CI): lightly's ``resnet-9`` at width 0.125 against negmine's ``resnet_small`` of
 width 8 (the same net: one BasicBlock per stage), 320 random JPEGs, batch 32, queue 64, one epoch,
-OC-SVM at n = 256 only: the whole path in about a minute. Without lightly installed the moco part
-is skipped with a message (the ocsvm part still runs).
+OC-SVM at n = 256 only: the whole path in about a minute. Without lightly installed the moco part is
+skipped with a message (the ocsvm part still runs).
 """
 
 from __future__ import annotations
@@ -63,7 +70,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.input import synthetic_cifar  # noqa: E402
-from benchmarks.peers_models import PRECISIONS, UNMATCHED, Sizes  # noqa: E402
+from benchmarks.peers_models import (  # noqa: E402
+    LOSS_SCALE,
+    MATCHED,
+    PRECISIONS,
+    UNMATCHED,
+    Sizes,
+)
 from benchmarks.peers_run import CONTESTANTS, KNN_K, KNN_T, contest, medians  # noqa: E402
 from benchmarks.results_md import record_table  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
@@ -142,6 +155,25 @@ def ratio_line(blocks: dict[str, list[dict]], name: str, base: str) -> str:
     return f"{med:.2f}x [{min(pairs):.2f}, {max(pairs):.2f}] over {len(pairs)} blocks"
 
 
+def matched(name: str, sizes: Sizes) -> str:
+    """The table's ``matched`` cell of run ``name``: ``yes`` where it runs lightly's settings
+    (one precision, the two-key loss at lightly's updates, the same model and schedule: MATCHED
+    in benchmarks/peers_models.py), else what differs."""
+    if CONTESTANTS[name] == "device":
+        return "yes, but the data resident on the device (lightly's through its loader)"
+    return "yes"
+
+
+def sampling(meta: dict, seeds: int) -> str:
+    """How the figures were sampled: epochs after the warm-up, seeds, the order of the runs."""
+    after = meta["epochs"] - 1
+    epochs = (f"{after} epoch(s) after a warm-up epoch (medians over them)" if after > 0 else
+              "one epoch, no warm-up left out")  # fmt: skip
+    turns = ("the order alternating round by round (lightly first, then last)"
+             if meta["rounds"] > 1 else "one round (lightly first)")  # fmt: skip
+    return f"{epochs}; {seeds} seed(s); {turns}"
+
+
 def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str], list[str]]:
     try:
         import lightly  # noqa: F401
@@ -150,43 +182,44 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
         print(f"peers: {msg}", flush=True)
         return [msg, ""], []
     root, what = prepare(a, work)
-    s = Sizes(
-        arch=a.arch,
-        width=a.width,
-        batch=a.batch,
-        queue=a.queue,
-        epochs=a.epochs or 200,
-        precision=a.precision,
-    )
     runs = [r for r in a.runs.split(",") if r]
-    res = contest(runs, s, root, work, device, a.seeds, a.epochs, a.budget, a.workers, ALONE_ROUNDS)
-    blocks, knn, meta = res["blocks"], res["knn"], res["meta"]
-    lines = [f"data: {what}; device {device}; precision {s.precision} on both sides (matched); "
-             f"{meta['epochs']} whole epochs per run, "
-             f"{meta['steps']} steps of batch {s.batch} each; seeds {a.seeds}; loader workers "
-             f"{meta['workers']}; torch threads {torch.get_num_threads()}",
-             "", f"model: lightly {s.arch} width {s.width} / negmine {meta['negmine_arch']}; "
-             f"parameters (backbone, head): lightly {meta['params']['lightly']}, negmine "
-             f"{meta['params']['negmine']}; K {s.queue}, T {s.temperature}, m {s.momentum}, "
-             f"{s.splits} BN splits, lr {s.lr:g}", ""]  # fmt: skip
-    lines += ["| run | precision | images/s (median of blocks) | data wait ms/step | compute "
-              "ms/step | peak MiB | kNN top-1 per seed | vs lightly images/s | step alone ms | "
-              "vs lightly, step alone |", "|" + "---|" * 10]  # fmt: skip
-    alone = meta["step_alone_ms"]
-    summary = []
-    for name in runs:
-        bl = blocks[name]
-        med = medians(bl)
-        ips, wait, comp = med["ips"], med["wait_ms"], med["compute_ms"]
-        peak = max(b["peak"] for b in bl) / 2**20
-        accs = knn[name]
-        ratio = "1.00x" if name == "lightly" else ratio_line(blocks, name, "lightly")
-        lines.append(f"| {name} | {meta['precision'][name]} | {ips:.0f} | {wait:.1f} | "
-                     f"{comp:.1f} | {peak:.0f} | {', '.join(f'{x:.2f}' for x in accs)} | "
-                     f"{ratio} | {alone[name]:.1f} | "
-                     f"{alone['lightly'] / alone[name]:.2f}x |")  # fmt: skip
-        summary.append(f"| peers {name}: images/s, kNN, vs lightly | {ips:.0f}, "
-                       f"{statistics.mean(accs):.2f}, {ratio.split(' ')[0]} |")  # fmt: skip
+    head = ["| run | precision | matched | images/s (median of blocks) | data wait ms/step | "
+            "compute ms/step | peak MiB | kNN top-1 per seed | vs lightly images/s | step alone "
+            "ms | vs lightly, step alone |", "|" + "---|" * 11]  # fmt: skip
+    lines, rows, knn_lines, summary = [], [], [], []
+    for precision in a.precision:
+        s = Sizes(arch=a.arch, width=a.width, batch=a.batch, queue=a.queue,
+                  epochs=a.epochs or 200, precision=precision)  # fmt: skip
+        budget = a.budget / len(a.precision)  # each pair its share
+        res = contest(runs, s, root, work / precision, device, a.seeds, a.epochs, budget,
+                      a.workers, ALONE_ROUNDS)  # fmt: skip
+        blocks, knn, meta = res["blocks"], res["knn"], res["meta"]
+        lines += [f"{precision} pair: data: {what}; device {device}; precision {s.precision} on "
+                  f"both sides (matched); {meta['epochs']} whole epochs per run, {meta['steps']} "
+                  f"steps of batch {s.batch} each; {sampling(meta, a.seeds)}; loader workers "
+                  f"{meta['workers']}; torch threads {torch.get_num_threads()}", "",
+                  f"model: lightly {s.arch} width {s.width} / negmine {meta['negmine_arch']}; "
+                  f"parameters (backbone, head): lightly {meta['params']['lightly']}, negmine "
+                  f"{meta['params']['negmine']}; K {s.queue}, T {s.temperature}, m {s.momentum}, "
+                  f"{s.splits} BN splits, lr {s.lr:g} (negmine {s.lr / LOSS_SCALE:g} on its "
+                  "summed loss)", ""]  # fmt: skip
+        alone = meta["step_alone_ms"]
+        for name in runs:
+            bl = blocks[name]
+            med = medians(bl)
+            ips, wait, comp = med["ips"], med["wait_ms"], med["compute_ms"]
+            peak = max(b["peak"] for b in bl) / 2**20
+            accs = knn[name]
+            ratio = "1.00x" if name == "lightly" else ratio_line(blocks, name, "lightly")
+            rows.append(f"| {name} | {meta['precision'][name]} | {matched(name, s)} | {ips:.0f} | "
+                        f"{wait:.1f} | {comp:.1f} | {peak:.0f} | "
+                        f"{', '.join(f'{x:.2f}' for x in accs)} | {ratio} | {alone[name]:.1f} | "
+                        f"{alone['lightly'] / alone[name]:.2f}x |")  # fmt: skip
+            figures = f"{ips:.0f}, {statistics.mean(accs):.2f}, {ratio.split(' ')[0]}"
+            summary.append(f"| peers {name} {precision} (matched): images/s, kNN, vs lightly | "
+                           f"{figures} |")  # fmt: skip
+        knn_lines += [f"{precision}:", "", *knn_verdict(knn, runs), ""]
+    lines += [*head, *rows]
     peak = ("CUDA max_memory_allocated above the block's start" if device == "cuda" else
             "resident set of the training process above the block's start, loader workers not "
             "counted")  # fmt: skip
@@ -197,7 +230,9 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
               "its step by design), lightly's batch augmented by its loader; on a CPU the loader "
               "workers share the cores, so images/s can differ from the step alone by more than "
               "the data wait)", ""]  # fmt: skip
-    lines += [*knn_verdict(knn, runs), ""]
+    lines += [*knn_lines]
+    lines += ["Matched (benchmarks/peers_models.py MATCHED):", ""]
+    lines += [f"- {m}" for m in MATCHED] + [""]
     lines += ["Not matched (benchmarks/peers_models.py UNMATCHED):", ""]
     lines += [f"- {u}" for u in UNMATCHED] + [""]
     return lines, summary
@@ -237,7 +272,9 @@ def ocsvm_part(a: argparse.Namespace, device: str) -> tuple[list[str], list[str]
     return compare(sizes, device, repeats=3 if a.quick else 7)
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its defaults filled in by mode and device (``a.device``: cpu or cuda;
+    ``a.precision``: a list); exits 2 on a bad value."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="", help="cpu or cuda (default: the trainer's)")
     p.add_argument("--quick", action="store_true", help="CPU, CI: tiny model and data")
@@ -248,11 +285,15 @@ def main() -> None:
     p.add_argument("--width", type=float, default=1.0, help="lightly's width multiplier")
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--queue", type=int, default=4096)
-    p.add_argument("--epochs", type=int, default=0, help="0: as many as --budget allows")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="whole epochs per run, the first a warm-up (default 4; --quick 1; with "
+                        "--budget: as many as it allows)")  # fmt: skip
     p.add_argument("--budget", type=float, default=0.0, help="seconds for the training (moco)")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--precision", default="fp32", choices=tuple(PRECISIONS),
-                   help="both sides: fp32, or bf16 autocast of the encoders")  # fmt: skip
+    p.add_argument("--seeds", type=int, default=None,
+                   help="default 3 on a CPU, 1 on CUDA and with --quick")  # fmt: skip
+    p.add_argument("--precision", default="",
+                   help="comma list of the pairs' precisions, each on both sides: fp32, or "
+                        "bf16 autocast (default fp32,bf16 on CUDA, else fp32)")  # fmt: skip
     p.add_argument("--workers", type=int, default=-1, help="loader workers, both (-1: negmine's)")
     p.add_argument("--runs", default="", help="comma list of " + ", ".join(CONTESTANTS))
     p.add_argument("--parts", default="moco,ocsvm")
@@ -260,24 +301,45 @@ def main() -> None:
     p.add_argument("--summary", default="", help="append | figure | value | rows here")
     p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
     p.add_argument("--no-record", action="store_true", help="print only")
-    a = p.parse_args()
-    device = a.device or dist.device_type()
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("peers: --device cuda: no CUDA device")
-    os.environ["NEGMINE_DEVICE"] = device
+    a = p.parse_args(argv)
+    device = a.device = a.device or dist.device_type()
     if a.quick:
         for key, value in QUICK.items():
             if getattr(a, key) == p.get_default(key):
                 setattr(a, key, value)
         if a.ocsvm_sizes == p.get_default("ocsvm_sizes"):
             a.ocsvm_sizes = "256"
-    if not a.epochs and not a.budget:
-        a.epochs = 1
+    if a.epochs is None:
+        a.epochs = 1 if a.quick else (0 if a.budget else 4)
+    if a.epochs < 0 or (not a.epochs and not a.budget):
+        p.error(f"--epochs {a.epochs}: want whole epochs >= 1 (0 only with --budget)")
+    if a.seeds is None:
+        a.seeds = 1 if a.quick or device == "cuda" else 3
+    if a.seeds < 1:
+        p.error(f"--seeds {a.seeds}: want 1 or more")
+    a.precision = [x for x in (a.precision or ("fp32,bf16" if device == "cuda" else "fp32"))
+                   .split(",") if x]  # fmt: skip
+    if (
+        not a.precision
+        or set(a.precision) - set(PRECISIONS)
+        or len(set(a.precision)) < len(a.precision)
+    ):
+        p.error(f"--precision: want a comma list of different {', '.join(PRECISIONS)}; got "
+                f"{','.join(a.precision)}")  # fmt: skip
     if not a.runs:
         a.runs = "lightly,negmine,negmine_resident" if device == "cuda" else "lightly,negmine"
     unknown = [r for r in a.runs.split(",") if r not in CONTESTANTS]
     if unknown or "lightly" not in a.runs.split(","):
         p.error(f"--runs: want lightly and any of {', '.join(CONTESTANTS)}; got {a.runs}")
+    return a
+
+
+def main() -> None:
+    a = options()
+    device = a.device
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("peers: --device cuda: no CUDA device")
+    os.environ["NEGMINE_DEVICE"] = device
     work = Path(tempfile.mkdtemp(prefix="negmine_peers_"))
     tic = time.monotonic()
     lines = [f"command: python benchmarks/peers.py {' '.join(sys.argv[1:])}", "", versions(), ""]

@@ -7,7 +7,8 @@ plain PyTorch loop, and negmine's ``cifar10_moco.yaml`` set to the same settings
 ``Sizes`` holds what both get: the ResNet (lightly's ``ResNetGenerator`` name and width multiplier;
 negmine ``resnet18``, or ``resnet_small`` for lightly's one-block-per-stage ``resnet-9``, whose
 ``model.width`` is 64 x the multiplier), batch, queue, temperature, momentum, BN splits, epochs.
-:data:`UNMATCHED` lists what cannot be set alike (printed with every table).
+:data:`MATCHED` says what is set alike beyond the sizes (the loss layout and scale),
+:data:`UNMATCHED` what cannot be (both printed with every table).
 """
 
 from __future__ import annotations
@@ -25,16 +26,27 @@ ARCHS = {"resnet-18": "resnet18", "resnet-9": "resnet_small"}  # lightly name ->
 #: negmine's policy (pretrain/runtime/precision.py). Never ``train.amp=auto``, which picks bf16 or
 #: fp32 by the CPU and would pair a bf16 negmine with an fp32 lightly on a bf16-capable CPU.
 PRECISIONS = {"fp32": ("off", None), "bf16": ("bf16", torch.bfloat16)}
+LR, WD = 0.06, 5e-4  # lightly's benchmark: SGD lr 0.06 x batch/128, weight decay 5e-4
+LOSS_SCALE = 2.0  # negmine's symmetric loss (a sum of the two terms) over lightly's (their mean)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # lightly's default
 
+#: What is set alike by construction beyond the sizes (printed with every table).
+MATCHED = [
+    "loss layout: the two-key symmetric loss on both: q(x0)-k(x1) and q(x1)-k(x0), each "
+    "InfoNCE against the memory bank / queue, two key forwards, 2N keys enqueued per step "
+    "(lightly's benchmark step; negmine's moco.symmetric_keys + loss.name=infonce, the MoCo "
+    "CIFAR-10 demo's)",
+    "loss scale: lightly's step returns the mean of its two terms, 0.5 (loss_1 + loss_2); "
+    "negmine's the sum, loss_12 + loss_21 (the demo's): twice the gradient. negmine runs at "
+    "half the learning rate and twice the weight decay, which makes its SGD updates lightly's "
+    "(momentum buffer 2x, step lr/2: the same parameters after every step)",
+]
+
 UNMATCHED = [
-    "loss: lightly's symmetric MoCo loss is two InfoNCE terms, q(x0)-k(x1) and q(x1)-k(x0), each "
-    "against the memory bank (two key forwards, 2N keys enqueued per step); negmine has no such "
-    "layout: its symmetric loss (loss.symmetric + nt_xent) puts both views through the query "
-    "encoder and contrasts [q1; q2] with each other and the queue (one key forward, N keys "
-    "enqueued). Both run 2N images through the query encoder with gradient; negmine's step runs "
-    "N fewer key forwards (about 7/8 of lightly's encoder work: 2x3N + N against 2x3N + 2N "
-    "forward-equivalents)",
+    "memory bank order: lightly's second term sees its bank after the first term's enqueue (N "
+    "of the oldest negatives replaced by this step's k(x1), among them the key of the query's "
+    "own image); negmine's two terms both see the queue before the step (the demo's), and "
+    "enqueue 2N keys after",
     "stem: lightly's backbone is nn.Sequential(*children[:-1]) of its ResNet, which drops the "
     "ReLU after the first BN (its forward applies F.relu, the Sequential does not); negmine's "
     "has it. Same parameters",
@@ -55,8 +67,8 @@ UNMATCHED = [
     "memory bank: lightly 1.6 wants memory_bank_size=(4096, 128) (the benchmark's 4096 is "
     "refused since 1.6); its bank starts random, negmine's queue too",
     "learning rate: lightly's benchmark scales 0.06 by batch/128 (lr_factor), not batch/512 as "
-    "the MoCo colab; negmine is set to the same (train.base_lr 0.06, train.lr_base_batch 128), "
-    "cosine over the epochs run, set once per epoch on both",
+    "the MoCo colab; negmine is set to the same schedule (train.lr_base_batch 128, at half the "
+    "rate for its summed loss: MATCHED), cosine over the epochs run, set once per epoch on both",
 ]
 
 
@@ -75,7 +87,7 @@ class Sizes:
 
     @property
     def lr(self) -> float:
-        return 0.06 * self.batch / 128  # lightly's benchmark: lr_factor = batch_size / 128
+        return LR * self.batch / 128  # lightly's benchmark: lr_factor = batch_size / 128
 
 
 class LightlyMoco(nn.Module):
@@ -132,7 +144,7 @@ class LightlyMoco(nn.Module):
 
     def optimizer(self, s: Sizes) -> tuple[torch.optim.Optimizer, object]:
         optim = torch.optim.SGD(self.trained_parameters(), lr=s.lr, momentum=0.9,
-                                weight_decay=5e-4)  # fmt: skip
+                                weight_decay=WD)  # fmt: skip
         return optim, torch.optim.lr_scheduler.CosineAnnealingLR(optim, s.epochs)
 
 
@@ -164,10 +176,13 @@ def negmine_overrides(s: Sizes, root: str) -> list[str]:
         f"model.dim={s.dim}", f"model.bn_splits={s.splits}",
         f"moco.queue_size={s.queue}", f"moco.momentum={s.momentum}",
         f"moco.temperature={s.temperature}",
-        "loss.name=nt_xent", "loss.symmetric=true",
-        f"train.batch_size={s.batch}", "train.base_lr=0.06", "train.lr_base_batch=128",
-        f"train.amp={PRECISIONS[s.precision][0]}",
-        "train.weight_decay=5e-4", "train.sgd_momentum=0.9", "train.lr_schedule=cosine",
+        "moco.symmetric_keys=true", "loss.name=infonce",  # lightly's two-key layout
+        # the sum of two means (lightly: their mean) at half the lr and twice the weight decay:
+        # the same SGD updates as lightly's 0.06 x batch/128 and 5e-4 (MATCHED)
+        f"train.batch_size={s.batch}", f"train.base_lr={LR / LOSS_SCALE:g}",
+        "train.lr_base_batch=128", f"train.amp={PRECISIONS[s.precision][0]}",
+        f"train.weight_decay={WD * LOSS_SCALE:g}", "train.sgd_momentum=0.9",
+        "train.lr_schedule=cosine",
         "train.lr_per_epoch=true", "train.lr_first_epoch=0", "train.warmup_epochs=0",
         f"train.epochs={s.epochs}", "train.progress_bar=false", "eval.knn_every=0",
     ]  # fmt: skip

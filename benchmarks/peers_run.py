@@ -196,6 +196,13 @@ def medians(bl: list[dict]) -> dict[str, float]:
     }
 
 
+def order(names: list[str], r: int) -> list[str]:
+    """The runs' order in round ``r``: as given in even rounds (lightly first), reversed in odd
+    ones (lightly last), so that neither side always runs after the other (a warm cache, a
+    loader's leftover work, the machine's drift)."""
+    return list(names) if r % 2 == 0 else list(reversed(names))
+
+
 def step_alone(runs: dict, rounds: int) -> dict[str, float]:
     """Each run's training step on one fixed batch (no loader, no data wait), timed round-robin
     after one warm-up step each: the median ms. The models train on (after their kNN)."""
@@ -228,11 +235,13 @@ def contest(
     alone_rounds: int = 5,
 ) -> dict:
     """Every run in ``names`` for ``epochs`` whole epochs (0: as many as fit in ``budget``
-    seconds, at least one), interleaved epoch by epoch, for each seed; then each one's kNN."""
+    seconds, at least one), interleaved epoch by epoch in rounds (one block of each run; the
+    order reversed every other round, :func:`order`), for each seed; then each one's kNN."""
     workers = cores.loader_workers(workers)
     blocks: dict[str, list[dict]] = {n: [] for n in names}
     knns: dict[str, list[float]] = {n: [] for n in names}
     meta: dict = {"precision": {}, "params": {}, "workers": workers}
+    rounds = 0  # over the seeds: the order alternates from round to round
     for seed in range(seeds):
         start, runs = time.monotonic(), {}
         for name in names:
@@ -259,15 +268,16 @@ def contest(
             if not epochs and e > 0 and spent + 1.3 * round_s > budget / seeds:
                 break  # the next round (and the kNN) would not fit in this seed's share
             tic = time.monotonic()
-            for name, run in runs.items():
+            for name in order(list(runs), rounds):
+                run = runs[name]
                 blocks[name].append(block(run, e, s.batch))
                 b = blocks[name][-1]
                 print(f"peers: seed {seed} epoch {e + 1} {name}: {b['ips']:.0f} images/s, "
                       f"wait {b['wait_ms']:.1f} ms, compute {b['compute_ms']:.1f} ms per step",
                       flush=True)  # fmt: skip
-            round_s, e = time.monotonic() - tic, e + 1
+            round_s, e, rounds = time.monotonic() - tic, e + 1, rounds + 1
         epochs = epochs or e  # every later seed runs as many
-        meta["epochs"] = e
+        meta["epochs"], meta["rounds"] = e, rounds
         for name, run in runs.items():
             knns[name].append(run.knn())
             print(f"peers: seed {seed} {name}: kNN top-1 {knns[name][-1]:.2f}", flush=True)

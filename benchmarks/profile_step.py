@@ -8,6 +8,8 @@ Prints (and appends to the results file) two tables:
 
 - the 25 most expensive CUDA kernels of the profiled steps, with their calls per step, ms per step
   and share of the step's wall time (on a CPU: the 25 most expensive operators by self time);
+- the GPU-busy share of the step (CUDA): the time the GPU ran anything (the union of the device
+  events' intervals) per step, over the profiled step and over the unprofiled step's median;
 - the step's time split into convolutions/matmuls, split BN, other elementwise work (and the
   rest), the optimizer, the strategy + loss, and the input's stage 2 (the batched photometric
   ops), beside the step's wall time, unprofiled, and the bare model's step
@@ -136,6 +138,25 @@ def breakdown(prof, steps: int, device: str) -> tuple[dict, dict, float]:
     return per_cat, dict(per_name), total
 
 
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``[start, end)`` intervals: the time at least one ran."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def gpu_busy_us(prof, steps: int) -> float | None:
+    """Per step, the time the GPU ran anything (the union of the device events' intervals:
+    kernels, copies, sets; overlapping streams counted once); None without device events."""
+    cuda = torch.autograd.DeviceType.CUDA
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == cuda and e.time_range.end > e.time_range.start]  # fmt: skip
+    return union_us(spans) / steps if spans else None
+
+
 class Wrapped:
     """``fn`` called inside ``record_function(name)``; other attributes from ``fn``."""
 
@@ -213,6 +234,7 @@ def main() -> None:
         sync()
         wall_us = 1e6 * (time.perf_counter() - tic) / steps
     per_cat, per_name, total = breakdown(prof, steps, run.device.type)
+    busy_us = (gpu_busy_us(prof, steps) if cuda else None) or total / steps
 
     cfg = run.cfg
     what = "CUDA kernel" if cuda else "operator (self CPU time)"
@@ -231,8 +253,12 @@ def main() -> None:
     lines += ["", "| part of the step | ms per step | share of the step |", "|---|---|---|"]
     for cat in CATEGORIES:
         lines.append(f"| {cat} | {per_cat[cat] / 1e3:.2f} | {100 * per_cat[cat] / wall_us:.1f} % |")
+    busy_line = (f"GPU busy (the union of the device events: kernels, copies) | "
+                 f"{busy_us / 1e3:.2f} | {100 * busy_us / wall_us:.1f} % (of the unprofiled step: "
+                 f"{100 * busy_us / 1e3 / step_ms:.1f} %)") if cuda else None  # fmt: skip
     lines += [
         f"| {busy} | {total / steps / 1e3:.2f} | {100 * total / steps / wall_us:.1f} % |",
+        *([f"| {busy_line} |"] if busy_line else []),
         f"| the step under the profiler (wall) | {wall_us / 1e3:.2f} | 100 % |",
         f"| the step, unprofiled (median of {timed}) | {step_ms:.2f} | |",
         f"| the bare model's step (benchmarks/step.py bare_step, median of {timed}) | "
@@ -246,7 +272,10 @@ def main() -> None:
             f.write(f"| profile {a.cfg}: step ms (unprofiled), bare model's step ms | "
                     f"{step_ms:.1f}, {bare_ms:.1f} |\n"
                     f"| profile {a.cfg}: share of the profiled step ({wall_us / 1e3:.1f} ms) | "
-                    f"{shares} |\n")  # fmt: skip
+                    f"{shares} |\n"
+                    f"| profile {a.cfg}: {'GPU busy' if cuda else 'operators'} ms per step, "
+                    f"share of the unprofiled step | {busy_us / 1e3:.2f}, "
+                    f"{100 * busy_us / 1e3 / step_ms:.0f} % |\n")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Whole epochs of the CIFAR-10 recipes within a time budget: images/s, data-wait, epoch time, kNN.
 
     python benchmarks/train.py [--device cpu|cuda] [--quick] [--data CIFAR10_JPEG_DIR]
-        [--budget SECONDS] [--runs LIST] [--keep DIR] [--summary PATH] [--results PATH]
-        [--no-record]
+        [--budget SECONDS] [--runs LIST] [--capture off|on|both] [--keep DIR] [--summary PATH]
+        [--results PATH] [--no-record]
 
 Runs ``python -m pretrain`` (the trainer as a user runs it) for each of, in this order:
 
@@ -22,6 +22,13 @@ and epoch: the epoch's training time (``epoch_time_s``, without the kNN), the me
 data-wait of its logged steps (``train.log_every``), and the kNN top-1; the kNN at the end is the
 last whole epoch's. For MiOC, the OC-SVM path that ran (``neg_ocsvm_path``: triton, device,
 sklearn, or a fallback).
+
+``--capture`` (CUDA): ``on`` runs the MoCo runs with ``train.cuda_graphs=true`` (the whole step
+captured as one CUDA graph and replayed), ``off`` (default) with ``false``; ``both`` runs each MoCo
+run twice, captured and eager, one after the other (the captured one first for the first run,
+the eager one first for the next: the order alternates), each with the run's whole share of the
+budget. The MiOC runs stay eager (MiOC is not capturable: ``negatives/mioc.py``
+``why_not_capturable``). Refused on a CPU (CUDA graphs need CUDA).
 
 ``--quick`` (CPU, CI): 64 random 32-px JPEGs in CIFAR-10's layout, a width-8 ResNet-18 at batch 16,
 one epoch each (no budget stop needed): the same code path in about a minute.
@@ -59,6 +66,9 @@ RUNS = {  # name: (config, overrides, share of the budget)
 QUICK = ["model.width=8", "train.batch_size=16", "moco.queue_size=32", "eval.knn_k=5",
          "train.epochs=1", "data.num_workers=1"]  # fmt: skip
 QUICK_MIOC = ["negatives.kwargs.num_synthetic=16", "negatives.kwargs.num_inlier_synthetic=8"]
+CAPTURE = {"on": ("graphs", ["train.cuda_graphs=true"]),
+           "off": ("eager", ["train.cuda_graphs=false"])}  # fmt: skip
+CAPTURABLE = ("moco_resident", "moco_loader")  # MiOC is not capturable
 STOP_GRACE_S = 30  # after SIGTERM: the checkpoint, then the process leaves
 
 
@@ -121,6 +131,40 @@ def train(name: str, cmd: list[str], out: Path, share: float, env: dict, log: Pa
             "returncode": proc.returncode}  # fmt: skip
 
 
+def plan(names: list[str], capture: str) -> list[tuple[str, str, list[str], float]]:
+    """(label, run, overrides, share) in running order: with ``capture`` both, each capturable
+    run captured and eager one after the other, the order alternating run by run."""
+    out, turn = [], 0
+    for name in names:
+        cfg, over, share = RUNS[name]
+        if name not in CAPTURABLE:
+            out.append((name, cfg, over, share))
+            continue
+        settings = ["on", "off"] if capture == "both" else [capture]
+        if turn % 2:
+            settings.reverse()
+        turn += capture == "both"
+        for setting in settings:
+            label, extra = CAPTURE[setting]
+            tag = f"{name} {label}" if capture != "off" else name
+            out.append((tag, cfg, [*over, *extra], share))
+    return out
+
+
+def capture_ratios(results: list[tuple[str, list[str], dict]]) -> list[str]:
+    """``- RUN: captured / eager images/s = X`` for each run measured both ways (their medians
+    over the whole epochs after the first, :func:`run_summary`)."""
+    ips = {r["name"]: run_summary(r)[1] for _, _, r in results}
+    out = []
+    for name in CAPTURABLE:
+        graphs, eager = ips.get(f"{name} graphs"), ips.get(f"{name} eager")
+        if graphs is None or eager is None:
+            continue
+        ratio = f"{float(graphs) / float(eager):.2f}x" if "-" not in (graphs, eager) else "-"
+        out.append(f"- {name}: captured / eager images/s = {ratio} ({graphs} / {eager})")
+    return ["", *out] if out else []
+
+
 def fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -147,6 +191,8 @@ def main() -> None:
     p.add_argument("--data", default="", help=f"CIFAR-10 JPEG folder (default {BUNDLE} if there)")
     p.add_argument("--budget", type=float, default=240.0, help="seconds for all the runs")
     p.add_argument("--runs", default=",".join(RUNS), help="comma list of " + ", ".join(RUNS))
+    p.add_argument("--capture", default="off", choices=("off", "on", "both"),
+                   help="train.cuda_graphs of the MoCo runs (both: each both ways)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="CPU: tiny model and data, 1 epoch")
     p.add_argument("--keep", default="", help="copy each run's metrics.jsonl and log here")
     p.add_argument("--summary", default="", help="append | figure | value | rows here")
@@ -157,6 +203,9 @@ def main() -> None:
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         p.error(f"--runs: unknown {unknown} (runs: {', '.join(RUNS)})")
+    device = a.device or dist.device_type()
+    if a.capture != "off" and device != "cuda":
+        p.error(f"--capture {a.capture}: CUDA graphs need CUDA (the device is {device})")
     work = Path(tempfile.mkdtemp(prefix="negmine_train_"))
     data = Path(a.data) if a.data else (BUNDLE if BUNDLE.is_dir() and not a.quick else None)
     if data is None:
@@ -170,23 +219,25 @@ def main() -> None:
         keep.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + a.budget
     results = []
-    for i, name in enumerate(names):
-        cfg, over, share = RUNS[name]
+    todo = plan(names, a.capture)
+    for i, (name, cfg, over, share) in enumerate(todo):
         left = deadline - time.monotonic()
-        rest = sum(RUNS[n][2] for n in names[i:])
+        rest = sum(t[3] for t in todo[i:])
         seconds = max(1.0, left * share / rest)  # what earlier runs left, shared out
+        base = name.split(" ")[0]
         over = [*over, *(QUICK if a.quick else []),
-                *(QUICK_MIOC if a.quick and name.startswith("mioc") else [])]  # fmt: skip
-        out = work / name
+                *(QUICK_MIOC if a.quick and base.startswith("mioc") else [])]  # fmt: skip
+        out = work / name.replace(" ", "_")
         log_every = 1 if a.quick else 10
         cmd = [sys.executable, "-m", "pretrain", "--cfg", cfg, "data.name=imagefolder",
                f"data.root={data}", f"out_dir={out}", f"train.log_every={log_every}",
                "train.progress_bar=false", *over]  # fmt: skip
         print(f"train: {name} ({seconds:.0f} s): {' '.join(cmd[1:])}", flush=True)
-        log = (keep or work) / f"{name}.log"
+        log = (keep or work) / f"{name.replace(' ', '_')}.log"
         r = train(name, cmd, out, seconds, env, log)
         if keep and (out / "metrics.jsonl").exists():
-            (keep / f"{name}.metrics.jsonl").write_bytes((out / "metrics.jsonl").read_bytes())
+            kept = keep / f"{name.replace(' ', '_')}.metrics.jsonl"
+            kept.write_bytes((out / "metrics.jsonl").read_bytes())
         if not r["ok"]:
             tail = "\n".join(log.read_text().splitlines()[-15:])
             print(f"train: {name} failed (exit {r['returncode']}):\n{tail}", flush=True)
@@ -194,7 +245,7 @@ def main() -> None:
               f"{r['stopped']}", flush=True)  # fmt: skip
         results.append((cfg, over, r))
 
-    lines = [f"data: {data}; device {a.device or dist.device_type()}; budget {a.budget:.0f} s", ""]
+    lines = [f"data: {data}; device {device}; budget {a.budget:.0f} s; capture {a.capture}", ""]
     lines += [f"- {r['name']}: {cfg} {' '.join(over)}" for cfg, over, r in results]
     lines += ["", "| run | epoch | epoch s | images/s | data-wait | kNN top-1 |", "|" + "---|" * 6]
     for _, _, r in results:
@@ -213,10 +264,10 @@ def main() -> None:
         summary.append(f"| train {r['name']}: whole epochs, epoch s, images/s, data-wait %, kNN "
                        f"at the end, OC-SVM path | {len(r['rows'])}, {epoch_s}, {ips}, {wait}, "
                        f"{knn}, {paths} |")  # fmt: skip
+    lines += capture_ratios(results)
     lines += ["", "(epoch s, images/s and data-wait: medians over the whole epochs after the "
               "first, which compiles and warms up; data-wait: the share of a step spent waiting "
               "for the loader)", ""]  # fmt: skip
-    device = a.device or dist.device_type()
     record_table("Training runs (CIFAR-10 recipes)", lines, a.results, not a.no_record, device)
     if a.summary:
         with open(a.summary, "a") as f:

@@ -15,11 +15,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 from test_ddp import clean_env
 
 from pretrain import config
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts beside the packages
 SUITE = ROOT / "benchmarks" / "gpu_suite.sh"
 PARTS = ["tests", "sync", "mioc", "graphs", "splitbn", "ocsvm", "step", "input", "profile",
          "train", "peers"]  # fmt: skip
@@ -191,8 +193,15 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
     assert commands["profile"].startswith("python benchmarks/profile_step.py --device cuda")
     assert commands["train"].startswith("python benchmarks/train.py --device cuda")
     assert f"--budget {budgets['train'] - 15} " in commands["train"]  # stops before its kill
+    assert "--runs moco_resident --capture both " in commands["train"]  # captured and eager
     assert commands["peers"].startswith("python benchmarks/peers.py --device cuda")
     assert f"--budget {budgets['peers'] - 30} " in commands["peers"]  # kNN, OC-SVM, tables after
+    assert "--precision fp32,bf16 " in commands["peers"]  # matched pairs at both precisions
+    assert "--parts" not in commands["peers"]  # the moco part (two-key layout) and the OC-SVM
+    for part in ("train", "peers", "ocsvm", "profile"):  # every flag is the script's own
+        script = ROOT / commands[part].split()[1]
+        flags = {f for f in commands[part].split() if f.startswith("--")}
+        assert all(f'"{f}"' in script.read_text() for f in flags), (part, flags)
     mioc = commands["mioc"].split()
     assert mioc[:5] == ["python", "-m", "pretrain", "--cfg", "digits_mioc.yaml"]
     cfg = config.load("digits_mioc.yaml", mioc[5:])
@@ -224,3 +233,71 @@ def test_bad_usage_exits_2_before_running_anything(tmp_path, args):
     results, report = tmp_path / "results.md", tmp_path / "rep"
     proc = suite("--quick", "--results", str(results), "--report", str(report), *args)
     assert proc.returncode == 2 and not results.exists() and not report.exists(), proc.stdout
+
+
+def test_the_gpu_busy_time_is_the_union_of_the_device_intervals():
+    """profile_step's GPU-busy time: overlapping kernels (two streams) count once, gaps not at
+    all; re-derived here by marking every microsecond of a grid."""
+    from benchmarks.profile_step import union_us
+
+    spans = [(0.0, 10.0), (5.0, 12.0), (20.0, 25.0), (21.0, 22.0), (30.0, 30.0)]
+    grid = sum(any(a <= t < b for a, b in spans) for t in range(40))
+    assert union_us(spans) == grid == 17
+    assert union_us([]) == 0.0
+
+
+def test_the_ocsvm_fit_split_times_the_fits_own_kernel_matrix():
+    """benchmarks/ocsvm.py's fit split: the device loop's kernel matrix is the RBF kernel of the
+    points (numpy, in float64, to float32 rounding: the libsvm solver's rows); the host loop has
+    none apart (rows on demand); the solve is the fit less the kernel matrix."""
+    import numpy as np
+
+    from benchmarks import ocsvm
+
+    X = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    Q = ocsvm.Torch("cpu", loop="device").kernel(X)
+    x = X.double().numpy()
+    ref = np.exp(-ocsvm.GAMMA * ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(Q.double().numpy(), ref, rtol=1e-6, atol=1e-7)
+    assert ocsvm.Torch("cpu").kernel(X) is None and not ocsvm.splits(ocsvm.Torch("cpu"), X)
+    times = {("t", "fit"): [5.0, 4.0, 6.0], ("t", "kernel"): [1.0, 1.5, 0.5],
+             ("t", ocsvm.SPLIT_QUEUE): [2.0, 2.0, 3.0]}  # fmt: skip
+    row = ocsvm.split_row("clustered", 64, "torch (x)", "device", times, "t")
+    assert row == "| clustered | 64 | torch (x) | device | 1.000 | 4.000 | 5.000 | 2.000 |"
+    times[("t", "kernel")] = []
+    host = ocsvm.split_row("clustered", 64, "torch (cpu)", "host", times, "t")
+    assert "| in the solve (rows on demand) | 5.000 | 5.000 |" in host
+
+
+def test_train_capture_both_runs_each_moco_run_captured_and_eager_in_alternating_order():
+    from benchmarks import train
+
+    todo = train.plan(["moco_resident", "mioc_resident", "moco_loader"], "both")
+    order = ["moco_resident graphs", "moco_resident eager", "mioc_resident", "moco_loader eager",
+             "moco_loader graphs"]  # fmt: skip
+    assert [t[0] for t in todo] == order
+    flags = {t[0]: [o for o in t[2] if o.startswith("train.cuda_graphs=")] for t in todo}
+    assert flags["moco_resident graphs"] == flags["moco_loader graphs"] == [
+        "train.cuda_graphs=true"]  # fmt: skip
+    assert flags["mioc_resident"] == []  # MiOC is not capturable: eager, as configured
+    assert all(t[3] == train.RUNS[t[0].split()[0]][2] for t in todo)  # each its run's share
+    results = [("c", [], {"name": "moco_resident graphs", "rows": [
+                   {"epoch_s": 1.0, "images_per_s": 90.0, "data_wait": 0.1, "knn": 1.0}] * 2,
+                   "paths": []}),
+               ("c", [], {"name": "moco_resident eager", "rows": [
+                   {"epoch_s": 1.0, "images_per_s": 60.0, "data_wait": 0.1, "knn": 1.0}] * 2,
+                   "paths": []})]  # fmt: skip
+    assert train.capture_ratios(results) == [
+        "", "- moco_resident: captured / eager images/s = 1.50x (90 / 60)"]  # fmt: skip
+
+
+def test_train_refuses_capture_on_a_cpu_with_a_documented_message():
+    from troubleshooting_quotes import assert_documented
+
+    proc = subprocess.run([sys.executable, "benchmarks/train.py", "--device", "cpu", "--capture",
+                           "both", "--no-record"], capture_output=True, text=True, cwd=ROOT,
+                          env=clean_env(CUDA_VISIBLE_DEVICES=""), timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    message = proc.stderr.strip().splitlines()[-1].removeprefix("train.py: error: ")
+    assert message == "--capture both: CUDA graphs need CUDA (the device is cpu)"
+    assert_documented(message, "`benchmarks/host_overhead.py`, `peers.py` and `train.py`")

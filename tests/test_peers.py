@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_ddp import clean_env
+from troubleshooting_quotes import assert_documented
 
 from negmine_core.step import Batch
 from pretrain import config
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts beside the p
 from benchmarks import peers, peers_run  # noqa: E402
 from benchmarks.peers_models import (  # noqa: E402
     ARCHS,
+    LOSS_SCALE,
     LightlyMoco,
     Sizes,
     negmine_overrides,
@@ -41,6 +43,7 @@ except ImportError:
 needs_lightly = pytest.mark.skipif(
     not HAS_LIGHTLY, reason='lightly is not installed (pip install -e ".[bench]")'
 )
+HEADING = "`benchmarks/host_overhead.py`, `peers.py` and `train.py`"  # docs/troubleshooting.md
 SIZES = {
     "resnet-18, the benchmark's": Sizes(),
     "resnet-9 width 0.125, --quick's": Sizes(arch="resnet-9", width=0.125, batch=32, queue=64),
@@ -52,7 +55,8 @@ def negmine_model(s: Sizes) -> tuple[config.Config, encoders.MoCo]:
     m = cfg.model
     return cfg, encoders.build(arch=m.arch, width=m.width, cifar_stem=m.cifar_stem, dim=m.dim,
                                mlp=m.mlp, bn_splits=m.bn_splits, momentum=cfg.moco.momentum,
-                               symmetric=cfg.loss.symmetric)  # fmt: skip
+                               symmetric=cfg.loss.symmetric,
+                               symmetric_keys=cfg.moco.symmetric_keys)  # fmt: skip
 
 
 def count(module: torch.nn.Module) -> int:
@@ -88,20 +92,21 @@ def test_both_models_have_the_matched_settings(s):
     assert len(ours) == len(theirs) > 0
     assert {m.num_splits for m in theirs} == {cfg.model.bn_splits} == {s.splits}
     assert {m.num_splits for m in ours} == {s.splits}
-    # the learning rate: 0.06 x batch / 128 on both, SGD momentum 0.9, weight decay 5e-4
+    # the learning rate: lightly 0.06 x batch / 128, weight decay 5e-4; negmine's summed loss
+    # (twice lightly's mean) at half the lr and twice the decay: the same updates (test below)
     optim, _ = lightly.optimizer(s)
-    assert optim.param_groups[0]["lr"] == pytest.approx(config.derived(cfg, 50000).lr)
-    assert config.derived(cfg, 50000).lr == pytest.approx(0.06 * s.batch / 128)
     group = optim.param_groups[0]
+    assert group["lr"] == pytest.approx(0.06 * s.batch / 128)
+    assert config.derived(cfg, 50000).lr == pytest.approx(group["lr"] / 2)
     assert (group["momentum"], group["weight_decay"]) == (cfg.train.sgd_momentum,
-                                                          cfg.train.weight_decay)  # fmt: skip
+                                                          cfg.train.weight_decay / 2)  # fmt: skip
     assert cfg.train.batch_size == s.batch
 
 
 @needs_lightly
-def test_both_losses_are_symmetric():
+def test_both_losses_are_the_two_key_layout():
     """lightly's step calls its loss twice, (q(x0), k(x1)) then (q(x1), k(x0)); negmine's config
-    is its symmetric layout, which puts both views through the query encoder (q2)."""
+    is the same two-key layout (moco.symmetric_keys): view 2's queries and view 1's keys too."""
     s = SIZES["resnet-9 width 0.125, --quick's"]
     torch.manual_seed(0)
     lightly = LightlyMoco(s)
@@ -117,10 +122,90 @@ def test_both_losses_are_symmetric():
         assert q_a.requires_grad and q_b.requires_grad
         assert not k_a.requires_grad and not k_b.requires_grad
     cfg, moco = negmine_model(s)
-    assert cfg.loss.symmetric and cfg.loss.name == "nt_xent" and cfg.loss.contrast_queue
-    assert moco.symmetric and moco.momentum == cfg.moco.momentum  # set once, at construction
+    assert cfg.moco.symmetric_keys and cfg.loss.name == "infonce" and not cfg.loss.symmetric
+    assert moco.symmetric_keys and moco.momentum == cfg.moco.momentum  # set at construction
     e = moco.embed(Batch.make(x0, x1, torch.zeros(len(x0), dtype=torch.long)))
     assert e.q2 is not None and e.q2.shape == e.q.shape and e.q2.requires_grad
+    assert e.k1 is not None and e.k1.shape == e.k.shape and not e.k1.requires_grad
+
+
+def unit(n: int, d: int, g: torch.Generator) -> torch.Tensor:
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1)
+
+
+@needs_lightly
+def test_negmines_loss_is_twice_lightlys_on_the_same_inputs():
+    """On the same embeddings and bank, negmine's two-key loss (infonce with k1) is the sum of
+    lightly's NTXentLoss over the two directions: twice lightly's step loss, 0.5 (l1 + l2), where
+    each of lightly's terms sees the same bank (lightly's own second call sees the first's
+    enqueue: UNMATCHED)."""
+    from lightly.loss import NTXentLoss
+
+    from pretrain import losses
+
+    g = torch.Generator().manual_seed(0)
+    n, d, k = 8, 16, 32
+    q1, q2, k1, k2, queue = (unit(m, d, g) for m in (n, n, n, n, k))
+    ours = losses.create("infonce", temperature=0.1)(
+        losses.StepTensors.single(q1, k2, queue=queue, q2=q2, k1=k1)
+    )
+    theirs = NTXentLoss(temperature=0.1, memory_bank_size=(k, d)).double()
+
+    def term(q: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        theirs.memory_bank.bank.copy_(queue)  # (K, D), read as (D, K) by the loss
+        return theirs(q, key)
+
+    lightly_step = 0.5 * (term(q1, k2) + term(q2, k1))
+    torch.testing.assert_close(ours, LOSS_SCALE * lightly_step, rtol=1e-12, atol=1e-12)
+
+
+def test_half_the_lr_and_twice_the_weight_decay_make_lightlys_updates():
+    """negmine's lr and weight decay (benchmarks/peers_models.py) on its summed loss give the
+    SGD updates (momentum 0.9) of lightly's on the mean of the same two terms."""
+    s = Sizes(batch=64)
+    cfg = config.load("cifar10_moco.yaml", negmine_overrides(s, "unused"))
+    lr = cfg.train.base_lr * s.batch / cfg.train.lr_base_batch
+    g = torch.Generator().manual_seed(0)
+    start = torch.randn(5, generator=g, dtype=torch.float64)
+    a, b = (torch.randn(5, generator=g, dtype=torch.float64) for _ in range(2))
+    params = {}
+    settings = {"lightly": (s.lr, 5e-4, 0.5), "negmine": (lr, cfg.train.weight_decay, 1.0)}
+    for name, (step_lr, wd, scale) in settings.items():
+        w = torch.nn.Parameter(start.clone())
+        opt = torch.optim.SGD([w], lr=step_lr, momentum=cfg.train.sgd_momentum, weight_decay=wd)
+        for _ in range(4):
+            loss = scale * (((w - a) ** 2).sum() + (w * b).sin().sum())  # two terms
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        params[name] = w.detach()
+    assert params["negmine"].sub(start).abs().min() > 0  # it moved
+    torch.testing.assert_close(params["negmine"], params["lightly"], rtol=1e-12, atol=1e-14)
+
+
+def test_each_round_reverses_the_order_of_the_last():
+    names = ["lightly", "negmine", "negmine_resident"]
+    assert [peers_run.order(names, r)[0] for r in range(4)] == ["lightly", "negmine_resident"] * 2
+    assert peers_run.order(names, 1) == names[::-1] and peers_run.order(names, 2) == names
+
+
+def test_defaults_are_matched_pairs_over_timed_epochs_and_seeds(capsys):
+    """Without --quick: 4 epochs (a warm-up, 3 timed), 3 seeds on a CPU; fp32 pairs on a CPU,
+    fp32 and bf16 pairs on CUDA; --quick: one epoch, one seed, the fp32 pair."""
+    cpu = peers.options(["--device", "cpu"])
+    assert (cpu.epochs, cpu.seeds, cpu.precision) == (4, 3, ["fp32"])
+    cuda = peers.options(["--device", "cuda"])
+    assert (cuda.epochs, cuda.seeds, cuda.precision) == (4, 1, ["fp32", "bf16"])
+    quick = peers.options(["--device", "cpu", "--quick"])
+    assert (quick.epochs, quick.seeds, quick.precision) == (1, 1, ["fp32"])
+    assert peers.options(["--device", "cuda", "--budget", "50"]).epochs == 0  # as many as fit
+    for bad in (["--precision", "fp16"], ["--precision", "fp32,fp32"], ["--seeds", "0"],
+                ["--epochs", "0"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            peers.options(["--device", "cpu", *bad])
+        assert exit_.value.code == 2, bad
+        message = capsys.readouterr().err.strip().splitlines()[-1]
+        assert_documented(message.split(": error: ", 1)[1], HEADING)
 
 
 def test_a_resnet18_with_a_width_multiplier_is_refused():
@@ -197,11 +282,14 @@ def quick_run(tmp_path, *args: str) -> str:
 
 
 def check_moco_rows(text: str, precision: str) -> None:
-    """Both runs' rows at ``precision`` (one precision per pair, named in the header line)."""
+    """Both runs' rows at ``precision`` (one precision per pair, named in the header line), each
+    marked matched (``yes``) in its own column, and the two-key layout named as matched."""
     assert f"precision {precision} on both sides (matched)" in text, text
+    assert "Matched (benchmarks/peers_models.py MATCHED):" in text
+    assert "- loss layout: the two-key symmetric loss on both" in text
     for run in ("lightly", "negmine"):
-        row = re.search(rf"^\| {run} \| {precision} \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| "
-                        r"([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
+        row = re.search(rf"^\| {run} \| {precision} \| yes \| (\d+) \| ([\d.]+) \| ([\d.]+) \| "
+                        r"(\d+) \| ([\d.]+) \| ([\d.]+)x.*? \| ([\d.]+) \| ([\d.]+)x \|$", text,
                         flags=re.M)  # fmt: skip
         assert row, (run, text)
         ips, wait, compute, _, knn, ratio, alone, alone_ratio = map(float, row.groups())

@@ -208,6 +208,7 @@ class MoCo(nn.Module):
         self.bn_splits, self.channels_last = bn_splits, channels_last
         self.keep_features = keep_features
         self.ddp: tuple[nn.Module, ...] = ()  # the query encoder's DDP wrapper, once wrapped
+        self._params: tuple[list[nn.Parameter], list[nn.Parameter]] | None = None
 
     def wrap_for_ddp(self) -> None:
         """Under DDP (called once by setup): gradients of the query encoder averaged over ranks
@@ -225,11 +226,32 @@ class MoCo(nn.Module):
     @torch.no_grad()
     def momentum_update(self, m: float | None = None) -> None:
         """θ_k ← m·θ_k + (1−m)·θ_q over parameters only (key BN buffers stay its own); m is the
-        constructor's ``momentum`` unless given."""
+        constructor's ``momentum`` unless given. One multi-tensor op (``_foreach_lerp_``, which
+        computes θ_k + (1−m)·(θ_q − θ_k): moco's ``θ_k·m + θ_q·(1−m)`` within rounding) over
+        the parameter lists of :meth:`parameter_lists`."""
         m = self.momentum if m is None else m
-        q_params = list(self.encoder_q.parameters())
-        k_params = list(self.encoder_k.parameters())
+        k_params, q_params = self.parameter_lists()
         torch._foreach_lerp_(k_params, q_params, 1.0 - m)
+
+    def parameter_lists(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(key, query) encoders' parameters, listed once and kept: walking the module tree costs
+        ~1,500 Python calls a step for a ResNet-18 (benchmarks/host_overhead.py). Listed again
+        after ``.to()``/``.cuda()``/``.double()`` and ``load_state_dict`` (which may put new
+        parameter objects in the tree)."""
+        if self._params is None:
+            k, q = list(self.encoder_k.parameters()), list(self.encoder_q.parameters())
+            if len(k) != len(q):
+                raise ValueError(f"key encoder has {len(k)} parameters, query encoder {len(q)}")
+            self._params = (k, q)
+        return self._params
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> MoCo:  # .to(), .cuda(), .double()
+        self._params = None
+        return super()._apply(fn, recurse)
+
+    def load_state_dict(self, *args: object, **kwargs: object) -> object:  # assign=True: new ones
+        self._params = None
+        return super().load_state_dict(*args, **kwargs)
 
     @torch.no_grad()
     def keys(
