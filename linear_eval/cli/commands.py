@@ -20,7 +20,7 @@ from linear_eval.detect.detectors import Settings
 from linear_eval.inputs.guards import UsageError
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 Record = dict[str, Any]
 

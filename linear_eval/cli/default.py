@@ -149,7 +149,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     lin5 = summary.accuracy(summary.topk_correct(scores, test.labels, 5), "linear_top5")
     return {
         **_run_record(args, sess),
-        # the monitor's float32 reduction (pretrain.engine.knn.knn_top1), so the two numbers are
+        # the monitor's float32 reduction (pretrain.metrics.knn.knn_top1), so the two numbers are
         # equal
         "knn_top1": 100.0 * knn_hit.float().mean().item(),
         "knn_top1_ci": summary.interval(knn_hit),

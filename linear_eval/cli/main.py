@@ -37,7 +37,7 @@ from linear_eval.detect import detectors, fitted
 from linear_eval.inputs import openood as openood_data
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import BadImageError, bad_image_line
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 #: The command that runs when none is named: ``python -m linear_eval --ckpt X``.
 DEFAULT = "default"

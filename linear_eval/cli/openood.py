@@ -28,7 +28,7 @@ from linear_eval.inputs import openood
 from linear_eval.inputs.features import encode
 from linear_eval.inputs.session import Session
 from linear_eval.records import metrics
-from pretrain.engine.knn import knn_predict
+from pretrain.metrics.knn import knn_predict
 from pretrain.runtime import run_folder
 
 CSV_COLUMNS = ("dataset", "FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "FPR@95_ID+")

@@ -17,9 +17,9 @@ from pretrain import losses
 from pretrain.config import Config, ConfigError, run_settings
 from pretrain.data import pipeline
 from pretrain.data.pipeline import Data
-from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
+from pretrain.model.queue import LabeledQueue
 from pretrain.runtime import precision
 
 
