@@ -79,7 +79,12 @@ def common() -> argparse.ArgumentParser:
     p.add_argument(
         "--set", nargs="*", default=[], metavar="key=value", help="overrides of --config"
     )
-    p.add_argument("--batch-size", type=int, default=None, help="extraction batch")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="feature extraction batch (default: the run's eval.batch_size)",
+    )
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
     p.add_argument(
@@ -221,14 +226,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=DEFAULT_HELP,
     )
     sub = top.add_subparsers(dest="command", required=True, title="subcommands", metavar="COMMAND")
+    base = [common()]  # every command on checkpoints, the default one included: one meaning each
     p = sub.add_parser(
         DEFAULT,
+        parents=base,
         prog="python -m linear_eval [default]",
         help="kNN + the SGD linear probe, one JSON line (no name needed)",
     )
     default.add_arguments(p)
     p.set_defaults(run=default.run)
-    base = [common()]
     _classification_commands(sub, base)
     _detection_commands(sub, base)
     _summary_commands(sub, base)
