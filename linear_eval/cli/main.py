@@ -31,9 +31,10 @@ import yaml
 
 from linear_eval.classify import knn, limited, probe
 from linear_eval.classify import transfer as transfer_lib
-from linear_eval.cli import commands, default, detection, table
+from linear_eval.cli import commands, default, table
 from linear_eval.cli.commands import on_one
 from linear_eval.detect import detectors, fitted
+from linear_eval.detect import evaluate as detection
 from linear_eval.inputs import openood as openood_data
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import BadImageError, bad_image_line
