@@ -31,7 +31,7 @@ Columns (the table's header says them too):
 - Python calls: Python function calls (``sys.setprofile`` "call" events; C functions not
   counted) during one step.
 
-``--optimizer`` (a comma list): ``built`` (the trainer's SGD as ``pretrain/engine/build.py``
+``--optimizer`` (a comma list): ``built`` (the trainer's SGD as ``pretrain/build.py``
 builds it), ``loop`` (``foreach=False``: a loop over the parameters), ``foreach``
 (``foreach=True``) or ``fused`` (``fused=True``); the benchmark sets the optimizer's groups itself,
 the trainer's code is unchanged. ``--momentum`` (a comma list): ``built`` (the model's

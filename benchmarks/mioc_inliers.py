@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 from pretrain import config  # noqa: E402
-from pretrain.engine import checkpoint, loop  # noqa: E402
+from pretrain.engine import loop  # noqa: E402
+from pretrain.runtime import checkpoint_io  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -105,8 +106,8 @@ def main() -> None:
     run = loop.setup(cfg)
     what = "random init"
     if a.ckpt:
-        state = checkpoint.load(a.ckpt)
-        checkpoint.load_module(run.moco, state["model"], "model")
+        state = checkpoint_io.load(a.ckpt)
+        checkpoint_io.load_module(run.moco, state["model"], "model")
         what = f"{a.ckpt} (epoch {state['epoch']}, step {state['step_in_epoch']})"
     q, k = embed(run, a.images)
     gammas = [float(g) for g in a.gammas.split(",")]

@@ -29,8 +29,9 @@ from benchmarks.peers_models import (
 )
 from benchmarks.step import PeakMemory
 from pretrain import config
-from pretrain.engine import knn, loop
+from pretrain.engine import loop, monitor
 from pretrain.engine.step import Batch
+from pretrain.metrics import knn
 from pretrain.runtime import cores
 from pretrain.runtime import precision as amp
 
@@ -95,8 +96,8 @@ class Negmine:
 
     def knn(self) -> float:
         net, d = self.run.moco.encoder_q.backbone, self.run.data
-        bank, bank_y = knn.extract(net, d.bank_loader, self.device)
-        test, test_y = knn.extract(net, d.test_loader, self.device)
+        bank, bank_y = monitor.extract(net, d.bank_loader, self.device)
+        test, test_y = monitor.extract(net, d.test_loader, self.device)
         return top1(bank, bank_y, test, test_y, self.device, d.num_classes)
 
     def close(self) -> None:

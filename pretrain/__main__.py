@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None, *, leaving: bool = False) -> int:
     after the run's end is then ignored, not fatal)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["export"]:
-        from pretrain.engine import export
+        from pretrain import export
 
         return export.main(argv[1:])
     parser = argparse.ArgumentParser(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from pretrain import config
-from pretrain.engine import build, checkpoint
+from pretrain import build, config
+from pretrain.runtime import checkpoint_io
 
 TINY = [
     "model.width=8",
@@ -35,9 +35,9 @@ def make_checkpoint(
         elif k.endswith("running_var"):
             v.copy_(torch.rand_like(v) + 0.5)
     path = run / "checkpoints" / name
-    checkpoint.save(
+    checkpoint_io.save(
         {
-            "format": checkpoint.FORMAT,
+            "format": checkpoint_io.FORMAT,
             "epoch": global_step // 5,
             "step_in_epoch": 0,
             "global_step": global_step,

@@ -10,9 +10,9 @@ from pathlib import Path
 import inproc
 import pytest
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
-from pretrain.engine import build, runlock
+from pretrain.runtime import runlock
 from tests.test_troubleshooting_data import assert_documented
 
 ROOT = Path(__file__).resolve().parents[1]

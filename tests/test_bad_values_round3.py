@@ -8,9 +8,8 @@ import pytest
 from fakeckpt import make_checkpoint
 from inproc import linear_eval, pretrain
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
-from pretrain.engine import build
 from tests.test_troubleshooting_data import assert_documented
 
 TINY = ["model.width=8", "train.max_steps=1", "train.progress_bar=false", "data.num_workers=0",

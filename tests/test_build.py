@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
 from pretrain.data import pipeline
-from pretrain.engine import build
 
 
 def cfg_with(*overrides: str) -> config.Config:

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from pretrain.engine import checkpoint
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.runtime import checkpoint_io
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 
 def draws() -> tuple[torch.Tensor, np.ndarray, list[float]]:
@@ -26,7 +27,7 @@ def assert_same_draws(a, b) -> None:
 def sample_state() -> dict:
     g = torch.Generator().manual_seed(0)
     return {
-        "format": checkpoint.FORMAT,
+        "format": checkpoint_io.FORMAT,
         "epoch": 3,
         "step_in_epoch": 7,
         "global_step": 52,
@@ -60,8 +61,8 @@ def assert_nested_equal(a, b) -> None:
 def test_round_trip_of_tensors_nested_dicts_and_rng(tmp_path):
     state = sample_state()
     path = tmp_path / "ckpt" / "last.pt"  # parent folder is created
-    checkpoint.save(state, path)
-    loaded = checkpoint.load(path)
+    checkpoint_io.save(state, path)
+    loaded = checkpoint_io.load(path)
     assert_nested_equal(state, loaded)
     # Plain torch can read it with the restricted unpickler.
     raw = torch.load(path, weights_only=True)
@@ -88,14 +89,14 @@ def test_rng_state_survives_the_file(tmp_path):
     random.seed(3)
     state = sample_state()
     first = draws()
-    checkpoint.save(state, tmp_path / "last.pt")
+    checkpoint_io.save(state, tmp_path / "last.pt")
     draws()
-    checkpoint.set_rng_state(checkpoint.load(tmp_path / "last.pt")["rng"])
+    checkpoint.set_rng_state(checkpoint_io.load(tmp_path / "last.pt")["rng"])
     assert_same_draws(draws(), first)
 
 
 def write_truncated(path):
-    checkpoint.save(sample_state(), path)
+    checkpoint_io.save(sample_state(), path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
 
@@ -116,46 +117,46 @@ def test_corrupt_files_raise_checkpoint_error(tmp_path, make):
     path = tmp_path / "last.pt"
     make(path)
     with pytest.raises(CheckpointError, match=r"last\.pt is corrupt or not a torch checkpoint"):
-        checkpoint.load(path)
+        checkpoint_io.load(path)
 
 
 def test_pickled_object_is_refused_by_weights_only(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({**sample_state(), "extra": nn.Linear(2, 2)}, path)  # needs pickle globals
     with pytest.raises(CheckpointError, match="corrupt or not a torch checkpoint"):
-        checkpoint.load(path)
+        checkpoint_io.load(path)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
-        checkpoint.load(tmp_path / "nothing.pt")
+        checkpoint_io.load(tmp_path / "nothing.pt")
 
 
 def test_missing_required_keys_are_listed(tmp_path):
     state = sample_state()
     del state["optimizer"], state["rng"]
-    checkpoint.save(state, tmp_path / "last.pt")
+    checkpoint_io.save(state, tmp_path / "last.pt")
     with pytest.raises(CheckpointError, match="lacks optimizer, rng"):
-        checkpoint.load(tmp_path / "last.pt")
+        checkpoint_io.load(tmp_path / "last.pt")
 
 
 @pytest.mark.parametrize("obj", [{"epoch": 1}, {**sample_state(), "format": "other-1"}, [1, 2]])
 def test_foreign_checkpoints_are_refused(tmp_path, obj):
     torch.save(obj, tmp_path / "last.pt")
     with pytest.raises(CheckpointError, match="is not a negmine-1 negmine checkpoint"):
-        checkpoint.load(tmp_path / "last.pt")
+        checkpoint_io.load(tmp_path / "last.pt")
 
 
 def test_save_leaves_no_temporary_files(tmp_path):
-    checkpoint.save(sample_state(), tmp_path / "last.pt")
-    checkpoint.save(sample_state(), tmp_path / "last.pt")  # replace an existing file
+    checkpoint_io.save(sample_state(), tmp_path / "last.pt")
+    checkpoint_io.save(sample_state(), tmp_path / "last.pt")  # replace an existing file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
 
 
 def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     old = sample_state()
-    checkpoint.save(old, path)
+    checkpoint_io.save(old, path)
     before = path.read_bytes()
 
     def broken_save(obj, f, *args, **kwargs):
@@ -166,23 +167,23 @@ def test_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     new = sample_state()
     new["epoch"] = 4
     with pytest.raises(CheckpointError, match="disk full.*the previous checkpoint .* is intact"):
-        checkpoint.save(new, path)
+        checkpoint_io.save(new, path)
     monkeypatch.undo()
     assert path.read_bytes() == before
-    assert checkpoint.load(path)["epoch"] == 3
+    assert checkpoint_io.load(path)["epoch"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
 
 
 def test_load_module_loads_matching_weights():
     src, dst = nn.Linear(4, 3), nn.Linear(4, 3)
-    checkpoint.load_module(dst, src.state_dict(), "model")
+    checkpoint_io.load_module(dst, src.state_dict(), "model")
     assert torch.equal(dst.weight, src.weight) and torch.equal(dst.bias, src.bias)
 
 
 def test_load_module_shape_mismatch_names_the_key():
     weights = nn.Linear(4, 2).state_dict()
     with pytest.raises(CheckpointError, match=r"model does not match.*weight \(2, 4\) vs \(3, 4\)"):
-        checkpoint.load_module(nn.Linear(4, 3), weights, "model")
+        checkpoint_io.load_module(nn.Linear(4, 3), weights, "model")
 
 
 def test_load_module_missing_and_unexpected_keys():
@@ -192,11 +193,11 @@ def test_load_module_missing_and_unexpected_keys():
         match=r"queue does not match.*missing \['bias'\]"
         r".*unexpected \['scale'\]",
     ):
-        checkpoint.load_module(nn.Linear(4, 3), weights, "queue")
+        checkpoint_io.load_module(nn.Linear(4, 3), weights, "queue")
 
 
 def test_the_old_checkpoint_shims_end_at_their_stated_version():
-    """pretrain/engine/resume.py reads checkpoints written before data.augment_on existed
+    """pretrain/engine/checkpoint.py reads checkpoints written before data.augment_on existed
     (no data.augment_on, the loss state under "objective") until negmine
     OLD_CHECKPOINTS_READ_UNTIL; this fails when pyproject.toml reaches that version, so the two
     shims are removed then, not kept forever."""
@@ -204,8 +205,8 @@ def test_the_old_checkpoint_shims_end_at_their_stated_version():
 
     from compat import tomllib
 
-    from pretrain.engine import resume
+    from pretrain.engine import checkpoint
 
     meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     version = tuple(int(p) for p in meta["project"]["version"].split(".")[:2])
-    assert version < resume.OLD_CHECKPOINTS_READ_UNTIL, "remove the shims in engine/resume.py"
+    assert version < checkpoint.OLD_CHECKPOINTS_READ_UNTIL, "remove the shims"

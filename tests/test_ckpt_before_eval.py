@@ -14,18 +14,18 @@ import inproc
 import pytest
 from test_engine import ROOT, TINY, lines
 
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 # the kNN monitor's extraction announces itself, then hangs until killed
 HANG_IN_KNN = """
 import sys, time
 from pathlib import Path
-from pretrain.engine import knn
+from pretrain.engine import monitor
 marker = Path(sys.argv[1])
 def hang(*args, **kwargs):
     marker.write_text("in knn")
     time.sleep(600)
-knn.extract = hang
+monitor.extract = hang
 from pretrain.__main__ import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -54,7 +54,7 @@ def test_sigkill_during_the_knn_monitor_leaves_the_epochs_checkpoint(tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
-    state = checkpoint.load(out / "checkpoints" / "last.pt", map_location="cpu")
+    state = checkpoint_io.load(out / "checkpoints" / "last.pt", map_location="cpu")
     assert state["epoch"] == 1 and state["step_in_epoch"] == 0  # epoch 1 done, kNN not logged
     assert state["epoch_record"]["epoch"] == 1
     assert not lines(out, "epoch")

@@ -9,7 +9,7 @@ import torch
 from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import loop, resume, setup
+from pretrain.engine import checkpoint, loop, setup
 
 TINY = [
     "model.width=8",
@@ -63,4 +63,4 @@ def test_compile_under_ddp_is_refused():
 
 def test_compile_is_not_a_resumable_change():
     """A checkpoint moves between compiled and eager runs: the key may change on resume."""
-    assert "train.compile" in resume.RESUMABLE_CHANGES
+    assert "train.compile" in checkpoint.RESUMABLE_CHANGES

@@ -168,8 +168,8 @@ def test_pinned_batches_and_cuda_rng_follow_the_run_s_device(monkeypatch, tmp_pa
     """On a CUDA host (faked) a CPU-pinned run neither pins its batches nor touches the CUDA RNG
     (a real CUDA call would fail here); a GPU run pins them for the loop's non-blocking upload
     and saves the CUDA RNG state."""
-    from pretrain import config
-    from pretrain.engine import build, checkpoint
+    from pretrain import build, config
+    from pretrain.engine import checkpoint
 
     fake_cuda(monkeypatch, True)
     monkeypatch.setenv(dist.DEVICE_ENV, env)

@@ -20,14 +20,14 @@ from torch.utils.data import default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
 from pretrain.data import augment_params as ap
 from pretrain.data import datasets, imagefiles, pipeline, views
 from pretrain.data import device_decode as dd
 from pretrain.data import device_resize as dr
 from pretrain.data.loaders import ResumableSampler, loader
-from pretrain.engine import build, loop
+from pretrain.engine import loop
 from tests.fakedata import write_imagenet100
 
 SPEC = views.ViewSpec(image_size=16, crop_scale=(0.2, 1.0), affine_degrees=0.0,

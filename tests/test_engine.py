@@ -15,8 +15,8 @@ import inproc
 import pytest
 import torch
 
-from pretrain import config, losses
-from pretrain.engine import build, loop
+from pretrain import build, config, losses
+from pretrain.engine import loop
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 

@@ -13,7 +13,7 @@ import negatives
 from linear_eval.inputs.checkpoints import load_model
 from pretrain import config, losses
 from pretrain.config import ConfigError
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 from tests.test_troubleshooting_data import assert_documented
 
 CLAIMED = "loss 'infonce' is already registered: claimed by A.Mine (a.py) and by B.Mine (b.py)"
@@ -21,9 +21,9 @@ CLAIMED = "loss 'infonce' is already registered: claimed by A.Mine (a.py) and by
 
 def edited(tmp_path, **loss_keys) -> object:
     ckpt = make_checkpoint(tmp_path / "run")
-    state = checkpoint.load(ckpt)
+    state = checkpoint_io.load(ckpt)
     state["config"]["loss"].update(loss_keys)
-    checkpoint.save(state, ckpt)
+    checkpoint_io.save(state, ckpt)
     return ckpt
 
 
@@ -46,7 +46,7 @@ def test_an_inert_old_loss_setting_is_dropped_and_the_checkpoint_evaluates(
     )
     assert_documented(message)
     assert model.cfg.loss.kwargs == {}
-    cfg = config.from_dict(checkpoint.load(ckpt)["config"], source="x")  # a resume reads it too
+    cfg = config.from_dict(checkpoint_io.load(ckpt)["config"], source="x")  # a resume reads it too
     assert cfg.loss.kwargs == {}
 
 
@@ -65,7 +65,7 @@ def test_evaluation_ignores_loss_settings_and_a_loss_claimed_twice(tmp_path, mon
     ckpt = edited(tmp_path, kwargs={"no_such_setting": 1})
     assert load_model(ckpt).cfg.loss.kwargs == {"no_such_setting": 1}  # kept as the record
     with pytest.raises(ConfigError, match="no argument 'no_such_setting'"):
-        config.from_dict(checkpoint.load(ckpt)["config"], source="x")  # training still refuses
+        config.from_dict(checkpoint_io.load(ckpt)["config"], source="x")  # training still refuses
     plain = make_checkpoint(tmp_path / "run2")
     losses.registry.names()  # the entry points scanned first
     monkeypatch.setitem(losses.registry._problems, "infonce", CLAIMED)
@@ -79,11 +79,11 @@ def test_a_name_claimed_twice_keeps_which_plugin_the_run_used(tmp_path, monkeypa
     """F04: the checkpoint's provenance names the plugin its loss came from; with that name
     claimed twice here, the warning said only the clash and lost which plugin the run used."""
     ckpt = make_checkpoint(tmp_path / "run")
-    state = checkpoint.load(ckpt)
+    state = checkpoint_io.load(ckpt)
     record = {"kind": "loss", "name": "infonce", "class": "a.Mine", "file": "/p/mine.py",
               "sha256": "ab" * 32}  # fmt: skip
     state["provenance"] = {"plugins": [record]}
-    checkpoint.save(state, ckpt)
+    checkpoint_io.save(state, ckpt)
     losses.registry.names()  # the entry points scanned first
     monkeypatch.setitem(losses.registry._problems, "infonce", CLAIMED)
     capsys.readouterr()

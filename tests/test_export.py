@@ -15,7 +15,7 @@ from torch import nn
 
 from pretrain import config
 from pretrain.__main__ import main
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 IMAGENET_STEM = ["model.arch=resnet18", "model.cifar_stem=false", "model.width=64"]
 
@@ -26,10 +26,10 @@ def r18(tmp_path_factory):
 
 
 def _our_backbone(ckpt):
-    state = checkpoint.load(ckpt)
+    state = checkpoint_io.load(ckpt)
     cfg = config.from_dict(state["config"])
     torch.manual_seed(0)
-    from pretrain.engine import build as pbuild
+    from pretrain import build as pbuild
 
     moco = pbuild.model(cfg)
     moco.load_state_dict(state["model"])
@@ -93,7 +93,7 @@ def test_detectron2_pickle_has_its_resnet_names(arch, depth, tmp_path):
     assert blob["matching_heuristics"] is True and blob["__author__"] == "negmine"
     assert set(blob["model"]) == detectron2_resnet_names(depth)
     assert all(isinstance(v, np.ndarray) for v in blob["model"].values())
-    state = checkpoint.load(ckpt)["model"]
+    state = checkpoint_io.load(ckpt)["model"]
     np.testing.assert_array_equal(
         blob["model"]["res3.0.shortcut.norm.running_var"],
         state["encoder_q.backbone.layer2.0.downsample.1.running_var"].numpy(),

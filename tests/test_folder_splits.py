@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.data import datasets, imagefiles, pipeline
-from pretrain.engine import build
 from tests.fakedata import random_images, write_png
 
 TRAIN = {"ant": 2, "cat": 3, "owl": 2}  # class -> images

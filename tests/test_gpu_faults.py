@@ -15,7 +15,7 @@ import torch
 
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import checkpoint, loop, resume, world
+from pretrain.engine import checkpoint, loop, monitor, world
 from pretrain.runtime import dist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +149,7 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
     cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY])
     last = tmp_path / "checkpoints" / "last.pt"
     steps = 1437 // 32
-    step, monitor = loop.train_step, loop.evaluate
+    step, knn_monitor = loop.train_step, monitor.evaluate
     seen: list[object] = []
 
     def train_step(run, *args):
@@ -160,10 +160,10 @@ def test_stop_in_the_last_step_saves_before_the_monitor_and_resume_on_a_device(
     def evaluate(run):
         state = torch.load(last, weights_only=True) if last.exists() else None
         seen.append(state and (state["epoch"], state["step_in_epoch"]))
-        return monitor(run)
+        return knn_monitor(run)
 
     monkeypatch.setattr(loop, "train_step", train_step)
-    monkeypatch.setattr(loop, "evaluate", evaluate)
+    monkeypatch.setattr(monitor, "evaluate", evaluate)
     assert loop.run_training(cfg) == 0
     assert seen == []  # the monitor did not run before the save
     state = torch.load(last, weights_only=True)
@@ -200,17 +200,17 @@ def test_restore_applies_the_world_size_rule(tmp_path):
     BatchNorm groups) and is refused with bn_splits=1 (exit 2 via ConfigError)."""
     small = [f"out_dir={tmp_path}", *TINY]
     saved_run = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
-    state = resume.state_dict(saved_run)
+    state = checkpoint.state_dict(saved_run)
     state["world_size"] = 2  # as if written by 2 ranks
     two_splits = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=2"]))
-    resume.restore(two_splits, state)
+    checkpoint.restore(two_splits, state)
     one_split = loop.setup(config.load("digits_moco.yaml", [*small, "model.bn_splits=1"]))
     with pytest.raises(ConfigError, match=r"2 rank\(s\) x model.bn_splits=1 \(2 BatchNorm"):
-        resume.restore(one_split, state)
+        checkpoint.restore(one_split, state)
     del state["world_size"]  # an older checkpoint: bn_splits must stay
-    resume.restore(one_split, state)
+    checkpoint.restore(one_split, state)
     with pytest.raises(ConfigError, match="model.bn_splits"):
-        resume.restore(two_splits, state)
+        checkpoint.restore(two_splits, state)
 
 
 def test_finish_without_leaving_destroys_the_group_and_returns(monkeypatch):

@@ -109,3 +109,38 @@ def test_no_import_cycle():
         back = graph.find_shortest_chain(importer=b, imported=a)
         chains.append(f"{' -> '.join(there or ())} | {' -> '.join(back or ())}")
     assert not found, "import cycles:\n" + "\n".join(chains)
+
+
+# who may import the trainer: its own modules, the CLI that runs it, the contract kit that runs its
+# steps on a plugin, and the SLURM launcher (issue 58: an engine that only trains)
+ENGINE_IMPORTERS = ("pretrain.engine", "pretrain.__main__", "pretrain.testing", "slurm")
+ENGINE_MODULES_AT_MOST = 14
+
+
+def test_only_the_cli_the_kit_and_the_launcher_import_the_engine():
+    """linear_eval reads checkpoints, builds its encoder and computes kNN through modules below the
+    engine (pretrain.runtime.checkpoint_io, pretrain.build, pretrain.metrics), so nothing outside
+    the trainer's callers imports ``pretrain.engine``."""
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    engine = {
+        m for m in graph.modules if m == "pretrain.engine" or m.startswith("pretrain.engine.")
+    }
+    assert len(engine) > 5  # the engine was read
+    found = sorted(
+        f"{importer} -> {m}"
+        for m in engine
+        for importer in graph.find_modules_that_directly_import(m)
+        if not importer.startswith(ENGINE_IMPORTERS)
+    )
+    assert not found, "modules outside the trainer import it:\n" + "\n".join(found)
+
+
+def test_the_engine_holds_only_the_trainer():
+    """The queue sits beside the model, the kNN maths below the monitor and linear_eval, export at
+    the CLI, the run-folder lock and the checkpoint file format in runtime; what is left is at
+    most ``ENGINE_MODULES_AT_MOST`` modules."""
+    graph = grimp.build_graph("pretrain", cache_dir=None)
+    engine = sorted(m for m in graph.modules if m.startswith("pretrain.engine."))
+    moved = {"queue", "knn", "export", "runlock", "build", "resume", "closing"}
+    assert not [m for m in engine if m.rsplit(".", 1)[1] in moved], engine
+    assert len(engine) <= ENGINE_MODULES_AT_MOST, f"{len(engine)} engine modules: {engine}"

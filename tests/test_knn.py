@@ -9,7 +9,8 @@ from sklearn.neighbors import KNeighborsClassifier
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from pretrain.engine.knn import extract, knn_predict, knn_top1, knn_votes
+from pretrain.engine.monitor import extract
+from pretrain.metrics.knn import knn_predict, knn_top1, knn_votes
 
 C, T = 5, 0.1
 

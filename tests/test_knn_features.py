@@ -13,7 +13,8 @@ from torch import nn
 
 from pretrain import config
 from pretrain.engine import loop
-from pretrain.engine.knn import Taps, knn_top1
+from pretrain.engine.monitor import Taps
+from pretrain.metrics.knn import knn_top1
 from pretrain.model.encoders import Encoder
 from tests.test_knn import np_knn
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
-from pretrain.engine import build
 
 
 def test_scientific_notation_in_kwargs_becomes_a_float(tmp_path):

@@ -20,9 +20,11 @@ from sklearn.metrics import roc_auc_score
 from negatives.base import ExtraNegatives
 from negmine_core.conventions import NO_LABEL, OUTLIER_LABEL
 from negmine_core.step import Embeddings, StepContext
-from pretrain import config, losses
+from pretrain import build, config, losses
 from pretrain.config import ConfigError
-from pretrain.engine import build, checkpoint, knn, loop
+from pretrain.engine import loop, monitor
+from pretrain.metrics import knn
+from pretrain.runtime import checkpoint_io
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
@@ -233,11 +235,11 @@ def test_cider_run_initialises_prototypes_from_class_means_and_saves_them(tmp_pa
     )
     run = loop.setup(cfg)
     loop.init_loss(run)
-    z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
+    z, y = monitor.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
     means = F.normalize(torch.stack([z[y == 2].mean(0), z[y == 5].mean(0)]), dim=1)
     assert torch.allclose(run.loss_fn.prototypes, means, atol=1e-5)
     assert loop.main(cfg) == 0
-    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+    state = checkpoint_io.load(tmp_path / "checkpoints" / "last.pt")
     saved = state["loss"]["prototypes"]
     assert saved.shape == (2, cfg.model.dim) and not torch.allclose(saved, means, atol=1e-3)
     assert torch.allclose(saved.norm(dim=1), torch.ones(2), atol=1e-5)
@@ -284,7 +286,7 @@ def test_each_recipe_config_runs_an_epoch(name, data_roots, tmp_path):
         assert all(r["loss_kappa_mean"] > 0 for r in steps)
         events = list((tmp_path / "tensorboard").glob("events.*"))
         assert events and b"train/kappa" in events[0].read_bytes()  # the histogram
-    state = checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+    state = checkpoint_io.load(tmp_path / "checkpoints" / "last.pt")
     assert state["config"]["loss"]["name"] == cfg.loss.name
 
 
@@ -309,8 +311,8 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
     for epochs in (1, 2):
         part = config.load(name, [f"out_dir={tmp_path / 'b'}", *base, f"train.epochs={epochs}"])
         assert loop.main(part) == 0
-    a = checkpoint.load(tmp_path / "a" / "checkpoints" / "last.pt")
-    b = checkpoint.load(tmp_path / "b" / "checkpoints" / "last.pt")
+    a = checkpoint_io.load(tmp_path / "a" / "checkpoints" / "last.pt")
+    b = checkpoint_io.load(tmp_path / "b" / "checkpoints" / "last.pt")
     for part in ("model", "queue", "loss"):
         assert a[part].keys() == b[part].keys()
         for key, value in a[part].items():

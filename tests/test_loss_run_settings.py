@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain import config, losses
+from pretrain import build, config, losses
 from pretrain.config import run_settings
-from pretrain.engine import build
 from pretrain.engine.failures import ContractError
 from pretrain.testing.declarations import check_declarations
 

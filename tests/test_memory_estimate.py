@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pretrain import config
-from pretrain.engine import build, memory
+from pretrain import build, config
+from pretrain.engine import memory
 from pretrain.model import encoders
 from tests import inproc
 from tests.troubleshooting_quotes import assert_documented

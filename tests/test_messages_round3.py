@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from negmine_core.registry import PluginError, import_plugin
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
 from pretrain.data import imagefiles
-from pretrain.engine import build
 from tests.test_troubleshooting_data import assert_documented
 
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from pretrain import config
-from pretrain.engine import checkpoint, loop
-from pretrain.runtime import provenance
+from pretrain.engine import loop
+from pretrain.runtime import checkpoint_io, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_a_stop_signal_at_an_epochs_last_step_stops_there(tmp_path, monkeypatch)
     args = ["--cfg", "digits_moco.yaml", *SMALL, "train.epochs=2", "eval.knn_every=1"]
     whole = pretrain(*args, f"out_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-2000:]
-    steps = checkpoint.load(tmp_path / "whole" / "checkpoints" / "last.pt")["global_step"] // 2
+    steps = checkpoint_io.load(tmp_path / "whole" / "checkpoints" / "last.pt")["global_step"] // 2
 
     real = loop.train_step
 
@@ -83,12 +83,12 @@ def test_a_stop_signal_at_an_epochs_last_step_stops_there(tmp_path, monkeypatch)
     cut = pretrain(*args, f"out_dir={out}")
     assert cut.returncode == 0, cut.stderr[-2000:]
     assert f"SIGTERM: checkpoint saved at epoch 1 step {steps}/{steps}" in cut.stdout, cut.stdout
-    assert checkpoint.load(out / "checkpoints" / "last.pt")["global_step"] == steps
+    assert checkpoint_io.load(out / "checkpoints" / "last.pt")["global_step"] == steps
     monkeypatch.setattr(loop, "train_step", real)
     resumed = pretrain(*args, f"out_dir={out}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a = tensors(checkpoint.load(tmp_path / "whole" / "checkpoints" / "last.pt"))
-    b = tensors(checkpoint.load(out / "checkpoints" / "last.pt"))
+    a = tensors(checkpoint_io.load(tmp_path / "whole" / "checkpoints" / "last.pt"))
+    b = tensors(checkpoint_io.load(out / "checkpoints" / "last.pt"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

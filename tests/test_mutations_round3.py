@@ -42,13 +42,13 @@ def test_the_last_epoch_is_saved_and_evaluated_when_the_intervals_do_not_divide_
     from inproc import pretrain
     from test_engine import lines
 
-    from pretrain.engine import checkpoint
+    from pretrain.runtime import checkpoint_io
 
     out = tmp_path / "run"
     done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", *SMALL, "train.epochs=3",
                     "train.ckpt_every=2", "eval.knn_every=2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
+    assert checkpoint_io.load(out / "checkpoints" / "last.pt")["epoch"] == 3
     assert ["knn_top1" in r for r in lines(out, "epoch")] == [False, True, True]
 
 

@@ -105,7 +105,7 @@ def test_a_sigterm_during_a_spinning_solve_checkpoints_as_a_preemption(tmp_path,
     from inproc import pretrain
     from test_mutations_round3 import SMALL
 
-    from pretrain.engine import checkpoint
+    from pretrain.runtime import checkpoint_io
 
     spun: list[float] = []
 
@@ -123,7 +123,7 @@ def test_a_sigterm_during_a_spinning_solve_checkpoints_as_a_preemption(tmp_path,
                         "negatives.kwargs.warmup_epochs=0")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SIGTERM: checkpoint saved at epoch 1 step 1/" in done.stdout, done.stdout
-    assert checkpoint.load(out / "checkpoints" / "last.pt")["global_step"] == 1
+    assert checkpoint_io.load(out / "checkpoints" / "last.pt")["global_step"] == 1
 
 
 def mioc_svm() -> OneClassSVM:

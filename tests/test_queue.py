@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from moco_loss import InfoNCE
 
-from pretrain.engine.queue import NO_LABEL, LabeledQueue
+from pretrain.model.queue import NO_LABEL, LabeledQueue
 
 K, D = 32, 16
 

@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 from state_dicts import flat
 
-from pretrain import config, losses
-from pretrain.engine import build, loop
+from pretrain import build, config, losses
+from pretrain.engine import loop
 from tests.fakedata import random_images
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,13 +20,13 @@ from test_engine import lines, pretrain, tensors
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from negmine_core.step import Batch
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import ConfigError
 from pretrain.data import augment, datasets, imagefiles, loaders, resident, views
 from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.data.resident_views import EvalBatches, ResidentViews
-from pretrain.engine import build, loop
+from pretrain.engine import loop
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,

@@ -14,8 +14,10 @@ import torch
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from pretrain import config
 from pretrain.config import ConfigError
-from pretrain.engine import checkpoint, loop, resume
+from pretrain.engine import checkpoint as resume
+from pretrain.engine import loop
 from pretrain.engine.schedules import learning_rate
+from pretrain.runtime import checkpoint_io as checkpoint
 from pretrain.testing import steps
 from tests import inproc
 from tests.troubleshooting_quotes import assert_documented

@@ -21,8 +21,9 @@ import torch
 from fakedata import random_images, write_png
 
 from pretrain import config
-from pretrain.engine import checkpoint, loop, runlock
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.engine import loop
+from pretrain.runtime import checkpoint_io, runlock
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [  # 64 training images of 16 px in 2 classes: 2 steps an epoch, seconds a run
@@ -210,7 +211,7 @@ def test_lock_is_held_by_one_process_at_a_time(tmp_path):
     try:
         probe = subprocess.run(
             [sys.executable, "-c",
-             "from pretrain.engine import runlock; "
+             "from pretrain.runtime import runlock; "
              f"runlock.RunLock({str(tmp_path)!r}).acquire()"],
             capture_output=True, text=True, timeout=60, cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -226,7 +227,7 @@ def test_lock_is_held_by_one_process_at_a_time(tmp_path):
     again.release()
     probe = subprocess.run(
         [sys.executable, "-c",
-         f"from pretrain.engine import runlock; runlock.RunLock({str(tmp_path)!r}).acquire()"],
+         f"from pretrain.runtime import runlock; runlock.RunLock({str(tmp_path)!r}).acquire()"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -247,7 +248,7 @@ def test_failed_save_names_the_path_the_free_space_and_the_intact_checkpoint(
     tmp_path, monkeypatch, failure
 ):
     path = tmp_path / "checkpoints" / "last.pt"
-    checkpoint.save({"epoch": 3}, path)
+    checkpoint_io.save({"epoch": 3}, path)
     before = path.read_bytes()
 
     def full_disk(obj, f, *args, **kwargs):
@@ -256,7 +257,7 @@ def test_failed_save_names_the_path_the_free_space_and_the_intact_checkpoint(
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(CheckpointError) as e:
-        checkpoint.save({"epoch": 4}, path)
+        checkpoint_io.save({"epoch": 4}, path)
     monkeypatch.undo()
     message = str(e.value)
     assert f"cannot write checkpoint {path}" in message
@@ -273,7 +274,7 @@ def test_failed_first_save_says_there_is_no_previous_checkpoint(tmp_path, monkey
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(CheckpointError, match="no previous checkpoint"):
-        checkpoint.save({"epoch": 1}, tmp_path / "last.pt")
+        checkpoint_io.save({"epoch": 1}, tmp_path / "last.pt")
 
 
 def test_stale_temporary_files_are_removed_at_the_next_save(tmp_path):
@@ -281,7 +282,7 @@ def test_stale_temporary_files_are_removed_at_the_next_save(tmp_path):
     stale.write_bytes(b"half")
     other = tmp_path / ".epoch_2.pt.x1y2.tmp"  # another file's: left to its own save
     other.write_bytes(b"half")
-    checkpoint.save({"epoch": 1}, tmp_path / "last.pt")
+    checkpoint_io.save({"epoch": 1}, tmp_path / "last.pt")
     assert not stale.exists() and other.exists()
 
 
@@ -317,7 +318,7 @@ def test_checkpoint_without_its_queue_is_a_clear_error(tmp_path):
 def test_last_pt_that_is_a_directory_is_named_as_such(tmp_path):
     (tmp_path / "checkpoints" / "last.pt").mkdir(parents=True)
     with pytest.raises(CheckpointError, match=r"last\.pt is a directory, not a checkpoint file"):
-        checkpoint.load(tmp_path / "checkpoints" / "last.pt")
+        checkpoint_io.load(tmp_path / "checkpoints" / "last.pt")
 
 
 def test_corrupt_checkpoint_message_does_not_advise_unsafe_loading(tmp_path):
@@ -325,9 +326,9 @@ def test_corrupt_checkpoint_message_does_not_advise_unsafe_loading(tmp_path):
     not pass on torch's advice to load it with weights_only=False (unsafe for a file of unknown
     origin)."""
     path = tmp_path / "last.pt"
-    torch.save({"format": checkpoint.FORMAT, "model": torch.nn.Linear(2, 2)}, path)
+    torch.save({"format": checkpoint_io.FORMAT, "model": torch.nn.Linear(2, 2)}, path)
     with pytest.raises(CheckpointError) as e:
-        checkpoint.load(path)
+        checkpoint_io.load(path)
     message = str(e.value)
     assert "corrupt or not a torch checkpoint" in message
     assert "weights_only" not in message and "trust" not in message
@@ -376,17 +377,17 @@ def test_troubleshooting_quotes_the_new_checkpoint_messages_word_for_word(tmp_pa
     path = tmp_path / "last.pt"
     path.mkdir()
     with pytest.raises(CheckpointError) as e:
-        checkpoint.load(path)
+        checkpoint_io.load(path)
     found = [str(e.value).replace(str(path), "PATH")]
     path.rmdir()
-    checkpoint.save({"epoch": 1}, path)
+    checkpoint_io.save({"epoch": 1}, path)
 
     def full_disk(obj, f, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(CheckpointError) as e:
-        checkpoint.save({"epoch": 2}, path)
+        checkpoint_io.save({"epoch": 2}, path)
     monkeypatch.undo()
     message = str(e.value).replace(str(path), "PATH").replace(str(tmp_path), "DIR")
     found.append(re.sub(r"\d+\.\d GiB free", "0.0 GiB free", message))

@@ -16,7 +16,7 @@ from test_engine import lines, pretrain
 from test_troubleshooting_data import assert_documented
 
 from pretrain.data import datasets, identity
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 RUN = ["data.name=imagefolder", "data.image_size=16", "data.eval_resize=16",
        "data.test_split=train", "train.epochs=1", "eval.knn_k=5"]  # fmt: skip
@@ -32,7 +32,7 @@ def stopped_run(tmp_path: Path, n: int = 96) -> tuple[Path, Path]:
     folder(root, n)
     done = pretrain(out, f"data.root={root}", "train.max_steps=2", *RUN)
     assert done.returncode == 0, done.stderr[-2000:]
-    state = checkpoint.load(out / "checkpoints" / "last.pt", map_location="cpu")
+    state = checkpoint_io.load(out / "checkpoints" / "last.pt", map_location="cpu")
     assert state["global_step"] == 2 and state["train_set"]["size"] == n
     return root, out
 

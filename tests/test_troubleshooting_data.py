@@ -9,7 +9,7 @@ import torch
 
 from linear_eval.inputs import checkpoints, features
 from pretrain.data import imagefiles
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 from tests.fakedata import random_images, write_png
 from tests.test_folder_splits import TRAIN, deny, write_split
 from tests.troubleshooting_quotes import as_regex, assert_documented
@@ -65,7 +65,7 @@ def test_linear_eval_messages_are_quoted(tmp_path, capsys):
     module = torch.nn.Linear(2, 2)
     with torch.no_grad():
         module.weight[0, 0] = float("nan")
-    with pytest.raises(checkpoint.CheckpointError) as info:
+    with pytest.raises(checkpoint_io.CheckpointError) as info:
         checkpoints._refuse_non_finite(module, tmp_path / "last.pt")
     assert_documented(str(info.value))
     cache = tmp_path / "run" / "features" / "digits-test-plain-0123.pt"

@@ -17,11 +17,11 @@ from fakeckpt import make_checkpoint
 from fakedata import write_cifar10
 from inproc import pretrain
 
-from pretrain import config
+from pretrain import config, export
 from pretrain.config import ConfigError
 from pretrain.data import datasets
 from pretrain.data.imagefiles import DatasetError
-from pretrain.engine import checkpoint, export
+from pretrain.runtime import checkpoint_io
 from tests.test_troubleshooting_data import assert_documented
 
 PAYLOAD = "from pathlib import Path\nPath({marker!r}).write_text('ran')\n"
@@ -38,9 +38,9 @@ def planted(tmp: Path) -> tuple[Path, list[str]]:
 
 
 def with_plugins(path: Path, plugins: list[str]) -> None:
-    state = checkpoint.load(path)
+    state = checkpoint_io.load(path)
     state["config"]["plugins"] = plugins
-    checkpoint.save(state, path)
+    checkpoint_io.save(state, path)
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["absolute", "relative", "module"])
@@ -55,7 +55,7 @@ def test_evaluation_and_export_import_no_plugin_named_by_a_checkpoint(tmp_path, 
     model = load_model(ckpt)
     assert model.cfg.plugins == [specs[which]]  # kept as text, for the record
     export.export(ckpt, "torchvision", tmp_path / "r.pth")
-    config.from_dict(checkpoint.load(ckpt)["config"], source="x")  # the resume's reading too
+    config.from_dict(checkpoint_io.load(ckpt)["config"], source="x")  # the resume's reading too
     assert not marker.exists(), "a plugin named by the checkpoint's config was imported"
     assert not any(k.startswith(("negmine_plugin_gift", "gift_")) for k in sys.modules)
 

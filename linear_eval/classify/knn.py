@@ -3,8 +3,8 @@ plain majority vote of SINCERE.
 
 Weighted vote (InstDisc, Wu et al. 2018, https://arxiv.org/abs/1805.01978, eqs. 7-8): the k most
 cosine-similar training features vote exp(cos / T) for their class. The implementation lives in
-:mod:`pretrain.engine.knn` (the training monitor uses the same function), so a monitor number and an
-evaluation number of the same checkpoint are the same computation.
+:mod:`pretrain.metrics.knn` (the training monitor uses the same function), so a monitor number and
+an evaluation number of the same checkpoint are the same computation.
 
 Presets (k, T):
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from linear_eval.records import summary
-from pretrain.engine.knn import knn_predict, knn_votes
+from pretrain.metrics.knn import knn_predict, knn_votes
 
 PRESETS: dict[str, dict[str, Any]] = {
     "cifar": {"k": 200, "temperature": 0.1, "source": "InstDisc / MoCo CIFAR demo"},
@@ -48,7 +48,7 @@ def majority_votes(
     num_classes: int,
 ) -> torch.Tensor:
     """(M, C) vote counts of the k nearest training features by cosine similarity (k capped at
-    N): :func:`pretrain.engine.knn.knn_votes` with one vote per neighbour; ``argmax`` breaks ties
+    N): :func:`pretrain.metrics.knn.knn_votes` with one vote per neighbour; ``argmax`` breaks ties
     towards the smallest class index."""
     return knn_votes(train_features, train_labels, test_features, k, None, num_classes)
 

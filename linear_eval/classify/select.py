@@ -18,7 +18,7 @@ import torch
 
 from linear_eval.classify import probe
 from linear_eval.records import summary
-from pretrain.engine.knn import knn_votes
+from pretrain.metrics.knn import knn_votes
 
 KNN_GRID = tuple((k, t) for k in (10, 20, 50, 100, 200) for t in (0.05, 0.07, 0.1, 0.2))
 FRACTION = 0.1

@@ -13,14 +13,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from linear_eval.classify import evaluate as classification
+from linear_eval.classify import knn as knn_lib
 from linear_eval.classify import limited
-from linear_eval.cli import classification, detection, openood, summary_line
-from linear_eval.detect import detectors
+from linear_eval.cli import kappa as kappa_lib
+from linear_eval.cli import summary_line
+from linear_eval.detect import detectors, openood
+from linear_eval.detect import evaluate as detection
 from linear_eval.detect.detectors import Settings
 from linear_eval.inputs.guards import UsageError
 from linear_eval.inputs.session import Options, Session, clean, configure_threads
 from linear_eval.report import document
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 Record = dict[str, Any]
 
@@ -55,7 +59,7 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 #: Commands that read only the run's own dataset (``--data-root`` is its root alone); transfer,
 #: OOD sets, CIFAR-10-C and the summary commands read other datasets under it too.
-OWN_DATA_ONLY = ("linear", "knn", "limited", "compare")
+OWN_DATA_ONLY = ("default", "linear", "knn", "limited", "compare")
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -122,7 +126,10 @@ def transfer(sess: Session, args: argparse.Namespace) -> Record:
 
 
 def limited_labels(sess: Session, args: argparse.Namespace) -> Record:
-    return classification.run_limited(sess, args.counts, args.draws, args.protocol)
+    """``limited``: the evaluation, then its plot (RUN/reports/)."""
+    record = classification.run_limited(sess, args.counts, args.draws, args.protocol)
+    document.draw_limited(record, sess.report_dir)
+    return record
 
 
 def ood(sess: Session, args: argparse.Namespace) -> Record:
@@ -130,15 +137,19 @@ def ood(sess: Session, args: argparse.Namespace) -> Record:
     names = args.detectors or list(detectors.DEFAULT)
     if args.ood_datasets:
         return detection.run_ood_datasets(sess, args.ood_datasets, names, settings, args.crops)
-    return detection.run_one_class(sess, names, settings, args.crops)
+    record = detection.run_one_class(sess, names, settings, args.crops)
+    document.draw_one_class(record, sess.report_dir)
+    return record
 
 
 def open_ood(sess: Session, args: argparse.Namespace) -> Record:
-    return openood.run_openood(sess, args.benchmark, args.root, args.detectors)
+    # the ID accuracy's kNN: the CIFAR preset (k 200, T 0.1), as OpenOOD's tables
+    knn_setting = knn_lib.PRESETS["cifar"]
+    return openood.run_openood(sess, args.benchmark, args.root, args.detectors, knn=knn_setting)
 
 
 def kappa(sess: Session, args: argparse.Namespace) -> Record:
-    return detection.run_kappa(sess, corruptions_root=args.corruptions_root)
+    return kappa_lib.run_kappa(sess, corruptions_root=args.corruptions_root)
 
 
 def report(sess: Session, args: argparse.Namespace) -> Record:
@@ -164,13 +175,26 @@ def compare(args: argparse.Namespace) -> int:
     if len(paths) != 2:
         raise ValueError(f"compare needs exactly two checkpoints, got {len(paths)}")
     a, b = _sessions(args)
-    return emit(args, classification.run_compare(a, b, args.knn_preset, args.k, args.protocol))
+    return emit(args, compare_pair(a, b, args.knn_preset, args.k, args.protocol))
+
+
+def compare_pair(
+    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5, protocol: str = "lbfgs"
+) -> Record:
+    """B against the reference A: kNN and linear top-1 (:func:`classification.compare`) and the
+    one-class s_con AUROC (:func:`detection.compare_one_class`), paired; written to A's
+    ``eval/compare.json``; the record returned also holds ``written_to``."""
+    record = classification.compare(a, b, knn_preset, protocol)
+    record["oneclass_s_con"] = detection.compare_one_class(a, b, detector_k)
+    path = a.write("compare", record)
+    return record | {"written_to": str(path)}
 
 
 def run_all(sess: Session, args: argparse.Namespace) -> Record:
-    """linear, kNN, limited labels, one-class detection, kappa (with a kappa head), report."""
+    """linear, kNN, limited labels, one-class detection, kappa (with a kappa head), report (which
+    draws the figures of the results before it)."""
     if sess.model.has_kappa:  # a bad --corruptions-root fails now, not after the other steps
-        detection.corruption_source(sess, root=args.corruptions_root)
+        kappa_lib.corruption_source(sess, root=args.corruptions_root)
     steps = {
         "linear": lambda: classification.run_linear(sess, "lbfgs", args.seeds),
         "knn": lambda: classification.run_knn(sess),

@@ -31,14 +31,15 @@ import yaml
 
 from linear_eval.classify import knn, limited, probe
 from linear_eval.classify import transfer as transfer_lib
-from linear_eval.cli import commands, default, detection, table
+from linear_eval.cli import commands, default, table
 from linear_eval.cli.commands import on_one
 from linear_eval.detect import detectors, fitted
+from linear_eval.detect import evaluate as detection
 from linear_eval.inputs import guards
 from linear_eval.inputs import openood as openood_data
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.data.imagefiles import BadImageError, bad_image_line
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 #: The command that runs when none is named: ``python -m linear_eval --ckpt X``.
 DEFAULT = "default"
@@ -80,7 +81,12 @@ def common() -> argparse.ArgumentParser:
     p.add_argument(
         "--set", nargs="*", default=[], metavar="key=value", help="overrides of --config"
     )
-    p.add_argument("--batch-size", type=int, default=None, help="extraction batch")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="feature extraction batch (default: the run's eval.batch_size)",
+    )
     p.add_argument("--num-workers", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="do not read or write RUN/features/")
     p.add_argument(
@@ -222,14 +228,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=DEFAULT_HELP,
     )
     sub = top.add_subparsers(dest="command", required=True, title="subcommands", metavar="COMMAND")
+    base = [common()]  # every command on checkpoints, the default one included: one meaning each
     p = sub.add_parser(
         DEFAULT,
+        parents=base,
         prog="python -m linear_eval [default]",
         help="kNN + the SGD linear probe, one JSON line (no name needed)",
     )
     default.add_arguments(p)
     p.set_defaults(run=default.run)
-    base = [common()]
     _classification_commands(sub, base)
     _detection_commands(sub, base)
     _summary_commands(sub, base)

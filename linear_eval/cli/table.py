@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linear_eval.cli.table_runs import Run, read_runs
+from linear_eval.records.runs import Run, read_runs
 from pretrain.runtime import plugin_provenance, provenance, run_folder
 
 #: Config keys that do not define the experiment (paths, resources, resumable settings).

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from sklearn.svm import OneClassSVM
 
 from linear_eval.records.metrics import auroc
-from pretrain.engine import knn
+from pretrain.metrics import knn
 
 ArrayLike = torch.Tensor | np.ndarray
 CHUNK = 2048

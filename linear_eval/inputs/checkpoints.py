@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from linear_eval.inputs import foreign
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import Config, ConfigError
-from pretrain.engine import build, checkpoint
 from pretrain.model.encoders import Encoder
+from pretrain.runtime import checkpoint_io
 
 
 @dataclass
@@ -68,13 +68,13 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
     run's seed and no training: the baseline every number should be read against).
 
     Raises:
-        pretrain.engine.checkpoint.CheckpointError: missing, corrupt or incompatible checkpoint.
+        pretrain.runtime.checkpoint_io.CheckpointError: missing, corrupt or incompatible checkpoint.
     """
     path = Path(ckpt_path)
     try:
-        state = checkpoint.load(path)
-    except checkpoint.NotNegmineError as e:
-        raise checkpoint.CheckpointError(
+        state = checkpoint_io.load(path)
+    except checkpoint_io.NotNegmineError as e:
+        raise checkpoint_io.CheckpointError(
             f"{e}. Weights made elsewhere (an official MoCo v1/v2 checkpoint, a torchvision, timm, "
             "solo-learn or lightly ResNet) need --config CFG, a config naming the dataset and "
             f"evaluation settings, e.g. python -m linear_eval --ckpt {path} --config "
@@ -88,14 +88,16 @@ def load_model(ckpt_path: str | Path, random_init: bool = False) -> Model:
             records=(state.get("provenance") or {}).get("plugins"),
         )
     except ConfigError as e:
-        raise checkpoint.CheckpointError(f"the config stored in {path} is not usable: {e}") from e
+        raise checkpoint_io.CheckpointError(
+            f"the config stored in {path} is not usable: {e}"
+        ) from e
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         moco = build.model(cfg)
     if random_init:
         tag = f"random-seed{cfg.seed}"
     else:
-        checkpoint.load_module(moco, state["model"], "model")
+        checkpoint_io.load_module(moco, state["model"], "model")
         tag = f"step{state['global_step']}-{_digest(path)}"
     encoder = moco.encoder_q.eval().requires_grad_(False)
     _refuse_non_finite(encoder, path)
@@ -122,7 +124,7 @@ def _refuse_non_finite(encoder: Encoder, path: Path) -> None:
         if v.is_floating_point() and not bool(torch.isfinite(v).all())
     ]
     if bad:
-        raise checkpoint.CheckpointError(
+        raise checkpoint_io.CheckpointError(
             f"checkpoint {path} holds weights that are not finite (NaN or inf) in {len(bad)} "
             f"tensor(s): {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; features of these "
             "weights mean nothing: evaluate an earlier checkpoint (checkpoints/epoch_N.pt, kept "

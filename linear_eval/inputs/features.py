@@ -37,8 +37,8 @@ from torchvision.transforms import v2
 from linear_eval.inputs import corruptions, eval_datasets
 from linear_eval.inputs.checkpoints import Model, file_id
 from pretrain.data import datasets, imagefiles, loaders, pipeline, views
-from pretrain.engine import checkpoint
 from pretrain.model.encoders import Encoder
+from pretrain.runtime import checkpoint_io
 
 CROP_SCALE = (0.55, 1.0)  # FIRM evaluate_oneclass.py crop_transform (paper: [0.5, 1])
 CROP_RATIO = (1.0, 1.0)  # FIRM: square crops
@@ -332,7 +332,7 @@ class FeatureStore:
         # .npy images are corrupted already: the full transform, nothing applied after it
         feats = self._extract(name, split, tf, view, corruption if npy is None else None, npy)
         if path is not None:
-            checkpoint.save({"key": key, "features": feats.to_dict()}, path)
+            checkpoint_io.save({"key": key, "features": feats.to_dict()}, path)
         return feats
 
     def _extract(

@@ -27,16 +27,16 @@ from pathlib import Path
 
 import torch
 
-from pretrain import config
-from pretrain.engine import build, checkpoint
-from pretrain.engine.checkpoint import CheckpointError
+from pretrain import build, config
+from pretrain.runtime import checkpoint_io
+from pretrain.runtime.checkpoint_io import CheckpointError
 
 MOCO = "module.encoder_q."
 
 
 def backbone_weights(raw: object, path: Path) -> tuple[dict[str, torch.Tensor], str, str | None]:
     """(backbone state dict under torchvision names, layout name, arch named by the file)."""
-    if isinstance(raw, dict) and raw.get("format") == checkpoint.FORMAT:
+    if isinstance(raw, dict) and raw.get("format") == checkpoint_io.FORMAT:
         raise config.ConfigError(  # a usage mistake (exit 2), not a bad file
             f"{path} is a negmine checkpoint, which carries its own config: drop --config (and "
             "--set); --data-root PATH points it at data moved since training"
@@ -98,7 +98,7 @@ def infer_arch(sd: dict[str, torch.Tensor]) -> str | None:
 def load(path: str | Path, cfg_name: str, overrides: list[str] | None = None) -> tuple:
     """(encoder, cfg, tag) for weights made elsewhere; CheckpointError names unmatched keys."""
     path = Path(path)
-    raw = checkpoint.read(path)  # CheckpointError without torch's advice to load unsafely
+    raw = checkpoint_io.read(path)  # CheckpointError without torch's advice to load unsafely
     sd, layout, arch = backbone_weights(raw, path)
     arch = arch or infer_arch(sd)
     conv1 = sd.get("conv1.weight")
@@ -107,6 +107,6 @@ def load(path: str | Path, cfg_name: str, overrides: list[str] | None = None) ->
     cfg = config.load(cfg_name, [*named, *stem, *(overrides or [])])
     torch.manual_seed(cfg.seed)
     encoder = build.model(cfg).encoder_q
-    checkpoint.load_module(encoder.backbone, sd, f"backbone ({layout} layout, {path.name})")
+    checkpoint_io.load_module(encoder.backbone, sd, f"backbone ({layout} layout, {path.name})")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return encoder, cfg, f"foreign-{layout.split('/')[0].lower()}-{digest}"

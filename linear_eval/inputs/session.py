@@ -186,11 +186,20 @@ class Session:
             "test set (percentile)",
         }
 
+    def result_path(self, evaluator: str) -> Path:
+        """``RUN/eval/<evaluator>[_random].json``."""
+        return self.eval_dir / f"{evaluator}{self.suffix}.json"
+
+    def result_text(self, evaluator: str, record: dict[str, Any]) -> str:
+        """The JSON of a result: :meth:`header` + ``record`` (the record's keys win)."""
+        return json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n"
+
     def write(self, evaluator: str, record: dict[str, Any], out: Path | None = None) -> Path:
-        """``RUN/eval/<evaluator>[_random].json`` (or ``out``) holding header + record."""
-        path = out or self.eval_dir / f"{evaluator}{self.suffix}.json"
-        text = json.dumps(clean(self.header(evaluator) | record), indent=2) + "\n"
-        return run_folder.write_text(path, text, self.model.run_dir)
+        """``RUN/eval/<evaluator>[_random].json`` holding header + record, inside the run folder;
+        or ``out``, a file the user named (``--out``), wherever it is (never through a link)."""
+        path = out or self.result_path(evaluator)
+        root = None if out else self.model.run_dir
+        return run_folder.write_text(path, self.result_text(evaluator, record), root)
 
 
 def clean(obj: Any) -> Any:

@@ -1,2 +1,3 @@
-"""Statistics and records: bootstrap intervals and tests (``stats``) and the summaries that every
-evaluator's JSON record is built from (``summary``)."""
+"""Statistics and records: bootstrap intervals and tests (``stats``), the summaries that every
+evaluator's JSON record is built from (``summary``), and the run folders that ``table`` compares
+(``runs``, ``training``)."""

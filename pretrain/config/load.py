@@ -245,7 +245,7 @@ def from_dict(
     are migrated (:func:`pretrain.config.files.migrate`). The ``plugins`` it names are kept as
     text and never imported: a checkpoint's config is data, and a file or module named there
     would run its code (only the config the user gives, :func:`load`, imports plugins; a resume
-    compares the lists first, :mod:`pretrain.engine.resume`). ``encoder_only`` (evaluation,
+    compares the lists first, :mod:`pretrain.engine.checkpoint`). ``encoder_only`` (evaluation,
     export): the encoder needs no loss and no strategy, so their names and settings are kept as
     the run's record and not checked (a setting an older version migrated, a plugin not
     installed here or claiming a built-in's name), a warning naming a loss or strategy that

@@ -1,6 +1,6 @@
 """The input pipeline of a run, chosen in one place (:func:`choose`): loader workers, device decode
 or the device-resident training split, with the kNN bank and the held-out split. Takes plain
-values (:class:`Settings`, filled from the config by ``pretrain.engine.build.data_settings``),
+values (:class:`Settings`, filled from the config by ``pretrain.build.data_settings``),
 never the config.
 
     data = pipeline.build(settings, device)   # Data: train_loader, bank_loader, test_loader, ...

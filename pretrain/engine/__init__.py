@@ -1,2 +1,2 @@
-"""Training: config to objects (build), the step and epoch loop, queue, checkpoints, the run-folder
-lock, CUDA graphs, online probe, kNN monitor, export; may import every room below it."""
+"""Training only: the step, the epoch loop, setup, schedules, the run and its checkpoint and resume,
+CUDA graphs, the online probe and the kNN monitor; may import every room below it."""

@@ -3,14 +3,14 @@ evaluation) until done or stopped. Nothing here knows about a particular negativ
 
     python -m pretrain --cfg digits_moco.yaml out_dir=runs/digits
 
-Setup is :mod:`pretrain.engine.setup`, the step :mod:`pretrain.engine.step`, checkpoints
-:mod:`pretrain.engine.resume`, console and metrics lines :mod:`pretrain.engine.report`.
+Setup is :mod:`pretrain.engine.setup`, the step :mod:`pretrain.engine.step`, checkpoints and
+resume :mod:`pretrain.engine.checkpoint`, the epoch's evaluation :mod:`pretrain.engine.monitor`,
+console and metrics lines :mod:`pretrain.engine.report`.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import signal
 import sys
 import time
@@ -22,27 +22,30 @@ import torch
 from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
-from pretrain.engine import boundary, checkpoint, closing, knn
-from pretrain.engine.report import (
-    NonFiniteLossError,
-    announce,
-    check_finite,
-    last_good,
-    log_step,
-    print_epoch,
-)
-from pretrain.engine.resume import (
+from pretrain.engine import boundary, checkpoint, monitor
+from pretrain.engine.checkpoint import (
     check_epochs_left,
     epochs_dependence,
     restore,
     save,
     write_checkpoint,
 )
+from pretrain.engine.report import (
+    NonFiniteLossError,
+    already_complete,
+    announce,
+    check_finite,
+    finished,
+    last_good,
+    log_step,
+    print_epoch,
+)
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
 from pretrain.engine.setup import init_loss, setup
 from pretrain.engine.step import train_step
-from pretrain.runtime import dist, plugin_provenance, provenance
+from pretrain.runtime import checkpoint_io, dist, plugin_provenance, provenance
+from pretrain.runtime.checkpoint_io import CheckpointError
 from pretrain.runtime.progress import Progress
 
 
@@ -103,9 +106,11 @@ def epochs(run: Run, stop: checkpoint.StopSignals) -> int:
             return stop_at_max_steps(run)
         if why is Stop.SIGNAL:
             return stop_on_signal(run, stop)
-        end_epoch(run, time.perf_counter() - tic)
+        save_epoch_checkpoint(run, time.perf_counter() - tic)
+        evaluate_epoch(run, run.state.pending)
+        run.state.pending = None
     if dist.is_main():  # a stop signal from here on changes nothing: the run is complete
-        print(closing.finished(run.run_dir, run.cfg.train.epochs), flush=True)
+        print(finished(run.run_dir, run.cfg.train.epochs), flush=True)
     return 0
 
 
@@ -115,21 +120,20 @@ def start(run: Run) -> bool:
     last = run.run_dir / "checkpoints" / "last.pt"
     resumed = last.exists() or last.is_symlink()
     if resumed:  # RNG states must stay on the CPU
-        restore(run, checkpoint.load(last, map_location="cpu"), last)
+        restore(run, checkpoint_io.load(last, map_location="cpu"), last)
         check_epochs_left(run)
         run.log.truncate(run.state.global_step)
         if is_complete(run):
             if dist.is_main():
                 fixed = bool(epochs_dependence(run.cfg))
-                line = closing.already_complete(run.run_dir, run.cfg.train.epochs, fixed)
-                print(line, flush=True)
+                print(already_complete(run.run_dir, run.cfg.train.epochs, fixed), flush=True)
             return False
     else:
         init_loss(run)
     announce(run, resumed)
     st = run.state
     if st.pending is not None and dist.any_rank(not run.log.has(st.pending)):
-        finish_epoch(run, st.pending)  # the evaluation a failure cut short, before going on
+        evaluate_epoch(run, st.pending)  # the evaluation a failure cut short, before going on
     st.pending = None
     return True
 
@@ -200,24 +204,23 @@ def reached_max_steps(run: Run) -> bool:
     return 0 < run.cfg.train.max_steps <= run.state.global_step
 
 
-def end_epoch(run: Run, seconds: float) -> None:
-    """The finished epoch: one non-finite check, its record, its checkpoint (every
-    ``train.ckpt_every``), then its evaluation."""
+def save_epoch_checkpoint(run: Run, seconds: float) -> None:
+    """The finished epoch: one non-finite check, its record (held in ``run.state.pending`` until
+    :func:`evaluate_epoch` has logged it), then its checkpoint (every ``train.ckpt_every``), before
+    the evaluation: a failed evaluation loses no training (it is redone)."""
     cfg, st = run.cfg, run.state
     check_finite(run)
     st.pending = epoch_record(run, seconds)
     st.epoch, st.step_in_epoch = st.epoch + 1, 0
     st.loss_sum.zero_()
-    if st.epoch == cfg.train.epochs or st.epoch % cfg.train.ckpt_every == 0:  # before the
-        keep = cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0  # evaluation: a
-        save(run, also_epoch=keep, checked=True)  # failed one loses no training (it is redone)
-    finish_epoch(run, st.pending)
-    st.pending = None
+    if st.epoch == cfg.train.epochs or st.epoch % cfg.train.ckpt_every == 0:
+        keep = cfg.train.keep_every > 0 and st.epoch % cfg.train.keep_every == 0
+        save(run, also_epoch=keep, checked=True)
 
 
 def epoch_record(run: Run, seconds: float) -> dict[str, Any]:
     """The finished epoch's line of ``metrics.jsonl`` before its evaluation: taken before the
-    epoch's checkpoint, which holds it until :func:`finish_epoch` has logged it."""
+    epoch's checkpoint, which holds it until :func:`evaluate_epoch` has logged it."""
     st = run.state
     record: dict[str, Any] = {
         "kind": "epoch",
@@ -235,14 +238,14 @@ def epoch_record(run: Run, seconds: float) -> dict[str, Any]:
     return record
 
 
-def finish_epoch(run: Run, record: dict[str, Any]) -> None:
-    """Evaluate the epoch of ``record`` (after its checkpoint), then log and print it. The global
-    RNG is restored afterwards, so a rerun that redoes the evaluation trains on bit-identically.
-    If the evaluation fails, a checkpoint of the finished epoch is written first (when
-    ``train.ckpt_every`` skipped it) and the error says so."""
+def evaluate_epoch(run: Run, record: dict[str, Any]) -> None:
+    """Evaluate the epoch of ``record`` after its checkpoint (:func:`monitor.measure_epoch`), then
+    log and print it. The global RNG is restored afterwards, so a rerun that redoes the evaluation
+    trains on bit-identically. If the evaluation fails, a checkpoint of the finished epoch is
+    written first (when ``train.ckpt_every`` skipped it) and the error says so."""
     rng = checkpoint.rng_state()
     try:
-        record = end_of_epoch(run, dict(record))
+        record = monitor.measure_epoch(run, dict(record))
     except Exception as e:
         st, last = run.state, run.run_dir / "checkpoints" / "last.pt"
         if dist.is_main():
@@ -251,7 +254,7 @@ def finish_epoch(run: Run, record: dict[str, Any]) -> None:
                 try:
                     write_checkpoint(run)
                     saved = True
-                except checkpoint.CheckpointError as w:
+                except CheckpointError as w:
                     e.add_note(f"The epoch's checkpoint could not be written either: {w}")
             if saved:
                 e.add_note(
@@ -261,62 +264,6 @@ def finish_epoch(run: Run, record: dict[str, Any]) -> None:
         raise
     checkpoint.set_rng_state(rng)
     print_epoch(record)
-
-
-def end_of_epoch(run: Run, record: dict[str, Any]) -> dict[str, Any]:
-    """The online probe's test accuracy and (every ``eval.knn_every``) the kNN monitor, on rank
-    0 while the others wait; the record is logged."""
-    cfg = run.cfg
-    epoch = record["epoch"]
-    if run.probe is not None:
-        if dist.is_main():
-            feats, labels = knn.extract(
-                run.moco.encoder_q.backbone, run.data.test_loader, run.device
-            )
-            record["online_test_top1"] = run.probe.top1(feats, labels)
-        else:
-            record["online_test_top1"] = math.nan
-        dist.barrier()
-    every = cfg.eval.knn_every
-    if epoch == cfg.train.epochs or (every > 0 and epoch % every == 0):
-        if dist.is_main():
-            record.update(evaluate(run))
-        else:
-            record.update({"oc_auroc" if run.data.in_classes else "knn_top1": math.nan})
-        dist.barrier()
-    run.log.write(record, "epoch")
-    return record
-
-
-def evaluate(run: Run) -> dict[str, float]:
-    """The monitor on the query encoder, training images as bank and held-out as queries (both
-    under the eval transform): weighted kNN top-1 (%) on ``eval.knn_features`` (the pooled
-    backbone, the head's output, or both in one pass; the first is ``knn_top1``), or for one-class
-    runs (``data.in_classes``) the AUROC (%) of s_con (k=1) with the held-out images of those
-    classes as in-distribution."""
-    cfg = run.cfg
-    taps = knn.Taps(run.moco.encoder_q, tuple(cfg.eval.knn_features.split("+")))
-    bank, bank_y = knn.extract(taps, run.data.bank_loader, run.device)
-    banks = taps.split(bank)
-    test, test_y = knn.extract(taps, run.data.test_loader, run.device)
-    tests = taps.split(test)
-    first = taps.names[0]
-    if run.data.in_classes:
-        auroc = knn.one_class_auroc(banks[first], tests[first], test_y, run.data.in_classes, k=1)
-        return {"oc_auroc": auroc}
-    out = {}
-    for name in taps.names:
-        out[f"knn_top1_{name}"] = knn.knn_top1(
-            banks[name],
-            bank_y,
-            tests[name],
-            test_y,
-            cfg.eval.knn_k,
-            cfg.eval.knn_temperature,
-            run.data.num_classes,
-        )
-    out["knn_top1"] = out[f"knn_top1_{first}"]
-    return out if len(taps.names) > 1 else {"knn_top1": out["knn_top1"]}
 
 
 def stop_on_signal(run: Run, stop: checkpoint.StopSignals) -> int:
@@ -374,7 +321,7 @@ def main(cfg: Config, config_file: str | Path | None = None, *, leaving: bool = 
     code; ``leaving``: see :func:`run_training`."""
     try:
         return run_training(cfg, config_file, leaving=leaving)
-    except (checkpoint.CheckpointError, NonFiniteLossError, boundary.StepContractError) as e:
+    except (CheckpointError, NonFiniteLossError, boundary.StepContractError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker

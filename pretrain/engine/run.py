@@ -1,5 +1,5 @@
 """What one training run holds: its objects (:class:`Run`, built by :mod:`pretrain.engine.setup`)
-and what changes as it trains (:class:`State`, saved by :mod:`pretrain.engine.resume`)."""
+and what changes as it trains (:class:`State`, saved by :mod:`pretrain.engine.checkpoint`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import torch
 
 from pretrain.config import Config, Derived
 from pretrain.data.pipeline import Data
-from pretrain.engine import cuda_graphs, runlock
+from pretrain.engine import cuda_graphs
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.losses import Loss
 from pretrain.model.encoders import MoCo
-from pretrain.runtime import precision, provenance
+from pretrain.runtime import precision, provenance, runlock
 from pretrain.runtime.metrics_log import MetricsLog
 
 

@@ -1,5 +1,5 @@
 """Everything before the first step: device and checks, the run folder's lock, then the objects of
-:class:`~pretrain.engine.run.Run` from the config (through :mod:`pretrain.engine.build`)."""
+:class:`~pretrain.engine.run.Run` from the config (through :mod:`pretrain.build`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import torch
 
-from pretrain import config
+from pretrain import build, config
 from pretrain.config import Config, ConfigError
 from pretrain.data import resident
 from pretrain.data.pipeline import Data
-from pretrain.engine import build, checkpoint, cuda_graphs, knn, memory, runlock, world
+from pretrain.engine import cuda_graphs, memory, monitor, world
 from pretrain.engine.online_probe import OnlineProbe
 from pretrain.engine.run import Run, State
 from pretrain.engine.step import train_step
-from pretrain.runtime import dist, precision, run_folder, threads
+from pretrain.runtime import checkpoint_io, dist, precision, run_folder, runlock, threads
 from pretrain.runtime.metrics_log import MetricsLog
 from pretrain.runtime.triton_env import triton_interpreted
 
@@ -122,7 +122,7 @@ def read_data(cfg: Config, device: torch.device) -> Data:
 
 
 def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
-    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.engine.runlock`) and removes the
+    """Rank 0 locks ``out_dir`` for the run's life (:mod:`pretrain.runtime.runlock`) and removes the
     temporary checkpoint files a killed run left; every rank exits 2 if another run holds it.
     Per run, not per rank: torchrun's ranks share rank 0's lock, and a requeued SLURM job finds
     the lock of its killed predecessor released by the kernel."""
@@ -134,7 +134,7 @@ def lock_run_dir(cfg: Config) -> runlock.RunLock | None:
         except runlock.RunInUseError as e:
             lock, refused = None, str(e)
         else:
-            checkpoint.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
+            checkpoint_io.remove_stale_tmp(Path(cfg.out_dir) / "checkpoints")
     if dist.any_rank(bool(refused)):
         raise ConfigError(
             refused or f"out_dir {cfg.out_dir} is in use by another run (rank 0 names it)"
@@ -198,7 +198,7 @@ def init_loss(run: Run) -> None:
     every rank computes the same)."""
 
     def features() -> tuple[torch.Tensor, torch.Tensor]:
-        z, y = knn.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
+        z, y = monitor.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
         return z.to(run.device), y.to(run.device)
 
     ctx = build.setup_context(

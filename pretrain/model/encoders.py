@@ -163,7 +163,7 @@ class MoCo(nn.Module):
     [1] facebookresearch/moco, branch colab-notebook, ``colab/moco_cifar10_demo.ipynb`` at f736491,
         ``ModelMoCo.forward``.
 
-    The queue and the loss live outside (``pretrain.engine.queue``, ``pretrain.losses``), so that
+    The queue and the loss live outside (``pretrain.model.queue``, ``pretrain.losses``), so that
     negative strategies and losses can be swapped without touching this module. As moco's builder
     fixes m, K and T in ``__init__``, the run's constants are set here once.
 

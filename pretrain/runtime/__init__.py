@@ -1,2 +1,3 @@
 """The process: ranks and collectives, threads and cores, precision, the Triton interpreter switch,
-progress and metrics logs; imports only pretrain.errors and negmine_core."""
+progress and metrics logs, the run folder and its lock, checkpoint files; imports only
+pretrain.errors and negmine_core."""

@@ -24,7 +24,7 @@ from linear_eval.inputs import checkpoints
 from linear_eval.inputs.eval_datasets import build_eval_dataset
 from linear_eval.inputs.features import FeatureStore
 from pretrain.data import imagefiles
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 TRAIN_RELS = ["ant/1.png", "ant/2.png", "cat/1.png", "cat/2.png", "owl/1.png", "owl/2.png"]
 
@@ -152,7 +152,7 @@ def test_a_cache_file_of_another_layout_is_rebuilt(tmp_path, capsys):
     store = FeatureStore(model, cache, torch.device("cpu"), batch_size=512)
     fresh = store.features(None, "test")
     (path,) = cache.glob("digits-test-plain-*.pt")
-    checkpoint.save({"something": torch.zeros(2)}, path)
+    checkpoint_io.save({"something": torch.zeros(2)}, path)
     again = FeatureStore(model, cache, torch.device("cpu"), batch_size=512).features(None, "test")
     assert torch.equal(again.backbone, fresh.backbone)
     assert f"warning: the feature cache file {path} is corrupt (" in capsys.readouterr().err
@@ -166,13 +166,13 @@ def test_weights_that_are_not_finite_are_refused_by_name(tmp_path):
     state = torch.load(ckpt, weights_only=True)
     key = next(k for k in state["model"] if k.startswith("encoder_q.") and k.endswith("weight"))
     state["model"][key][0] = float("nan")
-    checkpoint.save(state, ckpt)
+    checkpoint_io.save(state, ckpt)
     name = key.removeprefix("encoder_q.")
     message = (
         f"checkpoint {ckpt} holds weights that are not finite (NaN or inf) in 1 tensor(s): "
         f"{name}; features of these weights mean nothing: evaluate an earlier checkpoint"
     )
-    with pytest.raises(checkpoint.CheckpointError, match=re.escape(message)):
+    with pytest.raises(checkpoint_io.CheckpointError, match=re.escape(message)):
         checkpoints.load_model(ckpt)
 
 
@@ -181,7 +181,7 @@ def test_weights_that_are_not_finite_end_linear_eval_with_exit_1(tmp_path, capsy
     state = torch.load(ckpt, weights_only=True)
     key = next(k for k in state["model"] if k.endswith("running_var"))
     state["model"][key].fill_(float("inf"))
-    checkpoint.save(state, ckpt)
+    checkpoint_io.save(state, ckpt)
     assert main(["knn", "--ckpt", str(ckpt), "--no-cache"]) == 1
     err = capsys.readouterr().err
     assert "holds weights that are not finite" in err and "frozen encoder changed" not in err

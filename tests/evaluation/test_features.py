@@ -21,7 +21,7 @@ from linear_eval.inputs import checkpoints, corruptions, features
 from linear_eval.inputs.features import FeatureStore, View, Viewed
 from pretrain.data import pipeline
 from pretrain.data.loaders import sample_seed
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 
 class PilImages(Dataset):
@@ -158,9 +158,9 @@ def test_frozen_check_sees_a_changed_batchnorm_statistic(tmp_path):
 
 
 def test_unusable_checkpoints_raise_checkpoint_error(tmp_path):
-    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+    with pytest.raises(checkpoint_io.CheckpointError, match="does not exist"):
         checkpoints.load_model(tmp_path / "missing.pt")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+    with pytest.raises(checkpoint_io.CheckpointError, match="corrupt"):
         checkpoints.load_model(bad)

@@ -11,7 +11,7 @@ import torch
 from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 R18 = ["model.arch=resnet18", "model.cifar_stem=false"]
 SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num_workers=0"]
@@ -21,7 +21,7 @@ SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num
 def files(tmp_path_factory):
     base = tmp_path_factory.mktemp("foreign")
     ckpt = make_checkpoint(base / "run", *R18)
-    model = checkpoint.load(ckpt)["model"]
+    model = checkpoint_io.load(ckpt)["model"]
     pre = "encoder_q.backbone."
     bb = {k[len(pre) :]: v for k, v in model.items() if k.startswith(pre)}
     moco = {f"module.encoder_q.{k}": v for k, v in bb.items()}

@@ -14,7 +14,7 @@ from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
 from linear_eval.inputs import foreign
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 R18 = ["model.arch=resnet18", "model.cifar_stem=false"]
 SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num_workers=0"]
@@ -33,7 +33,7 @@ OTHERS = {  # the modules beside the backbone, as each library names them
 def files(tmp_path_factory):
     base = tmp_path_factory.mktemp("lightning")
     ckpt = make_checkpoint(base / "run", *R18)
-    model = checkpoint.load(ckpt)["model"]
+    model = checkpoint_io.load(ckpt)["model"]
     pre = "encoder_q.backbone."
     bb = {f"backbone.{k[len(pre) :]}": v for k, v in model.items() if k.startswith(pre)}
     for library, keys in OTHERS.items():

@@ -20,7 +20,7 @@ from fakedata_eval import write_cifar_c
 from scipy import ndimage
 
 from linear_eval.__main__ import main
-from linear_eval.cli import detection
+from linear_eval.cli import kappa as kappa_cli
 from linear_eval.inputs import checkpoints
 from linear_eval.inputs.features import FeatureStore
 from linear_eval.inputs.session import Options, Session
@@ -192,6 +192,6 @@ def test_a_cifar100_run_reads_cifar100_c(tmp_path):
     ckpt = make_checkpoint(
         tmp_path / "run", "data.name=cifar100", f"data.root={tmp_path}", "kappa.hidden=8"
     )
-    source = detection.corruption_source(Session(ckpt, Options()))
+    source = kappa_cli.corruption_source(Session(ckpt, Options()))
     assert source.files == (tmp_path / "CIFAR-100-C").resolve() and source.note is None
     assert source.description == f"CIFAR-100-C .npy files at {source.files}"

@@ -13,6 +13,7 @@ BAD = [
     ("--epochs", "0"), ("--epochs", "-1"), ("--lr", "nan"), ("--lr", "0"), ("--lr", "inf"),
     ("--temperature", "-0.1"), ("--temperature", "0"), ("--k", "0"), ("--k", "-3"),
     ("--batch-size", "0"), ("--weight-decay", "-1"), ("--num-workers", "-1"),
+    ("--probe-batch-size", "0"), ("--threads", "0"),
 ]  # fmt: skip
 
 

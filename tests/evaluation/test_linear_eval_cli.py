@@ -16,8 +16,8 @@ from fakedata_eval import write_svhn
 
 from linear_eval.__main__ import main
 from linear_eval.inputs.session import Options, Session
-from pretrain.engine import knn as pretrain_knn
-from pretrain.engine.knn import extract
+from pretrain.engine.monitor import extract
+from pretrain.metrics import knn as pretrain_knn
 from tests.test_troubleshooting_data import assert_documented
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
@@ -53,7 +53,7 @@ def test_default_command_prints_knn_and_linear_as_the_monitor_computes_them(ckpt
     assert {"knn_top1", "knn_top1_ci", "linear_top1", "linear_top1_ci", "linear_top5"} <= out.keys()
     sess = Session(ckpt, Options(cache=False))
     cfg = sess.model.cfg
-    from pretrain.engine import build
+    from pretrain import build
 
     bank, test = build.datasets_for(cfg).bank_loader, build.datasets_for(cfg).test_loader
     net = sess.model.encoder.backbone

@@ -11,8 +11,8 @@ from sklearn.linear_model import LogisticRegression
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from linear_eval.classify import evaluate as classification
 from linear_eval.classify import logreg, probe
-from linear_eval.cli import classification
 from linear_eval.inputs.session import Options, Session
 from pretrain.model.encoders import backbone as make_backbone
 

@@ -90,10 +90,11 @@ def ckpt(tmp_path_factory) -> Path:
 def test_default_command_records_the_schedule_that_ran(ckpt, mode, capsys, monkeypatch):
     monkeypatch.setattr(probe, "MOMENTUM", 0.8)
     code = main(["--ckpt", str(ckpt), "--probe", mode, "--epochs", "3", "--lr", "0.5",
-                 "--milestones", "1", "2", "--batch-size", "512", "--no-cache"])  # fmt: skip
+                 "--milestones", "1", "2", "--probe-batch-size", "512", "--no-cache"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     lin = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["linear"]
     assert lin["mode"] == mode and lin["milestones"] == [1, 2] and lin["momentum"] == 0.8
+    assert lin["batch_size"] == 512  # --probe-batch-size; --batch-size is the extraction batch
     assert lin["lr_by_epoch"] == pytest.approx({"0": 0.5, "1": 0.05, "2": 0.005})
 
 

@@ -17,7 +17,7 @@ from test_table import N_TEST, make_run
 
 from linear_eval.cli import main as cli
 from pretrain.data import datasets, identity
-from pretrain.engine import checkpoint
+from pretrain.runtime import checkpoint_io
 
 
 def edit_eval(run: Path, **fields: object) -> None:
@@ -91,9 +91,9 @@ def test_a_row_on_another_test_set_is_not_paired_with_the_baseline(tmp_path):
 
 def test_the_default_command_records_the_train_and_test_sets(tmp_path):
     ckpt = make_checkpoint(tmp_path / "run", "eval.knn_k=2")
-    state = checkpoint.load(ckpt)
+    state = checkpoint_io.load(ckpt)
     state["train_set"] = {"size": 3, "kind": "labels", "sha256": "f" * 64}
-    checkpoint.save(state, ckpt)
+    checkpoint_io.save(state, ckpt)
     done = linear_eval("--ckpt", str(ckpt), "--epochs", "1", "--milestones", "1", "--no-cache")
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])

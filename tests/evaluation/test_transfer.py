@@ -15,8 +15,8 @@ from fakedata_eval import write_image_tree
 from torchvision.transforms import v2
 
 from linear_eval.__main__ import main
+from linear_eval.classify import evaluate as classification
 from linear_eval.classify import probe, transfer
-from linear_eval.cli import classification
 from linear_eval.inputs.session import Options, Session
 
 

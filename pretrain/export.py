@@ -30,8 +30,7 @@ from pathlib import Path
 import torch
 
 from pretrain import config
-from pretrain.engine import checkpoint
-from pretrain.runtime import run_folder
+from pretrain.runtime import checkpoint_io, run_folder
 
 TARGETS = ("torchvision", "timm", "detectron2")
 PREFIX = "encoder_q.backbone."
@@ -72,7 +71,7 @@ def detectron2_name(key: str) -> str:
 
 def export(ckpt: str | Path, target: str, out: str | Path) -> Path:
     """Write the export of ``ckpt`` for ``target`` to ``out`` atomically; returns ``out``."""
-    state = checkpoint.load(ckpt)
+    state = checkpoint_io.load(ckpt)
     cfg = config.from_dict(
         state["config"],
         source=f"{ckpt} (config)",
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         path = export(args.ckpt, args.to, args.out)
-    except checkpoint.CheckpointError as e:
+    except checkpoint_io.CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (ExportError, config.ConfigError, OSError) as e:

@@ -1,8 +1,9 @@
-"""The classification subcommands: read features through a :class:`Session`, run one evaluator,
-write ``RUN/eval/<evaluator>.json`` (and its figure), return the record.
+"""The classification evaluations of a checkpoint: read features through a :class:`Session`, run
+one evaluator, write ``RUN/eval/<evaluator>.json``, return the record (what the classification
+subcommands run; their figures are drawn by the command line and the report).
 
-Detection (one-class, ID vs OOD, kappa, AULC) lives in :mod:`linear_eval.cli.detection`; the
-report in :mod:`linear_eval.report.document`.
+Detection (one-class, ID vs OOD, AULC) lives in :mod:`linear_eval.detect.evaluate`, the kappa
+analyses in :mod:`linear_eval.cli.kappa`; the report in :mod:`linear_eval.report.document`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from typing import Any
 import torch
 
 from linear_eval.classify import knn, limited, linear, probe, select, transfer
-from linear_eval.cli import detection
 from linear_eval.inputs.features import describe
 from linear_eval.inputs.session import Session
 from linear_eval.records import stats, summary
-from linear_eval.report import document
 
 FROZEN_NOTE = (
     "after training, every encoder parameter and buffer (BatchNorm running statistics included) "
@@ -121,7 +120,8 @@ def run_limited(
     recipe_name: str = "lbfgs",
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Linear evaluation with k labels per class over seeded draws; table + plot."""
+    """Linear evaluation with k labels per class over seeded draws (its plot:
+    :func:`linear_eval.report.document.draw_limited`)."""
     train, test = sess.train(), sess.test()
     record = limited.evaluate(
         train.backbone,
@@ -135,7 +135,6 @@ def run_limited(
         seed,
     )
     sess.write("limited", record)
-    document.draw_limited(record, sess.report_dir)
     return record
 
 
@@ -180,13 +179,13 @@ def check_same_test_set(a: Session, b: Session) -> None:
         )
 
 
-def run_compare(
-    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5, protocol: str = "lbfgs"
+def compare(
+    a: Session, b: Session, knn_preset: str = "cifar", protocol: str = "lbfgs"
 ) -> dict[str, Any]:
     """Checkpoint B against the reference A on the same test set: paired bootstrap intervals of
-    B − A (the sign of ``table``'s run − baseline) for kNN top-1, the linear probe ``protocol``'s
-    top-1 (SINCERE's test) and the one-class s_con AUROC. Written to A's
-    ``eval/compare.json``; the record returned also holds ``written_to``."""
+    B − A (the sign of ``table``'s run − baseline) for kNN top-1 and the linear probe
+    ``protocol``'s top-1 (SINCERE's test). ``python -m linear_eval compare`` adds the one-class
+    s_con AUROC (:func:`linear_eval.detect.evaluate.compare_one_class`) and writes the record."""
     if a.model.cfg.data.name != b.model.cfg.data.name:
         raise ValueError(
             f"compare needs the same dataset: {a.model.cfg.data.name} vs {b.model.cfg.data.name}"
@@ -223,6 +222,4 @@ def run_compare(
             "ci": [d.low, d.high],
             "excludes_zero": d.excludes_zero,
         }
-    record["oneclass_s_con"] = detection.compare_one_class(a, b, detector_k)
-    path = a.write("compare", record)
-    return record | {"written_to": str(path)}
+    return record

@@ -1,4 +1,4 @@
-"""``python -m linear_eval openood``: OpenOOD v1.5's protocol on a checkpoint's backbone features.
+"""OpenOOD v1.5's protocol (``python -m linear_eval openood``) on a checkpoint's backbone features.
 
 Per OOD set and per group (near / far) mean: AUROC, AUPR-In, AUPR-Out and FPR@95 under both
 conventions: ``FPR@95`` is OpenOOD's (OOD is the positive class: the fraction of ID images flagged
@@ -22,13 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from linear_eval.classify.knn import PRESETS
 from linear_eval.detect import fitted
 from linear_eval.inputs import openood
 from linear_eval.inputs.features import encode
 from linear_eval.inputs.session import Session
 from linear_eval.records import metrics
-from pretrain.engine.knn import knn_predict
+from pretrain.metrics.knn import knn_predict
 from pretrain.runtime import run_folder
 
 CSV_COLUMNS = ("dataset", "FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC", "FPR@95_ID+")
@@ -66,8 +65,11 @@ def run_openood(
     benchmark: str,
     root: str | Path,
     names: Sequence[str] = tuple(fitted.FITTERS),
+    *,
+    knn: dict[str, Any],
 ) -> dict[str, Any]:
-    """OpenOOD v1.5 ``benchmark`` from ``root`` (its layout); see the module docstring."""
+    """OpenOOD v1.5 ``benchmark`` from ``root`` (its layout); see the module docstring. ``knn``: the
+    ID accuracy's ``k`` and ``temperature`` (the command: ``classify.knn.PRESETS["cifar"]``)."""
     if benchmark not in openood.BENCHMARKS:
         raise ValueError(
             f"unknown benchmark {benchmark!r}; choose from {', '.join(openood.BENCHMARKS)}"
@@ -81,9 +83,8 @@ def run_openood(
     train, test, ood_sets, skipped = openood.open_sets(root, b)  # all checked before extraction
     bank, bank_y = _extract(sess, train)
     feats, labels = _extract(sess, test)
-    preset = PRESETS["cifar"]
     c = max(b.num_classes, int(bank_y.max()) + 1)
-    pred = knn_predict(bank, bank_y, feats, preset["k"], preset["temperature"], c)
+    pred = knn_predict(bank, bank_y, feats, knn["k"], knn["temperature"], c)
     acc = 100.0 * (pred == labels).double().mean().item()
     ood_feats = {n: _extract(sess, ds)[0] for n, ds in ood_sets.items()}
     per_detector: dict[str, Any] = {}
@@ -107,7 +108,7 @@ def run_openood(
         "preprocessing": repr(openood.transform(b)),
         "features": "backbone (pooled, penultimate)",
         "id_acc": acc,
-        "id_acc_classifier": f"weighted kNN k={preset['k']} T={preset['temperature']}",
+        "id_acc_classifier": f"weighted kNN k={knn['k']} T={knn['temperature']}",
         "sizes": {"train": len(train), "test": len(test)}
         | {n: len(d) for n, d in ood_sets.items()},
         "skipped": skipped,

@@ -3,7 +3,9 @@ loss and the optimizer are built here from plain values and never see the config
 :mod:`pretrain.data.pipeline`, which takes the values :func:`data_settings` gives it. Besides this
 module, only the run's own code in ``pretrain/engine`` (setup, loop, step: ``train.*`` and
 ``eval.*``), ``config.run_settings`` (the run settings a loss declares) and
-``cuda_graphs.refusal`` read it."""
+``cuda_graphs.refusal`` read it. It sits below the engine (import-linter's layers), so
+``linear_eval`` builds a checkpoint's encoder with :func:`model` as the trainer does, without
+importing the trainer."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from pretrain import losses
 from pretrain.config import Config, ConfigError, run_settings
 from pretrain.data import pipeline
 from pretrain.data.pipeline import Data
-from pretrain.engine.queue import LabeledQueue
 from pretrain.model import encoders as model_lib
 from pretrain.model import split_bn
+from pretrain.model.queue import LabeledQueue
 from pretrain.runtime import precision
 
 

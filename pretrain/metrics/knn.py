@@ -1,4 +1,6 @@
-"""Feature extraction and the weighted cosine kNN classifier used by the training monitor.
+"""The weighted cosine kNN classifier and s_con, the one implementation that the training monitor
+(:mod:`pretrain.engine.monitor`) and ``linear_eval`` share, so a monitor number and an evaluation
+number are computed alike.
 
 ``knn_predict`` is the InstDisc vote (Wu et al. 2018, https://arxiv.org/abs/1805.01978, Eq. 7-8 as
 in zhirongw/lemniscate.pytorch ``test.py`` and the MoCo CIFAR colab): the k most similar training
@@ -9,52 +11,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader
-
-
-@torch.no_grad()
-def extract(
-    net: nn.Module, loader: DataLoader, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run ``net`` in eval mode over ``loader``; returns features (N, F) and labels (N,) on CPU.
-
-    The module's train/eval mode is restored afterwards.
-    """
-    was_training = net.training
-    net.eval()
-    feats, labels = [], []
-    try:
-        for x, y in loader:
-            feats.append(net(x.to(device, non_blocking=True)).float().cpu())
-            labels.append(torch.as_tensor(y))
-    finally:
-        net.train(was_training)
-    return torch.cat(feats), torch.cat(labels)
-
-
-class Taps(nn.Module):
-    """An encoder's kNN features in one forward: the pooled backbone output and/or the projection
-    head's output (before the L2 normalisation, which the kNN applies), side by side in ``names``'
-    order. The MoCo CIFAR colab's monitor reads the head (its ``ModelBase`` ends in the fc);
-    ``linear_eval`` and our default monitor read the backbone."""
-
-    def __init__(self, encoder: nn.Module, names: tuple[str, ...]) -> None:
-        super().__init__()
-        if not names or any(n not in ("backbone", "head") for n in names):
-            raise ValueError(f"kNN features must be 'backbone' and/or 'head', got {names}")
-        self.encoder, self.names = encoder, names
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.encoder.backbone(x)
-        tap = {"backbone": h, "head": self.encoder.head(h) if "head" in self.names else None}
-        parts = [tap[n].flatten(1) for n in self.names]
-        self.widths = [p.shape[1] for p in parts]
-        return torch.cat(parts, dim=1)
-
-    def split(self, feats: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The (N, sum of widths) output cut back into {name: (N, width)}."""
-        return dict(zip(self.names, feats.split(self.widths, dim=1)))
 
 
 @torch.no_grad()
@@ -122,7 +78,7 @@ def s_con(bank: torch.Tensor, test: torch.Tensor, k: int, chunk: int = 2048) -> 
     """s_con (FIRM eq. 3): the mean of the k largest cosine similarities of each test feature
     to the bank, both L2-normalised (M,), in the inputs' dtype; bank and test tiled in ``chunk``
     blocks (a running top-k), so a 1.3M-image bank never meets the whole test set at once. The
-    one implementation: the one-class monitor below and ``linear_eval``'s ``knn_score`` call it."""
+    one implementation: the one-class monitor and ``linear_eval``'s ``knn_score`` call it."""
     if not 1 <= k <= bank.shape[0]:
         raise ValueError(f"k must be in [1, {bank.shape[0]}] (the bank size), got {k}")
     if chunk < 1:
