@@ -44,7 +44,7 @@ from negatives.base import (
     MAX_SYNTHETIC,
     ExtraNegatives,
     NegativeStrategy,
-    StrategyInputs,
+    Step,
     strategies,
 )
 from negatives.ocsvm.svm import OneClassSVM
@@ -239,9 +239,10 @@ class MiOC(NegativeStrategy):
         return mix(queue[a], queue[b], torch.rand(size, device=queue.device, dtype=queue.dtype))
 
     @torch.no_grad()
-    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
-        k, queue_labels, labels, epoch = step.k, step.queue_labels, step.labels, step.epoch
-        q, queue = step.q.detach().float(), step.queue.detach().float()
+    def negatives(self, step: Step) -> ExtraNegatives:
+        q, k, labels = step.detached()
+        queue_labels, epoch = step.queue_labels, step.ctx.epoch
+        q, queue = q.float(), step.queue.detach().float()
         K, B, dev = queue.shape[0], q.shape[0], q.device
         warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
         m_n = None

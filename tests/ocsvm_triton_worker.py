@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakedata import embeddings  # noqa: E402
 from sync_counter import SyncCounter  # noqa: E402
 
-from negatives.base import StrategyInputs  # noqa: E402
+from negatives.base import Step  # noqa: E402
 from negatives.mioc import MiOC  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 
@@ -52,7 +52,7 @@ def mioc_case(case: dict, dev: str) -> dict:
         mask = mioc.fit_inliers(torch.cat([q, k]), queue)
         with SyncCounter() as syncs:
             extra = mioc.negatives(
-                StrategyInputs.single(
+                Step.single(
                     q=q,
                     k=k,
                     queue=queue,

@@ -122,7 +122,7 @@ class _NaNAfterFirstStep(losses.InfoNCE):
 
     calls = 0
 
-    def forward(self, step: losses.StepTensors) -> torch.Tensor:
+    def forward(self, step: losses.Step) -> torch.Tensor:
         self.calls += 1
         return super().forward(step) * (float("nan") if self.calls > 1 else 1.0)
 

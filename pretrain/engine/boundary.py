@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, StrategyInputs
+from negmine_core.step import Embeddings, ExtraNegatives, Step
 from pretrain.engine.failures import ContractError, fail
 from pretrain.engine.records import HOOK, check_extra, deviation, tolerance, value_fault
 
@@ -52,9 +52,9 @@ class Watch:
     """One strategy's checks in a run: the device maxima of its record's values since the last
     read, and the steps they cover."""
 
-    start: int  # s.global_step of the first step checked (its form errors name no step)
-    since: int  # s.global_step of the first step not read yet
-    last: int = -1  # s.global_step of the latest step checked
+    start: int  # s.ctx.global_step of the first step checked (its form errors name no step)
+    since: int  # s.ctx.global_step of the first step not read yet
+    last: int = -1  # s.ctx.global_step of the latest step checked
     worst: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # field -> f64
     tol: dict[str, float] = dataclasses.field(default_factory=dict)  # field -> its tolerance
     loss: torch.Tensor | None = None  # the first step's (loss finite, queries finite)
@@ -65,8 +65,8 @@ class Watch:
         if self.since == self.last == 0:
             return " at the first step"
         if self.since == self.last:
-            return f" at s.global_step {self.last}"
-        return f" at an s.global_step from {self.since} to {self.last}"
+            return f" at s.ctx.global_step {self.last}"
+        return f" at an s.ctx.global_step from {self.since} to {self.last}"
 
 
 _watch: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # strategy -> Watch
@@ -95,26 +95,26 @@ def before_loss(run: Any, step: Any) -> None:
         watch = _watch[run.strategy] = Watch(start=at, since=at)
     watch.last = at
     symmetric = bool(getattr(run.cfg.loss, "symmetric", False))
-    n = step.q.shape[0] * (2 if symmetric else 1)
+    n = step.emb.q.shape[0] * (2 if symmetric else 1)
     try:
         check_extra(
             type(run.strategy),
             step.extra,
-            step.q,
+            step.emb.q,
             step.queue,
             rows=n,
             because="loss.symmetric=true" if symmetric else "",
             fix_rows="declare symmetric_ok = False (its negatives are the first view's)",
-            dtypes=(step.k.dtype, step.q.dtype),
+            dtypes=(step.emb.k.dtype, step.emb.q.dtype),
             values=False,
-            when="" if at == watch.start else f" at s.global_step {at}",
+            when="" if at == watch.start else f" at s.ctx.global_step {at}",
         )
     except ContractError as e:
         raise StepContractError(str(e)) from None
     track(watch, step.extra, _last.get(run.strategy))
 
 
-def track(watch: Watch, extra: ExtraNegatives, seen: StrategyInputs | None) -> None:
+def track(watch: Watch, extra: ExtraNegatives, seen: Step | None) -> None:
     """Fold this step's :func:`~pretrain.engine.records.deviation` of each returned tensor into
     ``watch``'s running maxima (device ops: a NaN stays NaN), where its inputs were finite."""
     given = [(f, t) for f in FIELDS if (t := getattr(extra, f)) is not None and t.numel()]
@@ -122,7 +122,8 @@ def track(watch: Watch, extra: ExtraNegatives, seen: StrategyInputs | None) -> N
         return
     finite_in = None
     if seen is not None:  # a sum is NaN or inf iff a term is (unit rows cannot overflow)
-        sums = torch.stack([seen.q.sum(), seen.k.sum(), seen.queue.sum()])
+        q, k, _ = seen.detached()
+        sums = torch.stack([q.sum(), k.sum(), seen.queue.sum()])
         finite_in = torch.isfinite(sums).all()
     for field, t in given:
         off = deviation(t)
@@ -143,7 +144,7 @@ def after_loss(run: Any, step: Any, loss: torch.Tensor) -> None:
     if watch is None or watch.loss_class is not None:
         return
     watch.loss = torch.stack(
-        [torch.isfinite(loss.detach()).all(), torch.isfinite(step.q.detach()).all()]
+        [torch.isfinite(loss.detach()).all(), torch.isfinite(step.emb.q.detach()).all()]
     )
     watch.loss_class = type(run.loss_fn)
 
@@ -182,7 +183,7 @@ def at_log(run: Any) -> None:
             )
 
 
-def remember(run: Any, seen: StrategyInputs) -> None:
+def remember(run: Any, seen: Step) -> None:
     """Keep a reference to this step's strategy inputs (a dict entry: no op, no device read), for
     :func:`strategy_fault` should the run stop on a non-finite loss."""
     _last[run.strategy] = seen
@@ -205,10 +206,10 @@ def strategy_fault(run: Any) -> str:
     if seen is None:
         return ""
     try:
-        probe = dataclasses.replace(
-            seen,
-            q=finite_or_unit(seen.q),
-            k=finite_or_unit(seen.k),
+        probe = seen.replace(
+            emb=Embeddings(q=finite_or_unit(seen.emb.q.detach()), k=finite_or_unit(seen.emb.k)),
+            k_all=finite_or_unit(seen.k_all),
+            q_all=None if seen.q_all is None else finite_or_unit(seen.q_all),
             queue=finite_or_unit(seen.queue),
         )
         with torch.no_grad():

@@ -34,7 +34,7 @@ from pretrain.engine.report import (
 from pretrain.engine.resume import check_epochs_left, restore, save, write_checkpoint
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
-from pretrain.engine.setup import init_loss, setup
+from pretrain.engine.setup import setup
 from pretrain.engine.step import train_step
 from pretrain.runtime import dist, plugin_provenance, provenance
 from pretrain.runtime.progress import Progress
@@ -116,8 +116,6 @@ def start(run: Run) -> bool:
             if dist.is_main():
                 print(closing.already_complete(run.run_dir, run.cfg.train.epochs), flush=True)
             return False
-    else:
-        init_loss(run)
     announce(run, resumed)
     st = run.state
     if st.pending is not None and dist.any_rank(not run.log.has(st.pending)):

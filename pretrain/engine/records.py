@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from negatives.base import ExtraNegatives
+from negmine_core.step import ExtraNegatives
 from pretrain.engine.failures import ContractError, fail, shape
 
 HOOK = "negatives()"
@@ -45,7 +45,8 @@ def check_extra(
     finite, unit norm and detached. ``because`` / ``fix_rows``: why N is what it is and what to
     declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``). ``values=False``:
     the form only (host metadata, no device read): the trainer reads the values later
-    (:func:`deviation`). ``when``: the step, appended to what failed (`` at s.global_step 8``)."""
+    (:func:`deviation`). ``when``: the step, appended to what failed
+    (`` at s.ctx.global_step 8``)."""
     if not isinstance(extra, ExtraNegatives):
         raise fail(
             cls,

@@ -11,7 +11,7 @@ meet, checked in its own tests exactly as negmine's suite checks the built-ins.
 
 Each runs, in well under a minute on a CPU: the declaration check; the record
 (:class:`~negatives.base.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
-detachment) at each of 35 calls of the hook (``s.global_step`` 0 to 31 and three far steps:
+detachment) at each of 35 calls of the hook (``s.ctx.global_step`` 0 to 31 and three far steps:
 :data:`.behaviour.CALLS`) or the loss's scalar and gradient; determinism under a fixed seed; no
 gradient into the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra
 negatives; the CUDA-graph refusal; host syncs per step against ``syncs_per_step`` in real training

@@ -7,7 +7,7 @@ queue (``contract_kwargs`` must fit them).
 A strategy's hook is called on one instance at every step of :data:`CALLS` (:data:`PERIOD`
 consecutive steps, then a few far ones), each record checked: a strategy that turns bad after
 some good steps, or on every n-th call only (n <= :data:`PERIOD`), fails at the first bad call,
-naming its ``s.global_step``. The host syncs of each call are counted on the same schedule
+naming its ``s.ctx.global_step``. The host syncs of each call are counted on the same schedule
 (:func:`call_steps`, :mod:`pretrain.testing.syncs`)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negmine_core.step import SetupContext
+from negatives.base import NegativeStrategy
+from negmine_core.step import Batch, ExtraNegatives, SetupContext, Step, StepContext
 from pretrain.engine.failures import ContractError, fail
 from pretrain.engine.records import check_extra, check_loss_output
 
@@ -27,8 +27,8 @@ N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
 EPOCH = 1.5  # past every warm-up (contract_kwargs turn warm-ups off)
 PERIOD = 32  # consecutive calls: a fault on every n-th call, n <= PERIOD, shows in them
-#: (s.global_step, s.epoch) of the kit's calls of a hook, in order on one instance: steps 0 to
-#: PERIOD - 1 (16 steps an epoch from EPOCH), then three far ones.
+#: (s.ctx.global_step, s.ctx.epoch) of the kit's calls of a hook, in order on one instance:
+#: steps 0 to PERIOD - 1 (16 steps an epoch from EPOCH), then three far ones.
 CALLS: list[tuple[int, float]] = [(i, EPOCH + i / 16) for i in range(PERIOD)] + [
     (10**3, 20.0),
     (10**4, 200.0),
@@ -65,7 +65,7 @@ def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeS
 
 def when(step: int, epoch: float) -> str:
     """A later call's step for a message (the first call's names none, as the trainer's)."""
-    return "" if step == CALLS[0][0] else f" at s.global_step {step} (s.epoch {epoch:g})"
+    return "" if step == CALLS[0][0] else f" at s.ctx.global_step {step} (s.ctx.epoch {epoch:g})"
 
 
 def run_strategy(
@@ -81,9 +81,7 @@ def run_strategy(
     out = []
     for step, epoch in CALLS:
         extra = strategy.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=labels, epoch=epoch, global_step=step
-            )
+            Step.single(q, k, queue=queue, queue_labels=labels, epoch=epoch, global_step=step)
         )
         check_extra(cls, extra, q, queue, when=when(step, epoch))
         if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
@@ -117,14 +115,22 @@ def check_strategy_behaviour(cls: type) -> None:
                 )
     torch.manual_seed(0)
     strategy = build_strategy(cls)
-    x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
-    out = strategy.transform_batch(x1, x2, y)
-    if [(t.shape, t.dtype) for t in out] != [(t.shape, t.dtype) for t in (x1, x2, y)]:
+    batch = Batch(x1=torch.randn(N, 3, 16, 16), x2=torch.randn(N, 3, 16, 16), y=torch.arange(N))
+    out = strategy.transform_batch(batch, StepContext(epoch=EPOCH))
+    if not isinstance(out, Batch):
+        raise fail(
+            cls,
+            "transform_batch()",
+            f"returned {type(out).__name__}",
+            "return the negmine_core.step.Batch it was given, or batch.replace(x1=..., ...)",
+        )
+    form = [(t.shape, t.dtype) for t in out.tensors()]
+    if form != [(t.shape, t.dtype) for t in batch.tensors()]:
         raise fail(
             cls,
             "transform_batch()",
             "changed the batch's shapes or dtypes",
-            "return (x1, x2, labels) of the shapes and dtypes it was given",
+            "return a batch of the shapes and dtypes it was given",
         )
     if cls.zero_kwargs is not None:
         check_zero_kwargs(cls)
@@ -187,12 +193,9 @@ def build_loss(cls: type) -> torch.nn.Module:
 def loss_inputs(
     cls: type, extra: str = "", seed: int = 5, step: int = 0, epoch: float = EPOCH
 ) -> tuple[Any, Any, dict[str, torch.Tensor]]:
-    """A tiny step for a loss at ``(step, epoch)``: its :class:`StepTensors` (labels known;
-    support views where it needs them; ``extra`` = "shared" / "per_query" negatives or none),
+    """A tiny step for a loss at ``(step, epoch)``: its :class:`~negmine_core.step.Step` (labels
+    known; support views where it needs them; ``extra`` = "shared" / "per_query" negatives or none),
     the batch its ``transform_batch`` sees, and the inputs with a gradient."""
-    from negmine_core.step import Batch
-    from pretrain.losses import StepTensors
-
     g = torch.Generator().manual_seed(seed)
     q = unit(LOSS_N, D, g=g).requires_grad_(True)
     k, queue = unit(LOSS_N, D, g=g), unit(LOSS_K, D, g=g).requires_grad_(True)  # k: constants
@@ -203,7 +206,7 @@ def loss_inputs(
         more["support"] = unit(LOSS_N, max(cls.extra_views, 2), D, g=g)
     made = {"shared": unit(5, D, g=g), "per_query": unit(LOSS_N, 3, D, g=g)}
     given = ExtraNegatives(**{extra: made[extra]}) if extra else ExtraNegatives()
-    tensors = StepTensors.single(
+    tensors = Step.single(
         q,
         k,
         queue=queue,
@@ -231,7 +234,7 @@ def run_loss(cls: type, loss: Any, tensors: Any, batch: Any) -> torch.Tensor:
     """``loss.transform_batch`` then ``loss`` on a tiny step; a failure names the hook."""
     hook = "transform_batch()"
     try:  # the trainer calls it before the encoders (i-Mix mixes the queries here)
-        loss.transform_batch(batch)
+        loss.transform_batch(batch, tensors.ctx)
         hook = "forward()"
         return loss(tensors)
     except Exception as e:  # noqa: BLE001  (any failure of the hook: named)
@@ -240,28 +243,28 @@ def run_loss(cls: type, loss: Any, tensors: Any, batch: Any) -> torch.Tensor:
             hook,
             f"raised {type(e).__name__}: {e}",
             f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
-            "queue, labels in 0..3 (StepTensors.single)",
+            "queue, labels in 0..3 (Step.single)",
         ) from e
 
 
 def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
-    """``(s.global_step, s.epoch, call)`` for each step of :data:`CALLS` on one instance of
+    """``(s.ctx.global_step, s.ctx.epoch, call)`` for each step of :data:`CALLS` on one instance of
     ``cls``: ``call()`` runs its hooks of one training step on inputs built before (a strategy's
     ``transform_batch`` and ``negatives``; a loss's ``transform_batch``, ``forward`` and the
     backward pass), for the host-sync count of each call."""
-    from negmine_core.step import StepContext
-
     torch.manual_seed(0)
     if issubclass(cls, NegativeStrategy):
         strategy = build_strategy(cls)
         q, k, queue, labels = strategy_inputs(1)
         x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
+        batch = Batch(x1=x1, x2=x2, y=y)
         for step, epoch in CALLS:
-            ctx = StepContext(epoch=epoch, global_step=step)
-            s = StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, labels=y, ctx=ctx)
+            s = Step.single(
+                q, k, queue=queue, queue_labels=labels, labels=y, epoch=epoch, global_step=step
+            )
 
-            def call(s: StrategyInputs = s, ctx: StepContext = ctx) -> object:
-                strategy.transform_batch(x1, x2, y, ctx)
+            def call(s: Step = s) -> object:
+                strategy.transform_batch(batch, s.ctx)
                 return strategy.negatives(s)
 
             yield step, epoch, call
@@ -298,8 +301,8 @@ def check_loss_behaviour(cls: type) -> None:
         raise fail(
             cls,
             "forward()",
-            "no finite, non-zero gradient reaches the queries s.q",
-            "compute the loss from s.q (the only input with a gradient)",
+            "no finite, non-zero gradient reaches the queries s.emb.q",
+            "compute the loss from s.emb.q (the only input with a gradient)",
         )
     g = inputs["queue"].grad
     if g is not None and bool(g.abs().sum() > 0):

@@ -119,15 +119,15 @@ def loss_overrides(name: str) -> list[str]:
 
 def ready(run: Any) -> None:
     """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
-    (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
-    from pretrain.engine import boundary, loop
+    (one Triton program) on any device, seed 0, epoch 0, training mode (the strategy's and the
+    loss's setup hooks ran in ``loop.setup``)."""
+    from pretrain.engine import boundary
 
     boundary.mark_checked(run)  # the trainer's one-time first-step check is no part of a step
     svm = getattr(run.strategy, "svm", None)
     if svm is not None:
         svm.loop = "triton"
     torch.manual_seed(0)
-    loop.init_loss(run)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
 

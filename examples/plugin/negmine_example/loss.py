@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from pretrain.losses import Loss, StepTensors
+from pretrain.losses import Loss, Step
 
 
 class AlignUniform(Loss):
@@ -39,9 +39,9 @@ class AlignUniform(Loss):
             raise ValueError(f"t and alpha must be positive, got t={t}, alpha={alpha}")
         self.t, self.alpha, self.weight = t, alpha, weight
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        q = s.q
-        align = (q - s.k.to(q.dtype)).norm(dim=1).pow(self.alpha).mean()
+    def forward(self, s: Step) -> torch.Tensor:
+        q = s.emb.q
+        align = (q - s.emb.k.to(q.dtype)).norm(dim=1).pow(self.alpha).mean()
         # the strategy's negatives are consumed: extra.shared beside the queue for every query,
         # extra.per_query (N, S, D) beside it for its own query (the contract kit checks both)
         negatives = s.queue if s.extra.shared is None else torch.cat([s.queue, s.extra.shared])
