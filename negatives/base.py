@@ -38,6 +38,11 @@ class NegativeStrategy(Contract, nn.Module):
     same synthetic points.
     """
 
+    #: The contract's kind of class (``negmine_core.contract.Contract.kind``).
+    kind = "strategy"
+    #: The registry of strategies (``negatives.name``), which the contract's messages read.
+    registry = strategies
+
     # -- The contract (negmine_core.contract.Contract: syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), and for strategies only:
     #: ``negatives.kwargs`` that make zero synthetic points, whose logits must then be plain

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import inproc
 import pytest
-from fakedata import write_cifar10, write_imagenet100
 
 from pretrain import config
 from pretrain.engine import build
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))

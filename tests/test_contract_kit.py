@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 import negatives
 from negatives import ExtraNegatives, NegativeStrategy, Step
+from negmine_core.contract.messages import fail
 from pretrain import losses
-from pretrain.engine.failures import fail
 from pretrain.losses import InfoNCE, Loss, info_nce, moco_logits
 from pretrain.testing import ContractError, check_loss, check_strategy, syncs
 from pretrain.testing.ops import check_bound
@@ -342,7 +342,7 @@ def scaled(factor: float) -> type:
 
 
 def test_unit_norm_is_held_to_one_part_in_ten_thousand():
-    """The tolerance (1e-4 in float32, pretrain.engine.records.UNIT_TOLERANCE): rows off by
+    """The tolerance (1e-4 in float32, negmine_core.contract.checks.UNIT_TOLERANCE): rows off by
     1e-3 are refused, naming how far; rows off by 1e-6 (float32 rounding) pass."""
     msg = failure(check_strategy, scaled(1 + 1e-3), counts=False)
     assert re.search(r"\.Scaled\.negatives\(\)\): returned shared whose rows are not unit norm "

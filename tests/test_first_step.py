@@ -1,9 +1,9 @@
-"""The trainer's checks of each step (pretrain.engine.boundary): a strategy's record of the wrong
-form fails at the step that returns it, naming the class and ``negatives()`` (with the symmetric
-layout's fix where that is the cause), before the loss sees it; non-finite or non-unit negatives
-are named at the next log step instead of advice on the learning rate, also when they start after
-8 good steps or come on every 5th call only; every step stays free of host syncs (the values are
-read at the log step only)."""
+"""The trainer's checks of each step (negmine_core.contract.watch, ``Run.watch``): a strategy's
+record of the wrong form fails at the step that returns it, naming the class and ``negatives()``
+(with the symmetric layout's fix where that is the cause), before the loss sees it; non-finite or
+non-unit negatives are named at the next log step instead of advice on the learning rate, also when
+they start after 8 good steps or come on every 5th call only; every step stays free of host syncs
+(the values are read at the log step only)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from negatives import ExtraNegatives, NegativeStrategy, Step
+from negmine_core.contract import watch as contract_watch
 from negmine_core.step import Batch
 from pretrain import config
-from pretrain.engine import boundary, loop
+from pretrain.engine import loop
 from pretrain.testing import OpCounter, SyncCounter, steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
@@ -190,11 +191,11 @@ def test_a_strategy_fed_non_finite_inputs_is_not_blamed(tmp_path):
         run = loop.setup(cfg)
         x1, x2, y, _, *rows = next(iter(run.data.train_loader))
         loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-        boundary.at_log(run)  # the first step's records were good
-        seen = boundary._last[run.strategy]  # noqa: SLF001
+        run.watch.at_log(run.state.global_step)  # the first step's records were good
+        seen = run.watch.seen
         seen.detached()[0].fill_(float("nan"))  # the queries' storage
         assert not torch.isfinite(run.strategy.negatives(seen).shared).all()
-        assert boundary.strategy_fault(run) == ""
+        assert run.watch.strategy_fault(run.strategy) == ""
         run.state.bad_loss |= True
         with pytest.raises(loop.NonFiniteLossError, match="Advice: lower train.base_lr"):
             loop.check_finite(run)
@@ -208,14 +209,14 @@ def test_the_checked_steps_read_nothing_on_the_host(tmp_path):
         cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY,
                                                f"negatives.name={name}"])  # fmt: skip
         run = loop.setup(cfg)
-        assert boundary.first(run)
+        assert not run.watch.started
         for i, (x1, x2, y, _, *rows) in zip(range(3), run.data.train_loader, strict=False):
             with SyncCounter() as syncs:
                 loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
             assert syncs.count == 0, (i, syncs.report())
             run.state.global_step += 1
-            assert not boundary.first(run)
-        boundary.at_log(run)  # good records: nothing raised
+            assert run.watch.started
+        run.watch.at_log(run.state.global_step)  # good records: nothing raised
         run.log.close()
 
 
@@ -231,9 +232,10 @@ def test_unit_norm_is_checked_too(tmp_path):
         run = loop.setup(cfg)
         x1, x2, y, _, *rows = next(iter(run.data.train_loader))
         loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-        with pytest.raises(boundary.StepContractError, match=r"Long\.negatives\(\)\): returned "
-                           r"shared whose rows are not unit norm at the first step"):  # fmt: skip
-            boundary.at_log(run)
+        with pytest.raises(contract_watch.StepContractError,
+                           match=r"Long\.negatives\(\)\): returned shared whose rows are not "
+                                 r"unit norm at the first step"):  # fmt: skip
+            run.watch.at_log(run.state.global_step)
         run.log.close()
 
 
@@ -242,11 +244,11 @@ def test_the_value_checks_cost_what_the_docs_say():
     (a steady step: the running maxima exist), no host sync."""
     q = F.normalize(torch.randn(4, 8), dim=1)
     seen = Step.single(q, q, queue=F.normalize(torch.randn(16, 8), dim=1))
-    watch = boundary.Watch(start=0, since=0)
+    watch = contract_watch.Watch(start=0, since=0)
     for fields in ({"shared": q[:2]}, {"shared": q[:2], "per_query": q.unsqueeze(1)}):
-        boundary.track(watch, ExtraNegatives(**fields), seen)  # the maxima's first values
+        contract_watch.track(watch, ExtraNegatives(**fields), seen)  # the maxima's first values
         with OpCounter() as ops, SyncCounter() as syncs:
-            boundary.track(watch, ExtraNegatives(**fields), seen)
+            contract_watch.track(watch, ExtraNegatives(**fields), seen)
         assert ops.count == 9 + 8 * len(fields), ops.top(20)
         assert syncs.count == 0, syncs.report()
-    assert boundary.Watch(start=0, since=0, last=0).when() == " at the first step"
+    assert contract_watch.Watch(start=0, since=0, last=0).when() == " at the first step"

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import write_cifar10, write_imagenet100
 from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
@@ -23,6 +22,7 @@ from negmine_core.step import Embeddings, StepContext
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import build, checkpoint, knn, loop
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 

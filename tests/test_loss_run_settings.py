@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from negmine_core.contract.messages import ContractError
 from pretrain import config, losses
 from pretrain.config import run_settings
 from pretrain.engine import build
-from pretrain.engine.failures import ContractError
 from pretrain.testing.declarations import check_declarations
 
 LOSSES = Path(losses.__file__).parent

@@ -13,6 +13,7 @@ import negatives
 from negatives import ExtraNegatives, NegativeStrategy, Step
 from negatives.none import NoNegatives
 from negmine_core.step import Batch, SetupContext
+from pretrain.testing.declarations import check_declarations
 
 N, D, K = 8, 16, 32
 
@@ -41,22 +42,9 @@ def small(name: str) -> NegativeStrategy:
 
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_the_contract_is_declared(name):
-    """Fast, before any slow test: the contract's class attributes have their types, and the
-    contract kwargs are accepted by the constructor; a failure names the class and attribute."""
-    cls = negatives.strategies.get(name)
-    assert isinstance(cls.syncs_per_step, int) and cls.syncs_per_step >= 0, where(
-        name, "syncs_per_step"
-    )
-    for attribute in ("syncs_why", "step_state", "why_not_capturable"):
-        assert isinstance(getattr(cls, attribute), str), where(name, attribute)
-    assert isinstance(cls.capturable, bool), where(name, "capturable")
-    assert isinstance(cls.contract_kwargs, dict), where(name, "contract_kwargs")
-    assert cls.zero_kwargs is None or isinstance(cls.zero_kwargs, dict), where(name, "zero_kwargs")
-    for attribute in ("contract_kwargs", "zero_kwargs"):
-        try:
-            negatives.strategies.check_kwargs(name, getattr(cls, attribute) or {})
-        except ValueError as e:
-            raise AssertionError(f"{where(name, attribute)}: {e}") from None
+    """Fast, before any slow test: the contract kit's declaration check (the flags' types, the
+    contract kwargs accepted by the constructor); a failure names the class and attribute."""
+    check_declarations(negatives.strategies.get(name))
 
 
 def test_registry_lists_none():

@@ -18,7 +18,7 @@ from state_dicts import flat
 
 from pretrain import config, losses
 from pretrain.engine import build, loop
-from tests.fakedata import random_images
+from pretrain.testing.fakedata import random_images
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

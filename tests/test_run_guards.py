@@ -18,11 +18,11 @@ from pathlib import Path
 import inproc
 import pytest
 import torch
-from fakedata import random_images, write_png
 
 from pretrain import config
 from pretrain.engine import checkpoint, loop, runlock
 from pretrain.engine.checkpoint import CheckpointError
+from pretrain.testing.fakedata import random_images, write_png
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [  # 64 training images of 16 px in 2 classes: 2 steps an epoch, seconds a run

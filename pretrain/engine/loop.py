@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
+from negmine_core.contract.watch import StepContractError
 from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
-from pretrain.engine import boundary, checkpoint, closing, knn
+from pretrain.engine import checkpoint, closing, knn
 from pretrain.engine.report import (
     NonFiniteLossError,
     announce,
@@ -75,7 +76,7 @@ def train(run: Run, stop: checkpoint.StopSignals) -> int:
     strategy or loss that breaks the contract in a step stops it, saying where."""
     try:
         return epochs(run, stop)
-    except boundary.StepContractError as e:
+    except StepContractError as e:
         st = run.state
         e.add_note(
             f"Training stopped at global step {st.global_step} (epoch {st.epoch + 1}): fix the "
@@ -364,7 +365,7 @@ def main(cfg: Config, config_file: str | Path | None = None, *, leaving: bool = 
     code; ``leaving``: see :func:`run_training`."""
     try:
         return run_training(cfg, config_file, leaving=leaving)
-    except (checkpoint.CheckpointError, NonFiniteLossError, boundary.StepContractError) as e:
+    except (checkpoint.CheckpointError, NonFiniteLossError, StepContractError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from negmine_core.contract.watch import StepWatch
 from pretrain import config
 from pretrain.config import Config, ConfigError
 from pretrain.data import resident
@@ -93,6 +94,7 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
         probe=online_probe(cfg, moco, data.num_classes, device),
         graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
         lock=lock,
+        watch=StepWatch(type(strategy), type(loss_fn), symmetric=cfg.loss.symmetric),
     )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from negmine_core.step import Batch, Embeddings, ExtraNegatives, Step, StepContext
-from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.runtime import dist
 
@@ -43,9 +42,11 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
         q_all=dist.gather(e.q.detach()) if run.strategy.needs_global_batch else None,
     )
     step = step.replace(extra=negatives(run, step))  # the record the loss gets: the same one
-    boundary.before_loss(run, step)  # the first step: the strategy's record, named if wrong
+    if run.watch is not None:  # the strategy's record's form, named if wrong; values on device
+        run.watch.before_loss(step)
     loss = run.loss_fn(step)
-    boundary.after_loss(run, step, loss)  # its values: read at the first log step, no sync here
+    if run.watch is not None:  # the first step's loss: read at the first log step, no sync here
+        run.watch.after_loss(step, loss)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         run.probe.train_step(e.features, batch.y)
     run.optimizer.zero_grad(set_to_none=True)
@@ -85,5 +86,6 @@ def negatives(run: Run, step: Step) -> ExtraNegatives:
     """The strategy's extra negatives from the step's record: it reads this rank's batch, or
     every rank's where it declares ``needs_global_batch`` (``step.q_all``; e.g. an OC-SVM
     fitted on the global batch), through ``step.detached()``."""
-    boundary.remember(run, step)  # a reference, read only if a non-finite loss stops the run
+    if run.watch is not None:  # a reference, read only if a non-finite loss stops the run
+        run.watch.remember(step)
     return run.strategy.negatives(step)

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from negmine_core.contract import Contract
+from negmine_core.contract import FLAGS, Contract
 from negmine_core.conventions import NO_LABEL
 from negmine_core.registry import Registry
 from negmine_core.step import ONE_PROCESS, Batch, SetupContext, Step, StepContext
@@ -60,15 +60,7 @@ def contrast_set(
 
 
 #: The class attributes a loss declares (:class:`Loss`), which a wrapper declares the same.
-DECLARED = (
-    "name",
-    "accepts_strategies",
-    "why_strategies",
-    "batch_layout",
-    "can_drop_queue",
-    "needs_labels",
-    "extra_views",
-)
+DECLARED = ("name", *(flag.attribute for flag in FLAGS if flag.kind == "loss"))
 
 
 class Loss(Contract, nn.Module):
@@ -167,6 +159,8 @@ class Loss(Contract, nn.Module):
 
     #: The YAML name (``loss.name``), set by ``register`` (an entry point's name for a plugin).
     name = "loss"
+    #: The contract's kind of class (``negmine_core.contract.Contract.kind``).
+    kind = "loss"
 
 
 #: The losses (``loss.name``), owned by ``pretrain.losses``, in the registry class the negative
@@ -175,6 +169,7 @@ class Loss(Contract, nn.Module):
 #: left null in ``loss.kwargs`` takes the loss's default, as in ``negatives.kwargs``.
 registry: Registry[Loss] = Registry("loss", drop_none=True, group="negmine.losses")
 register = registry.register
+Loss.registry = registry  # the contract's: the registry of this kind (made after the class)
 
 
 def list_losses() -> list[str]:

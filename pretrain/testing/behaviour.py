@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from negatives.base import NegativeStrategy
+from negmine_core.contract.checks import check_extra, check_loss_output
+from negmine_core.contract.messages import ContractError, fail
 from negmine_core.step import Batch, ExtraNegatives, SetupContext, Step, StepContext
-from pretrain.engine.failures import ContractError, fail
-from pretrain.engine.records import check_extra, check_loss_output
 
 N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
@@ -72,7 +72,7 @@ def run_strategy(
     cls: type, seed: int, kwargs: dict[str, Any] | None = None
 ) -> list[ExtraNegatives]:
     """``cls``'s records at every step of :data:`CALLS` (one instance), each checked
-    (:func:`~pretrain.engine.records.check_extra`); the queue may not change."""
+    (:func:`~negmine_core.contract.checks.check_extra`); the queue may not change."""
     torch.manual_seed(0)
     strategy = build_strategy(cls, kwargs)
     q, k, queue, labels = strategy_inputs(seed)
@@ -101,7 +101,20 @@ def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def check_strategy_behaviour(cls: type) -> None:
     """The record's form, a read-only queue, determinism, shapes of transform_batch, and plain
-    MoCo's logits at ``zero_kwargs``."""
+    MoCo's logits at ``zero_kwargs``: every behaviour check of a strategy, in order."""
+    check_strategy_determinism(cls)  # its records checked at each call too
+    check_transform_batch(cls)
+    if cls.zero_kwargs is not None:
+        check_zero_kwargs(cls)
+
+
+def check_records(cls: type) -> None:
+    """The record's form at each of :data:`CALLS` (:func:`run_strategy`), the queue read-only."""
+    run_strategy(cls, 1)
+
+
+def check_strategy_determinism(cls: type) -> None:
+    """Two runs of :data:`CALLS` under one seed return the same records."""
     first, second = run_strategy(cls, 1), run_strategy(cls, 1)
     for (step, epoch), a, b in zip(CALLS, first, second, strict=True):
         for field in ("shared", "per_query"):
@@ -113,6 +126,11 @@ def check_strategy_behaviour(cls: type) -> None:
                     "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
                     "numpy's, and keep no state outside buffers",
                 )
+
+
+def check_transform_batch(cls: type) -> None:
+    """``transform_batch`` returns a :class:`~negmine_core.step.Batch` of the shapes and dtypes
+    it was given."""
     torch.manual_seed(0)
     strategy = build_strategy(cls)
     batch = Batch(x1=torch.randn(N, 3, 16, 16), x2=torch.randn(N, 3, 16, 16), y=torch.arange(N))
@@ -132,8 +150,6 @@ def check_strategy_behaviour(cls: type) -> None:
             "changed the batch's shapes or dtypes",
             "return a batch of the shapes and dtypes it was given",
         )
-    if cls.zero_kwargs is not None:
-        check_zero_kwargs(cls)
 
 
 def check_zero_kwargs(cls: type) -> None:
@@ -270,7 +286,7 @@ def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
             yield step, epoch, call
         return
     loss = build_loss(cls)
-    takes_none = cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}
+    takes_none = takes_no_negatives(cls)
     for step, epoch in CALLS:
         tensors, batch, _ = loss_inputs(cls, "" if takes_none else "shared", 5, step, epoch)
 
@@ -284,9 +300,23 @@ def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
 
 def check_loss_behaviour(cls: type) -> None:
     """A finite scalar, the same under a fixed seed, a gradient into q, none into the queue,
-    and a different value when the strategy adds negatives (shared and per-query)."""
-    value, inputs = loss_step(cls)
+    and a different value when the strategy adds negatives: every behaviour check of a loss."""
+    check_loss_value(cls)
+    check_loss_determinism(cls)
+    check_gradients(cls)
+    if not takes_no_negatives(cls):
+        check_extra_negatives_used(cls)
+
+
+def check_loss_value(cls: type) -> None:
+    """A finite scalar of a floating dtype on a tiny step."""
+    value, _ = loss_step(cls)
     check_loss_output(cls, value)
+
+
+def check_loss_determinism(cls: type) -> None:
+    """Two fresh losses under one seed give the same value."""
+    value, _ = loss_step(cls)
     again, _ = loss_step(cls)
     if not torch.equal(value.detach(), again.detach()):
         raise fail(
@@ -295,6 +325,11 @@ def check_loss_behaviour(cls: type) -> None:
             "two runs under torch.manual_seed(0) differ",
             "draw from the torch RNG and keep no state outside buffers",
         )
+
+
+def check_gradients(cls: type) -> None:
+    """A finite, non-zero gradient into the queries, none into the queue."""
+    value, inputs = loss_step(cls)
     value.backward()
     grad = inputs["q"].grad
     if grad is None or not bool(torch.isfinite(grad).all()) or not bool(grad.abs().sum() > 0):
@@ -312,8 +347,16 @@ def check_loss_behaviour(cls: type) -> None:
             "a gradient reaches s.queue",
             "detach it (s.queue.detach()): the queue's keys are constants",
         )
-    if cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}:
-        return  # takes no strategy's negatives
+
+
+def takes_no_negatives(cls: type) -> bool:
+    """A loss that accepts strategy ``none`` only (it uses no strategy's negatives)."""
+    return cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}
+
+
+def check_extra_negatives_used(cls: type) -> None:
+    """The value changes when the strategy adds negatives (shared, then per-query)."""
+    value, _ = loss_step(cls)
     for field in ("shared", "per_query"):
         with_extra, _ = loss_step(cls, field)
         if torch.equal(with_extra.detach(), value.detach()):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pretrain.engine.failures import fail
+from negmine_core.contract.messages import fail
 
 N, D, K = 8, 16, 32  # per rank: the kit's sizes
 WORLD = 2

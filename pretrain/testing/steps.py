@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from pretrain.engine.failures import registry_of
-from pretrain.testing.op_counter import OpCounter
-from pretrain.testing.sync_counter import SyncCounter
+from negmine_core.contract.messages import registry_of
+from negmine_core.contract.op_counter import OpCounter
+from negmine_core.contract.sync_counter import SyncCounter
 
 RECIPE = "digits_moco"
 WARM, COUNTED = 2, 2  # steps before the counted ones (optimizer state exists), counted steps
@@ -49,26 +49,11 @@ def op_sizes(batch: int) -> list[str]:
             for o in OP_SIZES]  # fmt: skip
 
 
-@contextlib.contextmanager
-def registered(cls: type) -> Iterator[str]:
+def registered(cls: type) -> contextlib.AbstractContextManager[str]:
     """The YAML name of ``cls``: its own where a registry holds it (a built-in, an installed
-    plugin), else ``kit_<class>`` for the duration of the block (then removed again)."""
-    registry = registry_of(cls)
-    for name in registry.names():
-        if registry._classes.get(name) is cls:  # noqa: SLF001  (the kit owns no registry)
-            yield name
-            return
-    name, had = f"kit_{cls.__name__.lower()}", vars(cls).get("name")
-    registry.register(name)(cls)
-    try:
-        yield name
-    finally:
-        registry._classes.pop(name, None)  # noqa: SLF001
-        if had is None:
-            with contextlib.suppress(AttributeError):
-                delattr(cls, "name")
-        else:
-            cls.name = had
+    plugin), else ``kit_<class>`` for the duration of the block (then removed again:
+    :meth:`negmine_core.registry.Registry.registered`)."""
+    return registry_of(cls).registered(f"kit_{cls.__name__.lower()}", cls)
 
 
 @contextlib.contextmanager
@@ -121,9 +106,7 @@ def ready(run: Any) -> None:
     """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
     (one Triton program) on any device, seed 0, epoch 0, training mode (the strategy's and the
     loss's setup hooks ran in ``loop.setup``)."""
-    from pretrain.engine import boundary
-
-    boundary.mark_checked(run)  # the trainer's one-time first-step check is no part of a step
+    run.watch = None  # the trainer's per-step checks are no part of the step counted
     svm = getattr(run.strategy, "svm", None)
     if svm is not None:
         svm.loop = "triton"

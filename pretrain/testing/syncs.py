@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pretrain.engine.failures import ContractError, at, kind_of
+from negmine_core.contract.messages import ContractError, at, kind_of
+from negmine_core.contract.sync_counter import SyncCounter
 from pretrain.testing import behaviour, steps
-from pretrain.testing.sync_counter import SyncCounter
 
 
 def declared(loss: str, strategy: str, extra: int = 0) -> int:

@@ -1,10 +1,13 @@
 """The example plugin's own tests: what a contributor adds beside the strategy and the loss. The
 contract (declarations, the record's form, determinism, host syncs and aten ops per step, the
 CUDA-graph refusal) is checked by negmine's contract kit, installed with negmine
-(``pretrain.testing``): no copy of negmine's own test suite is needed. Run in a venv with negmine
+(``pretrain.testing``), one test per check (``BatchMix-check_records``, ...): no copy of negmine's
+own test suite is needed. Run in a venv with negmine
 and this package installed: ``python -m pytest examples/plugin/tests``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -13,17 +16,12 @@ from negmine_example.loss import AlignUniform
 from negmine_example.strategy import BatchMix
 
 from negatives import ExtraNegatives, Step
-from pretrain.testing import check_loss, check_strategy
+from pretrain.testing import parametrize_with_checks
 
 
-def test_batch_mix_meets_the_contract() -> None:
-    report = check_strategy(BatchMix)  # a ContractError names the class, attribute and fix
-    assert report.syncs_per_step == 0 and report.ops > 0
-
-
-def test_align_uniform_meets_the_contract() -> None:
-    report = check_loss(AlignUniform)
-    assert report.syncs_per_step == 0 and report.ops > 0
+@parametrize_with_checks([BatchMix, AlignUniform])
+def test_meets_the_contract(cls: type, check: Callable[[type], None]) -> None:
+    check(cls)  # one test per check: a ContractError names the class, attribute and fix
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:

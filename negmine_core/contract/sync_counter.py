@@ -55,7 +55,7 @@ each op below blocks the host until the device queue drains; on a CPU they run a
 
 Part of the contract kit (:mod:`pretrain.testing`, installed with negmine): the kit counts a
 plugin's syncs per step with it, and negmine's own tests import it from here
-(``tests/sync_counter.py`` re-exports it).
+(``negmine_core/contract/sync_counter.py`` re-exports it).
 """
 
 from __future__ import annotations
