@@ -5,7 +5,7 @@
 [1] Batches as in https://github.com/Willtl/firm/blob/cb7556e/data.py (``SyntheticOutlierDataset``:
     the 3 rotations of every ID image are items of their own with labels 1..3, both views are
     augmentations of the same rotated image, and with ``--oe`` an outlier slot gets a random 300K
-    image instead), re-derived in SEMANTICS.md Sec. 4.
+    image instead), re-derived from [0] (Lunardi et al. 2025, FIRM, Sec. 3, eq. 2).
 [2] CutPaste: Li, Sohn, Yoon, Pfister, CVPR 2021, https://arxiv.org/abs/2104.04015 (Sec. 3.1):
     cut a rectangle of area ratio in [0.02, 0.15] and aspect ratio (w / h) in [0.3, 3.3], paste it
     at a random location of the same image.

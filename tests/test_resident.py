@@ -188,7 +188,7 @@ def test_eval_batches_equal_the_eval_transform():
     imgs = torch.cat([imgs[:, :, :, :36]])  # 40 x 36: a non-square resize
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     for size, rs in ((24, 28), (32, 36)):
-        tf = loaders.eval_transform(size, rs, mean, std)
+        tf = loaders.eval_transform(size=size, resize=rs, mean=mean, std=std)
         ev = EvalBatches(imgs, torch.arange(10), batch=4, size=size, resize=rs,
                                   mean=mean, std=std)  # fmt: skip
         got = torch.cat([x for x, _ in ev])

@@ -21,7 +21,7 @@ from linear_eval.records import summary
 from linear_eval.report import document, figures
 from pretrain.data.datasets import DatasetNotFoundError
 
-# CIDER / KNN+ CIFAR-10 benchmark (SEMANTICS §6-7)
+# the CIFAR-10 OOD benchmark of Ming et al. 2023 (CIDER) and Sun et al. 2022 (KNN+)
 CIFAR10_OOD = ("svhn", "lsun", "isun", "textures", "places365", "cifar100")
 CORRUPTIONS = ("gaussian_noise", "gaussian_blur")
 SEVERITIES = (1, 2, 3, 4, 5)

@@ -2,7 +2,7 @@
 
     from pretrain.testing import OpCounter
     with OpCounter() as ops:
-        loop.train_step(run, batch, epoch)
+        train_step(run, batch, epoch)  # pretrain.engine.step
     print(ops.count, ops.top(10))  # ops that would launch work, and the most frequent ones
 
 A ``TorchDispatchMode`` sees every op that reaches the backend, below autograd: the forward ops,

@@ -2,7 +2,7 @@
 
     from pretrain.testing import SyncCounter
     with SyncCounter() as syncs:
-        loop.train_step(run, batch, epoch)
+        train_step(run, batch, epoch)  # pretrain.engine.step
     assert syncs.count == 0, syncs.report()
 
 The sync equivalent of ``torch.cuda.set_sync_debug_mode("warn")``, which works only on CUDA. On CUDA

@@ -71,7 +71,7 @@ def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
     fills in, ``Loss.from_run``)."""
     own = dict(cfg.loss.kwargs)
     for name in own:
-        if name in loss_cls.from_run:
+        if name in run_settings.taken(loss_cls):
             raise ConfigError(
                 f"config key 'loss.kwargs.{name}': loss {cfg.loss.name!r} takes {name} from "
                 f"{run_settings.source(name)}, not from loss.kwargs; set that instead"

@@ -138,7 +138,8 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     kappa head), checked against the negative strategy it is combined with."""
     check_pairing(cfg)
     loss, kappa = cfg.loss, cfg.kappa
-    kwargs = run_settings.values(cfg, losses.registry.get(loss.name).from_run, num_classes)
+    taken = run_settings.taken(losses.registry.get(loss.name))  # those its constructor takes
+    kwargs = run_settings.values(cfg, taken, num_classes)
     kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
     try:
         made = losses.create(loss.name, **kwargs)

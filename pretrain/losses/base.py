@@ -90,8 +90,8 @@ class Loss(Contract, nn.Module):
     #: The run settings the constructor takes by keyword, filled in by the trainer (the names
     #: of ``pretrain.config.run_settings.KEYS``, which says where each is read); ``loss.kwargs``
     #: may not set them. The base's: ``temperature`` (``moco.temperature``), checked by
-    #: ``Loss.__init__`` (above 1e-3) and kept as ``self.temperature`` (a loss that has no
-    #: temperature still takes it, unused).
+    #: ``Loss.__init__`` (above 1e-3) and kept as ``self.temperature``; a loss that uses no
+    #: temperature leaves it out of its constructor, and the trainer passes it none.
     from_run: ClassVar[tuple[str, ...]] = ("temperature",)
 
     # -- The contract: negmine_core.contract.Contract (syncs_per_step, syncs_why, capturable,
@@ -117,9 +117,10 @@ class Loss(Contract, nn.Module):
     #: ``s.emb.support`` (FNC: 1). ``config.validate`` refuses fewer.
     extra_views: int = 0
 
-    def __init__(self, temperature: float) -> None:
+    def __init__(self, temperature: float | None = None) -> None:
         super().__init__()
-        check_temperature(temperature)
+        if temperature is not None:  # None: a loss that uses no temperature
+            check_temperature(temperature)
         self.temperature = temperature
 
     def forward(self, s: Step) -> torch.Tensor:

@@ -194,7 +194,8 @@ class Cider(Loss):
 
     The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
     order); only this rank's queries carry gradient, so L_dis back-propagates through this step's
-    EMA into the query encoder (SEMANTICS §6). The prototypes are a buffer (saved in checkpoints,
+    EMA into the query encoder (Ming et al. 2023, CIDER: eq. 6 on the prototypes of the EMA
+    update). The prototypes are a buffer (saved in checkpoints,
     identical on every rank), initialised from the class means of the normalised head outputs of
     the training set. CIDER has no instance negatives: the queue is not used, and strategies that
     add negatives or outliers are refused.

@@ -188,7 +188,8 @@ def build_loss(cls: type) -> torch.nn.Module:
 
     cfg = config.load("digits_moco.yaml", [f"model.dim={D}"])  # the embedding width of the step
     try:
-        loss = cls(**run_settings.values(cfg, cls.from_run, CLASSES), **cls.contract_kwargs)
+        settings = run_settings.values(cfg, run_settings.taken(cls), CLASSES)
+        loss = cls(**settings, **cls.contract_kwargs)
     except (TypeError, ValueError) as e:
         raise fail(
             cls,

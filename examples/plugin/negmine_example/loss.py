@@ -31,10 +31,8 @@ class AlignUniform(Loss):
     syncs_per_step = 0  # device ops only
     batch_layout = False  # MoCo's layout (queries against keys), no symmetric form
 
-    def __init__(
-        self, temperature: float, *, t: float = 2.0, alpha: float = 2.0, weight: float = 1.0
-    ) -> None:
-        super().__init__(temperature)  # the recipe's moco.temperature: unused by this loss
+    def __init__(self, *, t: float = 2.0, alpha: float = 2.0, weight: float = 1.0) -> None:
+        super().__init__()  # no temperature: the trainer passes a loss only what it takes
         if not t > 0 or not alpha > 0:
             raise ValueError(f"t and alpha must be positive, got t={t}, alpha={alpha}")
         self.t, self.alpha, self.weight = t, alpha, weight

@@ -69,7 +69,7 @@ def reference(
 def test_align_uniform_equals_the_equations_with_their_gradient() -> None:
     q, k, queue = unit(6, 4, seed=4), unit(6, 4, seed=5), unit(9, 4, seed=6)
     shared = unit(3, 4, seed=7)
-    crit = AlignUniform(temperature=0.2, t=1.5, alpha=2.0, weight=0.5)
+    crit = AlignUniform(t=1.5, alpha=2.0, weight=0.5)
     q = q.clone().requires_grad_(True)
     step = Step.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
     loss = crit(step)
@@ -95,7 +95,7 @@ def test_align_uniform_takes_each_querys_own_negatives() -> None:
         unit(7, 4, seed=10),
         unit(5, 2, 4, seed=11),
     )
-    crit = AlignUniform(temperature=0.2, t=2.0, alpha=2.0, weight=1.0)
+    crit = AlignUniform(t=2.0, alpha=2.0, weight=1.0)
     step = Step.single(q, k, queue=queue, extra=ExtraNegatives(per_query=own))
     want = reference(q.numpy(), k.numpy(), queue.numpy(), 2.0, 2.0, 1.0, own=own.numpy())
     assert abs(crit(step).item() - want) < 1e-12
