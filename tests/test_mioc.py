@@ -297,7 +297,9 @@ def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
         )
     mioc.nonfinite_steps += 2  # what the device path counts
     state = SimpleNamespace(bad_loss=torch.tensor(True), global_step=40, epoch=0, saved_step=-1)
-    run = SimpleNamespace(state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None)
+    run = SimpleNamespace(
+        state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None, watch=None
+    )  # a Run without per-step checks
     with pytest.raises(loop.NonFiniteLossError) as err:
         loop.check_finite(run)
     msg = str(err.value)
