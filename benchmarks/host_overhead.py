@@ -66,10 +66,11 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pretrain.testing.op_counter import OpCounter  # noqa: E402
+
 from benchmarks.results_md import record_table  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
 from pretrain.testing import steps  # noqa: E402  (the contract kit's runs: one way to count)
-from pretrain.testing.op_counter import OpCounter  # noqa: E402
 
 RECIPES = ("digits_moco", "digits_mioc", "cifar10_moco", "cifar10_moco_sym", "cifar10_mioc")
 OPTIMIZERS = {"built": None, "loop": {"foreach": False}, "foreach": {"foreach": True},

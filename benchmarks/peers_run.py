@@ -57,8 +57,7 @@ class Negmine:
         over = [*negmine_overrides(s, str(root)), f"data.resident={CONTESTANTS[name]}",
                 f"out_dir={out}", f"seed={seed}", f"data.num_workers={workers}"]  # fmt: skip
         self.cfg = config.load("cifar10_moco.yaml", over)
-        self.run = loop.setup(self.cfg)
-        loop.init_loss(self.run)
+        self.run = loop.setup(self.cfg)  # the strategy's and the loss's setup hooks ran
         self.device = self.run.device
         self.steps = self.run.derived.steps_per_epoch
         self.workers = self.run.data.num_workers

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from negatives import adco, mioc, mochi, none, outliers  # noqa: F401  (registers the strategies)
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
+from negatives.base import NegativeStrategy, strategies
 from negmine_core.registry import Registry
+from negmine_core.step import ExtraNegatives, Step
 
 register = strategies.register
 
@@ -34,7 +35,7 @@ __all__ = [
     "ExtraNegatives",
     "NegativeStrategy",
     "Registry",
-    "StrategyInputs",
+    "Step",
     "create",
     "list_strategies",
     "register",

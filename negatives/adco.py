@@ -36,7 +36,7 @@ from typing import Annotated, Any
 
 import torch
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs, strategies
+from negatives.base import ExtraNegatives, NegativeStrategy, Step, strategies
 from negmine_core.step import SetupContext
 
 
@@ -115,12 +115,9 @@ class AdCo(NegativeStrategy):
         self._latest: tuple[torch.Tensor, torch.Tensor | None, int] | None = None
 
     def setup(self, ctx: SetupContext) -> None:
-        self.bind_model(ctx.dim)
-
-    def bind_model(self, dim: int) -> None:
-        """The bank W ~ N(0, 1) (official init) and its momentum, (dim, K)."""
-        self.register_buffer("W", torch.randn(dim, self.bank_size))
-        self.register_buffer("v", torch.zeros(dim, self.bank_size))
+        """The bank W ~ N(0, 1) (official init) and its momentum, (ctx.dim, K)."""
+        self.register_buffer("W", torch.randn(ctx.dim, self.bank_size))
+        self.register_buffer("v", torch.zeros(ctx.dim, self.bank_size))
 
     def get_extra_state(self) -> dict[str, Any]:
         return {"filled": self.filled}
@@ -129,10 +126,11 @@ class AdCo(NegativeStrategy):
         self.filled = int(state["filled"])
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         if not hasattr(self, "W"):
-            raise RuntimeError("adco: bind_model(dim) must create the bank before training")
-        q, k, labels = s.q.to(self.W.dtype), s.k.to(self.W.dtype), s.labels
+            raise RuntimeError("adco: setup(ctx) must create the bank before training")
+        q, k, labels = s.detached()
+        q, k = q.to(self.W.dtype), k.to(self.W.dtype)
         columns = normalize_columns(self.W)
         bank = columns[0].T.contiguous()  # (K, D): this step's negatives
         g, batch_prob = bank_gradient(q, k, self.W, self.mem_t, columns)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from negmine_core.contract import Contract
-from negmine_core.conventions import NO_LABEL
 from negmine_core.registry import Registry
-from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
+from negmine_core.step import ONE_PROCESS, Batch, ExtraNegatives, SetupContext, Step, StepContext
 
 #: The negative strategies (``negatives.name``); kwargs left None in a config take the defaults.
 #: Installed packages add their own through the entry point group ``negmine.strategies``.
@@ -24,80 +22,14 @@ strategies: Registry[Any] = Registry(
 MAX_SYNTHETIC = 16384
 
 
-@dataclass(kw_only=True)
-class StrategyInputs:
-    """What a strategy's :meth:`NegativeStrategy.negatives` sees of one training step, by keyword
-    only (as ``pretrain.losses.StepTensors`` is for the losses), so a new field never breaks an
-    override. The one place its fields are documented.
-
-    ``StrategyInputs.single(q, k, queue=queue)`` fills in the one-process defaults::
-
-        extra = strategy.negatives(StrategyInputs.single(q, k, queue=queue, epoch=1.5))
-
-    Attributes:
-        q: detached queries (N, D), unit norm; every rank's (B, D) if ``needs_global_batch``.
-        k: keys (N, D), unit norm; every rank's (B, D) if ``needs_global_batch``.
-        queue: the queue before this step's enqueue (K, D), read-only.
-        queue_labels: the labels beside the queue keys (K,), NO_LABEL (-1) where unknown.
-        labels: class labels of q's rows (N,) (or (B,)), NO_LABEL where unknown; None outside
-            the trainer. For diagnostics (false-negative fractions), never for the negatives.
-        ctx: the step's context (epoch, global_step, rank, world_size), the losses' too; read
-            as ``s.epoch``, ``s.rank``, ... as well.
-    """
-
-    q: torch.Tensor
-    k: torch.Tensor
-    queue: torch.Tensor
-    queue_labels: torch.Tensor
-    labels: torch.Tensor | None = None
-    ctx: StepContext = ONE_PROCESS
-
-    epoch = property(lambda s: s.ctx.epoch, doc="fractional epoch of this step (warm-ups)")
-    global_step = property(lambda s: s.ctx.global_step, doc="optimizer steps before this one")
-    rank = property(lambda s: s.ctx.rank, doc="this process's rank (0 in one process)")
-    world_size = property(lambda s: s.ctx.world_size, doc="the number of ranks (1: one process)")
-
-    @classmethod
-    def single(
-        cls,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        *,
-        queue: torch.Tensor,
-        queue_labels: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **context: Any,
-    ) -> StrategyInputs:
-        """One process, rank 0 of 1 unless ``context`` says otherwise (epoch, global_step, rank,
-        world_size); the queue labels default to NO_LABEL (unknown)."""
-        if queue_labels is None:
-            queue_labels = torch.full(
-                (queue.shape[0],), NO_LABEL, dtype=torch.long, device=queue.device
-            )
-        ctx = StepContext(**context)
-        return cls(q=q, k=k, queue=queue, queue_labels=queue_labels, labels=labels, ctx=ctx)
-
-
-@dataclass
-class ExtraNegatives:
-    """Negatives a strategy adds for one step (unit norm, detached).
-
-    Attributes:
-        shared: (M, D) appended after the queue for every query, or None.
-        per_query: (N, S, D) private to each query, or None.
-    """
-
-    shared: torch.Tensor | None = None
-    per_query: torch.Tensor | None = None
-
-
 class NegativeStrategy(Contract, nn.Module):
     """Base class: identity on the batch and no extra negatives.
 
     State that must survive a resume (refit counters, cached support vectors) lives in registered
     buffers, so it travels in ``state_dict`` and follows ``.to(device)``. The trainer never looks
     inside a strategy: it calls :meth:`transform_batch` before the forward passes,
-    :meth:`negatives` (with a :class:`StrategyInputs`) between the key forward and the loss, and
+    :meth:`negatives` (with the step's :class:`~negmine_core.step.Step`, the record the loss gets
+    too) between the key forward and the loss, and
     :meth:`diagnostics` only on logging steps (so a strategy keeps its statistics as device
     tensors and never syncs per step).
 
@@ -105,6 +37,11 @@ class NegativeStrategy(Contract, nn.Module):
     and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
     same synthetic points.
     """
+
+    #: The contract's kind of class (``negmine_core.contract.Contract.kind``).
+    kind = "strategy"
+    #: The registry of strategies (``negatives.name``), which the contract's messages read.
+    registry = strategies
 
     # -- The contract (negmine_core.contract.Contract: syncs_per_step, syncs_why, capturable,
     # why_not_capturable, step_state, contract_kwargs), and for strategies only:
@@ -120,8 +57,8 @@ class NegativeStrategy(Contract, nn.Module):
     #: OC-SVM that must be fitted on the global batch so that every rank gets the same inlier set.
     needs_global_batch: bool = False
 
-    #: True when the strategy draws across ranks (reads ``s.rank`` / ``s.world_size``, or needs
-    #: the global batch): the contract kit then checks that 2 gloo ranks see what one process
+    #: True when the strategy draws across ranks (reads ``s.ctx.rank`` / ``s.ctx.world_size``, or
+    #: needs the global batch): the contract kit then checks that 2 gloo ranks see what one process
     #: sees with the global batch (``pretrain.testing.ddp``; two processes, a few seconds).
     ddp_check: ClassVar[bool] = False
 
@@ -135,20 +72,16 @@ class NegativeStrategy(Contract, nn.Module):
         size (AdCo's bank) or make images of the training size (outlier exposure); a no-op by
         default."""
 
-    def transform_batch(
-        self,
-        x1: torch.Tensor,
-        x2: torch.Tensor,
-        labels: torch.Tensor,
-        ctx: StepContext = ONE_PROCESS,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Data-level negatives (e.g. rotated or pasted outliers) for the step of ``ctx``;
-        identity by default."""
-        return x1, x2, labels
+    def transform_batch(self, batch: Batch, ctx: StepContext = ONE_PROCESS) -> Batch:
+        """The batch before the encoders, for the step of ``ctx``: data-level negatives (rotated
+        or pasted outliers replace some images and their labels, ``batch.replace(x1=..., x2=...,
+        y=...)``); identity by default. A loss has the same hook; the strategy's runs first."""
+        return batch
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        """Extra negatives for this step, from the step's :class:`StrategyInputs` (q, k, queue,
-        queue_labels, labels and the step's context): none by default."""
+    def negatives(self, s: Step) -> ExtraNegatives:
+        """Extra negatives for this step, from the step's :class:`~negmine_core.step.Step`: the
+        batch through ``s.detached()`` (queries without their gradient), ``s.queue``,
+        ``s.queue_labels`` and the step's context ``s.ctx``: none by default."""
         return ExtraNegatives()
 
     def check_sizes(self, queue_size: int, batch_size: int) -> None:

@@ -4,7 +4,8 @@
     Contrastive Learning" (MiOC), NLDL 2025 (Alg. 1, Eqs. 3-5, Sec. 4.1.1,
     App. A.2-A.3).
 Implementation based on [1] https://github.com/DJ-CHB/MiOC-Official/blob/8fa57b6/Code/moco/builder.py
-(``forward_mioc``) and ``Code/moco/utils_mioc.py``, re-derived in SEMANTICS.md Sec. 3.
+(``forward_mioc``) and ``Code/moco/utils_mioc.py``, re-derived from [0] (Jain et al. 2025, MiOC,
+Alg. 1 and Eqs. 3-5).
 
 Each step, after the key forward and before the enqueue:
 
@@ -22,10 +23,11 @@ NOTE (deviations and choices, each a config switch):
   text says, and no OC-SVM is fitted. ``warmup="code"`` reproduces the official code: M_n
   (``num_synthetic`` points) + S_n (``num_inlier_synthetic`` points) during warm-up.
 - Empty O is normal at the default (nu, gamma) = (0.01, 0.01): decision values are O(1e-4), below
-  the solver's 1e-3 tolerance (SEMANTICS.md Sec. 3). The official code crashes there.
-  ``empty_inliers="queue"`` (default) draws those S_o keys from the whole queue, keeping the logit
-  count constant and costing no host sync; ``"skip"`` drops S_o for that step, which needs one
-  host sync per step to know the shape. Empty steps are counted in the diagnostics.
+  the solver's 1e-3 tolerance (the OC-SVM of Jain et al. 2025, MiOC, Eq. 3, as libsvm solves it).
+  The official code crashes there. ``empty_inliers="queue"`` (default) draws those S_o keys from the
+  whole queue, keeping the logit count constant and costing no host sync; ``"skip"`` drops S_o for
+  that step, which needs one host sync per step to know the shape. Empty steps are counted in the
+  diagnostics.
 - Ablation (``selection="queue"``; default ``"ocsvm"``): O = the whole queue and no OC-SVM is
   fitted, so S_o is drawn as S_n is. Everything else (sizes, warm-up, beta) is unchanged: the
   difference between the two runs is what the OC-SVM's selection adds.
@@ -44,7 +46,7 @@ from negatives.base import (
     MAX_SYNTHETIC,
     ExtraNegatives,
     NegativeStrategy,
-    StrategyInputs,
+    Step,
     strategies,
 )
 from negatives.ocsvm.svm import OneClassSVM
@@ -239,9 +241,10 @@ class MiOC(NegativeStrategy):
         return mix(queue[a], queue[b], torch.rand(size, device=queue.device, dtype=queue.dtype))
 
     @torch.no_grad()
-    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
-        k, queue_labels, labels, epoch = step.k, step.queue_labels, step.labels, step.epoch
-        q, queue = step.q.detach().float(), step.queue.detach().float()
+    def negatives(self, step: Step) -> ExtraNegatives:
+        q, k, labels = step.detached()
+        queue_labels, epoch = step.queue_labels, step.ctx.epoch
+        q, queue = q.float(), step.queue.detach().float()
         K, B, dev = queue.shape[0], q.shape[0], q.device
         warm, code, latest = epoch < self.warmup_epochs, self.warmup == "code", {}
         m_n = None

@@ -12,7 +12,7 @@ from negatives.base import (
     MAX_SYNTHETIC,
     ExtraNegatives,
     NegativeStrategy,
-    StrategyInputs,
+    Step,
     strategies,
 )
 
@@ -240,9 +240,10 @@ class MoCHi(NegativeStrategy):
         args = self.num_hard, self.num_mix, self.num_query_mix, self.distinct_pair
         return draw(rows, *args, q.device, q.dtype)
 
-    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
-        q, queue_labels, labels = step.q, step.queue_labels, step.labels
-        qw, keys, mixes = self._prepare(q, step.queue, step.epoch)
+    def negatives(self, step: Step) -> ExtraNegatives:
+        q, _, labels = step.detached()
+        queue_labels = step.queue_labels
+        qw, keys, mixes = self._prepare(q, step.queue, step.ctx.epoch)
         if not mixes:
             self._stats = {"sim_queue": qw.mean(0) @ keys.mean(0)}  # mean q·n, batch × queue
             return ExtraNegatives()
@@ -251,7 +252,7 @@ class MoCHi(NegativeStrategy):
         self._stats = {"sim_queue": sim.mean(), "sim_hard": top.mean()}
         # Under DDP draw for the global batch and keep this rank's rows: ranks share the RNG
         # state, so local draws would repeat on every rank; one process draws the same rows.
-        rank, world = step.rank, step.world_size
+        rank, world = step.ctx.rank, step.ctx.world_size
         n = q.shape[0]
         d = Draws(*(t[rank * n : (rank + 1) * n] for t in self._draw(n * world, qw)))
         at = hard.gather(1, positions(d))  # (B, 2s + s'): queue index of every key mixed
@@ -297,9 +298,10 @@ class ModifiedMoCHi(MoCHi):
 
     needs_global_batch = True
 
-    def negatives(self, step: StrategyInputs) -> ExtraNegatives:
-        q, queue_labels, labels = step.q, step.queue_labels, step.labels
-        qw, keys, mixes = self._prepare(q, step.queue, step.epoch)
+    def negatives(self, step: Step) -> ExtraNegatives:
+        q, _, labels = step.detached()
+        queue_labels = step.queue_labels
+        qw, keys, mixes = self._prepare(q, step.queue, step.ctx.epoch)
         q_mean = qw.mean(0)
         self._stats = {"sim_queue": q_mean @ keys.mean(0)}  # mean q·n, batch × queue
         if not mixes:

@@ -5,7 +5,7 @@
 [1] Batches as in https://github.com/Willtl/firm/blob/cb7556e/data.py (``SyntheticOutlierDataset``:
     the 3 rotations of every ID image are items of their own with labels 1..3, both views are
     augmentations of the same rotated image, and with ``--oe`` an outlier slot gets a random 300K
-    image instead), re-derived in SEMANTICS.md Sec. 4.
+    image instead), re-derived from [0] (Lunardi et al. 2025, FIRM, Sec. 3, eq. 2).
 [2] CutPaste: Li, Sohn, Yoon, Pfister, CVPR 2021, https://arxiv.org/abs/2104.04015 (Sec. 3.1):
     cut a rectangle of area ratio in [0.02, 0.15] and aspect ratio (w / h) in [0.3, 3.3], paste it
     at a random location of the same image.
@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from negatives.base import NegativeStrategy, strategies
 from negatives.oe_images import OE_HELP, load_oe_images
 from negmine_core.conventions import OUTLIER_LABEL, rotation_label
-from negmine_core.step import ONE_PROCESS, SetupContext, StepContext
+from negmine_core.step import ONE_PROCESS, Batch, SetupContext, StepContext
 
 RotationLabels = Literal["separate", "shared"]  # one class per rotation, or one for all
 
@@ -304,18 +304,15 @@ class Outliers(NegativeStrategy):
             )
 
     @torch.no_grad()
-    def transform_batch(
-        self,
-        x1: torch.Tensor,
-        x2: torch.Tensor,
-        labels: torch.Tensor,
-        ctx: StepContext = ONE_PROCESS,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def transform_batch(self, batch: Batch, ctx: StepContext = ONE_PROCESS) -> Batch:
+        """The batch with ``ratio`` of its images (both views) replaced by outliers and their
+        labels by the outlier labels."""
+        x1, x2, labels = batch.x1, batch.x2, batch.y
         N = x1.shape[0]
         m = num_outliers(self.ratio, N)
         if m == 0:
             self._stats = {"outlier_fraction": 0.0, **{f"outliers_{k}": 0.0 for k in self.kinds}}
-            return x1, x2, labels
+            return batch
         self.check_inputs(x1, x2, labels)
         dev = x1.device
         self.follow(dev)  # the constant buffers (kind ids, turn labels) on the batch's device
@@ -338,10 +335,10 @@ class Outliers(NegativeStrategy):
         else:
             counts = (kind[:, None] == self.kind_ids).sum(0, dtype=torch.float32)
             self._stats.update({f"outliers_{k}": counts[i] for i, k in enumerate(self.kinds)})
-        return (
-            x1.index_copy(0, slots, o1),
-            x2.index_copy(0, slots, o2),
-            labels.index_copy(0, slots, y),
+        return batch.replace(
+            x1=x1.index_copy(0, slots, o1),
+            x2=x2.index_copy(0, slots, o2),
+            y=labels.index_copy(0, slots, y),
         )
 
     def make(

@@ -22,6 +22,7 @@ claimed twice).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import importlib
@@ -59,6 +60,9 @@ class Registry(Generic[T]):
         self._problems: dict[str, str] = {}  # name -> why it cannot be used (broken plugins)
         self._loading: str = ""  # the entry point being loaded, for the messages
         self._scanned = not group
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r})"
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator adding ``cls`` under ``name`` (also set as ``cls.name``); a duplicate
@@ -155,6 +159,34 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> type[T]:
         return self.get(name)
+
+    def name_of(self, cls: Any) -> str | None:
+        """The name ``cls`` itself is registered under (installed plugins included), else None
+        (a subclass of a registered class is not registered by inheriting its ``name``)."""
+        self._scan()
+        return next((name for name, held in self._classes.items() if held is cls), None)
+
+    @contextlib.contextmanager
+    def registered(self, name: str, cls: type[T]) -> Iterator[str]:
+        """Hold ``cls`` under ``name`` for the block only (a test's class, the contract kit's
+        runs), then remove it and restore its ``name`` attribute. A class registered already
+        (under any name) is used under that name and left registered."""
+        held = self.name_of(cls)
+        if held is not None:
+            yield held
+            return
+        had = vars(cls).get("name")
+        self.register(name)(cls)  # a name another class holds: the duplicate error
+        try:
+            yield name
+        finally:
+            self._classes.pop(name, None)
+            self._origins.pop(name, None)
+            if had is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(cls, "name")
+            else:
+                cls.name = had  # type: ignore[attr-defined]
 
     def get(self, name: str) -> type[T]:
         self._scan()

@@ -4,6 +4,9 @@
   read by the strategies and the losses alike;
 - :class:`Batch`: one batch, in one form from the loader to the loss;
 - :class:`Embeddings`: what the model makes of it (``pretrain.model.encoders.MoCo.embed``);
+- :class:`Step`: the one record of the step that a strategy's ``negatives()`` and a loss's
+  ``forward()`` both receive (the embeddings, what the ranks and the queue add, the context, and
+  the strategy's :class:`ExtraNegatives` once it ran);
 
 and, once per run, :class:`SetupContext`: what a strategy's or a loss's setup hook may read.
 
@@ -14,10 +17,12 @@ records without importing each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
+
+from negmine_core.conventions import NO_LABEL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,16 +121,115 @@ class Embeddings:
         return Embeddings(**{f.name: full(getattr(self, f.name)) for f in fields(self)})
 
 
+@dataclass
+class ExtraNegatives:
+    """Negatives a strategy adds for one step (unit norm, detached).
+
+    Attributes:
+        shared: (M, D) appended after the queue for every query, or None.
+        per_query: (N, S, D) private to each query, or None.
+    """
+
+    shared: torch.Tensor | None = None
+    per_query: torch.Tensor | None = None
+
+
+def unknown(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` labels NO_LABEL (-1): unknown."""
+    return torch.full((n,), NO_LABEL, dtype=torch.long, device=device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One training step as a strategy's ``negatives()`` and a loss's ``forward()`` both see it
+    (all on the device), by keyword only, so a new field never breaks an override: the model's
+    :class:`Embeddings` (held, not copied: ``s.emb.q``), what the ranks and the queue add, the
+    step's :class:`StepContext` (``s.ctx.epoch``), and the strategy's negatives once it ran
+    (``s.extra``; the trainer makes the loss's record with ``s.replace(extra=...)``).
+
+    A strategy reads the batch through :meth:`detached`: its queries without their gradient, and
+    every rank's rows where it declared ``needs_global_batch``. ``Step.single(q, k, queue=...)``
+    fills in the one-process defaults, so any strategy or loss can be tried in two lines::
+
+        step = Step.single(q, k, queue=queue)
+        loss = losses.create("supcon", temperature=0.1)(step)
+        extra = negatives.create("mochi").negatives(step)
+    """
+
+    emb: Embeddings  # q (N, D) with gradient, k (N, D) constants, q2, k1, kappa_*, support
+    k_all: torch.Tensor  # (B, D) the keys of every rank in rank order (k in one process)
+    labels: torch.Tensor  # (N,) this rank's labels, NO_LABEL (-1) where unknown
+    labels_all: torch.Tensor  # (B,) every rank's
+    queue: torch.Tensor  # (K, D) before this step's enqueue, read-only
+    queue_labels: torch.Tensor  # (K,) the labels beside the queue keys, NO_LABEL where unknown
+    ctx: StepContext = ONE_PROCESS  # epoch (warm-ups, annealed losses), global_step, rank, world
+    extra: ExtraNegatives = field(default_factory=ExtraNegatives)  # the strategy's, once it ran
+    q_all: torch.Tensor | None = None  # (B, D) every rank's queries, detached: gathered by the
+    # trainer for a strategy that declares needs_global_batch, else None
+
+    @property
+    def offset(self) -> int:
+        """Index of this rank's first key in k_all."""
+        return self.ctx.rank * self.emb.q.shape[0]
+
+    def detached(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(q, k, labels)`` as a strategy reads them: the queries without their gradient, the
+        keys and the labels of the same rows: every rank's (B rows: ``q_all``, ``k_all``,
+        ``labels_all``) where the trainer gathered them for a strategy that declares
+        ``needs_global_batch``, else this rank's (N rows). The labels are for diagnostics
+        (false-negative fractions), never for the negatives."""
+        if self.q_all is not None:
+            return self.q_all.detach(), self.k_all, self.labels_all
+        return self.emb.q.detach(), self.emb.k, self.labels
+
+    def replace(self, **changes: Any) -> Step:
+        return replace(self, **changes)
+
+    @classmethod
+    def single(
+        cls,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        *,
+        queue: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        queue_labels: torch.Tensor | None = None,
+        extra: ExtraNegatives | None = None,
+        epoch: float = 0.0,
+        global_step: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        **embeddings: torch.Tensor | None,
+    ) -> Step:
+        """One process: k_all = k, labels_all = labels; labels default to NO_LABEL (unknown: no
+        label-positives), queue labels likewise, no extra negatives; rank 0 of 1 unless said.
+        ``embeddings``: kappa_q, kappa_k, q2, k1, kappa_q2, support."""
+        n, K = q.shape[0], queue.shape[0]
+        labels = unknown(n, q.device) if labels is None else labels
+        queue_labels = unknown(K, queue.device) if queue_labels is None else queue_labels
+        return cls(
+            emb=Embeddings(q=q, k=k, **embeddings),
+            k_all=k,
+            labels=labels,
+            labels_all=labels,
+            queue=queue,
+            queue_labels=queue_labels,
+            extra=extra or ExtraNegatives(),
+            ctx=StepContext(epoch=epoch, global_step=global_step, rank=rank, world_size=world_size),
+        )
+
+
 def _no_features() -> tuple[torch.Tensor, torch.Tensor]:
-    raise RuntimeError("the training images' features are given to a loss's setup only")
+    raise RuntimeError("the training images' features are given to the trainer's setup only")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SetupContext:
-    """What a strategy's or a loss's ``setup`` hook may read of the run, once: a strategy's at
-    build time, before a checkpoint is loaded (state of the embedding's size: AdCo's bank; images
-    of the training size: outlier exposure), a loss's before the first step of a fresh run (a
-    resumed run restores its state instead: CIDER's prototypes).
+    """What a strategy's and a loss's ``setup`` hook read of the run: the trainer calls both
+    once, the same way, at build time (the strategy's first), after the model and the data are
+    built and before a checkpoint is loaded: state of the embedding's size (AdCo's bank), images
+    of the training size (outlier exposure), starting values from the training images (CIDER's
+    prototypes). A resumed run then loads the hooks' state from its checkpoint.
 
     Attributes:
         dim: the embedding size (the projection head's output).
@@ -133,8 +237,12 @@ class SetupContext:
         image_size: the training views' size.
         mean, std: the normalisation of the training images (per channel).
         device: the training device.
+        model: the MoCo module (query and key encoders), on ``device``; None outside the trainer.
         features: the normalised head outputs (n, D) of the training images under the eval
             transform, in eval mode, and their labels (n,), on ``device``; computed when called.
+        resuming: True when a checkpoint will restore the state the hooks make (a resumed run):
+            make state of the right shape (the checkpoint loads into it), but skip starting
+            values that cost a pass over the data (CIDER's class means).
     """
 
     dim: int
@@ -143,4 +251,6 @@ class SetupContext:
     mean: tuple[float, ...] = ()
     std: tuple[float, ...] = ()
     device: torch.device = torch.device("cpu")
+    model: torch.nn.Module | None = None
     features: Callable[[], tuple[torch.Tensor, torch.Tensor]] = _no_features
+    resuming: bool = False

@@ -66,7 +66,8 @@ def datasets_for(cfg: Config, device: torch.device | str = "cpu") -> Data:
 
 
 def setup_context(cfg: Config, **run: Any) -> SetupContext:
-    """What a strategy's or a loss's setup hook reads; ``run``: num_classes, device, features."""
+    """What a strategy's and a loss's setup hook read; ``run``: num_classes, device, model,
+    features, resuming."""
     d = cfg.data
     mean, std = tuple(d.mean), tuple(d.std)
     return SetupContext(dim=cfg.model.dim, image_size=d.image_size, mean=mean, std=std, **run)
@@ -76,10 +77,21 @@ def strategy(cfg: Config) -> negatives.NegativeStrategy:
     try:
         made = negatives.create(cfg.negatives.name, **cfg.negatives.kwargs)
         made.check_sizes(cfg.moco.queue_size, cfg.train.batch_size)
-        made.setup(setup_context(cfg))
     except (ValueError, ImportError) as e:  # ImportError: an optional backend not installed
         raise ConfigError(f"negatives: {e}") from e
     return made
+
+
+def set_up(
+    cfg: Config, made: negatives.NegativeStrategy, loss: losses.Loss, ctx: SetupContext
+) -> None:
+    """The one setup moment: the strategy's ``setup(ctx)``, then the loss's, with the same
+    context; a strategy's refusal (an unreadable ``oe_path``) is a config error (exit 2)."""
+    try:
+        made.setup(ctx)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"negatives: {e}") from e
+    loss.setup(ctx)
 
 
 def optimizer(net: torch.nn.Module, lr: float, cfg: Config) -> torch.optim.SGD:
@@ -128,7 +140,8 @@ def loss_fn(cfg: Config, num_classes: int = 0) -> losses.Loss:
     kappa head), checked against the negative strategy it is combined with."""
     check_pairing(cfg)
     loss, kappa = cfg.loss, cfg.kappa
-    kwargs = run_settings.values(cfg, losses.registry.get(loss.name).from_run, num_classes)
+    taken = run_settings.taken(losses.registry.get(loss.name))  # those its constructor takes
+    kwargs = run_settings.values(cfg, taken, num_classes)
     kwargs.update(loss.kwargs)  # the loss's own settings (checked by config.validate)
     try:
         made = losses.create(loss.name, **kwargs)

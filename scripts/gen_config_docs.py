@@ -242,7 +242,7 @@ def config_sources(cls: type) -> dict[str, str]:
         arg: "the data's num classes"
         if run_settings.KEYS[arg] == run_settings.NUM_CLASSES
         else f"`{run_settings.KEYS[arg]}`"
-        for arg in getattr(cls, "from_run", ())
+        for arg in run_settings.taken(cls)
     }
 
 

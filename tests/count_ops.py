@@ -32,12 +32,11 @@ STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and "triton" not
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fakedata import write_cifar10  # noqa: E402
-
 import negatives  # noqa: E402
+from negmine_core.contract.op_counter import OpCounter  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
-from pretrain.testing.op_counter import OpCounter  # noqa: E402
+from pretrain.testing.fakedata import write_cifar10  # noqa: E402
 from pretrain.testing.steps import loss_overrides, strategy_overrides  # noqa: E402
 
 WARM = steps.WARM

@@ -114,8 +114,7 @@ def plan(path: Path, out: Path) -> None:
 def record_run(out: Path, overrides: list[str]) -> None:
     """Build the run, take ``STEPS`` steps and write ``out/rank{R}.pt``."""
     cfg = config.load("digits_moco.yaml", [f"out_dir={out / 'run'}", *overrides])
-    run = loop.setup(cfg)
-    loop.init_loss(run)  # CIDER: class means of the training set (same on every rank)
+    run = loop.setup(cfg)  # with the loss's setup (CIDER: class means, same on every rank)
     grads: list[dict[str, torch.Tensor]] = []
     snapshot_grads(run, grads)
     steps, record = run.derived.steps_per_epoch, []

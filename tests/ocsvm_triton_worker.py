@@ -26,12 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fakedata import embeddings  # noqa: E402
-from sync_counter import SyncCounter  # noqa: E402
-
-from negatives.base import StrategyInputs  # noqa: E402
+from negatives.base import Step  # noqa: E402
 from negatives.mioc import MiOC  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
+from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
+from pretrain.testing.fakedata import embeddings  # noqa: E402
 
 
 def data(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,7 +51,7 @@ def mioc_case(case: dict, dev: str) -> dict:
         mask = mioc.fit_inliers(torch.cat([q, k]), queue)
         with SyncCounter() as syncs:
             extra = mioc.negatives(
-                StrategyInputs.single(
+                Step.single(
                     q=q,
                     k=k,
                     queue=queue,
@@ -96,9 +95,8 @@ def kernel_inputs(case: dict) -> dict[str, torch.Tensor]:
 
 def kernels_case(case: dict, dev: str) -> dict:
     """``ocsvm_kernels_triton``'s two ops on :func:`kernel_inputs`, under the op counter."""
-    from op_counter import OpCounter
-
     from negatives.ocsvm import kernels_triton as kt
+    from negmine_core.contract.op_counter import OpCounter
 
     scale, kt.INTERPRET_SCALE = kt.INTERPRET_SCALE, 1  # the GPU's tiles, several per input (the
     # cases are small); put back after, or the fits after it run on the GPU's tiles, interpreted

@@ -21,9 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from op_counter import OpCounter  # noqa: E402
-from sync_counter import SyncCounter  # noqa: E402
-
+from negmine_core.contract.op_counter import OpCounter  # noqa: E402
+from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
 from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
 

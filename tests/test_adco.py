@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import negatives
 from negatives.adco import bank_gradient
-from negatives.base import StrategyInputs
+from negmine_core.step import SetupContext, Step
 from pretrain import config
 
 
@@ -48,7 +48,7 @@ def test_bank_gradient_is_the_official_closed_form_and_minus_the_autograd_gradie
 
 def make(bank: int = 30, dim: int = 8, **kw) -> negatives.NegativeStrategy:
     s = negatives.create("adco", bank_size=bank, **kw)
-    s.bind_model(dim)
+    s.setup(SetupContext(dim=dim))
     return s.double()
 
 
@@ -59,9 +59,7 @@ def test_steps_follow_the_official_sgd_update_and_hand_out_the_old_bank():
     for t in range(3):
         q, k = unit(12, 8, seed=10 + t), unit(12, 8, seed=20 + t)
         extra = s.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0), epoch=0.0
-            )
+            Step.single(q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0), epoch=0.0)
         )
         expected = (w / np.linalg.norm(w, axis=0)).T
         assert np.allclose(extra.shared.numpy(), expected)  # this step's negatives: the old bank
@@ -75,7 +73,7 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
     s = make(bank=20)
     k1, k2 = unit(12, 8, seed=30), unit(12, 8, seed=31)
     s.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=unit(12, 8, seed=32),
             k=k1,
             queue=torch.zeros(0, 8),
@@ -85,7 +83,7 @@ def test_ad_init_writes_the_first_keys_and_the_fill_count_is_in_the_state():
     )
     assert torch.equal(s.W[:, :12], k1.T) and (s.v[:, :12] == 0).all() and s.filled == 12
     s.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=unit(12, 8, seed=33),
             k=k2,
             queue=torch.zeros(0, 8),
@@ -105,7 +103,7 @@ def test_diagnostics_count_batch_keys_and_bank():
     s = make(bank=30, ad_init=False)
     labels = torch.tensor([0, 0, 1, 1, 1, -1])
     q, k = unit(6, 8, seed=40), unit(6, 8, seed=41)
-    step = StrategyInputs.single(q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0),
+    step = Step.single(q=q, k=k, queue=torch.zeros(0, 8), queue_labels=torch.zeros(0),
                                  epoch=0.0, labels=labels)  # fmt: skip
     s.negatives(step)
     d = s.diagnostics()

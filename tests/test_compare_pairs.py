@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fakeckpt import make_checkpoint
-from fakedata import random_images, write_png
 from inproc import linear_eval
 
 from linear_eval.records import stats
+from pretrain.testing.fakedata import random_images, write_png
 from tests.test_troubleshooting_data import assert_documented
 
 

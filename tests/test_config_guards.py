@@ -10,11 +10,11 @@ from pathlib import Path
 
 import inproc
 import pytest
-from fakedata import random_images, write_png
 
 from pretrain import __main__ as cli
 from pretrain import config
 from pretrain.config import ConfigError
+from pretrain.testing.fakedata import random_images, write_png
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -100,3 +100,18 @@ def test_split_batchnorm_rule_is_stated_once(monkeypatch):
         config.validate(cfg)
     with pytest.raises(config.ConfigError, match="must divide the per-rank batch"):
         world.check(cfg, 2)
+
+
+def test_python_and_or_not_on_conditions_fail_loudly():
+    """``a and b`` kept only ``b`` (a Cond was always true): the rule language refuses Python's
+    and/or/not, naming &, | and ~."""
+    from pretrain.config.conditions import key
+
+    a, b = key("loss.symmetric"), key("moco.symmetric_keys")
+    for combine in (lambda: a and b, lambda: a or b, lambda: not a):
+        with pytest.raises(TypeError, match=r"use & \(and\), \| \(or\) and ~ \(not\)"):
+            combine()
+    both = a & b
+    cfg = SimpleNamespace(loss=SimpleNamespace(symmetric=True),
+                          moco=SimpleNamespace(symmetric_keys=False))  # fmt: skip
+    assert both(cfg, {}) is False and (a | b)(cfg, {}) is True and (~b)(cfg, {}) is True

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import inproc
 import pytest
-from fakedata import write_cifar10, write_imagenet100
 
 from pretrain import build, config
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))

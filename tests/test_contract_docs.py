@@ -9,7 +9,7 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
 from negmine_core.contract import Contract
 from pretrain.testing import behaviour, contract_docs, steps
 
@@ -90,7 +90,7 @@ class Documented(NegativeStrategy):
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
         self.gamma = gamma
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives()
 
 

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 import negatives
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
+from negmine_core.contract.messages import fail
 from pretrain import losses
-from pretrain.engine.failures import fail
-from pretrain.losses import InfoNCE, Loss, StepTensors, info_nce, moco_logits
+from pretrain.losses import InfoNCE, Loss, info_nce, moco_logits
 from pretrain.testing import ContractError, check_loss, check_strategy, syncs
 from pretrain.testing.ops import check_bound
 
@@ -28,8 +28,8 @@ from pretrain.testing.ops import check_bound
 class Syncs(NegativeStrategy):
     """Declares no host sync (the default) but reads the device every step."""
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        if s.k.sum().item() > 1e9:  # a host sync
+    def negatives(self, s: Step) -> ExtraNegatives:
+        if s.emb.k.sum().item() > 1e9:  # a host sync
             pass
         return ExtraNegatives()
 
@@ -37,11 +37,11 @@ class Syncs(NegativeStrategy):
 class Heavy(InfoNCE):
     """InfoNCE plus ~2x plain MoCo's step in needless elementwise ops, no ops_budget."""
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        q = s.q
+    def forward(self, s: Step) -> torch.Tensor:
+        q = s.emb.q
         for _ in range(280):  # each: one op forward, one backward
             q = q * 1.0
-        return info_nce(moco_logits(q, s.k, s.queue, self.temperature, s.extra.shared,
+        return info_nce(moco_logits(q, s.emb.k, s.queue, self.temperature, s.extra.shared,
                                     s.extra.per_query))  # fmt: skip
 
 
@@ -55,8 +55,8 @@ class Wide(NegativeStrategy):
     """Per-query negatives one wider than the embeddings: (N, S, D + 1)."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        n, d = s.q.shape
+    def negatives(self, s: Step) -> ExtraNegatives:
+        n, d = s.emb.q.shape
         return ExtraNegatives(per_query=F.normalize(torch.ones(n, 2, d + 1), dim=-1))
 
 
@@ -65,31 +65,31 @@ class Deaf(Loss):
 
     batch_layout = False
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        return info_nce(moco_logits(s.q, s.k, s.queue, self.temperature))
+    def forward(self, s: Step) -> torch.Tensor:
+        return info_nce(moco_logits(s.emb.q, s.emb.k, s.queue, self.temperature))
 
 
 class NaNs(NegativeStrategy):
     """Non-finite shared negatives."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=torch.full_like(s.k[:2], float("nan")))
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(shared=torch.full_like(s.emb.k[:2], float("nan")))
 
 
 class Dice(NegativeStrategy):
     """Draws from Python's random, not the torch RNG: not seeded by torch.manual_seed."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         shift = random.random()  # a continuous draw: two runs differ with probability 1
-        return ExtraNegatives(shared=F.normalize(s.k[:1] + shift, dim=1))
+        return ExtraNegatives(shared=F.normalize(s.emb.k[:1] + shift, dim=1))
 
 
 class Attached(NegativeStrategy):
     """Returns negatives built from the queue with their gradient."""
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives(shared=F.normalize(s.queue[:3] * 2, dim=1))
 
 
@@ -128,7 +128,7 @@ class ParameterBank(NegativeStrategy):
     def setup(self, ctx) -> None:
         self.bank = torch.nn.Parameter(F.normalize(torch.ones(4, ctx.dim), dim=1))
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives(shared=self.bank)
 
 
@@ -136,8 +136,8 @@ class OneNaNRow(NegativeStrategy):
     """Three unit rows, the middle one NaN."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        shared = s.k[:3].clone()
+    def negatives(self, s: Step) -> ExtraNegatives:
+        shared = s.emb.k[:3].clone()
         shared[1] = float("nan")
         return ExtraNegatives(shared=shared)
 
@@ -146,41 +146,43 @@ class PerQueryDice(NegativeStrategy):
     """Seeded shared negatives, per-query ones from Python's random."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        per_query = F.normalize(s.q.unsqueeze(1) + random.random(), dim=-1)
-        return ExtraNegatives(shared=s.k[:1], per_query=per_query)
+    def negatives(self, s: Step) -> ExtraNegatives:
+        per_query = F.normalize(s.emb.q.unsqueeze(1) + random.random(), dim=-1)
+        return ExtraNegatives(shared=s.emb.k[:1], per_query=per_query)
 
 
 class GradAfterEight(NegativeStrategy):
-    """``s.k`` for 8 steps, then twice as long and carrying a gradient (a parameter's)."""
+    """``s.emb.k`` for 8 steps, then twice as long and carrying a gradient (a parameter's)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scale = torch.nn.Parameter(torch.full((), 2.0))
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=s.k.detach() if s.global_step < 8 else s.k * self.scale)
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(
+            shared=s.emb.k.detach() if s.ctx.global_step < 8 else s.emb.k * self.scale
+        )
 
 
 class NaNEveryFifth(NegativeStrategy):
-    """``s.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
+    """``s.emb.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         self.calls += 1
-        return ExtraNegatives(shared=s.k * float("nan") if self.calls >= 8 and self.calls % 5 == 0
-                              else s.k)  # fmt: skip
+        bad = self.calls >= 8 and self.calls % 5 == 0
+        return ExtraNegatives(shared=s.emb.k * float("nan") if bad else s.emb.k)
 
 
 class ToHost(NegativeStrategy):
     """Copies the keys to the host every step (``.to("cpu")``: a blocking copy on a GPU)."""
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        s.k.to("cpu")
+    def negatives(self, s: Step) -> ExtraNegatives:
+        s.emb.k.to("cpu")
         return ExtraNegatives()
 
 
@@ -191,9 +193,9 @@ class EverySeventh(NegativeStrategy):
         super().__init__()
         self.calls = 0
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         self.calls += 1
-        if self.calls % 7 == 0 and s.k.sum().item() > 1e9:  # a host sync, every 7th call
+        if self.calls % 7 == 0 and s.emb.k.sum().item() > 1e9:  # a host sync, every 7th call
             pass
         return ExtraNegatives()
 
@@ -205,9 +207,9 @@ class SyncsOnce(NegativeStrategy):
         super().__init__()
         self.scale: float | None = None
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         if self.scale is None:
-            self.scale = float(s.k.norm())
+            self.scale = float(s.emb.k.norm())
         return ExtraNegatives()
 
 
@@ -215,8 +217,10 @@ class PerRow(NegativeStrategy):
     """Each key as a negative, copied in a Python loop over the rows: one op per row."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=torch.stack([s.k[i] * 1.0 for i in range(s.k.shape[0])]))
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(
+            shared=torch.stack([s.emb.k[i] * 1.0 for i in range(s.emb.k.shape[0])])
+        )
 
 
 class SharedOnly(Loss):
@@ -224,8 +228,8 @@ class SharedOnly(Loss):
 
     batch_layout = False
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        return info_nce(moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared))
+    def forward(self, s: Step) -> torch.Tensor:
+        return info_nce(moco_logits(s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared))
 
 
 def failure(check, cls, **kwargs) -> str:
@@ -313,12 +317,12 @@ def test_a_loss_that_ignores_the_extra_negatives_fails_naming_extra():
         (
             GradAfterEight,
             "negatives()",
-            "returned shared that carries a gradient at s.global_step 8 (s.epoch 2)",
+            "returned shared that carries a gradient at s.ctx.global_step 8 (s.ctx.epoch 2)",
         ),
         (
             NaNEveryFifth,
             "negatives()",
-            "returned non-finite shared (NaN or inf) at s.global_step 9 (s.epoch 2.0625)",
+            "returned non-finite shared (NaN or inf) at s.ctx.global_step 9 (s.ctx.epoch 2.0625)",
         ),
     ],
 )
@@ -331,14 +335,14 @@ def test_each_fault_names_the_class_and_the_member(cls, member, what):
 def scaled(factor: float) -> type:
     """A strategy returning the keys times ``factor`` (rows of norm ``factor``)."""
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=s.k * factor)
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.emb.k * factor)
 
     return type("Scaled", (NegativeStrategy,), {"negatives": negatives})
 
 
 def test_unit_norm_is_held_to_one_part_in_ten_thousand():
-    """The tolerance (1e-4 in float32, pretrain.engine.records.UNIT_TOLERANCE): rows off by
+    """The tolerance (1e-4 in float32, negmine_core.contract.checks.UNIT_TOLERANCE): rows off by
     1e-3 are refused, naming how far; rows off by 1e-6 (float32 rounding) pass."""
     msg = failure(check_strategy, scaled(1 + 1e-3), counts=False)
     assert re.search(r"\.Scaled\.negatives\(\)\): returned shared whose rows are not unit norm "
@@ -360,13 +364,14 @@ def test_a_copy_to_the_host_by_to_cpu_is_a_sync():
 
 
 def test_a_sync_on_every_seventh_call_only_is_found():
-    """Four training steps show no sync; the kit's 35 calls of the hook (s.global_step 0 to 31
+    """Four training steps show no sync; the kit's 35 calls of the hook (s.ctx.global_step 0 to 31
     and three far steps) show the calls that sync."""
     msg = failure(syncs.check_syncs, EverySeventh)
     assert msg.startswith(f"strategy 'EverySeventh' ({__name__}.EverySeventh.syncs_per_step) "
                           "= 0: host syncs per call of its negatives() and transform_batch() "
-                          "differ between calls: 1 at s.global_step 6, 1 at s.global_step 13, "
-                          "1 at s.global_step 20, 1 at s.global_step 27, 1 at s.global_step "
+                          "differ between calls: 1 at s.ctx.global_step 6, 1 at "
+                          "s.ctx.global_step 13, 1 at s.ctx.global_step 20, 1 at "
+                          "s.ctx.global_step 27, 1 at s.ctx.global_step "
                           "100000, 0 at the other 30 of 35 calls; measured at: item: "
                           ), msg  # fmt: skip
 
@@ -412,8 +417,8 @@ class LocalDraws(NegativeStrategy):
     ddp_check = True
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        idx = torch.randint(s.queue.shape[0], (s.q.shape[0], 2))
+    def negatives(self, s: Step) -> ExtraNegatives:
+        idx = torch.randint(s.queue.shape[0], (s.emb.q.shape[0], 2))
         return ExtraNegatives(per_query=s.queue[idx].clone())
 
 

@@ -58,11 +58,11 @@ def test_contrast_top1_equals_a_loop(kind, extras):
     assert 0.0 < want < 100.0  # the data separates hits from misses
 
 
-def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> losses.StepTensors:
+def step(n: int = 16, k: int = 32, d: int = 8, noise: float = 0.5) -> losses.Step:
     q = unit(n, d, seed=11)
     key = F.normalize(q + noise * unit(n, d, seed=12), dim=1)
     labels = torch.arange(n) % 4
-    return losses.StepTensors.single(
+    return losses.Step.single(
         q, key, queue=unit(k, d, seed=13), labels=labels, extra=ExtraNegatives(unit(5, d, seed=14))
     )
 
@@ -71,8 +71,8 @@ def test_infonce_logs_mocos_acc1():
     s = step(noise=1.5)
     crit = losses.create("infonce", temperature=0.2)
     crit(s)
-    logits = torch.cat([(s.q * s.k).sum(1, keepdim=True), s.q @ s.queue.T,
-                        s.q @ s.extra.shared.T], dim=1)  # fmt: skip
+    logits = torch.cat([(s.emb.q * s.emb.k).sum(1, keepdim=True), s.emb.q @ s.queue.T,
+                        s.emb.q @ s.extra.shared.T], dim=1)  # fmt: skip
     want = 100.0 * (logits.argmax(1) == 0).float().mean()  # main_moco.py's accuracy, top-1
     assert 0.0 < float(want) < 100.0
     assert float(crit.diagnostics()["contrast_top1"]) == pytest.approx(float(want))
@@ -87,7 +87,7 @@ def test_batch_objectives_log_it_and_nt_xent_matches_infonce(name):
     assert 0.0 <= top1 <= 100.0
     if name == "nt_xent":  # own key among batch keys + queue + extras: the batch keys add rivals
         cand = torch.cat([s.k_all, s.queue, s.extra.shared])
-        want = 100.0 * ((s.q @ cand.T).argmax(1) == torch.arange(16)).float().mean()
+        want = 100.0 * ((s.emb.q @ cand.T).argmax(1) == torch.arange(16)).float().mean()
         assert top1 == pytest.approx(float(want))
 
 

@@ -10,9 +10,9 @@ import count_ops
 import pytest
 import torch
 from count_steps import loss_overrides, strategy_overrides
-from sync_counter import SyncCounter
 
 import negatives
+from negmine_core.contract.sync_counter import SyncCounter
 from negmine_core.step import Batch
 from pretrain import __main__ as cli
 from pretrain import config, losses

@@ -36,7 +36,7 @@ def every_augmentation_on():
     spec = ViewSpec(image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
                     grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
                     affine_translate=0.1)  # fmt: skip
-    return train_transform(spec, MEAN, STD)
+    return train_transform(spec=spec, mean=MEAN, std=STD)
 
 
 def two_views(seed: int = 0) -> TwoViews:
@@ -79,11 +79,12 @@ def test_two_views_leaves_the_global_rng_untouched():
 
 def test_eval_transform_is_resize_crop_normalise_by_hand():
     image = tv_tensors.Image(torch.arange(3 * 4 * 6, dtype=torch.uint8).view(3, 4, 6))
-    out = eval_transform(4, 4, MEAN, STD)(image)  # short side already 4: centre 4x4 crop
+    # the short side is 4 already: a centre 4x4 crop
+    out = eval_transform(size=4, resize=4, mean=MEAN, std=STD)(image)
     crop = image.numpy()[:, :, 1:5].astype(np.float64) / 255.0
     ref = (crop - 0.5) / 0.25
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6, atol=1e-6)
-    ds = Transformed(TinyImages(2), eval_transform(16, 16, MEAN, STD))
+    ds = Transformed(TinyImages(2), eval_transform(size=16, resize=16, mean=MEAN, std=STD))
     x, label = ds[1]
     np.testing.assert_allclose(
         x.numpy(), (ds.base.images[1].numpy() / 255.0 - 0.5) / 0.25, rtol=1e-6, atol=1e-6
@@ -151,3 +152,16 @@ def test_sampler_refuses_impossible_shapes():
         ResumableSampler(7, 8, seed=0)
     with pytest.raises(ValueError, match="global batch 9 is not divisible by 2 ranks"):
         ResumableSampler(40, 9, seed=0, world_size=2)
+
+
+def test_the_transforms_take_their_sizes_and_statistics_by_keyword_only():
+    """Two tuples of one length (mean, std) and two sizes (crop, resize) cannot be swapped by
+    position: a positional call is refused."""
+    spec = ViewSpec(image_size=8, crop_scale=(0.2, 1.0))
+    with pytest.raises(TypeError):
+        train_transform(spec, MEAN, STD)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        eval_transform(16, 18, MEAN, STD)  # type: ignore[misc]
+    image = tv_tensors.Image(torch.arange(3 * 18 * 20, dtype=torch.uint8).view(3, 18, 20))
+    out = eval_transform(size=16, resize=18, mean=MEAN, std=STD)(image)
+    assert out.shape == (3, 16, 16)

@@ -453,7 +453,7 @@ def batches(world: int, rank: int, epoch: int, start_step: int, global_batch: in
     spec = ViewSpec(image_size=16, crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8,
                     grayscale_prob=0.2, blur_prob=0.5, hflip_prob=0.5, affine_degrees=15.0,
                     affine_translate=0.1)  # fmt: skip
-    transform = loaders.train_transform(spec, (0.5,) * 3, (0.25,) * 3)
+    transform = loaders.train_transform(spec=spec, mean=(0.5,) * 3, std=(0.25,) * 3)
     views = loaders.TwoViews(TinyImages(), transform, seed=3)
     sampler = loaders.ResumableSampler(
         len(views), global_batch, seed=3, rank=rank, world_size=world

@@ -28,7 +28,7 @@ from pretrain.data import device_decode as dd
 from pretrain.data import device_resize as dr
 from pretrain.data.loaders import ResumableSampler, loader
 from pretrain.engine import loop
-from tests.fakedata import write_imagenet100
+from pretrain.testing.fakedata import write_imagenet100
 
 SPEC = views.ViewSpec(image_size=16, crop_scale=(0.2, 1.0), affine_degrees=0.0,
                       affine_translate=0.0, jitter_strength=0.4, jitter_prob=0.8,
@@ -253,8 +253,8 @@ def test_through_loader_workers_and_a_resume_replays_the_same_batches(tmp_path):
 
 def test_the_training_process_side_makes_no_host_sync(tmp_path):
     """Decode, crops and the batch's assembly: no op that would make the host wait for a GPU
-    (tests/sync_counter.py), with a PNG crop from the worker in the batch."""
-    from sync_counter import SyncCounter
+    (negmine_core/contract/sync_counter.py), with a PNG crop from the worker in the batch."""
+    from negmine_core.contract.sync_counter import SyncCounter
 
     write_folder(tmp_path)
     _, enc, _ = both_paths(tmp_path, skip=False)

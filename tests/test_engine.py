@@ -198,7 +198,7 @@ class _NaNAfter(losses.InfoNCE):
         super().__init__(temperature)
         self.bad_step, self.calls = bad_step, 0
 
-    def forward(self, step: losses.StepTensors) -> torch.Tensor:
+    def forward(self, step: losses.Step) -> torch.Tensor:
         self.calls += 1
         loss = super().forward(step)
         return loss * float("nan") if self.calls > self.bad_step else loss

@@ -1,9 +1,9 @@
-"""The trainer's checks of each step (pretrain.engine.boundary): a strategy's record of the wrong
-form fails at the step that returns it, naming the class and ``negatives()`` (with the symmetric
-layout's fix where that is the cause), before the loss sees it; non-finite or non-unit negatives
-are named at the next log step instead of advice on the learning rate, also when they start after
-8 good steps or come on every 5th call only; every step stays free of host syncs (the values are
-read at the log step only)."""
+"""The trainer's checks of each step (negmine_core.contract.watch, ``Run.watch``): a strategy's
+record of the wrong form fails at the step that returns it, naming the class and ``negatives()``
+(with the symmetric layout's fix where that is the cause), before the loss sees it; non-finite or
+non-unit negatives are named at the next log step instead of advice on the learning rate, also when
+they start after 8 good steps or come on every 5th call only; every step stays free of host syncs
+(the values are read at the log step only)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
+from negmine_core.contract import watch as contract_watch
 from negmine_core.step import Batch
 from pretrain import config
-from pretrain.engine import boundary, loop
+from pretrain.engine import loop
 from pretrain.testing import OpCounter, SyncCounter, steps
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
@@ -26,13 +27,13 @@ class OwnRows(NegativeStrategy):
     """Per-query negatives for the first view's queries, symmetric_ok left at True."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(per_query=s.queue[:4].unsqueeze(0).expand(s.q.shape[0], 4, -1))
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(per_query=s.queue[:4].unsqueeze(0).expand(s.emb.q.shape[0], 4, -1))
 
 
 class Doubles(NegativeStrategy):
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives(shared=s.queue[:3].double())
 
 
@@ -40,7 +41,7 @@ class LateNaN(NegativeStrategy):
     """Unit negatives of the right form whose values are NaN."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives(shared=s.queue[:3] * float("nan"))
 
 
@@ -48,9 +49,9 @@ class NaNFromStepTwo(NegativeStrategy):
     """Good negatives at global steps 0 and 1, NaN from step 2 on (step 0's check passes)."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         shared = F.normalize(s.queue[:3], dim=1)
-        return ExtraNegatives(shared=shared * float("nan") if s.global_step >= 2 else shared)
+        return ExtraNegatives(shared=shared * float("nan") if s.ctx.global_step >= 2 else shared)
 
 
 def train(tmp_path, cls: type, *overrides: str) -> tuple[int, str]:
@@ -99,43 +100,46 @@ def test_negatives_that_turn_non_finite_later_are_named_instead_of_learning_rate
     assert status == 1, err
     assert (f"error: strategy {name!r} ({__name__}.NaNFromStepTwo.negatives()): returned "
             "non-finite shared (NaN or inf) from finite queries, keys and queue at an "
-            "s.global_step from 2 to 3: keep them finite (normalise with an eps; guard divisions)\n"
+            "s.ctx.global_step from 2 to 3: keep them finite (normalise with an eps; guard "
+            "divisions)\n"
             "Training stopped at global step 4 (epoch 1): fix the class named above; no "
             "checkpoint was written before it (re-running starts afresh).") in err, err  # fmt: skip
     assert "lower train.base_lr" not in err and "Traceback" not in err
 
 
 class GoodForEightSteps(NegativeStrategy):
-    """``s.k`` for 8 steps (unit norm, detached), then twice as long and carrying a gradient."""
+    """``s.emb.k`` for 8 steps (unit norm, detached), then twice as long and carrying a gradient."""
 
     def __init__(self) -> None:
         super().__init__()
         self.scale = torch.nn.Parameter(torch.full((), 2.0))
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=s.k.detach() if s.global_step < 8 else s.k * self.scale)
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(
+            shared=s.emb.k.detach() if s.ctx.global_step < 8 else s.emb.k * self.scale
+        )
 
 
 class LongFromStepEight(NegativeStrategy):
-    """``s.k`` for 8 steps, then twice as long (detached)."""
+    """``s.emb.k`` for 8 steps, then twice as long (detached)."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=s.k if s.global_step < 8 else 2 * s.k)
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.emb.k if s.ctx.global_step < 8 else 2 * s.emb.k)
 
 
 class NaNEveryFifthCall(NegativeStrategy):
-    """``s.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
+    """``s.emb.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         self.calls += 1
         nan = self.calls >= 8 and self.calls % 5 == 0
-        return ExtraNegatives(shared=s.k * float("nan") if nan else s.k)
+        return ExtraNegatives(shared=s.emb.k * float("nan") if nan else s.emb.k)
 
 
 def test_a_gradient_after_eight_good_steps_stops_the_run_at_that_step(tmp_path, capsys):
@@ -143,9 +147,9 @@ def test_a_gradient_after_eight_good_steps_stops_the_run_at_that_step(tmp_path, 
     err = capsys.readouterr().err
     assert status == 1, err
     assert (f"error: strategy {name!r} ({__name__}.GoodForEightSteps.negatives()): returned "
-            "shared that carries a gradient at s.global_step 8: detach it (or decorate the hook "
-            "with @torch.no_grad())\nTraining stopped at global step 8 (epoch 1): fix the class "
-            "named above; no checkpoint was written before it (re-running starts afresh).\n"
+            "shared that carries a gradient at s.ctx.global_step 8: detach it (or decorate the "
+            "hook with @torch.no_grad())\nTraining stopped at global step 8 (epoch 1): fix the "
+            "class named above; no checkpoint was written before it (re-running starts afresh).\n"
             ) == err[err.index("error: "):], err  # fmt: skip
 
 
@@ -154,7 +158,7 @@ def test_non_unit_negatives_after_eight_good_steps_are_named_at_the_next_log_ste
     err = capsys.readouterr().err
     assert status == 1, err
     assert (f"error: strategy {name!r} ({__name__}.LongFromStepEight.negatives()): returned "
-            "shared whose rows are not unit norm at an s.global_step from 8 to 11 (off by 1): "
+            "shared whose rows are not unit norm at an s.ctx.global_step from 8 to 11 (off by 1): "
             "normalise them: F.normalize(x, dim=-1)\nTraining stopped at global step 12 (epoch "
             "1)") in err, err  # fmt: skip
 
@@ -165,7 +169,7 @@ def test_nan_on_every_fifth_call_is_the_strategys_not_the_learning_rates(tmp_pat
     assert status == 1, err
     assert (f"error: strategy {name!r} ({__name__}.NaNEveryFifthCall.negatives()): returned "
             "non-finite shared (NaN or inf) from finite queries, keys and queue at an "
-            "s.global_step from 8 to 11: keep them finite") in err, err  # fmt: skip
+            "s.ctx.global_step from 8 to 11: keep them finite") in err, err  # fmt: skip
     assert "lower train.base_lr" not in err
 
 
@@ -173,8 +177,8 @@ class FromQueries(NegativeStrategy):
     """Negatives made from the queries: non-finite only when they are."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=F.normalize(s.q[:3], dim=1))
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(shared=F.normalize(s.emb.q[:3], dim=1))
 
 
 def test_a_strategy_fed_non_finite_inputs_is_not_blamed(tmp_path):
@@ -187,11 +191,11 @@ def test_a_strategy_fed_non_finite_inputs_is_not_blamed(tmp_path):
         run = loop.setup(cfg)
         x1, x2, y, _, *rows = next(iter(run.data.train_loader))
         loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-        boundary.at_log(run)  # the first step's records were good
-        seen = boundary._last[run.strategy]  # noqa: SLF001
-        seen.q.fill_(float("nan"))
+        run.watch.at_log(run.state.global_step)  # the first step's records were good
+        seen = run.watch.seen
+        seen.detached()[0].fill_(float("nan"))  # the queries' storage
         assert not torch.isfinite(run.strategy.negatives(seen).shared).all()
-        assert boundary.strategy_fault(run) == ""
+        assert run.watch.strategy_fault(run.strategy) == ""
         run.state.bad_loss |= True
         with pytest.raises(loop.NonFiniteLossError, match="Advice: lower train.base_lr"):
             loop.check_finite(run)
@@ -205,21 +209,21 @@ def test_the_checked_steps_read_nothing_on_the_host(tmp_path):
         cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *TINY,
                                                f"negatives.name={name}"])  # fmt: skip
         run = loop.setup(cfg)
-        assert boundary.first(run)
+        assert not run.watch.started
         for i, (x1, x2, y, _, *rows) in zip(range(3), run.data.train_loader, strict=False):
             with SyncCounter() as syncs:
                 loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
             assert syncs.count == 0, (i, syncs.report())
             run.state.global_step += 1
-            assert not boundary.first(run)
-        boundary.at_log(run)  # good records: nothing raised
+            assert run.watch.started
+        run.watch.at_log(run.state.global_step)  # good records: nothing raised
         run.log.close()
 
 
 def test_unit_norm_is_checked_too(tmp_path):
     class Long(NegativeStrategy):
         @torch.no_grad()
-        def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        def negatives(self, s: Step) -> ExtraNegatives:
             return ExtraNegatives(shared=2 * F.normalize(s.queue[:3], dim=1))
 
     with steps.registered(Long) as name:
@@ -228,9 +232,10 @@ def test_unit_norm_is_checked_too(tmp_path):
         run = loop.setup(cfg)
         x1, x2, y, _, *rows = next(iter(run.data.train_loader))
         loop.train_step(run, Batch.make(x1, x2, y, rows), 0.5)
-        with pytest.raises(boundary.StepContractError, match=r"Long\.negatives\(\)\): returned "
-                           r"shared whose rows are not unit norm at the first step"):  # fmt: skip
-            boundary.at_log(run)
+        with pytest.raises(contract_watch.StepContractError,
+                           match=r"Long\.negatives\(\)\): returned shared whose rows are not "
+                                 r"unit norm at the first step"):  # fmt: skip
+            run.watch.at_log(run.state.global_step)
         run.log.close()
 
 
@@ -238,12 +243,12 @@ def test_the_value_checks_cost_what_the_docs_say():
     """docs/plugins.md: 9 aten ops per step for the inputs' finiteness and 8 per returned tensor
     (a steady step: the running maxima exist), no host sync."""
     q = F.normalize(torch.randn(4, 8), dim=1)
-    seen = StrategyInputs.single(q, q, queue=F.normalize(torch.randn(16, 8), dim=1))
-    watch = boundary.Watch(start=0, since=0)
+    seen = Step.single(q, q, queue=F.normalize(torch.randn(16, 8), dim=1))
+    watch = contract_watch.Watch(start=0, since=0)
     for fields in ({"shared": q[:2]}, {"shared": q[:2], "per_query": q.unsqueeze(1)}):
-        boundary.track(watch, ExtraNegatives(**fields), seen)  # the maxima's first values
+        contract_watch.track(watch, ExtraNegatives(**fields), seen)  # the maxima's first values
         with OpCounter() as ops, SyncCounter() as syncs:
-            boundary.track(watch, ExtraNegatives(**fields), seen)
+            contract_watch.track(watch, ExtraNegatives(**fields), seen)
         assert ops.count == 9 + 8 * len(fields), ops.top(20)
         assert syncs.count == 0, syncs.report()
-    assert boundary.Watch(start=0, since=0, last=0).when() == " at the first step"
+    assert contract_watch.Watch(start=0, since=0, last=0).when() == " at the first step"

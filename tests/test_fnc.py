@@ -17,7 +17,7 @@ from fd_grad import assert_grad_matches_fd, autograd
 from pretrain import config, losses
 from pretrain.data import views
 from pretrain.losses import fnc
-from pretrain.losses.base import StepTensors
+from pretrain.losses.base import Step
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:
@@ -52,21 +52,21 @@ def test_fnc_matches_the_official_attraction_and_the_papers_elimination(mode, to
     q, k, queue = unit(n, d, seed=0), unit(n, d, seed=1), unit(40, d, seed=2)
     support = unit(n, v, d, seed=3)
     loss_fn = losses.create("fnc", temperature=0.1, mode=mode, fn_topk=topk, fn_threshold=threshold)
-    ours = loss_fn(StepTensors.single(q, k, queue=queue, support=support))
+    ours = loss_fn(Step.single(q, k, queue=queue, support=support))
     ref, mask = np_fnc(q.numpy(), k.numpy(), support.numpy(), queue.numpy(), 0.1, topk,
                        threshold, mode)  # fmt: skip
     assert abs(ours.item() - ref) < 1e-10
     diag = loss_fn.diagnostics()
     assert diag["detected"].item() == pytest.approx(mask.sum(1).mean())
     assert diag["effective_negatives"].item() == pytest.approx(40 - mask.sum(1).mean())
-    (grad,) = autograd(lambda v: loss_fn(StepTensors.single(v, k, queue=queue, support=support)), q)
+    (grad,) = autograd(lambda v: loss_fn(Step.single(v, k, queue=queue, support=support)), q)
     fixed = (k.numpy(), support.numpy(), queue.numpy(), 0.1, topk, threshold, mode)
     assert_grad_matches_fd(grad, lambda v: np_fnc(v, *fixed)[0], q.numpy())
 
 
 def test_no_false_negatives_is_infonce():
     q, k, queue = unit(5, 8, seed=4), unit(5, 8, seed=5), unit(20, 8, seed=6)
-    step = StepTensors.single(q, k, queue=queue, support=unit(5, 2, 8, seed=7))
+    step = Step.single(q, k, queue=queue, support=unit(5, 2, 8, seed=7))
     for mode in ("attraction", "elimination"):
         loss = losses.create("fnc", temperature=0.2, mode=mode, fn_threshold=1.0)(step)
         assert torch.allclose(loss, losses.create("infonce", temperature=0.2)(step))
@@ -88,7 +88,7 @@ def test_config_needs_support_views_on_the_device_path():
         config.load("digits_fnc.yaml", ["data.augment_on=workers"])
     with pytest.raises(ValueError, match="support"):
         q, k, queue = unit(2, 4, seed=8), unit(2, 4, seed=9), unit(8, 4, seed=10)
-        losses.create("fnc", temperature=0.1)(StepTensors.single(q, k, queue=queue))
+        losses.create("fnc", temperature=0.1)(Step.single(q, k, queue=queue))
 
 
 def test_support_views_leave_the_two_views_unchanged_and_replay():

@@ -15,7 +15,7 @@ import pytest
 
 from pretrain import build, config
 from pretrain.data import datasets, imagefiles, pipeline
-from tests.fakedata import random_images, write_png
+from pretrain.testing.fakedata import random_images, write_png
 
 TRAIN = {"ant": 2, "cat": 3, "owl": 2}  # class -> images
 

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from pretrain.data import datasets, imagefiles
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.runtime import cores
-from tests.fakedata import random_images, write_png
+from pretrain.testing.fakedata import random_images, write_png
 
 
 def chw_to_hwc(image: torch.Tensor) -> np.ndarray:

@@ -14,7 +14,7 @@ from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain import losses
 from pretrain.losses import imix
-from pretrain.losses.base import StepTensors
+from pretrain.losses.base import Step
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:
@@ -42,13 +42,13 @@ def test_imix_loss_matches_the_official_mocon_form():
     assert torch.allclose(
         mixed, lam.view(-1, 1, 1, 1) * x + (1 - lam.view(-1, 1, 1, 1)) * x[partner]
     )
-    ours = loss_fn(StepTensors.single(q, k, queue=queue))
+    ours = loss_fn(Step.single(q, k, queue=queue))
     ref = np_mocon_imix(q.numpy(), k.numpy(), queue.numpy(), 0.2, lam.numpy(), partner.numpy())
     assert abs(ours.item() - ref) < 1e-10
 
     def again(v):
         loss_fn._draw = (lam, partner)  # the loss consumes its draw: the same one again
-        return loss_fn(StepTensors.single(v, k, queue=queue))
+        return loss_fn(Step.single(v, k, queue=queue))
 
     (grad,) = autograd(again, q)
     assert_grad_matches_fd(
@@ -88,7 +88,7 @@ def test_diagnostics_leave_out_the_two_targets():
     loss_fn = losses.create("imix", temperature=0.1)
     loss_fn.transform_queries(torch.zeros(n, 3, 2, 2))
     _, partner = loss_fn._draw
-    loss_fn(StepTensors.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels))
+    loss_fn(Step.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels))
     diag = loss_fn.diagnostics()
     cand = np.concatenate([labels.numpy(), queue_labels.numpy()])
     fracs, counts = [], []
@@ -104,6 +104,6 @@ def test_diagnostics_leave_out_the_two_targets():
 def test_the_loss_without_mixed_queries_is_refused():
     q, k, queue = unit(4, 8, seed=9), unit(4, 8, seed=10), unit(8, 8, seed=11)
     with pytest.raises(ValueError, match="transform_queries"):
-        losses.create("imix", temperature=0.1)(StepTensors.single(q, k, queue=queue))
+        losses.create("imix", temperature=0.1)(Step.single(q, k, queue=queue))
     with pytest.raises(ValueError, match="alpha"):
         losses.create("imix", temperature=0.1, alpha=0.0)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import write_cifar10, write_imagenet100
 from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
@@ -25,6 +24,7 @@ from pretrain.config import ConfigError
 from pretrain.engine import loop, monitor
 from pretrain.metrics import knn
 from pretrain.runtime import checkpoint_io
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
@@ -49,7 +49,7 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
     labels_all = torch.arange(world * n) if labels is None else labels
     q = unit(n, d, seed=2).requires_grad_()
     off = rank * n
-    return losses.StepTensors(
+    return losses.Step(
         emb=Embeddings(q=q, k=k_all[off : off + n]),
         k_all=k_all,
         labels=labels_all[off : off + n],
@@ -64,7 +64,7 @@ def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, 
 def test_infonce_objective_is_mocos_loss():
     s = step_tensors(shared=unit(3, 8, seed=4), per_query=unit(4, 2, 8, seed=5))
     got = losses.create("infonce", temperature=0.2)(s)
-    logits = losses.moco_logits(s.q, s.k, s.queue, 0.2, s.extra.shared, s.extra.per_query)
+    logits = losses.moco_logits(s.emb.q, s.emb.k, s.queue, 0.2, s.extra.shared, s.extra.per_query)
     assert torch.allclose(got, losses.info_nce(logits), atol=1e-12)
 
 
@@ -77,16 +77,16 @@ def test_distinct_labels_give_infonce_over_batch_keys_queue_and_extras(name, ran
     shared = unit(3, 8, seed=4)
     s = step_tensors(world=2, rank=rank, shared=shared)
     got = losses.create(name, temperature=0.1)(s)
-    n = s.q.shape[0]
+    n = s.emb.q.shape[0]
     per_anchor = []
     for i in range(n):
         own = s.offset + i
         others = torch.cat([s.k_all[:own], s.k_all[own + 1 :], s.queue, shared])
-        logits = losses.moco_logits(s.q[i : i + 1], s.k_all[own : own + 1], others, 0.1)
+        logits = losses.moco_logits(s.emb.q[i : i + 1], s.k_all[own : own + 1], others, 0.1)
         per_anchor.append(losses.info_nce(logits))
     ref = torch.stack(per_anchor).mean()
     assert torch.allclose(got, ref, atol=1e-12)
-    (grad,), (grad_ref,) = torch.autograd.grad(got, s.q), torch.autograd.grad(ref, s.q)
+    (grad,), (grad_ref,) = torch.autograd.grad(got, s.emb.q), torch.autograd.grad(ref, s.emb.q)
     assert grad_ref.abs().max() > 1e-2
     torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)
 
@@ -96,7 +96,7 @@ def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
     value, and gradient wrt q (keys and queue are constants) against its central differences."""
     labels = torch.tensor([3, 3, OUTLIER_LABEL, 3])
     s = step_tensors(labels=labels)
-    s.queue_labels = torch.tensor([3, OUTLIER_LABEL, NO_LABEL, 3, 3, OUTLIER_LABEL])
+    s = s.replace(queue_labels=torch.tensor([3, OUTLIER_LABEL, NO_LABEL, 3, 3, OUTLIER_LABEL]))
     loss = losses.create("firm", temperature=0.2)(s)
     cand = torch.cat([s.k_all, s.queue]).numpy()
     cand_y = torch.cat([labels, s.queue_labels]).numpy()
@@ -110,9 +110,9 @@ def test_firm_objective_treats_id_keys_as_positives_and_outliers_alone():
             total += -np.mean([logits[p] - log_den for p in pos])
         return total / 4
 
-    assert loss.item() == pytest.approx(reference(s.q.detach().numpy()), abs=1e-10)
-    (grad,) = torch.autograd.grad(loss, s.q)
-    assert_grad_matches_fd(grad.numpy(), reference, s.q.detach().numpy())
+    assert loss.item() == pytest.approx(reference(s.emb.q.detach().numpy()), abs=1e-10)
+    (grad,) = torch.autograd.grad(loss, s.emb.q)
+    assert_grad_matches_fd(grad.numpy(), reference, s.emb.q.detach().numpy())
 
 
 def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
@@ -134,9 +134,9 @@ def test_firm_pairwise_layout_is_the_authors_n_by_n_loss():
         return total / 4
 
     got = loss.item()
-    assert got == pytest.approx(reference(s.q.detach().numpy()), abs=1e-10)
-    (grad,) = torch.autograd.grad(loss, s.q)
-    assert_grad_matches_fd(grad.numpy(), reference, s.q.detach().numpy())
+    assert got == pytest.approx(reference(s.emb.q.detach().numpy()), abs=1e-10)
+    (grad,) = torch.autograd.grad(loss, s.emb.q)
+    assert_grad_matches_fd(grad.numpy(), reference, s.emb.q.detach().numpy())
     moco_layout = losses.create("firm", temperature=0.2)(s).item()
     assert abs(moco_layout - got) > 1e-3  # the queue is in the default layout's denominator
 
@@ -147,14 +147,14 @@ def test_cider_objective_uses_queries_then_keys_and_keeps_prototypes():
     start = unit(2, 8, seed=7).float()
     obj.prototypes.copy_(start)
     loss = obj(s)
-    z = torch.cat([s.q, s.k_all])
+    z = torch.cat([s.emb.q, s.k_all])
     expected, updated = losses.cider(
         z, torch.tensor([0, 1, 1, 0, 0, 1, 1, 0]), start.double(), 0.95, 0.1, 2.0
     )
     assert torch.allclose(loss, expected, atol=1e-6)
     assert torch.allclose(obj.prototypes.double(), updated, atol=1e-6)
     loss.backward()
-    assert s.q.grad.abs().sum() > 0
+    assert s.emb.q.grad.abs().sum() > 0
 
 
 def test_cider_subset_classes_map_labels_to_their_prototypes():
@@ -170,16 +170,16 @@ def test_cider_subset_classes_map_labels_to_their_prototypes():
 def test_kappa_terms_are_added_to_any_objective():
     s = step_tensors()
     kappa_q = torch.rand(4, dtype=torch.float64, requires_grad=True)
-    s.emb = replace(s.emb, kappa_q=kappa_q, kappa_k=torch.rand(4, dtype=torch.float64))
+    s = s.replace(emb=replace(s.emb, kappa_q=kappa_q, kappa_k=torch.rand(4, dtype=torch.float64)))
     base = losses.create("supcon", temperature=0.1)
     both = losses.WithKappa(base, lambda_align=0.05, lambda_reg=0.005)
     got = both(s)
-    kappa = losses.kappa_alignment(s.q, s.kappa_q, s.k, s.kappa_k, 0.05, 0.005)
+    kappa = losses.kappa_alignment(s.emb.q, s.emb.kappa_q, s.emb.k, s.emb.kappa_k, 0.05, 0.005)
     assert torch.allclose(got, base(s) + kappa, atol=1e-12)
     got.backward()
-    assert s.kappa_q.grad.abs().sum() > 0
+    assert s.emb.kappa_q.grad.abs().sum() > 0
     assert set(both.diagnostics()) >= {"kappa_mean", "kappa_std", "base", "kappa_terms"}
-    s.emb = replace(s.emb, kappa_q=None)
+    s = s.replace(emb=replace(s.emb, kappa_q=None))
     with pytest.raises(ValueError, match="kappa head"):
         both(s)
 
@@ -233,8 +233,7 @@ def test_cider_run_initialises_prototypes_from_class_means_and_saves_them(tmp_pa
             "eval.knn_every=0",
         ],  # fmt: skip
     )
-    run = loop.setup(cfg)
-    loop.init_loss(run)
+    run = loop.setup(cfg)  # the loss's setup hook ran: its prototypes are the class means
     z, y = monitor.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
     means = F.normalize(torch.stack([z[y == 2].mean(0), z[y == 5].mean(0)]), dim=1)
     assert torch.allclose(run.loss_fn.prototypes, means, atol=1e-5)
@@ -325,9 +324,9 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     2N x 2N equation (tests/multiview.py), in value and gradient."""
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
-    s.emb = replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_())
+    s = s.replace(emb=replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_()))
     got = losses.create(name, temperature=0.2, contrast_queue=False)(s)
-    z = torch.cat([s.q, s.q2]).detach().requires_grad_()
+    z = torch.cat([s.emb.q, s.emb.q2]).detach().requires_grad_()
     y = torch.cat([labels, labels])
     if name == "nt_xent":
         ref = multiview.nt_xent(z, 0.2)
@@ -338,7 +337,7 @@ def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     assert torch.allclose(got, ref, atol=1e-12)
     got.backward()
     ref.backward()
-    assert torch.allclose(torch.cat([s.q.grad, s.q2.grad]), z.grad, atol=1e-12)
+    assert torch.allclose(torch.cat([s.emb.q.grad, s.emb.q2.grad]), z.grad, atol=1e-12)
 
 
 def test_symmetric_cider_and_kappa_use_both_query_views():
@@ -346,18 +345,20 @@ def test_symmetric_cider_and_kappa_use_both_query_views():
     kappa_q, kappa_q2 = torch.rand(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64)
     kappa_k = torch.full((4,), float("nan"), dtype=torch.float64)  # must not be used
     q2 = unit(4, 8, seed=9).requires_grad_()
-    s.emb = replace(s.emb, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k)
+    s = s.replace(emb=replace(s.emb, q2=q2, kappa_q=kappa_q, kappa_q2=kappa_q2, kappa_k=kappa_k))
     cider = losses.create("cider", temperature=0.1, num_classes=2, dim=8)
     start = unit(2, 8, seed=7).float()
     cider.prototypes.copy_(start)
     obj = losses.WithKappa(cider, lambda_align=0.05, lambda_reg=0.005)
     got = obj(s)
-    z = torch.cat([s.q, s.q2])
+    z = torch.cat([s.emb.q, s.emb.q2])
     ref, _ = losses.cider(z, torch.tensor([0, 1, 1, 0] * 2), start.double(), 0.95, 0.1, 2.0)
-    ref = ref + losses.kappa_alignment(s.q, s.kappa_q, s.q2, s.kappa_q2, 0.05, 0.005)
+    ref = ref + losses.kappa_alignment(
+        s.emb.q, s.emb.kappa_q, s.emb.q2, s.emb.kappa_q2, 0.05, 0.005
+    )
     assert torch.allclose(got, ref, atol=1e-6)
     got.backward()
-    assert s.q2.grad.abs().sum() > 0
+    assert s.emb.q2.grad.abs().sum() > 0
 
 
 def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
@@ -384,16 +385,16 @@ def test_symmetric_run_pairs_views_per_bn_split(tmp_path):
     assert all(np.isfinite(r["loss"]) for r in steps) and "oc_auroc" in epoch
 
 
-def test_step_tensors_are_keyword_only_and_single_fills_one_process_defaults():
+def test_the_step_record_is_keyword_only_and_single_fills_one_process_defaults():
     q, k, queue = unit(4, 8, seed=2), unit(4, 8, seed=1), unit(6, 8, seed=3)
     with pytest.raises(TypeError):
-        losses.StepTensors(Embeddings(q=q, k=k), k, None, None, queue, None, ExtraNegatives())  # noqa
-    s = losses.StepTensors.single(q, k, queue=queue)
+        losses.Step(Embeddings(q=q, k=k), k, None, None, queue, None, ExtraNegatives())  # noqa
+    s = losses.Step.single(q, k, queue=queue)
     assert s.k_all is k and s.offset == 0 and s.extra.shared is None
     assert (s.labels == NO_LABEL).all() and (s.queue_labels == NO_LABEL).all()
     full = step_tensors(n=4, k_size=6)  # the explicit form: same loss in one process
-    two = losses.StepTensors.single(
-        full.q, full.k, queue=full.queue, labels=full.labels, queue_labels=full.queue_labels
+    two = losses.Step.single(
+        full.emb.q, full.emb.k, queue=full.queue, labels=full.labels, queue_labels=full.queue_labels
     )
     for name in ("infonce", "supcon"):
         crit = losses.create(name, temperature=0.2)

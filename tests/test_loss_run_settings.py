@@ -9,10 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from negmine_core.contract.messages import ContractError
 from pretrain import build, config, losses
 from pretrain.config import run_settings
-from pretrain.engine.failures import ContractError
 from pretrain.testing.declarations import check_declarations
 
 LOSSES = Path(losses.__file__).parent
@@ -72,3 +73,32 @@ def test_the_contract_kit_refuses_an_unknown_run_setting():
 
     with pytest.raises(ContractError, match="from_run.*queue_size"):
         check_declarations(Odd)
+
+
+class Untempered(losses.Loss):
+    """A loss that uses no temperature: its constructor takes none (only its own setting)."""
+
+    batch_layout = False
+
+    def __init__(self, *, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, s: losses.Step) -> torch.Tensor:
+        return self.scale * (s.emb.q * s.emb.k).sum(1).mean()
+
+
+def test_a_loss_without_a_temperature_is_registered_and_built():
+    """The trainer passes a loss only the run settings its constructor takes: none is forced on
+    it (``run_settings.taken``), and ``loss.kwargs`` may not invent one."""
+    assert run_settings.taken(Untempered) == ()
+    assert run_settings.taken(losses.registry.get("infonce")) == ("temperature",)
+    with losses.registry.registered("untempered", Untempered) as name:
+        cfg = config.load("digits_moco.yaml", [f"loss.name={name}", "loss.kwargs={scale: 2.0}"])
+        made = build.loss_fn(cfg, 10)
+        assert type(made) is Untempered and made.scale == 2.0 and made.temperature is None
+        check_declarations(Untempered)
+        with pytest.raises(config.ConfigError, match=r"no argument 'temperature'"):
+            config.load("digits_moco.yaml", [f"loss.name={name}", "loss.kwargs={temperature: 1}"])
+    cfg = config.load("digits_moco.yaml", ["moco.temperature=0.3"])
+    assert build.loss_fn(cfg, 10).temperature == 0.3  # a loss that takes it gets moco's

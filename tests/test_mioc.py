@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 import negatives
-from negatives.base import StrategyInputs
+from negatives.base import Step
 from negatives.mioc import MiOC, sample_mask
 from pretrain.losses import moco_logits
 
@@ -66,7 +66,7 @@ def test_synthetic_points_follow_the_paper(batch, nu, gamma):
     mioc = MiOC(num_synthetic=s_n, num_inlier_synthetic=s_o, nu=nu, gamma=gamma, warmup_epochs=1)
     torch.manual_seed(0)
     extra = mioc.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=5.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=5.0)
     )
     shared = extra.shared.numpy()
     assert extra.per_query is None and shared.shape == (s_n + s_o, D)
@@ -87,9 +87,7 @@ def test_inlier_count_matches_sklearn(batch):
     for nu, gamma in [(0.1, 0.1), (0.5, 1.0)]:
         mioc = MiOC(num_synthetic=4, num_inlier_synthetic=4, nu=nu, gamma=gamma, warmup_epochs=0)
         mioc.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=0.0
-            )
+            Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=0.0)
         )
         expected = sklearn_inliers(torch.cat([q, k]).numpy(), queue.numpy(), nu, gamma).sum()
         assert float(mioc.diagnostics()["inliers"]) == expected
@@ -99,7 +97,7 @@ def test_warmup_paper_makes_only_s_n_and_code_adds_m_n(batch):
     q, k, queue = batch
     paper = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2)
     extra = paper.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
     )
     assert extra.shared.shape == (6, D)
     decompose(extra.shared.numpy(), q.numpy(), queue.numpy())  # all query-key mixtures
@@ -107,7 +105,7 @@ def test_warmup_paper_makes_only_s_n_and_code_adds_m_n(batch):
 
     code = MiOC(num_synthetic=6, num_inlier_synthetic=5, warmup_epochs=2, warmup="code")
     extra = code.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.5)
     )
     assert extra.shared.shape == (6 + 5, D)
     m_n = decompose(extra.shared[:6].numpy(), queue.numpy(), queue.numpy())  # two queue keys
@@ -119,7 +117,7 @@ def test_zero_synthetic_gives_plain_moco_logits(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=0, num_inlier_synthetic=0, warmup_epochs=0)
     extra = mioc.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
     )
     assert extra.shared is None
     assert torch.equal(moco_logits(q, k, queue, 0.2, extra.shared, extra.per_query),
@@ -130,7 +128,7 @@ def test_beta_zero_gives_the_queue_keys_themselves(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=16, num_inlier_synthetic=0, warmup_epochs=0, beta_max=0.0)
     shared = mioc.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=3.0)
     ).shared
     sims = shared @ queue.T  # every synthetic point is exactly one queue key
     assert torch.allclose(sims.max(dim=1).values, torch.ones(16), atol=1e-6)
@@ -140,7 +138,7 @@ def test_no_gradient_reaches_queries_through_synthetic_points(batch):
     q, k, queue = batch
     q = q.clone().requires_grad_(True)
     torch.manual_seed(1)
-    step = StrategyInputs.single(q=q.detach(), k=k, queue=queue, queue_labels=torch.full((K,), -1),
+    step = Step.single(q=q.detach(), k=k, queue=queue, queue_labels=torch.full((K,), -1),
                           epoch=1.0)  # fmt: skip
     extra = MiOC(num_synthetic=8, num_inlier_synthetic=4, warmup_epochs=0).negatives(step)
     assert not extra.shared.requires_grad
@@ -187,7 +185,7 @@ def test_empty_inliers_policies(batch):
         mioc = MiOC(num_synthetic=6, num_inlier_synthetic=4, nu=0.1, gamma=0.1, warmup_epochs=0,
                     empty_inliers=policy)  # fmt: skip
         extra = mioc.negatives(
-            StrategyInputs.single(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
+            Step.single(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
         )
         assert extra.shared.shape == (size, D)
         assert int(mioc.diagnostics()["empty_inlier_steps"]) == 1
@@ -198,7 +196,7 @@ def test_false_negative_fraction_diagnostic(batch):
     labels = torch.zeros(B, dtype=torch.long)
     same = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
     same.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=q,
             k=k,
             queue=queue,
@@ -210,7 +208,7 @@ def test_false_negative_fraction_diagnostic(batch):
     assert float(same.diagnostics()["false_negative_fraction"]) == 1.0
     other = MiOC(num_synthetic=5, num_inlier_synthetic=5, warmup_epochs=0)
     other.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0, labels=labels
         )
     )  # unknown labels never count
@@ -234,7 +232,7 @@ def test_similarity_diagnostics_equal_the_mean_over_all_pairs(batch):
     q, k, queue = batch
     mioc = MiOC(num_synthetic=7, num_inlier_synthetic=5, warmup_epochs=0, nu=0.1, gamma=0.1)
     shared = mioc.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0)
     ).shared
     d = mioc.diagnostics()
     qn, sn = q.double().numpy(), shared.double().numpy()
@@ -295,13 +293,13 @@ def test_non_finite_embeddings_are_named_by_the_trainers_check(batch, tmp_path):
     bad[0, 0] = float("inf")
     with pytest.raises(ValueError, match="NaN or infinite"):
         mioc.negatives(
-            StrategyInputs.single(
-                q=bad, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0
-            )
+            Step.single(q=bad, k=k, queue=queue, queue_labels=torch.full((K,), -1), epoch=1.0)
         )
     mioc.nonfinite_steps += 2  # what the device path counts
     state = SimpleNamespace(bad_loss=torch.tensor(True), global_step=40, epoch=0, saved_step=-1)
-    run = SimpleNamespace(state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None)
+    run = SimpleNamespace(
+        state=state, strategy=mioc, run_dir=tmp_path, autocast=lambda: None, watch=None
+    )  # a Run without per-step checks
     with pytest.raises(loop.NonFiniteLossError) as err:
         loop.check_finite(run)
     msg = str(err.value)
@@ -314,7 +312,7 @@ def test_selection_queue_ablation_draws_s_o_from_the_whole_queue_without_a_fit(b
     whole queue, the same logit count as MiOC; against a queue where MiOC's O is empty."""
     q, k, queue = batch
     far = F.normalize(-q[:1] + 0.3 * torch.randn(K, D), dim=1)  # opposite the batch: f < 0
-    step = StrategyInputs.single(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
+    step = Step.single(q=q, k=k, queue=far, queue_labels=torch.full((K,), -1), epoch=1.0)
     assert not sklearn_inliers(torch.cat([q, k]).numpy(), far.numpy(), 0.1, 0.1).any()
     mioc = MiOC(num_synthetic=4, num_inlier_synthetic=3000, nu=0.1, gamma=0.1, warmup_epochs=0,
                 beta_max=0.0, selection="queue")  # fmt: skip

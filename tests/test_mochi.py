@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import negatives
 import negatives.mochi as mochi  # registers the strategies (also before __init__ imports it)
-from negatives.base import StrategyInputs
+from negatives.base import Step
 from pretrain.losses import info_nce, moco_logits
 
 B, D, K, NH = 6, 8, 40, 5  # batch, dim, queue size, hard-set size N
@@ -116,7 +116,7 @@ def test_per_query_points_match_numpy(monkeypatch, s, s2):
     d = given_draws(B, s, s2)
     supply(monkeypatch, d)
     extra = mochi_(num_mix=s, num_query_mix=s2).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=3.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=3.0)
     )
     assert extra.shared is None and extra.per_query.shape == (B, s + s2, D)
     ref = np_mochi(q, queue, d)
@@ -132,7 +132,7 @@ def test_class_uses_its_draw_function_in_order():
     d = mochi.draw(B, NH, 4, 3, False, q.device, q.dtype)
     torch.manual_seed(3)
     out = mochi_(num_mix=4, num_query_mix=3).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
     )
     np.testing.assert_allclose(out.per_query.numpy(), np_mochi(q, queue, d), rtol=0, atol=1e-12)
 
@@ -160,7 +160,7 @@ def test_outputs_unit_norm_and_h_prime_leans_to_the_negative(monkeypatch):
     q, k, queue, queue_labels, _ = inputs(2)
     torch.manual_seed(0)
     out = mochi_(num_mix=50, num_query_mix=50).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
     )
     norms = out.per_query.norm(dim=-1)
     torch.testing.assert_close(norms, torch.ones_like(norms), rtol=0, atol=1e-12)
@@ -169,9 +169,7 @@ def test_outputs_unit_norm_and_h_prime_leans_to_the_negative(monkeypatch):
     supply(monkeypatch, d)
     hq = (
         mochi_(num_mix=0, num_query_mix=50)
-        .negatives(
-            StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
-        )
+        .negatives(Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0))
         .per_query
     )
     hard = torch.from_numpy(np_hard(q.numpy(), queue.numpy(), NH))
@@ -184,7 +182,7 @@ def test_detached_and_no_gradient_through_synthetic_points():
     q = q.clone().requires_grad_(True)
     torch.manual_seed(0)
     extra = mochi_(num_mix=4, num_query_mix=3).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
     )
     h = extra.per_query
     assert not h.requires_grad and h.grad_fn is None
@@ -218,9 +216,7 @@ def test_zero_points_or_warmup_is_plain_moco(name, case):
         strategy = negatives.create(name, num_hard=NH, warmup_epochs=10)
         epoch = 9.99
     extra = strategy.negatives(
-        StrategyInputs.single(
-            q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=epoch, labels=labels
-        )
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=epoch, labels=labels)
     )
     assert extra.shared is None and extra.per_query is None
     logits = moco_logits(q, k, queue, 0.2, extra.shared, extra.per_query)
@@ -229,9 +225,7 @@ def test_zero_points_or_warmup_is_plain_moco(name, case):
     # warm-up ends at warmup_epochs exactly
     if case == "warmup":
         extra = strategy.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=10.0, labels=labels
-            )
+            Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=10.0, labels=labels)
         )
         assert (extra.per_query if name == "mochi" else extra.shared) is not None
 
@@ -243,9 +237,7 @@ def test_seeded_determinism(name):
         q, k, queue, queue_labels, labels = inputs(5, torch.float32)
         strategy = negatives.create(name, num_hard=NH, num_mix=6, num_query_mix=4, warmup_epochs=0)
         extra = strategy.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0, labels=labels
-            )
+            Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0, labels=labels)
         )
         return extra.per_query if name == "mochi" else extra.shared, strategy.diagnostics()
 
@@ -270,7 +262,7 @@ def test_dtype_and_device_follow_q(name, q_dtype, queue_dtype):
     torch.manual_seed(0)
     strategy = negatives.create(name, num_hard=NH, num_mix=3, num_query_mix=2, warmup_epochs=0)
     extra = strategy.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
     )
     out = extra.per_query if name == "mochi" else extra.shared
     assert out.dtype == q_dtype and out.device == q.device
@@ -283,9 +275,7 @@ def test_runs_under_cpu_autocast():
     strategy = mochi_(num_mix=3, num_query_mix=2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         extra = strategy.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels
-            )
+            Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels)
         )
         logits = moco_logits(q, k, queue, 0.2, per_query=extra.per_query)
     assert extra.per_query.dtype == torch.float32 and logits.shape == (B, 1 + K + 5)
@@ -297,9 +287,7 @@ def test_cuda_device_and_rng():
     q, k, queue, queue_labels, labels = (t.cuda() for t in inputs(6, torch.float32))
     torch.cuda.manual_seed(0)
     extra = mochi_(num_mix=3, num_query_mix=2).negatives(
-        StrategyInputs.single(
-            q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels
-        )
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels)
     )
     assert extra.per_query.device == q.device
 
@@ -314,7 +302,7 @@ def test_modified_points_match_numpy(monkeypatch, s, s2):
     d = given_draws(1, s, s2, seed=2)
     supply(monkeypatch, d, chosen)
     extra = modified(num_mix=s, num_query_mix=s2).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
     )
     assert extra.per_query is None and extra.shared.shape == (s + s2, D)
     ref = np_modified(q, queue, d, chosen)
@@ -362,7 +350,7 @@ def test_false_negative_fraction_hand_made(monkeypatch, labels, fn_mix, fn_qmix)
     supply(monkeypatch, d)
     strategy = negatives.create("mochi", num_hard=2, num_mix=2, num_query_mix=2, warmup_epochs=0)
     strategy.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=torch.tensor(labels)
         )
     )
@@ -372,9 +360,11 @@ def test_false_negative_fraction_hand_made(monkeypatch, labels, fn_mix, fn_qmix)
     assert diag["false_neg_query_mix"].item() == pytest.approx(fn_qmix)
     assert diag["false_neg"].item() == pytest.approx((fn_mix + fn_qmix) / 2)
     strategy.negatives(
-        StrategyInputs.single(q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0)
-    )  # no labels: no false-negative keys
-    assert not any(key.startswith("false_neg") for key in strategy.diagnostics())
+        Step.single(q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0)
+    )  # no labels: every label unknown (-1), which is never the same class
+    diag = strategy.diagnostics()
+    fractions = ("false_neg_mix", "false_neg_query_mix", "false_neg")
+    assert [diag[key].item() for key in fractions] == [0.0] * 3
 
 
 def test_false_negative_fraction_modified(monkeypatch):
@@ -386,7 +376,7 @@ def test_false_negative_fraction_modified(monkeypatch):
     strategy = negatives.create("modified_mochi", num_hard=2, num_mix=2, num_query_mix=1,
                                 warmup_epochs=0)  # fmt: skip
     strategy.negatives(
-        StrategyInputs.single(
+        Step.single(
             q=q, k=q, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=torch.tensor([1, 2])
         )
     )
@@ -402,9 +392,7 @@ def test_similarity_diagnostics_match_numpy(monkeypatch):
     supply(monkeypatch, d)
     strategy = mochi_(num_mix=4, num_query_mix=3)
     out = strategy.negatives(
-        StrategyInputs.single(
-            q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels
-        )
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0, labels=labels)
     ).per_query.numpy()
     diag, qn, kn = strategy.diagnostics(), q.numpy(), queue.numpy()
     sim = qn @ kn.T
@@ -424,21 +412,17 @@ def test_hard_set_larger_than_queue_is_an_error():
     q, k, queue, queue_labels, _ = inputs(10)
     strategy = negatives.create("mochi", num_hard=K + 1, warmup_epochs=1.0)
     strategy.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.5)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.5)
     )  # warm-up: no hard set needed yet
     with pytest.raises(ValueError, match=rf"num_hard={K + 1} exceeds the queue size K={K}"):
-        strategy.negatives(
-            StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0)
-        )
+        strategy.negatives(Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=1.0))
     strategy = negatives.create("modified_mochi", num_hard=K + 1, warmup_epochs=0)
     with pytest.raises(ValueError, match=rf"num_hard={K + 1} exceeds the queue size K={K}"):
-        strategy.negatives(
-            StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0)
-        )
+        strategy.negatives(Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0.0))
     # N = K is allowed: the hard set is the whole queue
     torch.manual_seed(0)
     out = negatives.create("mochi", num_hard=K, warmup_epochs=0).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=queue_labels, epoch=0)
     )
     assert out.per_query.shape == (B, 512 + 128, D)
 

@@ -66,19 +66,19 @@ def test_skip_bad_images_may_change_on_resume(tmp_path):
 
 
 TWO_OF_ONE_NAME = """
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+from negatives import ExtraNegatives, NegativeStrategy, Step, register
 
 
 @register("twice_in_one_file")
 class Mine(NegativeStrategy):
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives()
 
 
 @register("twice_in_one_file")
 class Mine(NegativeStrategy):  # noqa: F811
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        return ExtraNegatives(shared=s.k.detach())
+    def negatives(self, s: Step) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.emb.k.detach())
 """
 
 

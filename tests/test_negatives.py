@@ -10,11 +10,18 @@ import torch
 import torch.nn.functional as F
 
 import negatives
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
 from negatives.none import NoNegatives
-from negmine_core.step import SetupContext
+from negmine_core.step import Batch, SetupContext
+from pretrain.testing.declarations import check_declarations
 
 N, D, K = 8, 16, 32
+
+
+def applied(strategy, x1, x2, y):
+    """``strategy.transform_batch`` on a batch of these views and labels, as a tuple."""
+    out = strategy.transform_batch(Batch(x1=x1, x2=x2, y=y))
+    return out.x1, out.x2, out.y
 
 
 def where(name: str, attribute: str) -> str:
@@ -35,22 +42,9 @@ def small(name: str) -> NegativeStrategy:
 
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_the_contract_is_declared(name):
-    """Fast, before any slow test: the contract's class attributes have their types, and the
-    contract kwargs are accepted by the constructor; a failure names the class and attribute."""
-    cls = negatives.strategies.get(name)
-    assert isinstance(cls.syncs_per_step, int) and cls.syncs_per_step >= 0, where(
-        name, "syncs_per_step"
-    )
-    for attribute in ("syncs_why", "step_state", "why_not_capturable"):
-        assert isinstance(getattr(cls, attribute), str), where(name, attribute)
-    assert isinstance(cls.capturable, bool), where(name, "capturable")
-    assert isinstance(cls.contract_kwargs, dict), where(name, "contract_kwargs")
-    assert cls.zero_kwargs is None or isinstance(cls.zero_kwargs, dict), where(name, "zero_kwargs")
-    for attribute in ("contract_kwargs", "zero_kwargs"):
-        try:
-            negatives.strategies.check_kwargs(name, getattr(cls, attribute) or {})
-        except ValueError as e:
-            raise AssertionError(f"{where(name, attribute)}: {e}") from None
+    """Fast, before any slow test: the contract kit's declaration check (the flags' types, the
+    contract kwargs accepted by the constructor); a failure names the class and attribute."""
+    check_declarations(negatives.strategies.get(name))
 
 
 def test_registry_lists_none():
@@ -92,15 +86,6 @@ def test_duplicate_registration_is_refused():
     assert type(negatives.create("none")) is NoNegatives
 
 
-def test_strategy_inputs_are_keyword_only_with_one_process_defaults():
-    q = torch.zeros(2, 3)
-    with pytest.raises(TypeError):
-        StrategyInputs(q, q, q, torch.zeros(2))  # type: ignore[misc]
-    s = StrategyInputs.single(q, q, queue=torch.zeros(4, 3), epoch=1.5)
-    assert (s.rank, s.world_size, s.global_step, s.epoch, s.labels) == (0, 1, 0, 1.5, None)
-    assert s.queue_labels.tolist() == [-1] * 4
-
-
 def inputs(seed: int):
     g = torch.Generator().manual_seed(seed)
     q = F.normalize(torch.randn(N, D, generator=g), dim=1)
@@ -129,9 +114,7 @@ def test_negatives_contract(name):
     queue_before, labels_before = queue.clone(), labels.clone()
     # A queue that tracks gradients catches a strategy that forgets to detach what it builds.
     queue.requires_grad_(True)
-    extra = strategy.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5)
-    )
+    extra = strategy.negatives(Step.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=1.5))
     assert isinstance(extra, ExtraNegatives)
     check_extra(extra.shared, (), queue)
     check_extra(extra.per_query, (N,), queue)
@@ -149,9 +132,7 @@ def test_negatives_are_seeded_deterministic(name):
         strategy = small(name)
         q, k, queue, labels = inputs(1)
         results.append(
-            strategy.negatives(
-                StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
-            )
+            strategy.negatives(Step.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0))
         )
     for a, b in (
         (results[0].shared, results[1].shared),
@@ -168,7 +149,7 @@ def test_transform_batch_keeps_shapes(name):
     strategy = small(name)
     x1, x2 = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16)
     y = torch.arange(N)
-    out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+    out1, out2, out_y = applied(strategy, x1, x2, y)
     assert out1.shape == x1.shape and out2.shape == x2.shape and out_y.shape == y.shape
     assert out1.dtype == x1.dtype and out_y.dtype == y.dtype
 
@@ -176,12 +157,10 @@ def test_transform_batch_keeps_shapes(name):
 def test_none_strategy_is_plain_moco():
     strategy = negatives.create("none")
     q, k, queue, labels = inputs(2)
-    extra = strategy.negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0)
-    )
+    extra = strategy.negatives(Step.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=0.0))
     assert extra.shared is None and extra.per_query is None
     x1, x2, y = torch.randn(N, 3, 4, 4), torch.randn(N, 3, 4, 4), torch.arange(N)
-    out = strategy.transform_batch(x1, x2, y)
+    out = applied(strategy, x1, x2, y)
     assert out[0] is x1 and out[1] is x2 and out[2] is y
     assert strategy.state_dict() == {}
 
@@ -196,7 +175,7 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
     torch.manual_seed(0)
     q, k, queue, labels = inputs(3)
     extra = negatives.create(name, **zero).negatives(
-        StrategyInputs.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
+        Step.single(q=q, k=k, queue=queue, queue_labels=labels, epoch=5.0)
     )
     for t in (extra.shared, extra.per_query):
         assert t is None or t.shape[-2] == 0

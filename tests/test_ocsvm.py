@@ -12,11 +12,11 @@ import sys
 
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import smo
 from negatives.ocsvm.svm import OneClassSVM
+from pretrain.testing.fakedata import embeddings
 
 GRID = [(0.01, 0.01), (0.1, 0.1)]
 
@@ -314,7 +314,7 @@ def test_triton_constants_are_built_on_the_device_without_host_data(nu, n):
     """The Triton fit's per-device constants come from tensor ops on the device (no host data
     copied: a sync on CUDA), equal to libsvm's start bit for bit (smo.initial_alpha); prepare()
     builds them before any fit (MiOC at setup and .to())."""
-    from sync_counter import SyncCounter
+    from negmine_core.contract.sync_counter import SyncCounter
 
     svm = OneClassSVM(nu=nu, gamma=0.3, tol=1e-4)
     with SyncCounter() as syncs:

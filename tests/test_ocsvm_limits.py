@@ -13,11 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import limits, smo
 from negatives.ocsvm.svm import OneClassSVM
+from pretrain.testing.fakedata import embeddings
 from tests.test_troubleshooting_data import assert_documented
 
 # 1,167 iterations on the host loop, which polls between chunks of at most n = 300 of them

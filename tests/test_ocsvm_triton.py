@@ -18,9 +18,10 @@ import numpy as np
 import ocsvm_triton_worker
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 from triton_launches import installed_ptx
+
+from pretrain.testing.fakedata import embeddings
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 

@@ -31,11 +31,11 @@ import numpy as np
 import ocsvm_triton_worker
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import smo
 from negatives.ocsvm.svm import OneClassSVM
+from pretrain.testing.fakedata import embeddings
 
 
 def blocks_tie(side: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,8 +15,15 @@ from scipy import stats
 import negatives
 from negatives.outliers import Outliers, cutpaste, resized_crop_flip, turn, turn_index
 from negmine_core.conventions import OUTLIER_LABEL, rotation_label
+from negmine_core.step import Batch
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+
+
+def applied(strategy, x1, x2, y):
+    """``strategy.transform_batch`` on a batch of these views and labels, as a tuple."""
+    out = strategy.transform_batch(Batch(x1=x1, x2=x2, y=y))
+    return out.x1, out.x2, out.y
 
 
 def batch(n: int, size: int, dtype: torch.dtype = torch.float64, seed: int = 0, channels: int = 3):
@@ -46,7 +53,7 @@ def test_rotations_equal_numpy_rot90_with_one_angle_per_slot(labels_mode, dtype)
     torch.manual_seed(0)
     strategy = Outliers(ratio=0.5, kinds=["rotate"], rotation_labels=labels_mode)
     x1, x2, y = batch(64, 8, dtype)
-    out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+    out1, out2, out_y = applied(strategy, x1, x2, y)
     assert out1.dtype == dtype and out2.dtype == dtype and out_y.dtype == torch.long
     slots = changed_slots(out_y)
     assert len(slots) == 32
@@ -98,14 +105,14 @@ def test_only_configured_angles_and_180_on_non_square_images():
     strategy = Outliers(ratio=0.5, kinds=["rotate"], angles=[180])
     g = torch.Generator().manual_seed(0)
     x1, x2 = torch.randn(8, 3, 4, 6, generator=g), torch.randn(8, 3, 4, 6, generator=g)
-    out1, out2, out_y = strategy.transform_batch(x1, x2, torch.arange(8))
+    out1, out2, out_y = applied(strategy, x1, x2, torch.arange(8))
     slots = changed_slots(out_y)
     assert len(slots) == 4 and (out_y[slots] == rotation_label(2)).all()
     for s in slots:
         assert np.array_equal(out1[s].numpy(), np.rot90(x1[s].numpy(), 2, axes=(1, 2)))
         assert np.array_equal(out2[s].numpy(), np.rot90(x2[s].numpy(), 2, axes=(1, 2)))
     with pytest.raises(ValueError, match="90/270 deg need square images, got 4x6"):
-        Outliers(ratio=0.5).transform_batch(x1, x2, torch.arange(8))
+        applied(Outliers(ratio=0.5), x1, x2, torch.arange(8))
 
 
 # ---------------------------------------------------------------- fraction, identity, sizes
@@ -120,7 +127,7 @@ def test_fraction_is_exact(n, ratio, expected):
     strategy = Outliers(ratio=ratio, kinds=["cutpaste"])
     x1, x2, y = batch(n, 6)
     for _ in range(3):
-        out_y = strategy.transform_batch(x1, x2, y)[2]
+        out_y = applied(strategy, x1, x2, y)[2]
         assert len(changed_slots(out_y)) == expected
     stats_ = strategy.diagnostics()
     assert stats_["outlier_fraction"] == expected / n
@@ -131,7 +138,7 @@ def test_ratio_zero_is_the_identity():
     strategy = negatives.create("outliers", ratio=0.0, kinds=["rotate", "cutpaste"],
                                 rotation_labels="shared")  # fmt: skip
     x1, x2, y = batch(8, 4)
-    out = strategy.transform_batch(x1, x2, y)
+    out = applied(strategy, x1, x2, y)
     assert out[0] is x1 and out[1] is x2 and out[2] is y
     assert strategy.diagnostics()["outlier_fraction"] == 0.0
     assert strategy.state_dict() == {}
@@ -143,7 +150,7 @@ def test_check_sizes_rejects_a_batch_without_inliers():
         Outliers(ratio=0.9).check_sizes(queue_size=64, batch_size=4)
     x1, x2, y = batch(2, 4)
     with pytest.raises(ValueError, match="replaces 2 of the 2 images"):
-        Outliers(ratio=0.75).transform_batch(x1, x2, y)
+        applied(Outliers(ratio=0.75), x1, x2, y)
 
 
 @pytest.mark.parametrize(
@@ -235,7 +242,7 @@ def test_cutpaste_slots_differ_in_one_pasted_rectangle_per_view():
     torch.manual_seed(3)
     strategy = Outliers(ratio=0.5, kinds=["cutpaste"])
     x1, x2, y = batch(16, 24, torch.float32)
-    out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+    out1, out2, out_y = applied(strategy, x1, x2, y)
     slots = changed_slots(out_y)
     assert len(slots) == 8 and (out_y[slots] == OUTLIER_LABEL).all()
     check_untouched((out1, out2, out_y), (x1, x2, y), slots)
@@ -282,7 +289,7 @@ def test_oe_from_a_folder_of_pngs(tmp_path, dtype):
     assert all((img == img[:, :1, :1]).all() for img in bank)
     torch.manual_seed(0)
     x1, x2, y = batch(10, 16, dtype)
-    out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+    out1, out2, out_y = applied(strategy, x1, x2, y)
     assert out1.dtype == dtype and out1.shape == x1.shape
     slots = changed_slots(out_y)
     assert len(slots) == 5 and (out_y[slots] == OUTLIER_LABEL).all()
@@ -318,7 +325,7 @@ def test_oe_from_a_npy_file_with_a_seeded_cap(tmp_path):
     # Views: normalised with the bound mean/std, so un-normalised pixels lie in [0, 1].
     torch.manual_seed(0)
     x1, x2, y = batch(8, 8)
-    out1, out2, out_y = strategy.transform_batch(x1 + 10, x2 + 10, y)  # inputs far outside
+    out1, out2, out_y = applied(strategy, x1 + 10, x2 + 10, y)  # inputs far outside
     slots = changed_slots(out_y)
     assert len(slots) == 2
     for o in (out1, out2):
@@ -360,7 +367,7 @@ def test_missing_or_empty_oe_path_fails_at_bind_with_what_to_put_there(tmp_path)
         strategy.bind_data(8, MEAN, STD)
     x1, x2, y = batch(4, 8)
     with pytest.raises(ValueError, match="needs bind_data"):
-        strategy.transform_batch(x1, x2, y)
+        applied(strategy, x1, x2, y)
 
 
 def linear_image(n: int, size: int, a: float, b: float) -> torch.Tensor:
@@ -414,7 +421,7 @@ def test_same_rng_state_gives_the_same_batch(tmp_path, dtype):
     runs = []
     for seed in (5, 5, 6):
         torch.manual_seed(seed)
-        runs.append(strategy.transform_batch(x1, x2, y))
+        runs.append(applied(strategy, x1, x2, y))
     assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[1]))
     assert not all(torch.equal(a, b) for a, b in zip(runs[0], runs[2]))
     assert all(r.dtype == x.dtype for r, x in zip(runs[0], (x1, x2, y)))
@@ -428,12 +435,12 @@ def test_two_by_two_batch(tmp_path):
     x1, x2, y = batch(2, 2)
     for seed in range(6):
         torch.manual_seed(seed)
-        out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+        out1, out2, out_y = applied(strategy, x1, x2, y)
         slots = changed_slots(out_y)
         assert len(slots) == 1 and out_y[slots[0]] == OUTLIER_LABEL
         check_untouched((out1, out2, out_y), (x1, x2, y), slots)
     cut = Outliers(ratio=0.5, kinds=["cutpaste"])
-    out1, _, out_y = cut.transform_batch(x1, x2, y)
+    out1, _, out_y = applied(cut, x1, x2, y)
     (s,) = changed_slots(out_y)
     top, left, h, w = locate_paste(x1[s].numpy(), out1[s].numpy())  # one pixel moved
     assert (h, w) == (1, 1)
@@ -444,10 +451,10 @@ def test_cuda_batch_without_host_syncs(tmp_path):
     strategy = mixed(tmp_path).to("cuda")
     strategy.bind_data(8, MEAN, STD)  # after .to(device): buffers follow the batch
     x1, x2, y = (t.cuda() for t in batch(16, 8, torch.float32))
-    strategy.transform_batch(x1, x2, y)  # first call moves the OE images once
+    applied(strategy, x1, x2, y)  # first call moves the OE images once
     torch.cuda.set_sync_debug_mode("error")
     try:
-        out1, out2, out_y = strategy.transform_batch(x1, x2, y)
+        out1, out2, out_y = applied(strategy, x1, x2, y)
         stats_ = strategy.diagnostics()
     finally:
         torch.cuda.set_sync_debug_mode("default")

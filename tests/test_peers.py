@@ -141,14 +141,13 @@ def test_negmines_loss_is_twice_lightlys_on_the_same_inputs():
     enqueue: UNMATCHED)."""
     from lightly.loss import NTXentLoss
 
+    from negmine_core.step import Step
     from pretrain import losses
 
     g = torch.Generator().manual_seed(0)
     n, d, k = 8, 16, 32
     q1, q2, k1, k2, queue = (unit(m, d, g) for m in (n, n, n, n, k))
-    ours = losses.create("infonce", temperature=0.1)(
-        losses.StepTensors.single(q1, k2, queue=queue, q2=q2, k1=k1)
-    )
+    ours = losses.create("infonce", temperature=0.1)(Step.single(q1, k2, queue=queue, q2=q2, k1=k1))
     theirs = NTXentLoss(temperature=0.1, memory_bank_size=(k, d)).double()
 
     def term(q: torch.Tensor, key: torch.Tensor) -> torch.Tensor:

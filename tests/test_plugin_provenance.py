@@ -13,7 +13,7 @@ import torch
 
 import negatives
 from linear_eval.cli import table
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
 from pretrain import config
 from pretrain.engine import loop
 from pretrain.runtime import plugin_provenance
@@ -29,7 +29,7 @@ class Mine(NegativeStrategy):
     """A plugin's strategy, defined in this file."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives()
 
 

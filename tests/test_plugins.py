@@ -135,7 +135,7 @@ def test_two_plugins_claiming_one_name_are_both_named(monkeypatch):
 
 STRATEGY_FILE = '''
 import torch
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+from negatives import ExtraNegatives, NegativeStrategy, Step, register
 
 @register("file_keys")
 class FileKeys(NegativeStrategy):
@@ -149,8 +149,8 @@ class FileKeys(NegativeStrategy):
         super().__init__()
         self.weight = weight
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        k = self.weight * s.k.detach()
+    def negatives(self, s: Step) -> ExtraNegatives:
+        k = self.weight * s.emb.k.detach()
         return ExtraNegatives(shared=torch.nn.functional.normalize(k, dim=1))
 '''
 
@@ -213,17 +213,17 @@ def test_a_module_class_naming_a_loss_in_plugins_trains_and_is_recorded(tmp_path
 
 LIAR_FILE = '''
 import torch
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+from negatives import ExtraNegatives, NegativeStrategy, Step, register
 
 @register("liar")
 class Liar(NegativeStrategy):
     """Declares no host sync (the default) but reads the device every step, and adds far more
     ops than the bound (a test plugin file)."""
 
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
-        if float(s.k.sum()) > 1e9:  # a host sync
+    def negatives(self, s: Step) -> ExtraNegatives:
+        if float(s.emb.k.sum()) > 1e9:  # a host sync
             pass
-        x = s.k.detach()
+        x = s.emb.k.detach()
         for _ in range(60):  # ~120 ops: far above +15 %
             x = torch.nn.functional.normalize(x + 0.0, dim=1)
         return ExtraNegatives(shared=x)

@@ -58,11 +58,11 @@ def spy_step(run: loop.Run, monkeypatch) -> dict:
     negatives, loss_forward = run.strategy.negatives, run.loss_fn.forward
 
     def spy_negatives(s):
-        seen["neg"] = (s.q.dtype, s.k.dtype, torch.is_autocast_enabled("cpu"))
+        seen["neg"] = (s.emb.q.dtype, s.emb.k.dtype, torch.is_autocast_enabled("cpu"))
         return negatives(s)
 
     def spy_loss(step):
-        seen["loss_in"] = (step.q.dtype, step.k.dtype, torch.is_autocast_enabled("cpu"))
+        seen["loss_in"] = (step.emb.q.dtype, step.emb.k.dtype, torch.is_autocast_enabled("cpu"))
         seen["step"] = dataclasses.replace(step, queue=step.queue.clone())  # enqueue is in place
         return loss_forward(step)
 
@@ -97,7 +97,7 @@ def test_autocast_covers_the_encoders_only(tmp_path, monkeypatch, force):
     shared = s.extra.shared
     per_query = s.extra.per_query
     logits = infonce.moco_logits(
-        s.q.double(), s.k.double(), s.queue.double(), run.loss_fn.temperature,
+        s.emb.q.double(), s.emb.k.double(), s.queue.double(), run.loss_fn.temperature,
         None if shared is None else shared.double(),
         None if per_query is None else per_query.double(),
     )  # fmt: skip

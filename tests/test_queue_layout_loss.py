@@ -279,7 +279,8 @@ def test_own_key_and_excluded_columns_are_written_without_a_host_scalar(kind):
     sync-debug mode raised there on an H200), in the loss, its backward and contrast_top1; the
     mask and the accuracy equal a numpy re-derivation."""
     from queue_forms import contrast_top1
-    from sync_counter import SyncCounter
+
+    from negmine_core.contract.sync_counter import SyncCounter
 
     g = torch.Generator().manual_seed(4)
     n = 6

@@ -18,7 +18,7 @@ from state_dicts import flat
 
 from pretrain import build, config, losses
 from pretrain.engine import loop
-from tests.fakedata import random_images
+from pretrain.testing.fakedata import random_images
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -122,7 +122,7 @@ class _NaNAfterFirstStep(losses.InfoNCE):
 
     calls = 0
 
-    def forward(self, step: losses.StepTensors) -> torch.Tensor:
+    def forward(self, step: losses.Step) -> torch.Tensor:
         self.calls += 1
         return super().forward(step) * (float("nan") if self.calls > 1 else 1.0)
 

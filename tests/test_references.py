@@ -110,3 +110,16 @@ def test_the_readme_ends_with_how_to_cite():
     last = text.rsplit("\n## ", 1)[1]
     assert last.startswith("How to cite"), last[:40]
     assert "CITATION.cff" in last and "docs/references.bib" in last
+
+
+def test_the_code_cites_papers_not_a_missing_notes_file():
+    """SEMANTICS.md is not in the repository: a library module or shipped config cites the
+    paper and equation instead."""
+    packages = ("pretrain", "negatives", "linear_eval", "negmine_core", "slurm")
+    cited = [
+        str(path.relative_to(ROOT))
+        for package in packages
+        for path in sorted((ROOT / package).rglob("*"))
+        if path.suffix in (".py", ".yaml") and "SEMANTICS" in path.read_text(encoding="utf-8")
+    ]
+    assert cited == []

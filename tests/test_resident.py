@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import random_images, write_png
 from scipy import stats
-from sync_counter import SyncCounter
 from test_engine import lines, pretrain, tensors
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from negmine_core.contract.sync_counter import SyncCounter
 from negmine_core.step import Batch
 from pretrain import build, config
 from pretrain.config import ConfigError
@@ -27,6 +26,7 @@ from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.data.resident_views import EvalBatches, ResidentViews
 from pretrain.engine import loop
+from pretrain.testing.fakedata import random_images, write_png
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,
@@ -188,7 +188,7 @@ def test_eval_batches_equal_the_eval_transform():
     imgs = torch.cat([imgs[:, :, :, :36]])  # 40 x 36: a non-square resize
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
     for size, rs in ((24, 28), (32, 36)):
-        tf = loaders.eval_transform(size, rs, mean, std)
+        tf = loaders.eval_transform(size=size, resize=rs, mean=mean, std=std)
         ev = EvalBatches(imgs, torch.arange(10), batch=4, size=size, resize=rs,
                                   mean=mean, std=std)  # fmt: skip
         got = torch.cat([x for x, _ in ev])

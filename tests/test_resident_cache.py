@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakedata import random_images
 from PIL import Image
 from test_engine import lines, pretrain
 from test_troubleshooting_data import assert_documented
 
 from pretrain.config import ConfigError
 from pretrain.data import datasets, imagefiles, resident
+from pretrain.testing.fakedata import random_images
 
 
 def write_raw_png(path: Path, hwc: np.ndarray) -> None:

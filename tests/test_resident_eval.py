@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakedata import random_images, write_png
 
 from pretrain import build, config
 from pretrain.data import loaders, resident_views, views
+from pretrain.testing.fakedata import random_images, write_png
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
 TOL = 1.0 / 255 / min(STD) + 1e-5  # one level of the uint8 resize
@@ -34,7 +34,7 @@ TOL = 1.0 / 255 / min(STD) + 1e-5  # one level of the uint8 resize
 def test_eval_batches_equal_the_eval_transform_for_every_size(height, width, size, resize):
     imgs = torch.from_numpy(random_images(6, max(height, width), seed=4)).permute(0, 3, 1, 2)
     imgs = imgs[:, :, :height, :width].contiguous()
-    tf = loaders.eval_transform(size, resize, MEAN, STD)
+    tf = loaders.eval_transform(size=size, resize=resize, mean=MEAN, std=STD)
     ev = resident_views.EvalBatches(imgs, torch.arange(6), batch=4, size=size, resize=resize,
                               mean=MEAN, std=STD)  # fmt: skip
     got = torch.cat([x for x, _ in ev])

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy
+from negmine_core.step import Step
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import checkpoint as resume
@@ -107,7 +108,7 @@ class FileKeys(NegativeStrategy):
     """A plugin's strategy, defined in this file (its provenance: this file's sha256)."""
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         return ExtraNegatives()
 
 

@@ -243,7 +243,7 @@ def moco_step(n=6, k=20, d=8, labels=True):
     key = F.normalize(q.detach() + 0.5 * unit(n, d, seed=6), dim=1)
     y = torch.arange(n) % 3 if labels else torch.full((n,), NO_LABEL)
     qy = torch.arange(k) % 4 - 1  # some unknown (-1) queue labels
-    return losses.StepTensors.single(q, key, queue=unit(k, d, seed=7), labels=y, queue_labels=qy,
+    return losses.Step.single(q, key, queue=unit(k, d, seed=7), labels=y, queue_labels=qy,
                                      extra=ExtraNegatives(shared=unit(3, d, seed=8)))  # fmt: skip
 
 
@@ -253,7 +253,7 @@ def test_moco_layout_is_the_estimator_on_own_key_queue_and_extras(name):
     t, kw = 0.2, {"hard": {"beta": 1.0}, "decoupled": {"sigma": 0.5}}.get(name, {})
     loss_fn = losses.create(name, temperature=t, **kw)
     got = float(loss_fn(s).detach())
-    q, k = s.q.detach().numpy(), s.k.numpy()
+    q, k = s.emb.q.detach().numpy(), s.emb.k.numpy()
     negs = np.concatenate([s.queue.numpy(), s.extra.shared.numpy()])
     pos = np.exp(np.sum(q * k, 1) / t)
     neg = np.exp(q @ negs.T / t)
@@ -263,12 +263,12 @@ def test_moco_layout_is_the_estimator_on_own_key_queue_and_extras(name):
     else:
         want = np_estimator(pos, neg, t, 0.1, 1.0 if name == "hard" else None)
     assert got == pytest.approx(want, rel=1e-6)
-    (g,) = torch.autograd.grad(loss_fn(s), s.q)
+    (g,) = torch.autograd.grad(loss_fn(s), s.emb.q)
     if name == "decoupled":
         g_want = moco_dclw_grad(q, k, negs, t, 0.5)
     else:  # the official estimator's gradient, by autograd through a torch transcription
         qt = torch.tensor(q, requires_grad=True)
-        pos_t = torch.exp((qt * s.k).sum(1) / t)
+        pos_t = torch.exp((qt * s.emb.k).sum(1) / t)
         neg_t = torch.exp(qt @ torch.cat([s.queue, s.extra.shared]).T / t)
         m = neg_t.shape[1]
         if name == "hard":
@@ -304,17 +304,17 @@ def test_moco_layout_dclw_weight_grad_is_autograd_through_the_formula():
     t, sigma = 0.2, 0.5
     default = losses.create("decoupled", temperature=t, sigma=sigma)
     through = losses.create("decoupled", temperature=t, sigma=sigma, weight_grad=True)
-    qt = s.q.detach().clone().requires_grad_()
+    qt = s.emb.q.detach().clone().requires_grad_()
     negs = torch.cat([s.queue, s.extra.shared])
-    w = 2 - len(qt) * torch.softmax((qt * s.k).sum(1) / sigma, dim=0)
-    ref = (-w * (qt * s.k).sum(1) / t + (qt @ negs.T / t).logsumexp(1)).mean()
+    w = 2 - len(qt) * torch.softmax((qt * s.emb.k).sum(1) / sigma, dim=0)
+    ref = (-w * (qt * s.emb.k).sum(1) / t + (qt @ negs.T / t).logsumexp(1)).mean()
     (g_ref,) = torch.autograd.grad(ref, qt)
     got = through(s)
     assert float(got.detach()) == pytest.approx(float(ref.detach()), rel=1e-12)
     assert float(default(s).detach()) == pytest.approx(float(ref.detach()), rel=1e-12)
-    (g,) = torch.autograd.grad(got, s.q)
+    (g,) = torch.autograd.grad(got, s.emb.q)
     torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
-    (g_const,) = torch.autograd.grad(default(s), s.q)
+    (g_const,) = torch.autograd.grad(default(s), s.emb.q)
     assert (g - g_const).abs().max() > 1e-3
     with pytest.raises(ValueError, match="weight_grad needs sigma"):
         losses.create("decoupled", temperature=t, weight_grad=True)
@@ -346,7 +346,7 @@ def test_hard_beta_anneal_down_follows_the_official_loop(epochs):
     assert ours == pytest.approx(used)
     hard = losses.create("hard", temperature=0.1, anneal="down", epochs=epochs)
     q, k, queue = unit(4, 8, seed=0), unit(4, 8, seed=1), unit(16, 8, seed=2)
-    hard(losses.StepTensors.single(q, k, queue=queue, epoch=epochs - 0.5))
+    hard(losses.Step.single(q, k, queue=queue, epoch=epochs - 0.5))
     assert hard.beta == pytest.approx(used[-1])
 
 

@@ -19,7 +19,7 @@ from fd_grad import EPS, assert_grad_matches_fd, autograd
 from negatives.base import ExtraNegatives
 from pretrain import losses
 from pretrain.losses import ring
-from pretrain.losses.base import StepTensors
+from pretrain.losses.base import Step
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ def assert_edges_generic(q, queue, t, outer, inner, dynamic=True):
 
 
 def check_ring_gradient(loss_fn, q, k, queue, t, outer, inner, dynamic=True, self_neg=True):
-    (grad,) = autograd(lambda v: loss_fn(StepTensors.single(v, k, queue=queue)), q)
+    (grad,) = autograd(lambda v: loss_fn(Step.single(v, k, queue=queue)), q)
     assert_edges_generic(q.numpy(), queue.numpy(), t, outer, inner, dynamic)
     ref = assert_grad_matches_fd(
         grad,
@@ -83,7 +83,7 @@ def test_ring_matches_the_official_moco_ring(outer, inner, dynamic, self_neg):
     q, k, queue = unit(12, 16, seed=0), unit(12, 16, seed=1), unit(200, 16, seed=2)
     loss_fn = losses.create("ring", temperature=0.07, thres_outer=outer, thres_inner=inner,
                             dynamic_inner=dynamic, self_negative=self_neg)  # fmt: skip
-    ours = loss_fn(StepTensors.single(q, k, queue=queue))
+    ours = loss_fn(Step.single(q, k, queue=queue))
     ref, band = np_moco_ring(q.numpy(), k.numpy(), queue.numpy(), 0.07, outer, inner, dynamic,
                              self_neg)  # fmt: skip
     assert abs(ours.item() - ref) < 1e-10
@@ -93,7 +93,7 @@ def test_ring_matches_the_official_moco_ring(outer, inner, dynamic, self_neg):
 
 def test_full_ring_without_inner_is_infonce():
     q, k, queue = unit(8, 16, seed=3), unit(8, 16, seed=4), unit(64, 16, seed=5)
-    step = StepTensors.single(q, k, queue=queue)
+    step = Step.single(q, k, queue=queue)
     full = losses.create("ring", temperature=0.2, thres_outer=1.0, thres_inner=0.0)(step)
     infonce = losses.create("infonce", temperature=0.2)(step)
     assert torch.allclose(full, infonce)
@@ -102,7 +102,7 @@ def test_full_ring_without_inner_is_infonce():
 def test_ring_spans_the_extras_and_gets_gradient():
     q = unit(6, 8, seed=6).requires_grad_(True)
     k, queue, shared = unit(6, 8, seed=7), unit(30, 8, seed=8), unit(10, 8, seed=9)
-    step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
+    step = Step.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
     loss_fn = losses.create("ring", temperature=0.1, thres_outer=0.5, thres_inner=0.1)
     loss = loss_fn(step)
     both = torch.cat([queue, shared])
@@ -113,7 +113,7 @@ def test_ring_spans_the_extras_and_gets_gradient():
     assert_edges_generic(q.detach().numpy(), both.numpy(), 0.1, 0.5, 0.1)
 
     def ours(v):
-        return loss_fn(StepTensors.single(v, k, queue=queue, extra=ExtraNegatives(shared=shared)))
+        return loss_fn(Step.single(v, k, queue=queue, extra=ExtraNegatives(shared=shared)))
 
     (grad,) = autograd(ours, q)
     assert_grad_matches_fd(
@@ -128,7 +128,7 @@ def test_false_negative_fraction_counts_the_ring_members_labels():
     labels = torch.arange(10) % 3
     queue_labels = torch.arange(50) % 3
     loss_fn = losses.create("ring", temperature=0.1, thres_outer=0.4, thres_inner=0.25)
-    loss_fn(StepTensors.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels))
+    loss_fn(Step.single(q, k, queue=queue, labels=labels, queue_labels=queue_labels))
     sims = (q @ queue.T).numpy()
     order = np.argsort(-sims, axis=1)[:, 5:20]  # outer 20, inner int(0.25 * 20) = 5
     same = (queue_labels.numpy()[order] == labels.numpy()[:, None]).mean(1)
@@ -141,7 +141,7 @@ def test_an_empty_ring_is_refused():
     q, k, queue = unit(4, 8, seed=13), unit(4, 8, seed=14), unit(9, 8, seed=15)
     loss_fn = losses.create("ring", temperature=0.1, thres_outer=0.1, thres_inner=0.1)
     with pytest.raises(ValueError, match="empty"):
-        loss_fn(StepTensors.single(q, k, queue=queue))  # int(0.1 * 9) = 0 columns
+        loss_fn(Step.single(q, k, queue=queue))  # int(0.1 * 9) = 0 columns
 
 
 def test_bad_settings_are_refused():
@@ -195,7 +195,7 @@ def test_annealing_follows_the_official_policies():
 def test_annealed_ring_uses_the_epoch_of_the_step():
     q, k, queue = unit(5, 8, seed=16), unit(5, 8, seed=17), unit(100, 8, seed=18)
     loss_fn = losses.create("ring", temperature=0.1, anneal="linear", max_anneal_epoch=10.0)
-    loss_fn(StepTensors.single(q, k, queue=queue, epoch=0.0))
+    loss_fn(Step.single(q, k, queue=queue, epoch=0.0))
     assert loss_fn.diagnostics()["effective_negatives"].item() == 100 - 10  # outer 1.0
-    loss_fn(StepTensors.single(q, k, queue=queue, epoch=5.0))
+    loss_fn(Step.single(q, k, queue=queue, epoch=5.0))
     assert loss_fn.diagnostics()["effective_negatives"].item() == 55 - 5  # outer 0.55

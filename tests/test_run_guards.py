@@ -18,12 +18,12 @@ from pathlib import Path
 import inproc
 import pytest
 import torch
-from fakedata import random_images, write_png
 
 from pretrain import config
 from pretrain.engine import loop
 from pretrain.runtime import checkpoint_io, runlock
 from pretrain.runtime.checkpoint_io import CheckpointError
+from pretrain.testing.fakedata import random_images, write_png
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = [  # 64 training images of 16 px in 2 classes: 2 steps an epoch, seconds a run

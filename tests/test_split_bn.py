@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from op_counter import OpCounter
 from torch import nn
 
+from negmine_core.contract.op_counter import OpCounter
 from pretrain.model.split_bn import SplitBatchNorm, triton_interpreted, use_path
 
 C = 5

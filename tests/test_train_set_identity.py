@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from fakedata import random_images, write_png
 from test_engine import lines, pretrain
 from test_troubleshooting_data import assert_documented
 
 from pretrain.data import datasets, identity
 from pretrain.runtime import checkpoint_io
+from pretrain.testing.fakedata import random_images, write_png
 
 RUN = ["data.name=imagefolder", "data.image_size=16", "data.eval_resize=16",
        "data.test_split=train", "train.epochs=1", "eval.knn_k=5"]  # fmt: skip

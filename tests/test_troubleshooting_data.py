@@ -10,7 +10,7 @@ import torch
 from linear_eval.inputs import checkpoints, features
 from pretrain.data import imagefiles
 from pretrain.runtime import checkpoint_io
-from tests.fakedata import random_images, write_png
+from pretrain.testing.fakedata import random_images, write_png
 from tests.test_folder_splits import TRAIN, deny, write_split
 from tests.troubleshooting_quotes import as_regex, assert_documented
 

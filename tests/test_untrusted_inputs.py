@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
 from inproc import pretrain
 
 from pretrain import config, export
@@ -22,6 +21,7 @@ from pretrain.config import ConfigError
 from pretrain.data import datasets
 from pretrain.data.imagefiles import DatasetError
 from pretrain.runtime import checkpoint_io
+from pretrain.testing.fakedata import write_cifar10
 from tests.test_troubleshooting_data import assert_documented
 
 PAYLOAD = "from pathlib import Path\nPath({marker!r}).write_text('ran')\n"

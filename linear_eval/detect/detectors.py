@@ -1,7 +1,8 @@
 """The OOD / anomaly detectors by name: each maps a bank (training features of the in-distribution
 classes) and a test set, both with their test-time views, to normality scores (higher = ID).
 
-The maths is in :mod:`linear_eval.detect.scores` (SEMANTICS §5, §7); this module only decides which
+The maths is in :mod:`linear_eval.detect.scores` (Lunardi et al. 2025, FIRM, eqs. 3-7; Sun et al.
+2022, KNN+); this module only decides which
 features each detector reads and with which settings:
 
 - ``s_con`` (FIRM eq. 3, k = 5), ``s_con*`` (eq. 4), ``s_center`` (eq. 7), ``knn+`` (Sun et al.

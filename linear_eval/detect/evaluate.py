@@ -15,7 +15,7 @@ from linear_eval.detect.detectors import DEFAULT_SETTINGS, Settings
 from linear_eval.inputs.session import Session
 from linear_eval.records import summary
 
-# CIDER / KNN+ CIFAR-10 benchmark (SEMANTICS §6-7)
+# the CIFAR-10 OOD benchmark of Ming et al. 2023 (CIDER) and Sun et al. 2022 (KNN+)
 CIFAR10_OOD = ("svhn", "lsun", "isun", "textures", "places365", "cifar100")
 AULC_DETECTORS = ("s_con", "s_center", "knn+", "maha_tied", "kde")
 

@@ -1,4 +1,5 @@
-"""Detection scores on frozen features (SEMANTICS §5 and §7), plus the one-class protocol.
+"""Detection scores on frozen features (the papers below: FIRM eqs. 3-7, KNN+, Mahalanobis, CIDER),
+plus the one-class protocol.
 
 Every score is a *normality* score, higher = in-distribution, so it feeds
 :mod:`linear_eval.records.metrics` with ID as the positive class. Inputs are torch tensors or numpy

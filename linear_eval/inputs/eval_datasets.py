@@ -426,7 +426,8 @@ def transfer_transform(name: str, mean: tuple[float, ...], std: tuple[float, ...
     in-distribution set's transform.
     """
     if name.startswith(FOLDER_PREFIX):
-        return eval_transform(*FOLDER_SIZES, mean, std)
+        size, resize = FOLDER_SIZES
+        return eval_transform(size=size, resize=resize, mean=mean, std=std)
     spec = EVAL_DATASETS.get(name)
     if name.startswith(IMAGEFOLDER_PREFIX):
         spec = EvalSet("OOD: any image folder", None, None)
@@ -437,4 +438,4 @@ def transfer_transform(name: str, mean: tuple[float, ...], std: tuple[float, ...
             f"{name} is an OOD set, read at the in-distribution set's resolution: use that set's "
             "transform (transfer_transform(<ID set>, ...) or pretrain.data.pipeline.eval_transform)"
         )
-    return eval_transform(spec.image_size, spec.resize, mean, std)
+    return eval_transform(size=spec.image_size, resize=spec.resize, mean=mean, std=std)

@@ -13,7 +13,8 @@ Test-time views (FIRM, eqs. 5-6; authors' ``evaluate_oneclass.py``): a rotation 
 RandomResizedCrop(image_size, scale=(0.55, 1), ratio=(1, 1)) of the eval-transformed image, as
 FIRM's ``crop_transform`` does (resize, centre-crop, then RandomResizedCrop), seeded per (crop
 index, image index), so crop i of image j is the same in every run and with any batch size.
-NOTE: FIRM's paper says scale [0.5, 1]; its code uses [0.55, 1] and a square ratio (SEMANTICS §7).
+NOTE: FIRM's paper (Lunardi et al. 2025, eqs. 5-6) says scale [0.5, 1]; its code uses [0.55, 1]
+and a square ratio.
 The crop and rotation act on the normalised tensor: per-channel normalisation commutes with both.
 
 Corruptions (vMF-κ Table 1) are either read from CIFAR-10-C's ``<kind>.npy`` files (given
@@ -266,7 +267,7 @@ class FeatureStore:
         spec = views.ViewSpec(
             image_size=d.image_size, crop_scale=d.crop_scale, hflip_prob=d.hflip_prob
         )
-        aug = loaders.train_transform(spec, d.mean, d.std)
+        aug = loaders.train_transform(spec=spec, mean=d.mean, std=d.std)
         return DataLoader(
             loaders.Transformed(self.dataset(d.name, "train"), aug),
             batch_size,

@@ -1,4 +1,5 @@
-"""Detection metrics on normality scores: AUROC, AUPR-In/Out and FPR at a TPR (SEMANTICS §7).
+"""Detection metrics on normality scores: AUROC, AUPR-In/Out and FPR at a TPR (the OOD tables of
+Lunardi et al. 2025, FIRM, and Ming et al. 2023, CIDER).
 
 Convention everywhere: a score is a *normality* score (higher = in-distribution) and ID is the
 positive class. The functions take two 1-D score sets, ``id_scores`` (N₁,) and ``ood_scores``
@@ -8,7 +9,8 @@ positive class. The functions take two 1-D score sets, ``id_scores`` (N₁,) and
 * AUROC = P(s_ID > s_OOD) + ½ P(s_ID = s_OOD) = sklearn ``roc_auc_score`` with y = 1 for ID.
 * AUPR-In = sklearn ``average_precision_score`` (step-wise, no interpolation) with ID positive;
   AUPR-Out = the same with OOD positive on the negated scores.
-* FPR@TPR, two definitions (SEMANTICS §7; they differ by O(1/n) and at ties):
+* FPR@TPR, two definitions (both in use in the OOD literature; they differ by O(1/n) and at
+  ties):
   ``"min"``: the smallest FPR over thresholds whose TPR ≥ target, i.e. the first point of sklearn
   ``roc_curve(..., drop_intermediate=False)`` with tpr ≥ 0.95 (the default
   ``drop_intermediate=True`` can drop that point when it is collinear with its neighbours);

@@ -45,6 +45,14 @@ class Cond:
     def __hash__(self) -> int:
         return id(self)
 
+    def __bool__(self) -> bool:
+        """A condition has no truth value of its own (it is one only for a config): Python's
+        ``and`` / ``or`` / ``not`` would silently keep one side, so they are refused."""
+        raise TypeError(
+            f"config rule condition {self}: use & (and), | (or) and ~ (not) to combine "
+            "conditions; Python's and/or/not would silently drop one of them"
+        )
+
     def _op(self, other: Any, sym: str, op: Callable[[Any, Any], Any]) -> Cond:
         o = lift(other)
         text = f"{self.text} {sym} {o.text}"

@@ -47,16 +47,14 @@ def facts(loss_name: str, strategy_name: str) -> Facts:
 
 
 def registry_names() -> dict[str, tuple[str, ...]]:
-    """The registries' names by rule flag, as the rules name them."""
+    """The registries' names by rule flag, as the rules name them: one list per flag of the
+    contract's flag table (``negmine_core.contract.FLAGS``) that names one (``Flag.names``)."""
+    from negmine_core.contract import FLAGS
+
     reg = registries()
-    losses, strategies = reg["loss.name"], reg["negatives.name"]
+    by_kind = {"loss": reg["loss.name"], "strategy": reg["negatives.name"]}
     flagged = {  # name: (registry, class attribute, the value that puts a name in the list)
-        "batch_losses": (losses, "batch_layout", True),
-        "queue_optional": (losses, "can_drop_queue", True),
-        "label_losses": (losses, "needs_labels", True),
-        "support_losses": (losses, "extra_views", True),
-        "queue_replacing": (strategies, "replaces_queue", True),
-        "per_query_strategies": (strategies, "symmetric_ok", False),
+        flag.names: (by_kind[flag.kind], flag.attribute, flag.when) for flag in FLAGS if flag.names
     }
     return {
         key: tuple(
@@ -73,7 +71,7 @@ def check_loss_kwargs(cfg: Any, loss_cls: Any) -> None:
     fills in, ``Loss.from_run``)."""
     own = dict(cfg.loss.kwargs)
     for name in own:
-        if name in loss_cls.from_run:
+        if name in run_settings.taken(loss_cls):
             raise ConfigError(
                 f"config key 'loss.kwargs.{name}': loss {cfg.loss.name!r} takes {name} from "
                 f"{run_settings.source(name)}, not from loss.kwargs; set that instead"

@@ -2,11 +2,15 @@
 in ``Loss.from_run`` (its constructor's keyword arguments of those names), and they are read from
 the config here, in one place; no loss names a config key.
 
-    kwargs = run_settings.values(cfg, SupCon.from_run, num_classes)  # {"temperature": 0.2, ...}
+    kwargs = run_settings.values(cfg, taken(SupCon), num_classes)  # {"temperature": 0.2, ...}
+
+A run setting goes only to a loss whose constructor takes it (:func:`taken`): a loss without a
+temperature (alignment and uniformity, say) has no ``temperature`` argument and is built without.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 #: The key a run setting is read from; ``num_classes`` is the training set's class count.
@@ -38,6 +42,20 @@ def values(cfg: Any, names: tuple[str, ...], num_classes: int) -> dict[str, Any]
         value = getattr(getattr(cfg, section), key)
         out[name] = list(value) if isinstance(value, (list, tuple)) else value
     return out
+
+
+def taken(cls: Any) -> tuple[str, ...]:
+    """The run settings of ``cls.from_run`` that its constructor takes (all of them where it
+    takes ``**kwargs``), in that order: the base's ``from_run`` names ``temperature``, which a
+    loss that uses none leaves out of its signature."""
+    names = tuple(getattr(cls, "from_run", ()))
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return names
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return names
+    return tuple(n for n in names if n in params)
 
 
 def source(name: str) -> str:

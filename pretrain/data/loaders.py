@@ -21,9 +21,12 @@ from pretrain.data import augment_params as ap
 from pretrain.data.augment_params import ViewSpec
 
 
-def train_transform(spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
+def train_transform(
+    *, spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, ...]
+) -> v2.Compose:
     """MoCo v2 augmentation (moco/main_moco.py ``--aug-plus``) per sample with torchvision: the
-    reference path (``data.augment_on: workers``) of the same ``spec`` the batched path runs."""
+    reference path (``data.augment_on: workers``) of the same ``spec`` the batched path runs. By
+    keyword only: ``mean`` and ``std`` are two tuples of one length, easily swapped."""
     s = spec.jitter_strength
     ops: list[Any] = [v2.ToImage()]
     if spec.affine:
@@ -44,14 +47,15 @@ def train_transform(spec: ViewSpec, mean: tuple[float, ...], std: tuple[float, .
 
 
 def eval_transform(
-    image_size: int, resize: int, mean: tuple[float, ...], std: tuple[float, ...]
+    *, size: int, resize: int, mean: tuple[float, ...], std: tuple[float, ...]
 ) -> v2.Compose:
-    """Resize the short side, centre-crop, normalise (the MoCo linear-eval val transform)."""
+    """Resize the short side to ``resize``, centre-crop ``size``, normalise (the MoCo linear-eval
+    val transform). By keyword only: two sizes and two tuples of one length, easily swapped."""
     return v2.Compose(
         [
             v2.ToImage(),
             v2.Resize(resize, antialias=True),
-            v2.CenterCrop(image_size),
+            v2.CenterCrop(size),
             v2.ToDtype(torch.float32, scale=True),
             v2.Normalize(mean, std),
         ]

@@ -48,7 +48,7 @@ class Settings:
 
 
 def eval_transform(d: Any) -> Any:
-    return loaders.eval_transform(d.image_size, d.eval_resize, d.mean, d.std)
+    return loaders.eval_transform(size=d.image_size, resize=d.eval_resize, mean=d.mean, std=d.std)
 
 
 def view_spec(d: Any) -> views.ViewSpec:
@@ -68,7 +68,7 @@ def view_spec(d: Any) -> views.ViewSpec:
 
 def train_transform(d: Any) -> Any:
     """``augment_on: workers``: the whole augmentation per sample (torchvision, the reference)."""
-    return loaders.train_transform(view_spec(d), d.mean, d.std)
+    return loaders.train_transform(spec=view_spec(d), mean=d.mean, std=d.std)
 
 
 def photometric(d: Any) -> augment.Photometric:

@@ -19,10 +19,11 @@ from typing import Any
 
 import torch
 
+from negmine_core.contract.watch import StepContractError
 from negmine_core.step import Batch
 from pretrain.config import Config
 from pretrain.data import imagefiles
-from pretrain.engine import boundary, checkpoint, monitor
+from pretrain.engine import checkpoint, monitor
 from pretrain.engine.checkpoint import (
     check_epochs_left,
     epochs_dependence,
@@ -42,7 +43,7 @@ from pretrain.engine.report import (
 )
 from pretrain.engine.run import Run
 from pretrain.engine.schedules import learning_rate
-from pretrain.engine.setup import init_loss, setup
+from pretrain.engine.setup import setup
 from pretrain.engine.step import train_step
 from pretrain.runtime import checkpoint_io, dist, plugin_provenance, provenance
 from pretrain.runtime.checkpoint_io import CheckpointError
@@ -84,7 +85,7 @@ def train(run: Run, stop: checkpoint.StopSignals) -> int:
     strategy or loss that breaks the contract in a step stops it, saying where."""
     try:
         return epochs(run, stop)
-    except boundary.StepContractError as e:
+    except StepContractError as e:
         st = run.state
         e.add_note(
             f"Training stopped at global step {st.global_step} (epoch {st.epoch + 1}): fix the "
@@ -128,8 +129,6 @@ def start(run: Run) -> bool:
                 fixed = bool(epochs_dependence(run.cfg))
                 print(already_complete(run.run_dir, run.cfg.train.epochs, fixed), flush=True)
             return False
-    else:
-        init_loss(run)
     announce(run, resumed)
     st = run.state
     if st.pending is not None and dist.any_rank(not run.log.has(st.pending)):
@@ -321,7 +320,7 @@ def main(cfg: Config, config_file: str | Path | None = None, *, leaving: bool = 
     code; ``leaving``: see :func:`run_training`."""
     try:
         return run_training(cfg, config_file, leaving=leaving)
-    except (CheckpointError, NonFiniteLossError, boundary.StepContractError) as e:
+    except (CheckpointError, NonFiniteLossError, StepContractError) as e:
         print(f"error: {e}{notes(e)}", file=sys.stderr)
         return 1
     except imagefiles.BadImageError as e:  # also when re-raised from a loader worker

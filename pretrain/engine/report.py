@@ -13,7 +13,6 @@ import torch
 import yaml
 
 from pretrain import config
-from pretrain.engine import boundary
 from pretrain.engine.run import Run
 from pretrain.runtime import cores, dist, run_folder
 from pretrain.runtime.progress import Progress
@@ -95,9 +94,11 @@ def check_finite(run: Run) -> None:
     """Stop every rank (one collective) if any rank has seen a non-finite loss; at the first log
     step, first the first step's records (a strategy's non-finite negatives named before any
     advice on the learning rate)."""
-    boundary.at_log(run)
+    if run.watch is not None:
+        run.watch.at_log(run.state.global_step)
     if dist.any_rank(bool(run.state.bad_loss)):  # a NaN on one rank stops every rank here
-        fault = boundary.strategy_fault(run)  # the strategy run again, on this failure only
+        # the strategy run again, on this failure only
+        fault = run.watch.strategy_fault(run.strategy) if run.watch is not None else ""
         if fault:
             raise NonFiniteLossError(f"{fault}; {stopped(run)}.")
         cause = run.strategy.bad_input()  # e.g. MiOC's non-finite embeddings

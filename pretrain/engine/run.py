@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from negmine_core.contract.watch import StepWatch
 from pretrain.config import Config, Derived
 from pretrain.data.pipeline import Data
 from pretrain.engine import cuda_graphs
@@ -54,6 +55,7 @@ class Run:
     graph: cuda_graphs.CapturedStep | None = None  # train.cuda_graphs: train_step, captured
     lock: runlock.RunLock | None = None  # out_dir's lock, held by rank 0
     provenance: provenance.Provenance | None = None  # RUN/provenance.json, also in checkpoints
+    watch: StepWatch | None = None  # the per-step checks of the strategy's and loss's outputs
 
     def close(self) -> None:
         """End the loader workers, close the log and release the run folder: on every exit, so

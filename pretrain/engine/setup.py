@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from negmine_core.contract.watch import StepWatch
 from pretrain import build, config
 from pretrain.config import Config, ConfigError
 from pretrain.data import resident
@@ -63,7 +64,9 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
     if moco.channels_last:
         moco = moco.to(memory_format=torch.channels_last)
     queue = build.queue(cfg, derived.train_size).to(device)
-    strategy = build.strategy(cfg).to(device)
+    strategy, loss_fn = build.strategy(cfg), build.loss_fn(cfg, data.num_classes)
+    set_up(cfg, moco, data, device, strategy, loss_fn)  # one moment, before a checkpoint loads
+    strategy, loss_fn = strategy.to(device), loss_fn.to(device)
     if cfg.train.compile:
         compile_encoders(moco, dist.world_size())
     if cfg.model.sync_bn and dist.world_size() > 1:  # global BN statistics: no shuffle needed
@@ -78,7 +81,7 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
         moco=moco,
         queue=queue,
         strategy=strategy,
-        loss_fn=build.loss_fn(cfg, data.num_classes).to(device),
+        loss_fn=loss_fn,
         optimizer=build.optimizer(moco.encoder_q, derived.lr, cfg),
         scaler=torch.amp.GradScaler(
             device.type, enabled=device.type == "cuda" and cfg.train.amp == "fp16"
@@ -92,6 +95,7 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
         probe=online_probe(cfg, moco, data.num_classes, device),
         graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
         lock=lock,
+        watch=StepWatch(type(strategy), type(loss_fn), symmetric=cfg.loss.symmetric),
     )
 
 
@@ -192,16 +196,36 @@ def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
     moco.encoder_k.compile()
 
 
-def init_loss(run: Run) -> None:
-    """The loss's setup hook, before the first step of a fresh run: the training images'
-    normalised head outputs, in eval mode, when it asks for them (CIDER's class prototypes;
-    every rank computes the same)."""
+def set_up(
+    cfg: Config,
+    moco: torch.nn.Module,
+    data: Data,
+    device: torch.device,
+    strategy: torch.nn.Module,
+    loss_fn: torch.nn.Module,
+) -> None:
+    """The strategy's and the loss's setup hooks, called the same way once per run, before a
+    checkpoint is loaded (:func:`pretrain.engine.build.set_up`): the context holds the model and,
+    when a hook asks for them, the training images' normalised head outputs in eval mode
+    (CIDER's class prototypes; every rank computes the same)."""
 
     def features() -> tuple[torch.Tensor, torch.Tensor]:
-        z, y = monitor.extract(run.moco.encoder_q, run.data.bank_loader, run.device)
-        return z.to(run.device), y.to(run.device)
+        z, y = monitor.extract(moco.encoder_q, data.bank_loader, device)
+        return z.to(device), y.to(device)
 
     ctx = build.setup_context(
-        run.cfg, num_classes=run.data.num_classes, device=run.device, features=features
+        cfg,
+        num_classes=data.num_classes,
+        device=device,
+        model=moco,
+        features=features,
+        resuming=resuming(cfg),
     )
-    run.loss_fn.setup(ctx)
+    build.set_up(cfg, strategy, loss_fn, ctx)
+
+
+def resuming(cfg: Config) -> bool:
+    """Whether the run will resume from its ``last.pt`` (as :func:`pretrain.engine.loop.start`
+    decides: the file, or a link to it, exists)."""
+    last = Path(cfg.out_dir) / "checkpoints" / "last.pt"
+    return last.exists() or last.is_symlink()

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from negatives.base import ExtraNegatives, StrategyInputs
-from negmine_core.step import Batch, Embeddings, StepContext
-from pretrain.engine import boundary
+from negmine_core.step import Batch, Embeddings, ExtraNegatives, Step, StepContext
 from pretrain.engine.run import Run
-from pretrain.losses import StepTensors
 from pretrain.runtime import dist
 
 
@@ -27,26 +24,29 @@ def train_step(run: Run, batch: Batch, epoch: float) -> torch.Tensor:
         world_size=dist.world_size(),
     )
     batch = photometric(run, batch)  # stage 2 of the augmentation, batched on the device
-    x1, x2, y = run.strategy.transform_batch(batch.x1, batch.x2, batch.y, ctx)  # data negatives
-    batch = run.loss_fn.transform_batch(batch.replace(x1=x1, x2=x2, y=y))  # i-Mix mixes x1
+    batch = run.strategy.transform_batch(batch, ctx)  # data-level negatives (outliers)
+    batch = run.loss_fn.transform_batch(batch, ctx)  # the loss's input (i-Mix mixes x1)
     with run.autocast():  # the encoders only: negatives and the loss run in float32 below
         e = run.moco.embed(batch)
     e = e.float32()
     k_all, y_all = dist.gather(e.k), dist.gather(batch.y)  # (world*N, D): identity in one process
     keys, key_labels = enqueued(e, k_all, y_all)
-    step = StepTensors(
+    step = Step(
         emb=e,
         k_all=k_all,
         labels=batch.y,
         labels_all=y_all,
         queue=run.queue.keys,
         queue_labels=run.queue.labels,
-        extra=negatives(run, e, k_all, batch.y, y_all, ctx),
         ctx=ctx,
+        q_all=dist.gather(e.q.detach()) if run.strategy.needs_global_batch else None,
     )
-    boundary.before_loss(run, step)  # the first step: the strategy's record, named if wrong
+    step = step.replace(extra=negatives(run, step))  # the record the loss gets: the same one
+    if run.watch is not None:  # the strategy's record's form, named if wrong; values on device
+        run.watch.before_loss(step)
     loss = run.loss_fn(step)
-    boundary.after_loss(run, step, loss)  # its values: read at the first log step, no sync here
+    if run.watch is not None:  # the first step's loss: read at the first log step, no sync here
+        run.watch.after_loss(step, loss)
     if run.probe is not None:  # view 1's backbone features, detached; its own optimizer
         run.probe.train_step(e.features, batch.y)
     run.optimizer.zero_grad(set_to_none=True)
@@ -82,22 +82,10 @@ def photometric(run: Run, batch: Batch) -> Batch:
     return batch.replace(x1=x1, x2=x2, support=support)
 
 
-def negatives(
-    run: Run,
-    e: Embeddings,
-    k_all: torch.Tensor,
-    y: torch.Tensor,
-    y_all: torch.Tensor,
-    ctx: StepContext,
-) -> ExtraNegatives:
-    """The strategy's extra negatives from this rank's batch, or the global one where the
-    strategy asks for it (e.g. an OC-SVM fitted on the global batch)."""
-    if run.strategy.needs_global_batch:
-        q, k, labels = dist.gather(e.q.detach()), k_all, y_all
-    else:
-        q, k, labels = e.q.detach(), e.k, y
-    seen = StrategyInputs(
-        q=q, k=k, queue=run.queue.keys, queue_labels=run.queue.labels, labels=labels, ctx=ctx
-    )
-    boundary.remember(run, seen)  # a reference, read only if a non-finite loss stops the run
-    return run.strategy.negatives(seen)
+def negatives(run: Run, step: Step) -> ExtraNegatives:
+    """The strategy's extra negatives from the step's record: it reads this rank's batch, or
+    every rank's where it declares ``needs_global_batch`` (``step.q_all``; e.g. an OC-SVM
+    fitted on the global batch), through ``step.detached()``."""
+    if run.watch is not None:  # a reference, read only if a non-finite loss stops the run
+        run.watch.remember(step)
+    return run.strategy.negatives(step)

@@ -1,11 +1,11 @@
 """The losses: pure functions on tensors, and the registered modules the trainer calls; imports
 only pretrain.runtime and negatives below it (never data, model, engine or config).
 
-    step = losses.StepTensors.single(q, k, queue=queue)
+    step = losses.Step.single(q, k, queue=queue)
     loss = losses.create("supcon", temperature=0.1)(step)      # any ``loss.name``
 
 - ``base``: the registry of ``loss.name`` (``create``, ``list_losses``, ``register``), the base
-  class ``Loss`` and ``StepTensors``.
+  class ``Loss`` (the step record, ``Step``, is negmine_core.step's, shared with the strategies).
 - one file per registered loss, with its paper and a usage example: ``infonce``,
   ``nt_xent_loss``, ``supcon_loss``, ``sincere_loss``, ``firm_loss`` (on ``queue_layout``'s
   ``QueueContrastive``), ``debiased``, ``hard``, ``decoupled`` (on ``negative_weighting``),
@@ -32,7 +32,7 @@ from pretrain.losses import (  # noqa: F401  (registers the losses)
 )
 from pretrain.losses.base import (
     Loss,
-    StepTensors,
+    Step,
     create,
     list_losses,
     register,
@@ -55,7 +55,7 @@ __all__ = [
     "Loss",
     "QueueContrastive",
     "SetupContext",
-    "StepTensors",
+    "Step",
     "WithKappa",
     "create",
     "list_losses",

@@ -25,7 +25,7 @@ Implementation based on [1] (``utils/losses.py`` ``DisLoss`` / ``CompLoss``, ``t
 
     crit = losses.create("cider", temperature=0.1, num_classes=10, dim=128)
     crit.init_class_means(z_train, y_train)              # once, before the first step
-    loss = crit(losses.StepTensors.single(q, k, queue=queue, labels=y))
+    loss = crit(losses.Step.single(q, k, queue=queue, labels=y))
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from pretrain.losses.base import (
     Loss,
     SetupContext,
-    StepTensors,
+    Step,
     both_views,
     register,
 )
@@ -194,7 +194,8 @@ class Cider(Loss):
 
     The views are ``[q_all; k_all]`` (both views of every image of the global batch, in batch
     order); only this rank's queries carry gradient, so L_dis back-propagates through this step's
-    EMA into the query encoder (SEMANTICS §6). The prototypes are a buffer (saved in checkpoints,
+    EMA into the query encoder (Ming et al. 2023, CIDER: eq. 6 on the prototypes of the EMA
+    update). The prototypes are a buffer (saved in checkpoints,
     identical on every rank), initialised from the class means of the normalised head outputs of
     the training set. CIDER has no instance negatives: the queue is not used, and strategies that
     add negatives or outliers are refused.
@@ -256,8 +257,10 @@ class Cider(Loss):
         self.register_buffer("prototypes", torch.zeros(len(classes), dim))
 
     def setup(self, ctx: SetupContext) -> None:
-        """The prototypes start as the class means of the training images' embeddings."""
-        self.init_class_means(*ctx.features())
+        """The prototypes start as the class means of the training images' embeddings (a
+        resumed run loads them from its checkpoint instead)."""
+        if not ctx.resuming:
+            self.init_class_means(*ctx.features())
 
     @torch.no_grad()
     def init_class_means(self, z: torch.Tensor, labels: torch.Tensor) -> None:
@@ -274,9 +277,9 @@ class Cider(Loss):
             raise ValueError(f"CIDER: classes {missing} have no training image to start from")
         self.prototypes.copy_(torch.nn.functional.normalize(sums, dim=1))
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        if s.q2 is None:  # [queries; momentum keys]; every rank's queries carry gradient
-            q_all = dist.gather_with_grad(s.q)
+    def forward(self, s: Step) -> torch.Tensor:
+        if s.emb.q2 is None:  # [queries; momentum keys]; every rank's queries carry gradient
+            q_all = dist.gather_with_grad(s.emb.q)
             z = torch.cat([q_all, s.k_all.to(q_all.dtype)])
         else:  # symmetric: both views live, as in the paper
             z = both_views(s)[1]

@@ -5,7 +5,7 @@ estimator of :mod:`pretrain.losses.reweighted`.
     from pretrain import losses
 
     loss = losses.create("debiased", temperature=0.2, tau_plus=0.1)(
-        losses.StepTensors.single(q, k, queue=queue))
+        losses.Step.single(q, k, queue=queue))
 
 In a config: ``loss: {name: debiased, kwargs: {tau_plus: 0.1}}``.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from negmine_core.step import Step
 from pretrain.losses import reweighted
-from pretrain.losses.base import StepTensors, register
+from pretrain.losses.base import register
 from pretrain.losses.negative_weighting import Reweighted
 
 
@@ -32,5 +33,5 @@ class Debiased(Reweighted):
         reweighted.check(tau_plus)
         self.tau_plus = tau_plus
 
-    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+    def estimate(self, logits: torch.Tensor, s: Step) -> torch.Tensor:
         return reweighted.debiased_hard_loss(logits, self.temperature, self.tau_plus)

@@ -5,7 +5,7 @@ Contrastive Learning", https://arxiv.org/abs/2110.06848, eq. 6; lightly's ``DCLL
     from pretrain import losses
 
     loss = losses.create("decoupled", temperature=0.2, sigma=0.5)(
-        losses.StepTensors.single(q, k, queue=queue))
+        losses.Step.single(q, k, queue=queue))
 
 In a config: ``loss: {name: decoupled, kwargs: {sigma: 0.5}}``.
 """
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
+from negmine_core.step import Step
 from pretrain.losses import reweighted
-from pretrain.losses.base import StepTensors, register
+from pretrain.losses.base import register
 from pretrain.losses.negative_weighting import Reweighted
 from pretrain.runtime import dist
 
@@ -51,10 +52,10 @@ class Decoupled(Reweighted):
             raise ValueError("weight_grad needs sigma (DCLW): plain DCL has no weights")
         self.sigma, self.weight_grad = sigma, weight_grad
 
-    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+    def estimate(self, logits: torch.Tensor, s: Step) -> torch.Tensor:
         weight = None
         if self.sigma is not None:
-            cos = (s.q * s.k).sum(dim=1)  # (N,) this rank's positive cosines
+            cos = (s.emb.q * s.emb.k).sum(dim=1)  # (N,) this rank's positive cosines
             gather = dist.gather_with_grad if self.weight_grad else dist.gather
             every = gather(cos if self.weight_grad else cos.detach())  # (B,) in rank order
             w = reweighted.vmf_weights(every, self.sigma, weight_grad=self.weight_grad)

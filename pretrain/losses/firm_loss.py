@@ -5,7 +5,7 @@ and unlabelled images only their own key.
 
     from pretrain import losses
 
-    step = losses.StepTensors.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
+    step = losses.Step.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
     loss = losses.create("firm", temperature=0.2, contrast_queue=False)(step)
 """
 

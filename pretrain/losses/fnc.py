@@ -34,7 +34,8 @@ from typing import Annotated, Literal, get_args
 
 import torch
 
-from pretrain.losses.base import Loss, StepTensors, register
+from negmine_core.step import Step
+from pretrain.losses.base import Loss, register
 from pretrain.losses.infonce import moco_logits
 
 Mode = Literal["attraction", "elimination"]
@@ -85,7 +86,7 @@ class FNC(Loss):
     capturable = True
 
     batch_layout = False  # MoCo's layout
-    extra_views = 1  # data.support_views: the support set's keys (StepTensors.support)
+    extra_views = 1  # data.support_views: the support set's keys (s.emb.support)
 
     def __init__(
         self,
@@ -104,11 +105,13 @@ class FNC(Loss):
             raise ValueError(f"fn_threshold is a cosine in [-1, 1], got {fn_threshold}")
         self.mode, self.fn_topk, self.fn_threshold = mode, fn_topk, fn_threshold
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        if s.support is None:
+    def forward(self, s: Step) -> torch.Tensor:
+        if s.emb.support is None:
             raise ValueError("fnc needs the support views' keys (data.support_views > 0)")
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
-        views = torch.cat([s.k.unsqueeze(1), s.support], dim=1).detach()  # (N, 1 + V, D)
+        logits = moco_logits(
+            s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
+        )
+        views = torch.cat([s.emb.k.unsqueeze(1), s.emb.support], dim=1).detach()  # (N, 1 + V, D)
         false_neg = detect(views, s.queue, self.fn_topk, self.fn_threshold)
         self._seen = (logits.detach(), false_neg, s.labels, s.queue_labels.clone())
         return fnc_loss(logits, false_neg, self.mode)

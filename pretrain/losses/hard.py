@@ -5,7 +5,7 @@ in MoCo's layout, the estimator of :mod:`pretrain.losses.reweighted`.
     from pretrain import losses
 
     loss = losses.create("hard", temperature=0.2, tau_plus=0.1, beta=1.0)(
-        losses.StepTensors.single(q, k, queue=queue))
+        losses.Step.single(q, k, queue=queue))
 
 In a config: ``loss: {name: hard, kwargs: {beta: 1.0, anneal: down}}``.
 """
@@ -18,8 +18,9 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 
+from negmine_core.step import Step
 from pretrain.losses import reweighted
-from pretrain.losses.base import StepTensors, register
+from pretrain.losses.base import register
 from pretrain.losses.negative_weighting import Reweighted
 
 
@@ -56,8 +57,8 @@ class Hard(Reweighted):
         self.tau_plus, self.beta0, self.anneal, self.epochs = tau_plus, beta, anneal, epochs
         self.beta = beta
 
-    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
-        self.beta = annealed_beta(self.beta0, self.anneal, s.epoch, self.epochs)
+    def estimate(self, logits: torch.Tensor, s: Step) -> torch.Tensor:
+        self.beta = annealed_beta(self.beta0, self.anneal, s.ctx.epoch, self.epochs)
         return reweighted.debiased_hard_loss(logits, self.temperature, self.tau_plus, self.beta)
 
 

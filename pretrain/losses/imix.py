@@ -30,8 +30,8 @@ from typing import Annotated, ClassVar
 import torch
 import torch.nn.functional as F
 
-from negmine_core.step import Batch
-from pretrain.losses.base import Loss, StepTensors, contrast_set, register
+from negmine_core.step import ONE_PROCESS, Batch, Step, StepContext
+from pretrain.losses.base import Loss, contrast_set, register
 from pretrain.runtime import dist
 
 
@@ -98,7 +98,7 @@ class IMix(Loss):
         self.alpha, self.bn_splits = alpha, bn_splits
         self._draw: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def transform_batch(self, batch: Batch) -> Batch:
+    def transform_batch(self, batch: Batch, ctx: StepContext = ONE_PROCESS) -> Batch:
         """The batch with its query images mixed (:meth:`transform_queries`)."""
         return batch.replace(x1=self.transform_queries(batch.x1))
 
@@ -111,18 +111,20 @@ class IMix(Loss):
         self._draw = (lam, partner)  # global indices: the keys' rows in k_all
         return mix(x1, lam, partner - rank * n)
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
+    def forward(self, s: Step) -> torch.Tensor:
         if self._draw is None:
             raise ValueError("imix: transform_queries must mix the query images before the loss")
         lam, partner = self._draw
         self._draw = None
         candidates, cand_labels = contrast_set(s)  # [k_all; queue; shared]
-        logits = s.q @ candidates.to(s.q.dtype).T
+        logits = s.emb.q @ candidates.to(s.emb.q.dtype).T
         if s.extra.per_query is not None:
-            private = torch.einsum("nd,nsd->ns", s.q, s.extra.per_query.detach().to(s.q.dtype))
+            private = torch.einsum(
+                "nd,nsd->ns", s.emb.q, s.extra.per_query.detach().to(s.emb.q.dtype)
+            )
             logits = torch.cat([logits, private], dim=1)
         logits = logits / self.temperature
-        own = s.offset + torch.arange(s.q.shape[0], device=s.q.device)
+        own = s.offset + torch.arange(s.emb.q.shape[0], device=s.emb.q.device)
         self._seen = (logits.detach(), own, partner, s.labels, cand_labels.clone())
         return imix_loss(logits, own, partner, lam)
 

@@ -5,7 +5,7 @@ facebookresearch/moco ``main_moco.py``): the pure functions and the registered l
     from pretrain import losses
 
     logits = losses.moco_logits(q, k, queue, 0.2)        # (N, 1 + K), positive in column 0
-    loss = losses.create("infonce", temperature=0.2)(losses.StepTensors.single(q, k, queue=queue))
+    loss = losses.create("infonce", temperature=0.2)(losses.Step.single(q, k, queue=queue))
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pretrain.losses.base import Loss, StepTensors, register
+from negmine_core.step import Step
+from pretrain.losses.base import Loss, register
 from pretrain.losses.reweighted import moco_diagnostics
 
 
@@ -62,7 +63,7 @@ def info_nce(logits: torch.Tensor) -> torch.Tensor:
 class InfoNCE(Loss):
     """MoCo's InfoNCE (He et al. 2020, eq. 1): own key vs the queue and the strategy's extras.
 
-    With view 1's keys in the step (``s.k1``: ``moco.symmetric_keys``) it is the MoCo CIFAR-10
+    With view 1's keys in the step (``s.emb.k1``: ``moco.symmetric_keys``) it is the MoCo CIFAR-10
     demo's symmetric loss (facebookresearch/moco, branch colab-notebook,
     ``colab/moco_cifar10_demo.ipynb`` at f736491, ``ModelMoCo.forward``): ``loss_12 + loss_21``,
     the sum of the two directions' means, InfoNCE(q1, k2) + InfoNCE(q2, k1), both against the
@@ -73,17 +74,19 @@ class InfoNCE(Loss):
 
     batch_layout = False  # MoCo's own asymmetric layout
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
+    def forward(self, s: Step) -> torch.Tensor:
+        logits = moco_logits(
+            s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
+        )
         labels = s.labels
         loss = info_nce(logits)
-        if s.k1 is not None:  # the second direction: view 2's queries, view 1's keys
+        if s.emb.k1 is not None:  # the second direction: view 2's queries, view 1's keys
             if s.extra.shared is not None or s.extra.per_query is not None:
                 raise ValueError(
                     "the two-direction loss (moco.symmetric_keys) takes no strategy negatives: "
                     "they belong to view 1's queries"
                 )
-            logits21 = moco_logits(s.q2, s.k1, s.queue, self.temperature)
+            logits21 = moco_logits(s.emb.q2, s.emb.k1, s.queue, self.temperature)
             loss = loss + info_nce(logits21)
             logits, labels = torch.cat([logits, logits21]), torch.cat([labels, labels])
         # for the diagnostics on log steps only; the queue labels copied (the enqueue rewrites them)

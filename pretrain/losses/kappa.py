@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from negmine_core.step import Batch
-from pretrain.losses.base import DECLARED, Loss, SetupContext, StepTensors
+from negmine_core.step import ONE_PROCESS, Batch, Step, StepContext
+from pretrain.losses.base import DECLARED, Loss, SetupContext
 
 
 def _flat_kappa(name: str, kappa: torch.Tensor, n: int) -> torch.Tensor:
@@ -98,19 +98,21 @@ class WithKappa(Loss):
     def setup(self, ctx: SetupContext) -> None:
         self.base.setup(ctx)
 
-    def transform_batch(self, batch: Batch) -> Batch:
-        return self.base.transform_batch(batch)
+    def transform_batch(self, batch: Batch, ctx: StepContext = ONE_PROCESS) -> Batch:
+        return self.base.transform_batch(batch, ctx)
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        if s.kappa_q is None or s.kappa_k is None:
+    def forward(self, s: Step) -> torch.Tensor:
+        if s.emb.kappa_q is None or s.emb.kappa_k is None:
             raise ValueError("the kappa loss needs a model with a kappa head")
         base = self.base(s)
-        if s.q2 is not None:  # symmetric: both views from the query encoder, as in the paper
-            mu2, kappa2 = s.q2, s.kappa_q2
+        if s.emb.q2 is not None:  # symmetric: both views from the query encoder, as in the paper
+            mu2, kappa2 = s.emb.q2, s.emb.kappa_q2
         else:
-            mu2, kappa2 = s.k.to(s.q.dtype), s.kappa_k
-        kappa = kappa_alignment(s.q, s.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg)
-        self._kappa = s.kappa_q.detach()
+            mu2, kappa2 = s.emb.k.to(s.emb.q.dtype), s.emb.kappa_k
+        kappa = kappa_alignment(
+            s.emb.q, s.emb.kappa_q, mu2, kappa2, self.lambda_align, self.lambda_reg
+        )
+        self._kappa = s.emb.kappa_q.detach()
         self._terms = {"base": base.detach(), "kappa_terms": kappa.detach()}
         return base + kappa
 

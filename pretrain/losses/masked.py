@@ -4,7 +4,8 @@ A loss is described by a logit matrix (A anchors x M candidates) and boolean mas
 that the multiview (2N x 2N) and the MoCo queue layout (N x (keys + queue)) differ only in how
 the masks are built. Nothing here puts -inf into a tensor that is multiplied or back-propagated:
 masked entries are replaced by 0 with ``torch.where`` before ``exp`` and dropped after it, so
-0 * (-inf) = NaN (the FIRMLossv2 bug, SEMANTICS §4) cannot happen and gradients stay finite.
+0 * (-inf) = NaN (the bug of ``FIRMLossv2`` in Willtl/firm, the code of Lunardi et al. 2025,
+FIRM, eq. 2) cannot happen and gradients stay finite.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ import abc
 
 import torch
 
+from negmine_core.step import Step
 from pretrain.losses import reweighted
-from pretrain.losses.base import Loss, StepTensors
+from pretrain.losses.base import Loss
 from pretrain.losses.infonce import moco_logits
 
 
@@ -34,14 +35,16 @@ class Reweighted(Loss, abc.ABC):
     beta = 0.0
     batch_layout = False  # MoCo's own layout, as infonce
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
+    def forward(self, s: Step) -> torch.Tensor:
+        logits = moco_logits(
+            s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
+        )
         # no graph; the queue labels copied: the enqueue after the loss rewrites them in place
         self._seen = (logits.detach(), s.labels, s.queue_labels.clone(), s.queue.shape[0])
         return self.estimate(logits, s)
 
     @abc.abstractmethod
-    def estimate(self, logits: torch.Tensor, s: StepTensors) -> torch.Tensor:
+    def estimate(self, logits: torch.Tensor, s: Step) -> torch.Tensor:
         """The loss from MoCo's logits (column 0 the positive): each subclass's estimator."""
 
     def diagnostics(self) -> dict[str, torch.Tensor | float]:

@@ -4,7 +4,7 @@ MoCo's layout: each query's own key is its only positive, against the batch keys
 
     from pretrain import losses
 
-    loss = losses.create("nt_xent", temperature=0.2)(losses.StepTensors.single(q, k, queue=queue))
+    loss = losses.create("nt_xent", temperature=0.2)(losses.Step.single(q, k, queue=queue))
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ over positives. With all-distinct labels the three label-aware kinds equal MoCo'
 
 NOTE: these are the multiview equations transposed to MoCo's asymmetric layout (anchors are
 queries only, positives and negatives are momentum keys); the papers define them on a 2N x 2N
-batch, which is this module's symmetric layout without a queue (``StepTensors.q2``).
+batch, which is this module's symmetric layout without a queue (``s.emb.q2``).
 
 [0] Khosla et al., "Supervised Contrastive Learning", https://arxiv.org/abs/2004.11362
 [1] Feeney & Hughes, "SINCERE", https://arxiv.org/abs/2309.14277
@@ -34,7 +34,8 @@ from typing import ClassVar
 import torch
 
 from negmine_core.conventions import NO_LABEL
-from pretrain.losses.base import Loss, StepTensors, both_views, contrast_set
+from negmine_core.step import Step
+from pretrain.losses.base import Loss, both_views, contrast_set
 from pretrain.losses.masked import (
     REFERENCE_BASE_TEMPERATURE,
     check_temperature,
@@ -170,7 +171,7 @@ def top1_of(
 class QueueContrastive(Loss):
     """The shared body of NT-Xent / SupCon / SINCERE / FIRM (one file each): MoCo's layout
     (query anchors against the gathered batch keys + the queue + the strategy's extras, see
-    ``pretrain.losses.base``), or with ``StepTensors.q2`` the papers' symmetric 2N x 2N layout
+    ``pretrain.losses.base``), or with ``s.emb.q2`` the papers' symmetric 2N x 2N layout
     (+ the queue unless ``contrast_queue`` is False). A subclass states its paper's choice by
     overriding :meth:`positives` (which candidates are each anchor's positives P(i); by default
     the own key only) and, where the denominator differs, :meth:`reduce` (by default each
@@ -211,12 +212,12 @@ class QueueContrastive(Loss):
         anchors of the mean over their positives (SupCon eq. 2, FIRM eq. 2)."""
         return denominator_loss(logits, positive, contrast, None)
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        n, b = s.q.shape[0], s.k_all.shape[0]
-        local = s.offset + torch.arange(n, device=s.q.device)
-        if s.q2 is None:  # MoCo layout: queries against keys
+    def forward(self, s: Step) -> torch.Tensor:
+        n, b = s.emb.q.shape[0], s.k_all.shape[0]
+        local = s.offset + torch.arange(n, device=s.emb.q.device)
+        if s.emb.q2 is None:  # MoCo layout: queries against keys
             candidates, cand_labels = contrast_set(s, self.contrast_queue)
-            anchors, anchor_labels, own, exclude = s.q, s.labels, local, None
+            anchors, anchor_labels, own, exclude = s.emb.q, s.labels, local, None
             detach = True
         else:  # symmetric: row i of [q; q2] against every other view, its partner positive
             anchors, views = both_views(s)

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 
 from negmine_core.conventions import NO_LABEL
+from negmine_core.step import Step
 from pretrain.losses import reweighted
-from pretrain.losses.base import Loss, StepTensors, register
+from pretrain.losses.base import Loss, register
 from pretrain.losses.infonce import moco_logits
 
 Anneal = Literal["none", "linear", "step", "exponential"]
@@ -146,14 +147,16 @@ class Ring(Loss):
             anneal_decay,
         )
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        logits = moco_logits(s.q, s.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query)
+    def forward(self, s: Step) -> torch.Tensor:
+        logits = moco_logits(
+            s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared, s.extra.per_query
+        )
         m = logits.shape[1] - 1
         t_out = outer_threshold(
             self.anneal,
             self.thres_outer,
-            s.epoch,
-            s.global_step,
+            s.ctx.epoch,
+            s.ctx.global_step,
             self.max_anneal_epoch,
             self.anneal_decay,
         )

@@ -5,7 +5,7 @@ negatives only, so same-class keys are never pushed apart.
 
     from pretrain import losses
 
-    step = losses.StepTensors.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
+    step = losses.Step.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
     loss = losses.create("sincere", temperature=0.1)(step)
 """
 

@@ -4,7 +4,7 @@ candidate with the query's label is a positive and stays in the denominator.
 
     from pretrain import losses
 
-    step = losses.StepTensors.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
+    step = losses.Step.single(q, k, queue=queue, labels=y, queue_labels=queue_y)
     loss = losses.create("supcon", temperature=0.1, reference_scale=True)(step)
 
 In a config: ``loss: {name: supcon, kwargs: {reference_scale: true}}``.

@@ -1,38 +1,45 @@
 """negmine's contract kit, installed with the package: what a strategy or loss of one's own must
-meet, checked in its own tests exactly as negmine's suite checks the built-ins.
+meet, checked in its own tests exactly as negmine's suite checks the built-ins, one pytest test
+per check (as scikit-learn's ``parametrize_with_checks``), so every failing check shows at once:
 
-    from pretrain.testing import check_loss, check_strategy
+    from pretrain.testing import parametrize_with_checks
 
-    def test_my_strategy_meets_the_contract():
-        check_strategy(MyStrategy)      # ContractError naming the class, attribute or hook
+    @parametrize_with_checks([MyStrategy, MyLoss])
+    def test_contract(cls, check):
+        check(cls)          # ContractError naming the class, attribute or hook
 
-    def test_my_loss_meets_the_contract():
-        check_loss(MyLoss)
+``check_strategy(MyStrategy)`` / ``check_loss(MyLoss)`` run the same checks in order and stop at
+the first failure. The checks (:func:`pretrain.testing.kit.checks`), in well under a minute on a
+CPU: the declarations (``check_declarations``); the record
+(:class:`~negmine_core.step.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
+detachment) at each of 35 calls of the hook (``s.ctx.global_step`` 0 to 31 and three far steps:
+:data:`.behaviour.CALLS`; ``check_records``) or the loss's scalar and gradient
+(``check_loss_value``, ``check_gradients``); determinism under a fixed seed; no gradient into the
+queue; ``transform_batch`` keeping the batch's form; ``zero_kwargs`` giving plain MoCo's logits; a
+loss's use of the extra negatives; the CUDA-graph refusal; host syncs per step against
+``syncs_per_step`` in real training steps and the same count at each of the 35 calls of the hooks
+(``check_syncs``); aten ops per step against ``ops_budget`` (+15 % by default) at batches 16 and
+32, their growth held at batch 512 (``check_ops``); a 2-rank gloo equivalence for a strategy that
+sets ``ddp_check = True`` (``check_ranks``). The pytest plugin (entry point ``pytest11``:
+``negmine``) prints what was measured at the end of the session.
 
-Each runs, in well under a minute on a CPU: the declaration check; the record
-(:class:`~negatives.base.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
-detachment) at each of 35 calls of the hook (``s.global_step`` 0 to 31 and three far steps:
-:data:`.behaviour.CALLS`) or the loss's scalar and gradient; determinism under a fixed seed; no
-gradient into the queue; ``zero_kwargs`` giving plain MoCo's logits; a loss's use of the extra
-negatives; the CUDA-graph refusal; host syncs per step against ``syncs_per_step`` in real training
-steps and the same count at each of the 35 calls of the hooks; aten ops per step against
-``ops_budget`` (+15 % by default) at batches 16 and 32, their growth held at batch 512; a 2-rank
-gloo equivalence for a strategy that sets ``ddp_check = True``. The pytest plugin (entry point
-``pytest11``: ``negmine``) prints what was measured at the end of the session.
-
-Modules: :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`, :mod:`.ops`, :mod:`.cuda_graph`,
-:mod:`.ddp`, :mod:`.steps` (the real steps), the counters :mod:`.sync_counter` and
-:mod:`.op_counter`; negmine's own pins of its built-ins (:mod:`.pins`) and its fake-data recipe
-(:mod:`.fakedata`). The checks of a record and the failures' form are the trainer's own
-(:mod:`pretrain.engine.records`, :mod:`pretrain.engine.failures`): the kit sits above the trainer
-whose steps it runs, in ``pretrain``, and the trainer checks its first step with the same code.
+Modules: :mod:`.kit` (the named checks), :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`,
+:mod:`.ops`, :mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps); negmine's own pins of
+its built-ins (:mod:`.pins`) and its fake-data recipe (:mod:`.fakedata`). The contract itself
+(declarations, the checks of a record, the failures' form, the counters ``SyncCounter`` and
+``OpCounter``) lives in :mod:`negmine_core.contract`, which the trainer imports too: the kit sits
+above the trainer whose steps it runs, in ``pretrain``, and the trainer checks every step with
+the same code.
 """
 
 from __future__ import annotations
 
-from pretrain.engine.failures import ContractError
-from pretrain.testing.op_counter import OpCounter
-from pretrain.testing.sync_counter import SyncCounter
+from collections.abc import Iterable
+from typing import Any
+
+from negmine_core.contract.messages import ContractError
+from negmine_core.contract.op_counter import OpCounter
+from negmine_core.contract.sync_counter import SyncCounter
 
 
 def check_strategy(cls: type, *, counts: bool = True) -> object:
@@ -50,4 +57,18 @@ def check_loss(cls: type, *, counts: bool = True) -> object:
     return check(cls, counts=counts)
 
 
-__all__ = ["ContractError", "OpCounter", "SyncCounter", "check_loss", "check_strategy"]
+def parametrize_with_checks(classes: Iterable[type], *, counts: bool = True) -> Any:
+    """:func:`pretrain.testing.kit.parametrize_with_checks` (imported on first use)."""
+    from pretrain.testing.kit import parametrize_with_checks as parametrize
+
+    return parametrize(classes, counts=counts)
+
+
+__all__ = [
+    "ContractError",
+    "OpCounter",
+    "SyncCounter",
+    "check_loss",
+    "check_strategy",
+    "parametrize_with_checks",
+]

@@ -7,7 +7,7 @@ queue (``contract_kwargs`` must fit them).
 A strategy's hook is called on one instance at every step of :data:`CALLS` (:data:`PERIOD`
 consecutive steps, then a few far ones), each record checked: a strategy that turns bad after
 some good steps, or on every n-th call only (n <= :data:`PERIOD`), fails at the first bad call,
-naming its ``s.global_step``. The host syncs of each call are counted on the same schedule
+naming its ``s.ctx.global_step``. The host syncs of each call are counted on the same schedule
 (:func:`call_steps`, :mod:`pretrain.testing.syncs`)."""
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from negatives.base import ExtraNegatives, NegativeStrategy, StrategyInputs
-from negmine_core.step import SetupContext
-from pretrain.engine.failures import ContractError, fail
-from pretrain.engine.records import check_extra, check_loss_output
+from negatives.base import NegativeStrategy
+from negmine_core.contract.checks import check_extra, check_loss_output
+from negmine_core.contract.messages import ContractError, fail
+from negmine_core.step import Batch, ExtraNegatives, SetupContext, Step, StepContext
 
 N, D, K = 8, 16, 32  # a strategy's tiny tensors: batch, width, queue
 LOSS_N, LOSS_K, CLASSES = 16, 64, 4  # a loss's (the contract's training sizes), its classes
 EPOCH = 1.5  # past every warm-up (contract_kwargs turn warm-ups off)
 PERIOD = 32  # consecutive calls: a fault on every n-th call, n <= PERIOD, shows in them
-#: (s.global_step, s.epoch) of the kit's calls of a hook, in order on one instance: steps 0 to
-#: PERIOD - 1 (16 steps an epoch from EPOCH), then three far ones.
+#: (s.ctx.global_step, s.ctx.epoch) of the kit's calls of a hook, in order on one instance:
+#: steps 0 to PERIOD - 1 (16 steps an epoch from EPOCH), then three far ones.
 CALLS: list[tuple[int, float]] = [(i, EPOCH + i / 16) for i in range(PERIOD)] + [
     (10**3, 20.0),
     (10**4, 200.0),
@@ -65,14 +65,14 @@ def build_strategy(cls: type, kwargs: dict[str, Any] | None = None) -> NegativeS
 
 def when(step: int, epoch: float) -> str:
     """A later call's step for a message (the first call's names none, as the trainer's)."""
-    return "" if step == CALLS[0][0] else f" at s.global_step {step} (s.epoch {epoch:g})"
+    return "" if step == CALLS[0][0] else f" at s.ctx.global_step {step} (s.ctx.epoch {epoch:g})"
 
 
 def run_strategy(
     cls: type, seed: int, kwargs: dict[str, Any] | None = None
 ) -> list[ExtraNegatives]:
     """``cls``'s records at every step of :data:`CALLS` (one instance), each checked
-    (:func:`~pretrain.engine.records.check_extra`); the queue may not change."""
+    (:func:`~negmine_core.contract.checks.check_extra`); the queue may not change."""
     torch.manual_seed(0)
     strategy = build_strategy(cls, kwargs)
     q, k, queue, labels = strategy_inputs(seed)
@@ -81,9 +81,7 @@ def run_strategy(
     out = []
     for step, epoch in CALLS:
         extra = strategy.negatives(
-            StrategyInputs.single(
-                q=q, k=k, queue=queue, queue_labels=labels, epoch=epoch, global_step=step
-            )
+            Step.single(q, k, queue=queue, queue_labels=labels, epoch=epoch, global_step=step)
         )
         check_extra(cls, extra, q, queue, when=when(step, epoch))
         if not (torch.equal(queue.detach(), before[0]) and torch.equal(labels, before[1])):
@@ -103,7 +101,20 @@ def same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 
 def check_strategy_behaviour(cls: type) -> None:
     """The record's form, a read-only queue, determinism, shapes of transform_batch, and plain
-    MoCo's logits at ``zero_kwargs``."""
+    MoCo's logits at ``zero_kwargs``: every behaviour check of a strategy, in order."""
+    check_strategy_determinism(cls)  # its records checked at each call too
+    check_transform_batch(cls)
+    if cls.zero_kwargs is not None:
+        check_zero_kwargs(cls)
+
+
+def check_records(cls: type) -> None:
+    """The record's form at each of :data:`CALLS` (:func:`run_strategy`), the queue read-only."""
+    run_strategy(cls, 1)
+
+
+def check_strategy_determinism(cls: type) -> None:
+    """Two runs of :data:`CALLS` under one seed return the same records."""
     first, second = run_strategy(cls, 1), run_strategy(cls, 1)
     for (step, epoch), a, b in zip(CALLS, first, second, strict=True):
         for field in ("shared", "per_query"):
@@ -115,19 +126,30 @@ def check_strategy_behaviour(cls: type) -> None:
                     "draw from the torch RNG (torch.rand, torch.randint), not Python's random or "
                     "numpy's, and keep no state outside buffers",
                 )
+
+
+def check_transform_batch(cls: type) -> None:
+    """``transform_batch`` returns a :class:`~negmine_core.step.Batch` of the shapes and dtypes
+    it was given."""
     torch.manual_seed(0)
     strategy = build_strategy(cls)
-    x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
-    out = strategy.transform_batch(x1, x2, y)
-    if [(t.shape, t.dtype) for t in out] != [(t.shape, t.dtype) for t in (x1, x2, y)]:
+    batch = Batch(x1=torch.randn(N, 3, 16, 16), x2=torch.randn(N, 3, 16, 16), y=torch.arange(N))
+    out = strategy.transform_batch(batch, StepContext(epoch=EPOCH))
+    if not isinstance(out, Batch):
+        raise fail(
+            cls,
+            "transform_batch()",
+            f"returned {type(out).__name__}",
+            "return the negmine_core.step.Batch it was given, or batch.replace(x1=..., ...)",
+        )
+    form = [(t.shape, t.dtype) for t in out.tensors()]
+    if form != [(t.shape, t.dtype) for t in batch.tensors()]:
         raise fail(
             cls,
             "transform_batch()",
             "changed the batch's shapes or dtypes",
-            "return (x1, x2, labels) of the shapes and dtypes it was given",
+            "return a batch of the shapes and dtypes it was given",
         )
-    if cls.zero_kwargs is not None:
-        check_zero_kwargs(cls)
 
 
 def check_zero_kwargs(cls: type) -> None:
@@ -166,7 +188,8 @@ def build_loss(cls: type) -> torch.nn.Module:
 
     cfg = config.load("digits_moco.yaml", [f"model.dim={D}"])  # the embedding width of the step
     try:
-        loss = cls(**run_settings.values(cfg, cls.from_run, CLASSES), **cls.contract_kwargs)
+        settings = run_settings.values(cfg, run_settings.taken(cls), CLASSES)
+        loss = cls(**settings, **cls.contract_kwargs)
     except (TypeError, ValueError) as e:
         raise fail(
             cls,
@@ -187,12 +210,9 @@ def build_loss(cls: type) -> torch.nn.Module:
 def loss_inputs(
     cls: type, extra: str = "", seed: int = 5, step: int = 0, epoch: float = EPOCH
 ) -> tuple[Any, Any, dict[str, torch.Tensor]]:
-    """A tiny step for a loss at ``(step, epoch)``: its :class:`StepTensors` (labels known;
-    support views where it needs them; ``extra`` = "shared" / "per_query" negatives or none),
+    """A tiny step for a loss at ``(step, epoch)``: its :class:`~negmine_core.step.Step` (labels
+    known; support views where it needs them; ``extra`` = "shared" / "per_query" negatives or none),
     the batch its ``transform_batch`` sees, and the inputs with a gradient."""
-    from negmine_core.step import Batch
-    from pretrain.losses import StepTensors
-
     g = torch.Generator().manual_seed(seed)
     q = unit(LOSS_N, D, g=g).requires_grad_(True)
     k, queue = unit(LOSS_N, D, g=g), unit(LOSS_K, D, g=g).requires_grad_(True)  # k: constants
@@ -203,7 +223,7 @@ def loss_inputs(
         more["support"] = unit(LOSS_N, max(cls.extra_views, 2), D, g=g)
     made = {"shared": unit(5, D, g=g), "per_query": unit(LOSS_N, 3, D, g=g)}
     given = ExtraNegatives(**{extra: made[extra]}) if extra else ExtraNegatives()
-    tensors = StepTensors.single(
+    tensors = Step.single(
         q,
         k,
         queue=queue,
@@ -231,7 +251,7 @@ def run_loss(cls: type, loss: Any, tensors: Any, batch: Any) -> torch.Tensor:
     """``loss.transform_batch`` then ``loss`` on a tiny step; a failure names the hook."""
     hook = "transform_batch()"
     try:  # the trainer calls it before the encoders (i-Mix mixes the queries here)
-        loss.transform_batch(batch)
+        loss.transform_batch(batch, tensors.ctx)
         hook = "forward()"
         return loss(tensors)
     except Exception as e:  # noqa: BLE001  (any failure of the hook: named)
@@ -240,34 +260,34 @@ def run_loss(cls: type, loss: Any, tensors: Any, batch: Any) -> torch.Tensor:
             hook,
             f"raised {type(e).__name__}: {e}",
             f"it must run on a step of {LOSS_N} queries of width {D}, a {LOSS_K}-key "
-            "queue, labels in 0..3 (StepTensors.single)",
+            "queue, labels in 0..3 (Step.single)",
         ) from e
 
 
 def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
-    """``(s.global_step, s.epoch, call)`` for each step of :data:`CALLS` on one instance of
+    """``(s.ctx.global_step, s.ctx.epoch, call)`` for each step of :data:`CALLS` on one instance of
     ``cls``: ``call()`` runs its hooks of one training step on inputs built before (a strategy's
     ``transform_batch`` and ``negatives``; a loss's ``transform_batch``, ``forward`` and the
     backward pass), for the host-sync count of each call."""
-    from negmine_core.step import StepContext
-
     torch.manual_seed(0)
     if issubclass(cls, NegativeStrategy):
         strategy = build_strategy(cls)
         q, k, queue, labels = strategy_inputs(1)
         x1, x2, y = torch.randn(N, 3, 16, 16), torch.randn(N, 3, 16, 16), torch.arange(N)
+        batch = Batch(x1=x1, x2=x2, y=y)
         for step, epoch in CALLS:
-            ctx = StepContext(epoch=epoch, global_step=step)
-            s = StrategyInputs(q=q, k=k, queue=queue, queue_labels=labels, labels=y, ctx=ctx)
+            s = Step.single(
+                q, k, queue=queue, queue_labels=labels, labels=y, epoch=epoch, global_step=step
+            )
 
-            def call(s: StrategyInputs = s, ctx: StepContext = ctx) -> object:
-                strategy.transform_batch(x1, x2, y, ctx)
+            def call(s: Step = s) -> object:
+                strategy.transform_batch(batch, s.ctx)
                 return strategy.negatives(s)
 
             yield step, epoch, call
         return
     loss = build_loss(cls)
-    takes_none = cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}
+    takes_none = takes_no_negatives(cls)
     for step, epoch in CALLS:
         tensors, batch, _ = loss_inputs(cls, "" if takes_none else "shared", 5, step, epoch)
 
@@ -281,9 +301,23 @@ def call_steps(cls: type) -> Iterator[tuple[int, float, Callable[[], object]]]:
 
 def check_loss_behaviour(cls: type) -> None:
     """A finite scalar, the same under a fixed seed, a gradient into q, none into the queue,
-    and a different value when the strategy adds negatives (shared and per-query)."""
-    value, inputs = loss_step(cls)
+    and a different value when the strategy adds negatives: every behaviour check of a loss."""
+    check_loss_value(cls)
+    check_loss_determinism(cls)
+    check_gradients(cls)
+    if not takes_no_negatives(cls):
+        check_extra_negatives_used(cls)
+
+
+def check_loss_value(cls: type) -> None:
+    """A finite scalar of a floating dtype on a tiny step."""
+    value, _ = loss_step(cls)
     check_loss_output(cls, value)
+
+
+def check_loss_determinism(cls: type) -> None:
+    """Two fresh losses under one seed give the same value."""
+    value, _ = loss_step(cls)
     again, _ = loss_step(cls)
     if not torch.equal(value.detach(), again.detach()):
         raise fail(
@@ -292,14 +326,19 @@ def check_loss_behaviour(cls: type) -> None:
             "two runs under torch.manual_seed(0) differ",
             "draw from the torch RNG and keep no state outside buffers",
         )
+
+
+def check_gradients(cls: type) -> None:
+    """A finite, non-zero gradient into the queries, none into the queue."""
+    value, inputs = loss_step(cls)
     value.backward()
     grad = inputs["q"].grad
     if grad is None or not bool(torch.isfinite(grad).all()) or not bool(grad.abs().sum() > 0):
         raise fail(
             cls,
             "forward()",
-            "no finite, non-zero gradient reaches the queries s.q",
-            "compute the loss from s.q (the only input with a gradient)",
+            "no finite, non-zero gradient reaches the queries s.emb.q",
+            "compute the loss from s.emb.q (the only input with a gradient)",
         )
     g = inputs["queue"].grad
     if g is not None and bool(g.abs().sum() > 0):
@@ -309,8 +348,16 @@ def check_loss_behaviour(cls: type) -> None:
             "a gradient reaches s.queue",
             "detach it (s.queue.detach()): the queue's keys are constants",
         )
-    if cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}:
-        return  # takes no strategy's negatives
+
+
+def takes_no_negatives(cls: type) -> bool:
+    """A loss that accepts strategy ``none`` only (it uses no strategy's negatives)."""
+    return cls.accepts_strategies is not None and set(cls.accepts_strategies) <= {"none"}
+
+
+def check_extra_negatives_used(cls: type) -> None:
+    """The value changes when the strategy adds negatives (shared, then per-query)."""
+    value, _ = loss_step(cls)
     for field in ("shared", "per_query"):
         with_extra, _ = loss_step(cls, field)
         if torch.equal(with_extra.detach(), value.detach()):

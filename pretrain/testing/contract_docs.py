@@ -14,8 +14,8 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
+from negmine_core.contract import FLAGS
 from negmine_core.step import ONE_PROCESS
-from pretrain.testing.declarations import COMMON, LOSS, STRATEGY
 
 #: Hooks and attributes of the bases that are no part of the contract (Python's and torch's).
 SKIP = {"__init__", "__init_subclass__"}
@@ -87,11 +87,8 @@ def undocumented(cls: type) -> list[str]:
 
 
 def checked_by(name: str) -> str:
-    """What the contract kit checks of an attribute (its declaration check's type table)."""
-    for table in (COMMON, STRATEGY, LOSS):
-        if name in table:
-            return f"type: {table[name][1]}"
-    return ""
+    """What the contract kit checks of an attribute (the flag table's type, :data:`FLAGS`)."""
+    return next((f"type: {flag.holds}" for flag in FLAGS if flag.attribute == name), "")
 
 
 def rows(cls: type) -> list[str]:

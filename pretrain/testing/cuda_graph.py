@@ -5,7 +5,7 @@ a class declared capturable must be sync-free (a graph cannot read the device)."
 
 from __future__ import annotations
 
-from pretrain.engine.failures import fail, kind_of
+from negmine_core.contract.messages import fail, kind_of
 from pretrain.testing import steps
 
 

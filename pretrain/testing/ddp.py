@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from pretrain.engine.failures import fail
+from negmine_core.contract.messages import fail
 
 N, D, K = 8, 16, 32  # per rank: the kit's sizes
 WORLD = 2
@@ -31,16 +31,23 @@ def inputs() -> tuple[torch.Tensor, ...]:
 
 def negatives(cls: type, rank: int, world: int) -> Any:
     """The hook's record at ``rank`` of ``world`` (1: one process with the global batch)."""
-    from negatives.base import StrategyInputs
+    from negmine_core.step import Embeddings, Step, StepContext
     from pretrain.testing.behaviour import EPOCH, build_strategy
 
     torch.manual_seed(0)  # every rank shares the seed, as the trainer's do
     strategy = build_strategy(cls)
     q, k, queue, labels = inputs()
-    if world > 1 and not cls.needs_global_batch:
-        q, k = q[rank * N : (rank + 1) * N], k[rank * N : (rank + 1) * N]
-    s = StrategyInputs.single(
-        q, k, queue=queue, queue_labels=labels, epoch=EPOCH, rank=rank, world_size=world
+    rows = slice(rank * N, (rank + 1) * N) if world > 1 else slice(None)
+    y = torch.full((q.shape[0],), -1, dtype=torch.long)
+    s = Step(  # as the trainer makes it: this rank's rows, every rank's where it asks for them
+        emb=Embeddings(q=q[rows], k=k[rows]),
+        k_all=k,
+        labels=y[rows],
+        labels_all=y,
+        queue=queue,
+        queue_labels=labels,
+        ctx=StepContext(epoch=EPOCH, rank=rank, world_size=world),
+        q_all=q if cls.needs_global_batch else None,
     )
     return strategy.negatives(s)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from pretrain.engine.failures import ContractError, kind_of
+from negmine_core.contract.messages import ContractError, kind_of
 from pretrain.testing import steps
 
 DEFAULT_BUDGET = 0.15  # what an undeclared strategy or loss may add to plain MoCo's step

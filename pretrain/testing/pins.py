@@ -1,8 +1,8 @@
 """negmine's own regression pins of its built-ins, per steady-state training step, counted by the
 contract kit's real steps (:mod:`pretrain.testing.steps`) on a CPU: the aten ops
-(:mod:`pretrain.testing.op_counter`) per recipe x negative strategy on the device path (split BN's
-Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and per split BN
-path; and the host syncs (:mod:`pretrain.testing.sync_counter`) of the model's parts that no
+(:mod:`negmine_core.contract.op_counter`) per recipe x negative strategy on the device path (split
+BN's Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and per split BN
+path; and the host syncs (:mod:`negmine_core.contract.sync_counter`) of the model's parts that no
 strategy or loss declares. negmine's suite asserts them exactly (``tests/test_step_ops.py``,
 ``tests/test_step_syncs.py``) and ``scripts/gen_step_counts.py`` writes them to
 docs/step_counts.md; they live in the package so that the script needs nothing of ``tests/``.

@@ -1,9 +1,9 @@
 """Real training steps for the contract kit's counts: each run is built by the trainer's own
-``loop.setup`` from ``digits_moco.yaml`` (sklearn's digits: no download) at tiny sizes, warmed up
-past the optimizer's first step, then counted with :class:`SyncCounter` (host syncs: every step,
-the first included) or :class:`OpCounter` (aten ops of one steady-state step). negmine's own
-counts (``tests/count_steps.py``, ``tests/count_ops.py``) run the same functions, so the kit and
-the suite measure one way.
+``pretrain.engine.setup.setup`` from ``digits_moco.yaml`` (sklearn's digits: no download) at tiny
+sizes, warmed up past the optimizer's first step, then counted with :class:`SyncCounter` (host
+syncs: every step, the first included) or :class:`OpCounter` (aten ops of one steady-state step).
+negmine's own counts (``tests/count_steps.py``, ``tests/count_ops.py``) run the same functions, so
+the kit and the suite measure one way.
 
 A class the registries do not hold (a plugin's class imported by its own tests) is registered for
 the run only (:func:`registered`), under a name of its own."""
@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from pretrain.engine.failures import registry_of
-from pretrain.testing.op_counter import OpCounter
-from pretrain.testing.sync_counter import SyncCounter
+from negmine_core.contract.messages import registry_of
+from negmine_core.contract.op_counter import OpCounter
+from negmine_core.contract.sync_counter import SyncCounter
 
 RECIPE = "digits_moco"
 WARM, COUNTED = 2, 2  # steps before the counted ones (optimizer state exists), counted steps
@@ -49,26 +49,11 @@ def op_sizes(batch: int) -> list[str]:
             for o in OP_SIZES]  # fmt: skip
 
 
-@contextlib.contextmanager
-def registered(cls: type) -> Iterator[str]:
+def registered(cls: type) -> contextlib.AbstractContextManager[str]:
     """The YAML name of ``cls``: its own where a registry holds it (a built-in, an installed
-    plugin), else ``kit_<class>`` for the duration of the block (then removed again)."""
-    registry = registry_of(cls)
-    for name in registry.names():
-        if registry._classes.get(name) is cls:  # noqa: SLF001  (the kit owns no registry)
-            yield name
-            return
-    name, had = f"kit_{cls.__name__.lower()}", vars(cls).get("name")
-    registry.register(name)(cls)
-    try:
-        yield name
-    finally:
-        registry._classes.pop(name, None)  # noqa: SLF001
-        if had is None:
-            with contextlib.suppress(AttributeError):
-                delattr(cls, "name")
-        else:
-            cls.name = had
+    plugin), else ``kit_<class>`` for the duration of the block (then removed again:
+    :meth:`negmine_core.registry.Registry.registered`)."""
+    return registry_of(cls).registered(f"kit_{cls.__name__.lower()}", cls)
 
 
 @contextlib.contextmanager
@@ -118,28 +103,26 @@ def loss_overrides(name: str) -> list[str]:
 
 
 def ready(run: Any) -> None:
-    """Put a run built by ``loop.setup`` where the counters start: the OC-SVM on its CUDA path
-    (one Triton program) on any device, seed 0, the loss initialised, epoch 0, training mode."""
-    from pretrain.engine import boundary, loop
-
-    boundary.mark_checked(run)  # the trainer's one-time first-step check is no part of a step
+    """Put a run built by ``pretrain.engine.setup.setup`` where the counters start: the OC-SVM
+    on its CUDA path (one Triton program) on any device, seed 0, epoch 0, training mode (the
+    strategy's and the loss's setup hooks ran when it was built)."""
+    run.watch = None  # the trainer's per-step checks are no part of the step counted
     svm = getattr(run.strategy, "svm", None)
     if svm is not None:
         svm.loop = "triton"
     torch.manual_seed(0)
-    loop.init_loss(run)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
 
 
 def setup(recipe: str, overrides: list[str]) -> Any:
-    """``loop.setup`` of ``recipe`` with ``overrides``, in a fresh output folder
+    """``pretrain.engine.setup.setup`` of ``recipe`` with ``overrides``, in a fresh output folder
     (``ConfigError`` where the config refuses them)."""
     from pretrain import config
-    from pretrain.engine import loop
+    from pretrain.engine import setup as engine_setup
 
     out_dir = tempfile.mkdtemp(prefix="negmine_kit_")
-    return loop.setup(config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides]))
+    return engine_setup.setup(config.load(f"{recipe}.yaml", [f"out_dir={out_dir}", *overrides]))
 
 
 def count_syncs(run: Any, warm: int = WARM, counted: int = COUNTED) -> dict[str, Any]:
@@ -148,6 +131,7 @@ def count_syncs(run: Any, warm: int = WARM, counted: int = COUNTED) -> dict[str,
     counted step], "first": {"count", "where"} of step 0}``."""
     from negmine_core.step import Batch
     from pretrain.engine import loop
+    from pretrain.engine.step import train_step
 
     ready(run)
     svm = getattr(run.strategy, "svm", None)
@@ -159,7 +143,7 @@ def count_syncs(run: Any, warm: int = WARM, counted: int = COUNTED) -> dict[str,
         with SyncCounter() as syncs:  # the transfer and the batched photometric stage 2 too
             # the loop's transfer (pretrain/engine/loop.py train_one_epoch): pinned, non-blocking
             x1, x2, y, *rows = (t.to(run.device, non_blocking=True) for t in (x1, x2, y, *rows))
-            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
+            train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         if i == 0:  # the first step: what it builds lazily (per-device constants) shows here
             first = {"count": syncs.count, "where": [f"{s.kind}: {s.where()}" for s in syncs.syncs]}
         if i >= warm:
@@ -175,6 +159,7 @@ def count_ops(run: Any, path: str = "triton", sites: bool = False) -> OpCounter:
     (the warm steps on the fused path: the same ops, faster than Triton's interpreter)."""
     from negmine_core.step import Batch
     from pretrain.engine import loop
+    from pretrain.engine.step import train_step
     from pretrain.model.split_bn import use_path
 
     use_path(run.moco, "fused" if path == "triton" else path)
@@ -184,11 +169,11 @@ def count_ops(run: Any, path: str = "triton", sites: bool = False) -> OpCounter:
         x1, x2, y, *rows = (t.to(run.device) for t in (x1, x2, y, *rows))
         loop.set_lr(run, EPOCH)
         if i < WARM:
-            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
+            train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
             continue
         use_path(run.moco, path)
         with ops:
-            loop.train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
+            train_step(run, Batch.make(x1, x2, y, rows), EPOCH)
         break
     run.log.close()
     return ops

@@ -3,7 +3,7 @@ one class (:func:`check_syncs`, the kit's) or one loss x strategy pair of negmin
 (:func:`check_pair`, ``tests/sync_table.py``'s). The kit's count of a class is two: its real
 training steps (:mod:`steps`: step 0 and the counted steps, against the declaration), and each
 of :data:`~pretrain.testing.behaviour.CALLS` of its hooks alone on one instance
-(:func:`check_call_syncs`: s.global_step 0 to PERIOD - 1 and three far steps), whose counts must
+(:func:`check_call_syncs`: s.ctx.global_step 0 to PERIOD - 1 and three far steps), whose counts must
 all be the same, so that a sync on every n-th call only (n <= PERIOD = 32) or from a later step on
 shows."""
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pretrain.engine.failures import ContractError, at, kind_of
+from negmine_core.contract.messages import ContractError, at, kind_of
+from negmine_core.contract.sync_counter import SyncCounter
 from pretrain.testing import behaviour, steps
-from pretrain.testing.sync_counter import SyncCounter
 
 
 def declared(loss: str, strategy: str, extra: int = 0) -> int:
@@ -97,7 +97,7 @@ def check_call_syncs(cls: type) -> list[int]:
     odd = [(step, n) for step, n in zip(steps_of, counts, strict=True) if n != usual]
     if odd:
         hooks = "negatives() and transform_batch()" if kind_of(cls) == "strategy" else "forward()"
-        listed = ", ".join(f"{n} at s.global_step {step}" for step, n in odd[:8])
+        listed = ", ".join(f"{n} at s.ctx.global_step {step}" for step, n in odd[:8])
         more = f" and {len(odd) - 8} more" if len(odd) > 8 else ""
         seen = where[odd[0][1]] or where[usual]
         raise ContractError(

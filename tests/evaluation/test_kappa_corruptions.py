@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
 from fakedata_eval import write_cifar_c
 from scipy import ndimage
 
@@ -24,6 +23,7 @@ from linear_eval.cli import kappa as kappa_cli
 from linear_eval.inputs import checkpoints
 from linear_eval.inputs.features import FeatureStore
 from linear_eval.inputs.session import Options, Session
+from pretrain.testing.fakedata import write_cifar10
 
 N_TEST, N_C = 16, 12  # clean test images; CIFAR-10-C images per severity (the files decide)
 KINDS = ("gaussian_noise", "gaussian_blur")

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 from fakeckpt import make_checkpoint
-from fakedata import random_images, write_png
 from inproc import linear_eval
 from test_table import N_TEST, make_run
 
 from linear_eval.cli import main as cli
 from pretrain.data import datasets, identity
 from pretrain.runtime import checkpoint_io
+from pretrain.testing.fakedata import random_images, write_png
 
 
 def edit_eval(run: Path, **fields: object) -> None:

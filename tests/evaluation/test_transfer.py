@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
 from fakedata_eval import write_image_tree
 from torchvision.transforms import v2
 
@@ -18,6 +17,7 @@ from linear_eval.__main__ import main
 from linear_eval.classify import evaluate as classification
 from linear_eval.classify import probe, transfer
 from linear_eval.inputs.session import Options, Session
+from pretrain.testing.fakedata import write_cifar10
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from pretrain.losses import Loss, StepTensors
+from pretrain.losses import Loss, Step
 
 
 class AlignUniform(Loss):
@@ -31,17 +31,15 @@ class AlignUniform(Loss):
     syncs_per_step = 0  # device ops only
     batch_layout = False  # MoCo's layout (queries against keys), no symmetric form
 
-    def __init__(
-        self, temperature: float, *, t: float = 2.0, alpha: float = 2.0, weight: float = 1.0
-    ) -> None:
-        super().__init__(temperature)  # the recipe's moco.temperature: unused by this loss
+    def __init__(self, *, t: float = 2.0, alpha: float = 2.0, weight: float = 1.0) -> None:
+        super().__init__()  # no temperature: the trainer passes a loss only what it takes
         if not t > 0 or not alpha > 0:
             raise ValueError(f"t and alpha must be positive, got t={t}, alpha={alpha}")
         self.t, self.alpha, self.weight = t, alpha, weight
 
-    def forward(self, s: StepTensors) -> torch.Tensor:
-        q = s.q
-        align = (q - s.k.to(q.dtype)).norm(dim=1).pow(self.alpha).mean()
+    def forward(self, s: Step) -> torch.Tensor:
+        q = s.emb.q
+        align = (q - s.emb.k.to(q.dtype)).norm(dim=1).pow(self.alpha).mean()
         # the strategy's negatives are consumed: extra.shared beside the queue for every query,
         # extra.per_query (N, S, D) beside it for its own query (the contract kit checks both)
         negatives = s.queue if s.extra.shared is None else torch.cat([s.queue, s.extra.shared])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
+from negatives import ExtraNegatives, NegativeStrategy, Step
 
 
 class BatchMix(NegativeStrategy):
@@ -38,11 +38,11 @@ class BatchMix(NegativeStrategy):
         self.num_mix = num_mix
 
     @torch.no_grad()
-    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+    def negatives(self, s: Step) -> ExtraNegatives:
         if self.num_mix == 0:
             return ExtraNegatives()
-        k = s.k.detach().float()
+        k = s.emb.k.detach().float()
         i, j = (torch.randint(k.shape[0], (self.num_mix,), device=k.device) for _ in range(2))
         a = torch.rand(self.num_mix, 1, device=k.device)
         mixed = F.normalize(a * k[i] + (1 - a) * k[j], dim=1)
-        return ExtraNegatives(shared=mixed.to(s.k.dtype))
+        return ExtraNegatives(shared=mixed.to(s.emb.k.dtype))

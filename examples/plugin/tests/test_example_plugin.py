@@ -1,10 +1,13 @@
 """The example plugin's own tests: what a contributor adds beside the strategy and the loss. The
 contract (declarations, the record's form, determinism, host syncs and aten ops per step, the
 CUDA-graph refusal) is checked by negmine's contract kit, installed with negmine
-(``pretrain.testing``): no copy of negmine's own test suite is needed. Run in a venv with negmine
+(``pretrain.testing``), one test per check (``BatchMix-check_records``, ...): no copy of negmine's
+own test suite is needed. Run in a venv with negmine
 and this package installed: ``python -m pytest examples/plugin/tests``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -12,19 +15,13 @@ import torch.nn.functional as F
 from negmine_example.loss import AlignUniform
 from negmine_example.strategy import BatchMix
 
-from negatives import ExtraNegatives, StrategyInputs
-from pretrain.losses import StepTensors
-from pretrain.testing import check_loss, check_strategy
+from negatives import ExtraNegatives, Step
+from pretrain.testing import parametrize_with_checks
 
 
-def test_batch_mix_meets_the_contract() -> None:
-    report = check_strategy(BatchMix)  # a ContractError names the class, attribute and fix
-    assert report.syncs_per_step == 0 and report.ops > 0
-
-
-def test_align_uniform_meets_the_contract() -> None:
-    report = check_loss(AlignUniform)
-    assert report.syncs_per_step == 0 and report.ops > 0
+@parametrize_with_checks([BatchMix, AlignUniform])
+def test_meets_the_contract(cls: type, check: Callable[[type], None]) -> None:
+    check(cls)  # one test per check: a ContractError names the class, attribute and fix
 
 
 def unit(*shape: int, seed: int) -> torch.Tensor:
@@ -35,7 +32,7 @@ def unit(*shape: int, seed: int) -> torch.Tensor:
 def test_batch_mix_makes_unit_mixes_of_two_batch_keys() -> None:
     k = unit(8, 5, seed=0)
     torch.manual_seed(0)
-    extra = BatchMix(num_mix=6).negatives(StrategyInputs.single(k, k, queue=unit(10, 5, seed=1)))
+    extra = BatchMix(num_mix=6).negatives(Step.single(k, k, queue=unit(10, 5, seed=1)))
     torch.manual_seed(0)  # the same draws, the mixing re-derived in numpy
     i, j = torch.randint(8, (6,)).numpy(), torch.randint(8, (6,)).numpy()
     a = torch.rand(6, 1).numpy()
@@ -48,7 +45,7 @@ def test_batch_mix_makes_unit_mixes_of_two_batch_keys() -> None:
 
 def test_batch_mix_with_zero_mixes_is_plain_moco() -> None:
     k = unit(4, 3, seed=2)
-    extra = BatchMix(num_mix=0).negatives(StrategyInputs.single(k, k, queue=unit(6, 3, seed=3)))
+    extra = BatchMix(num_mix=0).negatives(Step.single(k, k, queue=unit(6, 3, seed=3)))
     assert extra.shared is None and extra.per_query is None
 
 
@@ -72,9 +69,9 @@ def reference(
 def test_align_uniform_equals_the_equations_with_their_gradient() -> None:
     q, k, queue = unit(6, 4, seed=4), unit(6, 4, seed=5), unit(9, 4, seed=6)
     shared = unit(3, 4, seed=7)
-    crit = AlignUniform(temperature=0.2, t=1.5, alpha=2.0, weight=0.5)
+    crit = AlignUniform(t=1.5, alpha=2.0, weight=0.5)
     q = q.clone().requires_grad_(True)
-    step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
+    step = Step.single(q, k, queue=queue, extra=ExtraNegatives(shared=shared))
     loss = crit(step)
     want = reference(q.detach().numpy(), k.numpy(), np.concatenate([queue, shared]), 1.5, 2.0, 0.5)
     assert abs(loss.item() - want) < 1e-12
@@ -98,7 +95,7 @@ def test_align_uniform_takes_each_querys_own_negatives() -> None:
         unit(7, 4, seed=10),
         unit(5, 2, 4, seed=11),
     )
-    crit = AlignUniform(temperature=0.2, t=2.0, alpha=2.0, weight=1.0)
-    step = StepTensors.single(q, k, queue=queue, extra=ExtraNegatives(per_query=own))
+    crit = AlignUniform(t=2.0, alpha=2.0, weight=1.0)
+    step = Step.single(q, k, queue=queue, extra=ExtraNegatives(per_query=own))
     want = reference(q.numpy(), k.numpy(), queue.numpy(), 2.0, 2.0, 1.0, own=own.numpy())
     assert abs(crit(step).item() - want) < 1e-12

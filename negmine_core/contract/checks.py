@@ -1,7 +1,7 @@
-"""The checks of a strategy's returned record (:class:`~negatives.base.ExtraNegatives`) and of a
-loss's output: shape, dtype, device, finiteness, unit norm, detachment, each failure naming the
+"""The checks of a strategy's returned record (:class:`~negmine_core.step.ExtraNegatives`) and of
+a loss's output: shape, dtype, device, finiteness, unit norm, detachment, each failure naming the
 class and the hook. The contract kit runs them on tiny inputs; ``rows`` / ``because`` /
-``fix_rows`` / ``dtypes`` let the trainer's first-step check (:mod:`pretrain.engine.boundary`)
+``fix_rows`` / ``dtypes`` let the trainer's per-step check (:mod:`negmine_core.contract.watch`)
 run the same function on a real step's record."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from negatives.base import ExtraNegatives
-from pretrain.engine.failures import ContractError, fail, shape
+from negmine_core.contract.messages import ContractError, fail, shape
+from negmine_core.step import ExtraNegatives
 
 HOOK = "negatives()"
 
@@ -45,7 +45,8 @@ def check_extra(
     finite, unit norm and detached. ``because`` / ``fix_rows``: why N is what it is and what to
     declare otherwise (the trainer's symmetric layout: ``symmetric_ok = False``). ``values=False``:
     the form only (host metadata, no device read): the trainer reads the values later
-    (:func:`deviation`). ``when``: the step, appended to what failed (`` at s.global_step 8``)."""
+    (:func:`deviation`). ``when``: the step, appended to what failed
+    (`` at s.ctx.global_step 8``)."""
     if not isinstance(extra, ExtraNegatives):
         raise fail(
             cls,

@@ -2,7 +2,7 @@
 
     from pretrain.testing import SyncCounter
     with SyncCounter() as syncs:
-        loop.train_step(run, batch, epoch)
+        train_step(run, batch, epoch)  # pretrain.engine.step
     assert syncs.count == 0, syncs.report()
 
 The sync equivalent of ``torch.cuda.set_sync_debug_mode("warn")``, which works only on CUDA. On CUDA
@@ -55,7 +55,7 @@ each op below blocks the host until the device queue drains; on a CPU they run a
 
 Part of the contract kit (:mod:`pretrain.testing`, installed with negmine): the kit counts a
 plugin's syncs per step with it, and negmine's own tests import it from here
-(``tests/sync_counter.py`` re-exports it).
+(``negmine_core/contract/sync_counter.py`` re-exports it).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""How the contract kit names what failed: :class:`ContractError`, whose message names the class,
-the attribute or hook, and what to change."""
+"""How the contract names what failed, for the kit and the trainer alike: :class:`ContractError`,
+whose message names the class, the attribute or hook, and what to change."""
 
 from __future__ import annotations
 
@@ -12,38 +12,29 @@ class ContractError(AssertionError):
 
 
 def kind_of(cls: type) -> str:
-    """``"strategy"`` for a :class:`~negatives.base.NegativeStrategy`, else ``"loss"``."""
-    from negatives.base import NegativeStrategy
-
-    return "strategy" if issubclass(cls, NegativeStrategy) else "loss"
+    """``"strategy"`` for a strategy class (``kind = "strategy"``, set by
+    ``negatives.NegativeStrategy``), else ``"loss"``."""
+    return "strategy" if getattr(cls, "kind", "") == "strategy" else "loss"
 
 
 def registry_of(cls: type) -> Any:
-    """The registry that holds classes of ``cls``'s kind (strategies or losses)."""
-    from negatives.base import NegativeStrategy
-
-    if issubclass(cls, NegativeStrategy):
-        import negatives
-
-        return negatives.strategies
-    from pretrain import losses
-
-    return losses.registry
+    """The registry that holds classes of ``cls``'s kind (its base class's ``registry``), or
+    None."""
+    return getattr(cls, "registry", None)
 
 
 def label(cls: type) -> str:
     """The YAML name of ``cls`` where a registry holds it (installed plugins included), else its
     class name."""
+    registry = registry_of(cls)
     try:
-        registry = registry_of(cls)
-        names = registry.names()  # loads the installed plugins' entry points once
-    except Exception:  # noqa: BLE001  (not a strategy or loss: its class name)
-        names, registry = [], None
-    for name in names:
-        if registry._classes.get(name) is cls:  # noqa: SLF001
-            return name
-    name = vars(cls).get("name")
-    return name if isinstance(name, str) else cls.__name__
+        name = registry.name_of(cls) if registry is not None else None
+    except Exception:  # noqa: BLE001  (a registry that cannot load its plugins: the class name)
+        name = None
+    if name is not None:
+        return name
+    own = vars(cls).get("name")
+    return own if isinstance(own, str) else cls.__name__
 
 
 def at(cls: type, member: str) -> str:

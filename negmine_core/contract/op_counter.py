@@ -2,7 +2,7 @@
 
     from pretrain.testing import OpCounter
     with OpCounter() as ops:
-        loop.train_step(run, batch, epoch)
+        train_step(run, batch, epoch)  # pretrain.engine.step
     print(ops.count, ops.top(10))  # ops that would launch work, and the most frequent ones
 
 A ``TorchDispatchMode`` sees every op that reaches the backend, below autograd: the forward ops,
@@ -25,7 +25,7 @@ device branches of our code (``x.is_cuda``): count the device path by forcing it
 ``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (none in the
 step: split BN's kernels and the OC-SVM fit are such ops). Part of the contract kit
 (:mod:`pretrain.testing`, installed with negmine): the kit measures a plugin's ops per step with
-it; negmine's tests import it from here (``tests/op_counter.py`` re-exports it).
+it; negmine's tests import it from here (``negmine_core/contract/op_counter.py`` re-exports it).
 """
 
 from __future__ import annotations
