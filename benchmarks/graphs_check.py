@@ -4,9 +4,9 @@ once eager, and their logged losses compared step by step (the GPU suite's ``gra
     python benchmarks/graphs_check.py [--device cuda] [--steps 10] [--rtol 0.02] [--keep DIR]
     python benchmarks/graphs_check.py --device cpu --quick   # the plumbing, both runs eager (CI)
 
-The data is a stand-in CIFAR-10 written in its own pickle format (tests/fakedata.py: 2,560
-random 32-px training images, 5 steps per epoch at batch 512; the queue cut to 512 keys, below the
-training set as the trainer requires), so the run needs no download and
+The data is a stand-in CIFAR-10 written in its own pickle format (pretrain/testing/fakedata.py:
+2,560 random 32-px training images, 5 steps per epoch at batch 512; the queue cut to 512 keys, below
+the training set as the trainer requires), so the run needs no download and
 crosses an epoch (where the graph is re-captured for the new learning rate) after its 3 eager
 warm-up steps. Exit 0 when both runs end (exit 0) and every logged loss agrees within ``--rtol``
 (relative); 1 otherwise, naming the first disagreement; each run's own output is printed.

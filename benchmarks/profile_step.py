@@ -23,7 +23,7 @@ everything else. On a CPU the profiler records CPU activity only (``--quick`` in
 
 The data: ``--data`` a CIFAR-10 JPEG folder (``train/``, ``test/``: the ``.gpu/`` bundle's), as
 ``data.name=imagefolder``; without it CIFAR-10 in its true on-disk format, written here with
-random images (tests/fakedata.py).
+random images (pretrain/testing/fakedata.py).
 """
 
 from __future__ import annotations

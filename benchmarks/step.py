@@ -9,7 +9,7 @@ digits configs), ratio to ``none``. ``methods``: every negative baseline of issu
 ones, i-Mix, AdCo, FNC with and without its support views' forward), ratio to plain MoCo.
 ``precision``: on the digits model (``digits_moco.yaml``) and
 the CIFAR-10 model (``cifar10_moco.yaml``: ResNet-18, CIFAR stem, batch 512, K 4096; on a tiny
-CIFAR-10 written in its true format by tests/fakedata.py), the full training step (both
+CIFAR-10 written in its true format by pretrain/testing/fakedata.py), the full training step (both
 encoders, loss, queue) in fp32 eager, fp32 + channels_last, bf16 autocast, bf16 + channels_last,
 compile, compile + bf16 (+ channels_last); ratio to fp32 eager. The trainer runs bf16 in
 channels_last on both devices and fp32 in channels_last on CUDA only (``precision.channels_last``):

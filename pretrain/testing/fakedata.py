@@ -1,6 +1,6 @@
 """Tiny datasets written in their true on-disk formats, for loading through the real readers, and
-embedding-like unit vectors: one data recipe for negmine's tests (``tests/fakedata.py`` re-exports
-it), its benchmarks and a plugin's own tests."""
+embedding-like unit vectors: one data recipe for negmine's tests, its
+benchmarks and a plugin's own tests."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ device branches of our code (``x.is_cuda``): count the device path by forcing it
 ``SplitBatchNorm.path``), and a Triton kernel launched outside a ``negmine`` op (none in the
 step: split BN's kernels and the OC-SVM fit are such ops). Part of the contract kit
 (:mod:`pretrain.testing`, installed with negmine): the kit measures a plugin's ops per step with
-it; negmine's tests import it from here (``tests/op_counter.py`` re-exports it).
+it, and negmine's own tests import it from here.
 """
 
 from __future__ import annotations

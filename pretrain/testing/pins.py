@@ -3,9 +3,10 @@ contract kit's real steps (:mod:`pretrain.testing.steps`) on a CPU: the aten ops
 (:mod:`pretrain.testing.op_counter`) per recipe x negative strategy on the device path (split BN's
 Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and per split BN
 path; and the host syncs (:mod:`pretrain.testing.sync_counter`) of the model's parts that no
-strategy or loss declares. negmine's suite asserts them exactly (``tests/test_step_ops.py``,
-``tests/test_step_syncs.py``) and ``scripts/gen_step_counts.py`` writes them to
-docs/step_counts.md; they live in the package so that the script needs nothing of ``tests/``.
+strategy or loss declares. negmine's suite asserts them exactly
+(``tests/pretrain/engine/test_step_ops.py``, ``tests/pretrain/engine/test_step_syncs.py``) and
+``scripts/gen_step_counts.py`` writes them to docs/step_counts.md; they live in the package so that
+the script needs nothing of ``tests/``.
 
 A strategy or loss without a pin (one's own, in the tree or a plugin) is held to the relative bound
 of the contract kit instead (:func:`pretrain.testing.ops.check_bound`): at most its
@@ -68,7 +69,7 @@ SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with i
     "construction and moved by .to() (pretrain/model/split_bn.py triton_params)",
 )
 
-# MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
+# MiOC counts its CUDA path (tests/helpers/count_steps.py forces it on a CPU): the OC-SVM fit is one
 # Triton program (negatives/ocsvm/smo_triton.py) and the scoring, the inlier mask and the S_o draw
 # are fixed-shape tensor ops, so nothing is read on the host (the solver's own count,
 # svm.n_syncs_, is 0 on this path and asserted apart). MIOC_CPU_PATH: the CPU default (the host

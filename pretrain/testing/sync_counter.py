@@ -54,8 +54,7 @@ each op below blocks the host until the device queue drains; on a CPU they run a
   ``value.item()`` (kind ``item``); a Python number or a host scalar is free.
 
 Part of the contract kit (:mod:`pretrain.testing`, installed with negmine): the kit counts a
-plugin's syncs per step with it, and negmine's own tests import it from here
-(``tests/sync_counter.py`` re-exports it).
+plugin's syncs per step with it, and negmine's own tests import it from here.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from test_ddp import clean_env
 
 from pretrain import config
+from tests.helpers.ddp import clean_env
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "gpu_suite.sh"
 PARTS = ["tests", "sync", "mioc", "graphs", "splitbn", "ocsvm", "step", "input", "profile",
          "train", "peers"]  # fmt: skip

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from tests.helpers.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import jpeg_quality  # noqa: E402
 
 

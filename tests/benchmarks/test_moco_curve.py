@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from tests.helpers.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import moco_curve  # noqa: E402
 
 

@@ -10,18 +10,17 @@ import re
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from test_ddp import clean_env
 
 from negmine_core.step import Batch
 from pretrain import config
 from pretrain.model import encoders
 from pretrain.model.split_bn import SplitBatchNorm
+from tests.helpers.ddp import clean_env
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts beside the packages
 from benchmarks import peers, peers_run  # noqa: E402
 from benchmarks.peers_models import (  # noqa: E402

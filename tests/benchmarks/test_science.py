@@ -12,12 +12,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_results  # noqa: E402
 

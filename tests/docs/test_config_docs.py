@@ -10,15 +10,14 @@ import html
 import importlib.util
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 
 import negatives
 from negatives.base import strategies
 from pretrain import config, losses
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
 
 

@@ -12,8 +12,8 @@ from typing import ClassVar
 from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs
 from negmine_core.contract import Contract
 from pretrain.testing import behaviour, contract_docs, steps
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "plugins.md").read_text()
 FLAT = " ".join(PAGE.split())  # the prose with its line breaks as spaces
 

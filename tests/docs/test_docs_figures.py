@@ -20,11 +20,11 @@ page (equations) and docs/recipes/ (checked by their own tests); the measurement
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 PAGES = (
     "README.md",
     *sorted(

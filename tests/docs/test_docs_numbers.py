@@ -3,18 +3,18 @@ README.md, docs/index.md, docs/getting-started.md and every recipe page (docs/re
 that names an accuracy (kNN, linear, top-1, AUROC) with a figure, or any wall time ("7 min 12 s"),
 stands inside a block that ``scripts/gen_results.py`` writes from the kept logs (between its
 ``<!-- begin ... -->`` and ``<!-- end ... -->`` markers, which ``--check`` compares with the logs,
-tests/test_results_page.py). Step times and speeds from the benchmarks (ms, images/s, "1.02x")
-name their command, date and machine instead (tests/test_docs_figures.py,
-tests/test_recipes_docs.py)."""
+tests/docs/test_results_page.py). Step times and speeds from the benchmarks (ms, images/s, "1.02x")
+name their command, date and machine instead (tests/docs/test_docs_figures.py,
+tests/docs/test_recipes_docs.py)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 PAGES = [
     ROOT / "README.md",
     ROOT / "docs" / "index.md",

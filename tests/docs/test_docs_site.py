@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
 
 pytest.importorskip("mkdocs", reason='the docs extra is not installed (pip install -e ".[docs]")')
 pytest.importorskip("material", reason='the docs extra is not installed (pip install -e ".[docs]")')

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_gpu_suite_docs as gen  # noqa: E402
 

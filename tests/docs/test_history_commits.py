@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 HISTORY = ROOT / "docs" / "history.md"
 
 _TICKED = re.compile(r"`([0-9a-f]{7,40})`")

@@ -15,13 +15,12 @@ import io
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from pretrain import config
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MODULES = ("pretrain", "linear_eval", "slurm")
 

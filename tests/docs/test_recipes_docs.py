@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 import negatives
 from pretrain import config, losses
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "docs" / "recipes"
 PAGES = sorted(p for p in RECIPES.glob("*.md") if p.name != "index.md")
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.test_results_page import fake_run
+from tests.helpers.paths import ROOT
+from tests.helpers.results_runs import fake_run
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_results  # noqa: E402
 import results_logs  # noqa: E402

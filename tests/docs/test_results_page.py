@@ -9,22 +9,12 @@ import json
 import re
 import shutil
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from pretrain import config
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import gen_results  # noqa: E402
-
-
-def rows(page: str) -> list[list[str]]:
-    lines = [s for s in page.splitlines() if s.startswith("| `")]
-    return [[c.strip() for c in re.split(r"(?<!\\)\|", s)[1:-1]] for s in lines]
+from tests.helpers.results_runs import fake_run, gen_results, rows
 
 
 def recipe_of(row: list[str]) -> str:
@@ -73,26 +63,6 @@ def test_every_shipped_recipe_has_a_row_and_rows_equal_their_logs():
     for row in table:  # a recipe without a log says so
         if row[3] == "-":
             assert row[4] == row[5] == "not run"
-
-
-def fake_run(
-    folder: Path, seed: int, knn: float, wall: float, recipe: str = "digits_moco.yaml", *sets: str
-) -> None:
-    folder.mkdir(parents=True)
-    cfg = config.to_dict(config.load(recipe, [f"seed={seed}", *sets]))
-    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
-    lines = [{"kind": "epoch", "epoch": e, "global_step": 22 * e} for e in range(1, 31)]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    seg = {"command": f"python -m pretrain --cfg {recipe} seed={seed} out_dir=. {' '.join(sets)}",
-           "start": "2026-11-27T00:00:00Z"}  # fmt: skip
-    prov = {"commit": "abcdef0123", "dirty": False, "cpu_model": "AMD EPYC", "cpu_cores": 2,
-            "gpu_model": None, "gpu_count": 0, "world_size": 1, "start": seg["start"],
-            "wall_s": wall, "peak_rss_mib": 1200.0, "segments": [seg]}  # fmt: skip
-    (folder / "provenance.json").write_text(json.dumps(prov))
-    (folder / "eval").mkdir()
-    (folder / "eval" / "linear_eval.json").write_text(
-        json.dumps({"knn_top1": knn, "linear_top1": 95.0 + seed})
-    )
 
 
 def test_a_row_is_generated_from_its_logs_and_a_changed_log_fails_the_check(
@@ -260,3 +230,22 @@ def test_a_run_stopped_short_of_its_epochs_says_so_in_its_own_row(tmp_path, monk
         want = yaml.safe_load((tmp_path / run / "config.yaml").read_text())["train"]["epochs"]
         assert got[seed].epochs == (str(logged) if logged == want else f"{logged} of {want}")
     assert got["1"].epochs == "30 of 40" and got["1"].knn == "80.00 (1 seed)"
+
+
+def test_a_run_of_uncommitted_code_is_marked_dirty_in_the_results_table(tmp_path, monkeypatch):
+    """V03: the results table's commit cell says ``+dirty`` for runs of uncommitted code."""
+    import json
+    import shutil
+
+    from tests.helpers.results_runs import fake_run, gen_results, rows
+
+    runs, page, readme = tmp_path / "runs", tmp_path / "results.md", tmp_path / "README.md"
+    shutil.copy(gen_results.README, readme)
+    for name, value in (("RUNS", runs), ("PAGE", page), ("README", readme)):
+        monkeypatch.setattr(gen_results, name, value)
+    fake_run(runs / "digits_moco_s0", 0, 90.0, 100.0)
+    prov_file = runs / "digits_moco_s0" / "provenance.json"
+    prov_file.write_text(json.dumps({**json.loads(prov_file.read_text()), "dirty": True}))
+    assert gen_results.main([]) == 0
+    (row,) = [r for r in rows(page.read_text()) if r[0] == "`digits_moco.yaml`"]
+    assert row[10] == "abcdef0+dirty"

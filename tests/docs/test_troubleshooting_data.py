@@ -10,15 +10,9 @@ import torch
 from linear_eval.inputs import checkpoints, features
 from pretrain.data import imagefiles
 from pretrain.engine import checkpoint
-from tests.fakedata import random_images, write_png
-from tests.test_folder_splits import TRAIN, deny, write_split
-from tests.troubleshooting_quotes import as_regex, assert_documented
-
-
-def warning_of(capsys) -> str:
-    lines = [s for s in capsys.readouterr().err.splitlines() if s.startswith("warning: ")]
-    assert len(lines) == 1, lines
-    return lines[0].removeprefix("warning: ")
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.folders import TRAIN, deny, write_split
+from tests.helpers.troubleshooting_quotes import as_regex, assert_documented, warning_of
 
 
 def test_placeholders_stand_for_text_and_nothing_else():

@@ -1,8 +1,8 @@
 """Count the aten ops of one steady-state training step (a proxy for CUDA kernel launches), per
 recipe x negative strategy, on the device path of split BatchNorm and on the CPU's.
 
-    TRITON_INTERPRET=1 python tests/count_ops.py   # the markdown tables of docs/step_counts.md
-    TRITON_INTERPRET=1 python tests/count_ops.py --one cifar10_moco triton none mioc  # counts
+    TRITON_INTERPRET=1 python tests/helpers/count_ops.py  # docs/step_counts.md's markdown tables
+    TRITON_INTERPRET=1 python tests/helpers/count_ops.py --one cifar10_moco triton none mioc
 
 Each setting is built by the trainer's own ``loop.setup`` from the recipe (``cifar10_moco.yaml``
 on a tiny CIFAR-10 written in its true format, ``digits_moco.yaml``) at tiny sizes that do not
@@ -12,7 +12,8 @@ of ``loop.train_step`` (the optimizer's momentum buffers exist after the first),
 step with the contract kit's ``pretrain.testing.steps.count_ops`` (an OpCounter): augmentation
 (stage 2), both encoders, strategy, loss, backward, optimizer, momentum update, enqueue. ``path``
 forces the split-BN path (triton: CUDA's, run by Triton's interpreter here; fused: the aten ops of
-the compiled path; per_split: the CPU's). Not a test file: ``tests/test_step_ops.py`` imports it.
+the compiled path; per_split: the CPU's). Not a test file:
+``tests/pretrain/engine/test_step_ops.py`` imports it.
 """
 
 from __future__ import annotations
@@ -26,17 +27,15 @@ from pathlib import Path
 
 # The interpreter is Triton's mode only if TRITON_INTERPRET=1 came before triton's first import:
 # true of a process started with it (the command line above), not of a test session (anything may
-# have imported triton first, and tests/count_steps.py sets the variable later), which therefore
-# counts Triton's kernels in a fresh process.
+# have imported triton first, and tests/helpers/count_steps.py sets the variable later), which
+# therefore counts Triton's kernels in a fresh process.
 STARTED_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1" and "triton" not in sys.modules
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fakedata import write_cifar10  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import negatives  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.testing import steps  # noqa: E402  (the kit's real steps: one way to count)
+from pretrain.testing.fakedata import write_cifar10  # noqa: E402
 from pretrain.testing.op_counter import OpCounter  # noqa: E402
 from pretrain.testing.steps import loss_overrides, strategy_overrides  # noqa: E402
 
@@ -59,7 +58,7 @@ LOSS_RECIPE = "digits_moco"  # where each loss is counted (with strategy none)
 
 def overrides(recipe: str, strategy: str) -> list[str]:
     """``strategy``: a strategy's name (with the recipe's loss), or ``loss:NAME`` (a loss with
-    strategy none); each with what its class's contract asks for (tests/count_steps.py)."""
+    strategy none); each with what its class's contract asks for (tests/helpers/count_steps.py)."""
     out = [*TINY, *RECIPES[recipe]]
     if strategy.startswith("loss:"):
         out += loss_overrides(strategy.removeprefix("loss:"))
@@ -130,7 +129,7 @@ def table() -> list[str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--one"]:  # python tests/count_ops.py --one RECIPE PATH STRATEGY...
+    if sys.argv[1:2] == ["--one"]:  # count_ops.py --one RECIPE PATH STRATEGY...: the counts
         for strategy in sys.argv[4:]:
             print(count(sys.argv[2], strategy, sys.argv[3]).count)
     else:

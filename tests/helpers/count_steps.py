@@ -1,8 +1,8 @@
 """Count the would-be CUDA host syncs of steady-state training steps, for every valid pair of
 registered loss x registered negative strategy (and a kappa-head and a split-BN variant).
 
-    python tests/count_steps.py OUT                           # one process: OUT.rank0
-    torchrun --nproc_per_node 2 tests/count_steps.py OUT      # two gloo ranks: OUT.rank{0,1}
+    python tests/helpers/count_steps.py OUT                       # one process: OUT.rank0
+    torchrun --nproc_per_node 2 tests/helpers/count_steps.py OUT  # 2 gloo ranks: OUT.rank{0,1}
 
 Each pair is built by the trainer's own ``loop.setup`` from ``digits_moco.yaml`` at tiny sizes
 (invalid pairs are the ones the config refuses: ``ConfigError``), runs ``WARM`` steps of
@@ -32,8 +32,7 @@ import torch
 
 if not torch.cuda.is_available():  # the OC-SVM's Triton program runs in Triton's interpreter on
     os.environ.setdefault("TRITON_INTERPRET", "1")  # a CPU: chosen before triton is imported
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import negatives  # noqa: E402
 from pretrain import losses  # noqa: E402

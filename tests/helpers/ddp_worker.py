@@ -1,9 +1,10 @@
-"""A few training steps through the engine's own code, recorded for tests/test_ddp.py.
+"""A few training steps through the engine's own code, recorded for
+tests/pretrain/runtime/test_ddp.py.
 
-    python tests/ddp_worker.py OUT_DIR [key=value ...]                    # one process
-    torchrun --nproc_per_node 2 tests/ddp_worker.py OUT_DIR [key=value ...]  # two ranks, gloo
-    python tests/ddp_worker.py --plan PLAN.json OUT_DIR   # several runs, one after the other
-    python tests/ddp_worker.py --control OUT_DIR   # one task of an srun-style launch (SLURM_*)
+    python tests/helpers/ddp_worker.py OUT_DIR [key=value ...]           # one process
+    torchrun --nproc_per_node 2 tests/helpers/ddp_worker.py OUT_DIR [key=value ...]  # 2 ranks
+    python tests/helpers/ddp_worker.py --plan PLAN.json OUT_DIR  # several runs, one by one
+    python tests/helpers/ddp_worker.py --control OUT_DIR  # one task of an srun-style launch
 
 ``--plan`` reads ``{name: [key=value, ...]}`` and makes each run in ``OUT_DIR/name`` in this one
 process (one process group under torchrun): the launches and imports, ~90 % of a run's time,
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402

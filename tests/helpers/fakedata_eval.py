@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.io as sio
-from fakedata import random_images, write_png
 from PIL import Image
+
+from pretrain.testing.fakedata import random_images, write_png
 
 CINIC_CLASSES = [
     "airplane",

@@ -75,3 +75,16 @@ def linear_eval(*argv: str) -> subprocess.CompletedProcess:
     from linear_eval.__main__ import main
 
     return run(main, list(argv))
+
+
+def pretrain_from(args: list[str], cwd: os.PathLike) -> subprocess.CompletedProcess:
+    """``python -m pretrain ARGS`` from the working directory ``cwd``, in this process."""
+    with isolated():  # puts the working directory back
+        os.chdir(cwd)
+        return pretrain(*args)
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error: ...`` line of a CLI's stderr, without its prefix."""
+    [line] = [s for s in stderr.splitlines() if s.startswith("error: ")]
+    return line.removeprefix("error: ")

@@ -1,5 +1,5 @@
 """libjpeg's two chroma upsamplings of one JPEG, on the CPU: the reference that nvjpeg's decode is
-held to in ``tests/test_device_decode.py``.
+held to in ``tests/pretrain/data/test_device_decode.py``.
 
 A 4:2:0 JPEG stores its two chroma planes at half the width and height; the decoder upsamples
 them. libjpeg-turbo's default ("fancy", ``do_fancy_upsampling``) interpolates with a triangle

@@ -18,8 +18,9 @@ with only in-distribution samples is single-class SupCon.
 Use: these are the papers' reference forms, not what the trainer calls (its losses run in MoCo's
 layout, ``pretrain.losses.queue_layout``). With ``loss.symmetric: true`` and
 ``loss.contrast_queue: false`` each registered loss must equal its function here in value and
-gradient (tests/test_loss_modules.py, tests/test_queue_layout_loss.py), and a SimCLR-style loop
-outside the trainer can call them directly on a ``[view1; view2]`` batch::
+gradient (tests/pretrain/losses/test_loss_modules.py,
+tests/pretrain/losses/test_queue_layout_loss.py), and a SimCLR-style loop outside the trainer can
+call them directly on a ``[view1; view2]`` batch::
 
     z = F.normalize(torch.cat([head(net(x1)), head(net(x2))]), dim=1)  # (2N, D)
     loss = supcon(z, torch.cat([y, y]), temperature=0.1)

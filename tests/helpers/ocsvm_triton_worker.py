@@ -1,7 +1,7 @@
 """Fit ``OneClassSVM(loop="triton")`` on the cases of a JSON file and write what it returns
-(not a test file: ``tests/test_ocsvm_triton.py`` runs it in a subprocess).
+(not a test file: ``tests/negatives/ocsvm/test_ocsvm_triton.py`` runs it in a subprocess).
 
-    TRITON_INTERPRET=1 python tests/ocsvm_triton_worker.py CASES.json OUT.pt
+    TRITON_INTERPRET=1 python tests/helpers/ocsvm_triton_worker.py CASES.json OUT.pt
 
 Without a CUDA device the Triton program runs in Triton's interpreter on CPU tensors, which must
 be chosen before triton is imported: hence a fresh process with TRITON_INTERPRET=1. With one, the
@@ -23,15 +23,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fakedata import embeddings  # noqa: E402
-from sync_counter import SyncCounter  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from negatives.base import StrategyInputs  # noqa: E402
 from negatives.mioc import MiOC  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
+from pretrain.testing.fakedata import embeddings  # noqa: E402
+from pretrain.testing.sync_counter import SyncCounter  # noqa: E402
 
 
 def data(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,9 +94,8 @@ def kernel_inputs(case: dict) -> dict[str, torch.Tensor]:
 
 def kernels_case(case: dict, dev: str) -> dict:
     """``ocsvm_kernels_triton``'s two ops on :func:`kernel_inputs`, under the op counter."""
-    from op_counter import OpCounter
-
     from negatives.ocsvm import kernels_triton as kt
+    from pretrain.testing.op_counter import OpCounter
 
     scale, kt.INTERPRET_SCALE = kt.INTERPRET_SCALE, 1  # the GPU's tiles, several per input (the
     # cases are small); put back after, or the fits after it run on the GPU's tiles, interpreted
@@ -149,7 +146,7 @@ def main(cases_path: Path, out: Path) -> None:
 
 def run(cases: list[dict], tmp: Path) -> list[dict]:
     """Run ``cases`` in a fresh process (Triton's interpreter without a GPU); the results."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     (tmp / "cases.json").write_text(json.dumps(cases))
     env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if not torch.cuda.is_available():

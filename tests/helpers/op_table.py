@@ -1,8 +1,9 @@
 """The pinned aten ops per steady-state training step of the built-ins: the pins live in the
 package (:mod:`pretrain.testing.pins`, which ``scripts/gen_step_counts.py`` writes to
-docs/step_counts.md), counted by ``tests/count_ops.py``; ``tests/test_step_ops.py`` asserts them
-exactly (regression pins) and holds a class without a pin to the contract kit's relative bound
-(:func:`pretrain.testing.ops.check_bound`: its ``ops_budget``, else +15 %).
+docs/step_counts.md), counted by ``tests/helpers/count_ops.py``;
+``tests/pretrain/engine/test_step_ops.py`` asserts them exactly (regression pins) and holds a class
+without a pin to the contract kit's relative bound (:func:`pretrain.testing.ops.check_bound`: its
+``ops_budget``, else +15 %).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ width 8, batch 16, K 64, one loader process, fp32, one thread, the strategy past
 and their settings, the head, the temperature and momentum, split BN, the kappa head, the symmetric
 layout: the code paths a refactor must not change.
 
-    python tests/pinned_losses.py --write   # re-record pinned_losses.json; say why in the commit
-    python tests/pinned_losses.py --write --only digits_moco.yaml  # re-record some, keep the rest
+    python tests/helpers/pinned_losses.py --write  # re-record them all; say why in the commit
+    python tests/helpers/pinned_losses.py --write --only digits_moco.yaml  # re-record some only
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 sys.path.insert(0, str(ROOT))
 
 from negmine_core.step import Batch  # noqa: E402

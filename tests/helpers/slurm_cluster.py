@@ -49,7 +49,9 @@ import subprocess
 import time
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "local_cluster.sh"
+from tests.helpers.paths import ROOT
+
+SCRIPT = ROOT / "slurm" / "local_cluster.sh"
 UP_TIMEOUT_S = 600  # a cold start installs packages; the script's own waits are shorter
 DOWN_TIMEOUT_S = 120
 
@@ -230,7 +232,7 @@ def stop_cluster() -> None:
             raise ClusterInUse(
                 f"the local SLURM cluster ({state_dir()}) is still in use by another test process "
                 "(it holds a lease on it): not stopping it. Its owner, the top-level pytest "
-                "process, stops it when the session ends (tests/slurm_cluster.py)"
+                "process, stops it when the session ends (tests/helpers/slurm_cluster.py)"
             ) from None
         try:
             _run("down", DOWN_TIMEOUT_S)

@@ -1,7 +1,7 @@
-"""Run split BN's Triton path on the cases of ``tests/test_split_bn_triton.py`` and write what it
-returns (not a test file: the test runs it in a subprocess).
+"""Run split BN's Triton path on the cases of ``tests/pretrain/model/test_split_bn_triton.py`` and
+write what it returns (not a test file: the test runs it in a subprocess).
 
-    TRITON_INTERPRET=1 python tests/split_bn_triton_worker.py OUT.pt
+    TRITON_INTERPRET=1 python tests/helpers/split_bn_triton_worker.py OUT.pt
 
 Without a CUDA device the kernels run in Triton's interpreter on CPU tensors, which must be chosen
 before triton is imported: hence a fresh process. Each case of :data:`CASES` builds its input
@@ -18,14 +18,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from op_counter import OpCounter  # noqa: E402
-from sync_counter import SyncCounter  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
+from pretrain.testing.op_counter import OpCounter  # noqa: E402
+from pretrain.testing.sync_counter import SyncCounter  # noqa: E402
 
 C = 5
 # name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =

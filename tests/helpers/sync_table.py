@@ -1,7 +1,7 @@
 """The number of would-be CUDA host syncs per steady-state training step, as measured by
-:mod:`sync_counter` on a CPU (``tests/test_step_syncs.py`` asserts it; docs/step_counts.md shows
-it, written by ``scripts/gen_step_counts.py``). A pair's count is what its loss and its strategy
-declare (their ``syncs_per_step`` class attributes, the contract of
+:mod:`sync_counter` on a CPU (``tests/pretrain/engine/test_step_syncs.py`` asserts it;
+docs/step_counts.md shows it, written by ``scripts/gen_step_counts.py``). A pair's count is what its
+loss and its strategy declare (their ``syncs_per_step`` class attributes, the contract of
 ``negatives.base.NegativeStrategy`` and ``pretrain.losses.Loss``) plus the kappa head's and split
 BN's Triton path's (0 each: :mod:`pretrain.testing.pins`). Every step counts it, the first one
 included.
@@ -31,7 +31,7 @@ who = syncs.who  # where each side's count is declared, for a failure message
 def check(pair: str, got: dict) -> None:
     """The contract kit's check (``pretrain.testing.syncs.check_pair``: a ContractError, an
     AssertionError, naming the classes and ``syncs_per_step``) of a pair's measured count
-    (``got``: a result of tests/count_steps.py) against what it declares."""
+    (``got``: a result of tests/helpers/count_steps.py) against what it declares."""
     loss, strategy = pair.split("/")
     kappa, split_bn = loss.endswith("+kappa"), loss.endswith("+split_bn")
     loss = loss.removesuffix("+kappa").removesuffix("+split_bn")

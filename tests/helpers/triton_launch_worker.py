@@ -1,13 +1,13 @@
 """Launch every Triton kernel of negmine through Triton's real launch path, without a GPU.
 
-    python tests/triton_launch_worker.py OUT.json     (a fresh process, TRITON_INTERPRET unset)
+    python tests/helpers/triton_launch_worker.py OUT.json  (a fresh process, TRITON_INTERPRET unset)
 
-Run by ``tests/test_triton_launch.py`` on the installed triton and on older ones (their folders
-first on PYTHONPATH). With :mod:`triton_standin`'s driver active, each launch from the public entry
-points binds its arguments, parses its options, compiles for sm_90 (ptxas included), passes the
-globals check and the H100's resource limits, and is recorded instead of run. Writes the triton
-version, the warnings raised, each launch (kernel, grid, warps, shared memory) and the PTX of each
-compile as JSON.
+Run by ``tests/negatives/ocsvm/test_triton_launch.py`` on the installed triton and on older ones
+(their folders first on PYTHONPATH). With :mod:`triton_standin`'s driver active, each launch from
+the public entry points binds its arguments, parses its options, compiles for sm_90 (ptxas
+included), passes the globals check and the H100's resource limits, and is recorded instead of run.
+Writes the triton version, the warnings raised, each launch (kernel, grid, warps, shared memory) and
+the PTX of each compile as JSON.
 CPU tensors stand in for CUDA tensors, so the device checks of the entry points (which refuse CPU
 tensors outside the interpreter) are relaxed here, and only here.
 """
@@ -20,11 +20,12 @@ import sys
 import warnings
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-import triton_standin  # noqa: E402
+
+from tests.helpers import triton_standin  # noqa: E402
 
 if os.environ.get("TRITON_INTERPRET", "0") == "1":
     sys.exit("run without TRITON_INTERPRET: the interpreter skips the launch path")

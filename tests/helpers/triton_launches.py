@@ -1,10 +1,11 @@
 """Every Triton kernel through Triton's launch path, once per test session (not a test file).
 
-``tests/conftest.py``'s session fixture ``triton_launches`` runs ``tests/triton_launch_worker.py``
-once per triton (the installed one, and the folders in ``NEGMINE_TRITON_OLDER``), all at once;
-``tests/test_triton_launch.py`` checks the launches, and the tests that read what CUDA runs (the
-sm_90 PTX of the OC-SVM and split-BN kernels) read the installed triton's compiles from it, so each
-kernel is compiled once per triton in a session.
+``tests/conftest.py``'s session fixture ``triton_launches`` runs
+``tests/helpers/triton_launch_worker.py`` once per triton (the installed one, and the folders in
+``NEGMINE_TRITON_OLDER``), all at once; ``tests/negatives/ocsvm/test_triton_launch.py`` checks the
+launches, and the tests that read what CUDA runs (the sm_90 PTX of the OC-SVM and split-BN kernels)
+read the installed triton's compiles from it, so each kernel is compiled once per triton in a
+session.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 OLDER = [p for p in os.environ.get("NEGMINE_TRITON_OLDER", "").split(":") if p]
 
 
@@ -28,7 +30,7 @@ def launch_all(sites: list[str | None], tmp: Path) -> dict[str | None, dict | st
         env["PYTHONPATH"] = os.pathsep.join(p for p in (site, str(ROOT)) if p)
         env["TRITON_CACHE_DIR"] = str(tmp / f"cache{i}")  # compile here, from nothing
         out = tmp / f"launches{i}.json"
-        cmd = [sys.executable, str(ROOT / "tests/triton_launch_worker.py"), str(out)]
+        cmd = [sys.executable, str(ROOT / "tests/helpers/triton_launch_worker.py"), str(out)]
         procs[site] = (subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), out)
     results = {}
     for site, (proc, out) in procs.items():
@@ -39,7 +41,7 @@ def launch_all(sites: list[str | None], tmp: Path) -> dict[str | None, dict | st
 
 def installed_ptx(launches: dict[str | None, dict | str], label: str) -> dict[str, str]:
     """Kernel name -> sm_90 PTX compiled by the installed triton for the launches of ``label``
-    (a label of tests/triton_launch_worker.py)."""
+    (a label of tests/helpers/triton_launch_worker.py)."""
     got = launches[None]
     assert isinstance(got, dict), got  # else the worker's error output
     (result,) = [r for r in got["results"] if r["label"] == label]

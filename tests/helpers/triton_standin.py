@@ -1,6 +1,6 @@
 """Triton's real launch path without a GPU: a stand-in active driver (not a test file).
 
-    import triton_standin
+    from tests.helpers import triton_standin
     launches = triton_standin.activate()      # before the first launch, in a process without
     kernel[grid](...)                         # TRITON_INTERPRET
     launches[-1].name, launches[-1].grid      # what would have run on an H100 / H200

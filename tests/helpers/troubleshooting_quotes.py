@@ -5,9 +5,10 @@ that check a message word for word against the page."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
+from tests.helpers.paths import ROOT
+
+DOC = ROOT / "docs" / "troubleshooting.md"
 PLACEHOLDER = r"\b(?:DIR|PATH|LIST|NAMES|N|C|L|M|WHY|LINK|TARGET|RUN|FILE|DTYPE|KEY|TYPE|NAME)\b"
 
 
@@ -36,3 +37,9 @@ def assert_documented(message: str, heading: str | None = None) -> None:
     found = [q for q in quotes(heading) if as_regex(q).fullmatch(message)]
     where = DOC.name + (f" under {heading!r}" if heading else "")
     assert found, f"not quoted on {where}: {message!r}"
+
+
+def warning_of(capsys) -> str:
+    lines = [s for s in capsys.readouterr().err.splitlines() if s.startswith("warning: ")]
+    assert len(lines) == 1, lines
+    return lines[0].removeprefix("warning: ")

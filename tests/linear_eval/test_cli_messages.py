@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests import inproc
-from tests.fakeckpt import make_checkpoint
-from tests.troubleshooting_quotes import assert_documented
+from tests.helpers import inproc
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 SEED = "give a whole number in [0, 4294967295] (as pretraining's seed: numpy's generators take "
 SEED += "32-bit seeds)"

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakeckpt import make_checkpoint
-from fakedata import random_images, write_png
-from inproc import linear_eval
 
 from linear_eval.records import stats
-from tests.test_troubleshooting_data import assert_documented
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.inproc import linear_eval
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def image_folder(root, tag: str, flat: bool = False) -> None:

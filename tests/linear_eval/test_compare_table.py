@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
+from tests.helpers.fakeckpt import make_checkpoint
 
 
 def run_folder(root: Path, seed: int, *overrides: str) -> Path:

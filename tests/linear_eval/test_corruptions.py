@@ -7,12 +7,12 @@ import re
 import numpy as np
 import pytest
 import torch
-from fakedata_eval import write_cifar_c
 from PIL import Image
 from scipy import ndimage, stats
 
 from linear_eval.inputs.corruptions import PARAMS, Cifar10C, corrupt, gaussian_blur
 from pretrain.data.datasets import DatasetNotFoundError
+from tests.helpers.fakedata_eval import write_cifar_c
 
 # hendrycks/robustness ImageNet-C/create_c/make_cifar_c.py, severities 1..5, typed from the source.
 PUBLISHED = {

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
-from fakedata_eval import write_cinic10, write_image_tree
 from PIL import Image
 
 from linear_eval.cli.main import main
@@ -25,6 +23,9 @@ from linear_eval.inputs.eval_datasets import build_eval_dataset
 from linear_eval.inputs.features import FeatureStore
 from pretrain.data import imagefiles
 from pretrain.engine import checkpoint
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.fakedata_eval import write_cinic10, write_image_tree
+from tests.helpers.folders import labels_by_folder
 
 TRAIN_RELS = ["ant/1.png", "ant/2.png", "cat/1.png", "cat/2.png", "owl/1.png", "owl/2.png"]
 
@@ -34,10 +35,6 @@ def missing_warning(split: Path, absent: str, total: int = 3) -> str:
         f"warning: {split} has no images of 1 of the {total} training classes ({absent}); its "
         "images keep the training split's labels, and its accuracy covers the other classes"
     )
-
-
-def folder_labels(ds) -> list[tuple[str, int]]:
-    return [(Path(p).parent.name, y) for p, y in ds.samples]
 
 
 # --- splits labelled by the training split's class names -------------------------------
@@ -53,7 +50,7 @@ def test_run_image_folder_test_split_keeps_the_training_labels(tmp_path, capsys)
     store = FeatureStore(checkpoints.load_model(ckpt), None, torch.device("cpu"), batch_size=8)
     test = store.dataset("imagefolder", "test")
     assert test.classes == ["ant", "cat", "owl"]
-    assert folder_labels(test) == [("cat", 1), ("owl", 2)]  # not 0 and 1
+    assert labels_by_folder(test) == [("cat", 1), ("owl", 2)]  # not 0 and 1
     assert store.features(None, "test").labels.tolist() == [1, 2]
     err = capsys.readouterr().err
     assert err.count(missing_warning(tmp_path / "data" / "test", "ant")) == 1, err
@@ -82,7 +79,7 @@ def test_folder_prefix_test_split_without_a_class_is_reported_once(tmp_path, cap
     write_image_tree(tmp_path / "train", TRAIN_RELS, seed=1)
     write_image_tree(tmp_path / "test", ["cat/9.png", "owl/9.png"], seed=2)
     ds = build_eval_dataset(f"folder:{tmp_path}", "unused", "test")
-    assert folder_labels(ds) == [("cat", 1), ("owl", 2)]
+    assert labels_by_folder(ds) == [("cat", 1), ("owl", 2)]
     assert capsys.readouterr().err.count(missing_warning(tmp_path / "test", "ant")) == 1
 
 
@@ -91,7 +88,7 @@ def test_cinic10_test_split_without_a_class_keeps_the_training_labels(tmp_path, 
     shutil.rmtree(tmp_path / "cinic10" / "test" / "airplane")
     test = build_eval_dataset("cinic10", str(tmp_path), "test")
     assert [y for _, y in test.samples] == list(range(1, 10))  # airplane is class 0 in train
-    assert folder_labels(test) == [(c, test.classes.index(c)) for c, _ in folder_labels(test)]
+    assert labels_by_folder(test) == [(c, test.classes.index(c)) for c, _ in labels_by_folder(test)]
     err = capsys.readouterr().err
     assert err.count(missing_warning(tmp_path / "cinic10" / "test", "airplane", 10)) == 1, err
     write_image_tree(tmp_path / "cinic10" / "test", ["zebra/1.png"])
@@ -119,7 +116,8 @@ def test_labelled_folder_with_a_loop_keeps_its_labels(tmp_path, capsys):
     write_image_tree(tmp_path / "test", ["cat/9.png"], seed=2)
     (tmp_path / "train" / "cat" / "up").symlink_to(tmp_path / "train")
     ds = build_eval_dataset(f"folder:{tmp_path}", "unused", "train")
-    assert folder_labels(ds) == [(c, y) for y, c in enumerate(["ant", "cat", "owl"]) for _ in "12"]
+    want = [(c, y) for y, c in enumerate(["ant", "cat", "owl"]) for _ in "12"]
+    assert labels_by_folder(ds) == want
     assert f"{tmp_path / 'train' / 'cat' / 'up'} -> {tmp_path / 'train'}" in capsys.readouterr().err
 
 

@@ -7,8 +7,13 @@ import re
 import numpy as np
 import pytest
 import torch
-from fakedata import write_cifar10
-from fakedata_eval import (
+from PIL import Image
+from torchvision import datasets as tvd
+
+from linear_eval.inputs.eval_datasets import EVAL_DATASETS, build_eval_dataset, transfer_transform
+from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.testing.fakedata import write_cifar10
+from tests.helpers.fakedata_eval import (
     CINIC_CLASSES,
     flat_image,
     write_aircraft,
@@ -21,11 +26,6 @@ from fakedata_eval import (
     write_pets,
     write_svhn,
 )
-from PIL import Image
-from torchvision import datasets as tvd
-
-from linear_eval.inputs.eval_datasets import EVAL_DATASETS, build_eval_dataset, transfer_transform
-from pretrain.data.datasets import DatasetNotFoundError
 
 JPEG_TOL = 4  # flat colours survive JPEG at quality 95 to within a few levels
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms.functional as TF
-from fakeckpt import make_checkpoint
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
@@ -22,6 +21,7 @@ from linear_eval.inputs.features import FeatureStore, View, Viewed
 from pretrain.data import pipeline
 from pretrain.data.loaders import sample_seed
 from pretrain.engine import checkpoint
+from tests.helpers.fakeckpt import make_checkpoint
 
 
 class PilImages(Dataset):

@@ -8,10 +8,10 @@ import json
 
 import pytest
 import torch
-from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
 from pretrain.engine import checkpoint
+from tests.helpers.fakeckpt import make_checkpoint
 
 R18 = ["model.arch=resnet18", "model.cifar_stem=false"]
 SET = ["--config", "digits_moco.yaml", "--set", "eval.batch_size=512", "data.num_workers=0"]

@@ -14,9 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
-from fakedata_eval import write_cifar_c
 from scipy import ndimage
 
 from linear_eval.__main__ import main
@@ -24,6 +21,9 @@ from linear_eval.cli import detection
 from linear_eval.inputs import checkpoints
 from linear_eval.inputs.features import FeatureStore
 from linear_eval.inputs.session import Options, Session
+from pretrain.testing.fakedata import write_cifar10
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.fakedata_eval import write_cifar_c
 
 N_TEST, N_C = 16, 12  # clean test images; CIFAR-10-C images per severity (the files decide)
 KINDS = ("gaussian_noise", "gaussian_blur")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from linear_eval.__main__ import main
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 BAD = [
     ("--epochs", "0"), ("--epochs", "-1"), ("--lr", "nan"), ("--lr", "0"), ("--lr", "inf"),

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakeckpt import make_checkpoint
-from fakedata_eval import write_svhn
 
 from linear_eval.__main__ import main
 from linear_eval.inputs.session import Options, Session
 from pretrain.engine import knn as pretrain_knn
 from pretrain.engine.knn import extract
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.fakedata_eval import write_svhn
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
 from PIL import Image
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 from torchvision import transforms as T
@@ -19,6 +18,7 @@ from torchvision import transforms as T
 from linear_eval.__main__ import main
 from linear_eval.inputs.session import Options, Session
 from linear_eval.report import document
+from tests.helpers.fakeckpt import make_checkpoint
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 

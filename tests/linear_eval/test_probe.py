@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
 from sklearn.linear_model import LogisticRegression
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -15,6 +14,7 @@ from linear_eval.classify import logreg, probe
 from linear_eval.cli import classification
 from linear_eval.inputs.session import Options, Session
 from pretrain.model.encoders import backbone as make_backbone
+from tests.helpers.fakeckpt import make_checkpoint
 
 
 def bn_backbone() -> nn.Module:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakeckpt import make_checkpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from linear_eval.__main__ import main
 from linear_eval.classify import probe
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 N, FEAT, C, BATCH, EPOCHS, LR, MILESTONES = 24, 5, 3, 8, 4, 0.5, (1, 3)
 
@@ -129,3 +129,12 @@ def test_recorded_settings_are_the_constants_the_code_runs_with(ckpt, monkeypatc
     assert header["intervals"].startswith("bootstrap 90%, 77 resamples")
     assert f"K={fitted.KNN_K}," in fitted.DESCRIPTIONS["knn"]
     assert f"top-{fitted.S_CON_K} " in fitted.DESCRIPTIONS["s_con"]
+
+
+def test_lr_by_epoch_holds_epoch_0_when_the_lr_never_changes():
+    """V08: without ``e == 0`` the first epoch is compared with the last one (``lr_log[-1]``),
+    and a constant lr records no epoch at all."""
+    from linear_eval.classify import probe
+
+    assert probe.lr_changes([0.1, 0.1, 0.1]) == {"0": 0.1}
+    assert probe.lr_changes([0.1, 0.01, 0.1]) == {"0": 0.1, "1": 0.01, "2": 0.1}

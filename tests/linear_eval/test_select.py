@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
 
 from linear_eval.__main__ import main
 from linear_eval.classify import select
+from tests.helpers.fakeckpt import make_checkpoint
 
 
 def test_stratified_split_holds_out_a_share_of_every_class():

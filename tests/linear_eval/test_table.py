@@ -13,31 +13,8 @@ import numpy as np
 import yaml
 
 from linear_eval.cli import main as cli
-from tests.test_troubleshooting_data import assert_documented
-
-N_TEST = 50
-
-
-def make_run(root: Path, name: str, *, loss: str, seed: int, correct: np.ndarray,
-             steps: int = 10, total: int = 10, evaluated: bool = True) -> Path:  # fmt: skip
-    run = root / name
-    (run / "eval").mkdir(parents=True)
-    cfg = {"out_dir": str(run), "seed": seed, "loss": {"name": loss, "kwargs": {}},
-           "train": {"epochs": 1, "threads": 1, "max_steps": 0}}  # fmt: skip
-    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    (run / "derived.yaml").write_text(yaml.safe_dump({"total_steps": total}))
-    lines = [{"kind": "step", "global_step": s, "epoch": s / 10, "loss": 1.0,
-              "loss_false_negative_fraction": 0.1 * seed} for s in range(1, steps + 1)]  # fmt: skip
-    if steps == total:
-        lines.append({"kind": "epoch", "epoch": 1, "global_step": steps, "loss": 1.0})
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    if evaluated:
-        acc = 100.0 * correct.mean()
-        bits = "".join("1" if c else "0" for c in correct)
-        data = {"epoch": 1, "knn_top1": acc, "linear_top1": acc,
-                "per_sample": {"knn_top1": bits, "linear_top1": bits}}  # fmt: skip
-        (run / "eval" / "linear_eval.json").write_text(json.dumps(data))
-    return run
+from tests.helpers.eval_runs import N_TEST, make_run
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def test_table_groups_seeds_and_compares_with_the_baseline(tmp_path, capsys):
@@ -234,3 +211,15 @@ def test_a_run_stopped_by_max_steps_is_in_with_a_note_naming_it(tmp_path, capsys
         "its train.max_steps, apart from runs of the whole schedule"
     ) in out
     assert f"- `{early}`: unfinished: step 2 of 5 (train.max_steps=5; the schedule has 10)" in out
+
+
+def test_a_group_of_x_seed0_and_x_seed1_is_named_x():
+    """V07: the table names a group by its run folders without the seed suffix; ``_seedN`` as
+    well as ``_sN`` (a regex that strips only ``_sN`` names it "x_seed0, x_seed1")."""
+    from types import SimpleNamespace
+
+    from linear_eval.cli.table import label
+
+    runs = [SimpleNamespace(path=Path(f"/r/x_seed{i}")) for i in (0, 1)]
+    assert label(runs) == "x"
+    assert label([SimpleNamespace(path=Path("/r/x_s3")), *runs]) == "x"

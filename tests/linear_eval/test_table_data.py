@@ -10,14 +10,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-from fakeckpt import make_checkpoint
-from fakedata import random_images, write_png
-from inproc import linear_eval
-from test_table import N_TEST, make_run
 
 from linear_eval.cli import main as cli
 from pretrain.data import datasets, identity
 from pretrain.engine import checkpoint
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.eval_runs import N_TEST, make_run
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.inproc import linear_eval
 
 
 def edit_eval(run: Path, **fields: object) -> None:

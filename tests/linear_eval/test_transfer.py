@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 import torch
-from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
-from fakedata_eval import write_image_tree
 from torchvision.transforms import v2
 
 from linear_eval.__main__ import main
 from linear_eval.classify import probe, transfer
 from linear_eval.cli import classification
 from linear_eval.inputs.session import Options, Session
+from pretrain.testing.fakedata import write_cifar10
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.fakedata_eval import write_image_tree
 
 
 @pytest.fixture(scope="module")

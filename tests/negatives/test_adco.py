@@ -12,11 +12,7 @@ import negatives
 from negatives.adco import bank_gradient
 from negatives.base import StrategyInputs
 from pretrain import config
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+from tests.helpers.vectors import unit
 
 
 def np_official_update(q, k, w, v, mem_t, lr, wd, momentum):

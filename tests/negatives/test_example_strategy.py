@@ -1,4 +1,4 @@
-"""Adding a strategy is one file (tests/fixtures/example_strategy.py) plus one import: the config
+"""Adding a strategy is one file (tests/helpers/example_strategy.py) plus one import: the config
 accepts its name and checks its kwargs, and the trainer runs it, with no other edit.
 In a subprocess, so the example never joins this process's registry (the contract tests and the
 sync table iterate over every registered strategy)."""
@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 SCRIPT = """
 import sys
-import tests.fixtures.example_strategy  # the one import line
+import tests.helpers.example_strategy  # the one import line
 from pretrain import config
 from pretrain.engine import loop
 cfg = config.load("digits_moco.yaml", sys.argv[1:])

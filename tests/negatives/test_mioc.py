@@ -4,7 +4,6 @@ every synthetic point is decomposed back into (query, queue key, beta) with nump
 from __future__ import annotations
 
 import numpy as np
-import ocsvm_triton_worker
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,7 +12,12 @@ from sklearn.svm import OneClassSVM as SkOneClassSVM
 import negatives
 from negatives.base import StrategyInputs
 from negatives.mioc import MiOC, sample_mask
+from pretrain import config
+from pretrain.config import ConfigError
+from pretrain.engine import build
 from pretrain.losses import moco_logits
+from tests.helpers import ocsvm_triton_worker
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 B, D, K = 8, 16, 64
 
@@ -330,3 +334,15 @@ def test_selection_queue_ablation_draws_s_o_from_the_whole_queue_without_a_fit(b
     assert stats["inlier_fraction"] == 1.0 and int(stats["empty_inlier_steps"]) == 0
     with pytest.raises(ValueError, match="selection must be"):
         MiOC(selection="all")
+
+
+@pytest.mark.parametrize("nu", ["0", "-0.5"])
+def test_mioc_names_its_own_nu_range_for_every_value_outside_it(nu):
+    with pytest.raises(ConfigError) as info:
+        build.strategy(config.load("digits_mioc.yaml", [f"negatives.kwargs.nu={nu}"]))
+    message = str(info.value)
+    assert message == (
+        f"negatives: nu must lie in (0, 1) for MiOC, got {float(nu)}: the share of points the "
+        "one-class SVM may call outliers (the paper uses 0.01)"
+    )
+    assert_documented(message)

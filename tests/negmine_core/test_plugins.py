@@ -21,13 +21,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from compat import tomllib
 
-from negmine_core.registry import Registry
+from negmine_core.registry import PluginError, Registry, import_plugin
+from pretrain import config
+from pretrain.config import ConfigError
+from tests.helpers.compat import tomllib
+from tests.helpers.paths import ROOT
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin"
 HIDE = (  # the entry points of the negmine groups hidden (an installed example included)
     "import importlib.metadata as m; e = m.entry_points; m.entry_points = lambda **k: "
@@ -230,11 +233,11 @@ class Liar(NegativeStrategy):
 '''
 COUNT_LIAR = """
 import sys
-sys.path.insert(0, "tests")
 from pathlib import Path
 from negmine_core.registry import import_plugin
 import_plugin(sys.argv[1])
-import count_ops, count_steps, negatives, op_table, sync_table
+import negatives
+from tests.helpers import count_ops, count_steps, op_table, sync_table
 for check in (
     lambda: sync_table.check("infonce/liar", count_steps.count_pair(
         Path(sys.argv[2]), "infonce", "liar", "")),
@@ -270,8 +273,6 @@ def test_the_plugin_messages_are_quoted_in_troubleshooting(tmp_path, monkeypatch
     page = (ROOT / "docs" / "troubleshooting.md").read_text()
     (tmp_path / "broken.py").write_text("raise ImportError('no such thing')\n")
     monkeypatch.chdir(tmp_path)
-    from pretrain import config
-    from pretrain.config import ConfigError
 
     with pytest.raises(ConfigError) as e:
         config.load("digits_moco.yaml", ["plugins=[broken.py]"])
@@ -297,3 +298,46 @@ def test_python_m_slurm_passes_a_plugin_file_on_as_an_absolute_path(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     path = str(tmp_path.resolve() / "mine.py")
     assert done.stdout.strip() == f'[{path!r}] plugins=["{path}"]', done.stdout  # the last wins
+
+
+def test_a_folder_named_like_a_plugin_file_is_called_a_folder(tmp_path):
+    (tmp_path / "x.py").mkdir()
+    with pytest.raises(PluginError) as info:
+        import_plugin(str(tmp_path / "x.py"))
+    message = str(info.value)
+    assert message == (
+        f"plugin {str(tmp_path / 'x.py')!r} is a folder, not a Python file: name the .py file (or "
+        "give a package as a module name, without .py)"
+    )
+    assert_documented(f"config key 'plugins' in the config: {message}")
+
+
+TWO_OF_ONE_NAME = """
+from negatives import ExtraNegatives, NegativeStrategy, StrategyInputs, register
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives()
+
+
+@register("twice_in_one_file")
+class Mine(NegativeStrategy):  # noqa: F811
+    def negatives(self, s: StrategyInputs) -> ExtraNegatives:
+        return ExtraNegatives(shared=s.k.detach())
+"""
+
+
+def test_two_classes_of_one_qualname_in_one_file_are_a_duplicate(tmp_path, monkeypatch):
+    """N02: ``same_class`` compared ``inspect.getsourcelines``, which (Python < 3.13) finds the
+    first class of that name for both, so the second registered silently."""
+    from negatives.base import strategies
+    from negmine_core.registry import PluginError, import_plugin
+
+    strategies.names()  # scanned, then the registry put back after the test
+    monkeypatch.setattr(strategies, "_classes", dict(strategies._classes))
+
+    (tmp_path / "two.py").write_text(TWO_OF_ONE_NAME)
+    with pytest.raises(PluginError, match="negative strategy 'twice_in_one_file' is already "):
+        import_plugin(str(tmp_path / "two.py"))

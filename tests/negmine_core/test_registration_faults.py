@@ -18,8 +18,8 @@ import pytest
 import negatives
 from pretrain import config
 from pretrain.config import ConfigError
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CLASH = """
 import importlib.metadata as m, runpy, sys
 real = m.entry_points

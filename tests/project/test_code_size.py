@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+
 PACKAGES = ("pretrain", "negatives", "negmine_core", "linear_eval")
 MAX_FUNCTION, MAX_MODULE = 80, 450
 MAX_FUNCTION_IN = {"linear_eval": 60}  # package: its tighter function limit

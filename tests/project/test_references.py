@@ -10,12 +10,12 @@ from __future__ import annotations
 import html
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_references  # noqa: E402
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+
 OUTSIDE = ("scripts", "benchmarks", "examples", "pretrain", "negatives", "negmine_core",
            "linear_eval", "slurm")  # fmt: skip
-SUITE = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tests"}
+SUITE = {p.stem for p in (ROOT / "tests").rglob("*.py")} | {"tests"}
 
 
 def faults(path: Path) -> list[str]:

@@ -12,13 +12,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-import inproc
 import numpy as np
 from PIL import Image
 
 from pretrain.data import datasets
+from tests.helpers import inproc
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "make_imagenet100.py"
 OTHER = ["n09999991", "n09999992"]  # classes of the download that are not in ImageNet-100
 
@@ -62,7 +62,7 @@ def fake_ilsvrc(root: Path, as_tars: int = 30) -> dict[str, list[str]]:
 
 def make(*args: str, process: bool = False) -> subprocess.CompletedProcess:
     """The script with ``args``: as a process (``process``: the command a user types), else its
-    ``main`` in this process (``tests/inproc.py``)."""
+    ``main`` in this process (``tests/helpers/inproc.py``)."""
     if process:
         return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
                               text=True, timeout=300, cwd=ROOT)  # fmt: skip

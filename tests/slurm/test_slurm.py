@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from slurm.submit import SlurmError, parse_time
+from tests.helpers.paths import ROOT
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -111,7 +110,7 @@ def test_the_docstring_sweep_example_gives_each_task_its_own_directory(tmp_path,
 
 
 def test_sweep_tasks_sharing_a_directory_are_refused(tmp_path):
-    from tests.test_troubleshooting_data import assert_documented
+    from tests.helpers.troubleshooting_quotes import assert_documented
 
     path = fake_tools(tmp_path, "debug*")
     out = cli("--cfg", "digits_moco.yaml", "--sweep", f"seed=1 out_dir={tmp_path}",
@@ -130,8 +129,8 @@ DEADLINE_S = 300
 @pytest.fixture(scope="module")
 def cluster():
     """The run's shared cluster (started once per run, stopped by the top-level pytest process
-    at the end of the session: tests/slurm_cluster.py)."""
-    from slurm_cluster import ensure_cluster
+    at the end of the session: tests/helpers/slurm_cluster.py)."""
+    from tests.helpers.slurm_cluster import ensure_cluster
 
     env = ensure_cluster()
     if isinstance(env, str):
@@ -162,7 +161,7 @@ def wait_done(env: dict, job_ids: list[int], runs: list[Path], epochs: int) -> N
     """Until every run has its last epoch line and SLURM no longer lists the jobs."""
     import time
 
-    from slurm_cluster import Watch
+    from tests.helpers.slurm_cluster import Watch
 
     watch = Watch(env)  # fails within 60 s of the controller going away, with its logs
     deadline = time.time() + DEADLINE_S
@@ -204,7 +203,7 @@ def test_preempted_job_requeues_and_ends_like_an_uninterrupted_run(cluster, tmp_
     run = tmp_path / "preempted"
     (job,) = submit(cluster, "--cfg", "digits_moco.yaml", "--time", "00:30:00", f"out_dir={run}",
                     *common)  # fmt: skip
-    from slurm_cluster import Watch
+    from tests.helpers.slurm_cluster import Watch
 
     watch = Watch(cluster)
     deadline = time.time() + DEADLINE_S

@@ -7,11 +7,11 @@ get the documented hint. In-process, with the executor replaced by a recorder.""
 from __future__ import annotations
 
 import pytest
-from fakeckpt import make_checkpoint
-from inproc import run
 
 import slurm.__main__ as launcher
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.inproc import run
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 class Recorder:
@@ -87,3 +87,13 @@ def test_linear_eval_arguments_without_the_separator_get_the_hint(submitted, tmp
     assert done.stderr.strip() == f"error: {message} (nothing was submitted)"
     assert submitted.tasks == []
     assert_documented(message)
+
+
+def test_a_sweep_whose_third_task_names_the_firsts_out_dir_is_refused(tmp_path, monkeypatch):
+    """V09: every earlier task is compared, not only the one before."""
+    from slurm.__main__ import task_configs
+    from slurm.submit import SlurmError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SlurmError, match="sweep tasks 0 and 2 would share the run directory"):
+        task_configs("digits_moco.yaml", [], [["out_dir=a"], ["out_dir=b"], ["out_dir=a"]])

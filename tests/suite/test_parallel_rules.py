@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+from tests.helpers.paths import TESTS
 
 PROBE = """
 import os

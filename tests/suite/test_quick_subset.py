@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import conftest
+from tests import conftest
+from tests.helpers.paths import TESTS
 
-TESTS = Path(__file__).resolve().parent
 PACKAGES = ("pretrain", "negatives", "linear_eval", "slurm")
 
 
@@ -39,7 +39,7 @@ def test_the_listed_files_exist_and_cover_every_package():
 def test_marker_selects_the_listed_files_only():
     """Collect -m quick over the quick files and one file that is not listed: every listed file
     contributes tests, the other none."""
-    other = "test_ddp.py"
+    other = "pretrain/runtime/test_ddp.py"
     assert other not in conftest.QUICK_FILES
     files = [str(TESTS / f) for f in (*conftest.QUICK_FILES, other)]
     run = subprocess.run(

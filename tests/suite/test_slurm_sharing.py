@@ -1,7 +1,7 @@
 """The local SLURM cluster is shared by a test run's processes without depending on how pytest-xdist
-distributes the tests (tests/slurm_cluster.py): one owner stops it, a stop while another process
-holds a lease is refused with an error naming the cluster, and a wait fails within seconds of the
-controller going away, with the daemons' logs. No SLURM is needed: the state directory is a
+distributes the tests (tests/helpers/slurm_cluster.py): one owner stops it, a stop while another
+process holds a lease is refused with an error naming the cluster, and a wait fails within seconds
+of the controller going away, with the daemons' logs. No SLURM is needed: the state directory is a
 temporary one and the controller's answer is a stand-in command."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+from tests.helpers.paths import ROOT, TESTS
 
 HOLD = """
-import sys, slurm_cluster
+import sys
+from tests.helpers import slurm_cluster
 slurm_cluster._result = {"SLURM_CONF": "unused"}  # as after ensure_cluster() in this process
 slurm_cluster.ensure_cluster()
 print("holding", flush=True)
@@ -26,7 +27,7 @@ sys.stdin.read()  # until the test closes our stdin
 """
 
 STOP = """
-import slurm_cluster
+from tests.helpers import slurm_cluster
 try:
     slurm_cluster.stop_cluster()
 except slurm_cluster.ClusterInUse as exc:
@@ -37,7 +38,7 @@ print("stopped")
 
 
 def python(code: str, state: Path, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "NEGMINE_SLURM_DIR": str(state), "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "NEGMINE_SLURM_DIR": str(state), "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", code], env=env, text=True,
                             stdout=subprocess.PIPE, **kwargs)  # fmt: skip
 
@@ -71,15 +72,15 @@ def test_the_run_stops_only_a_cluster_it_started(tmp_path, started, run, stops):
     state = tmp_path / "slurm"
     state.mkdir()
     (state / "owner.json").write_text(json.dumps({"run": run, "started": started}))
-    code = "import slurm_cluster; slurm_cluster.stop_started_by_run()"
-    env = {**os.environ, "NEGMINE_SLURM_DIR": str(state), "PYTHONPATH": str(TESTS),
+    code = "from tests.helpers import slurm_cluster; slurm_cluster.stop_started_by_run()"
+    env = {**os.environ, "NEGMINE_SLURM_DIR": str(state), "PYTHONPATH": str(ROOT),
            "NEGMINE_TEST_RUN": "this"}  # fmt: skip
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert (state / "owner.json").exists() != stops
 
 
 def test_a_wait_fails_soon_after_the_controller_goes_away_with_its_log(tmp_path, monkeypatch):
-    from slurm_cluster import Watch
+    from tests.helpers.slurm_cluster import Watch
 
     (tmp_path / "log").mkdir()
     (tmp_path / "log" / "slurmctld.log").write_text("error: the last words of slurmctld\n")
@@ -97,7 +98,7 @@ def test_a_wait_fails_soon_after_the_controller_goes_away_with_its_log(tmp_path,
 
 
 def test_a_wait_goes_on_while_the_controller_answers_again(tmp_path, monkeypatch):
-    from slurm_cluster import Watch
+    from tests.helpers.slurm_cluster import Watch
 
     monkeypatch.setenv("NEGMINE_SLURM_DIR", str(tmp_path))
     flag = tmp_path / "up"
@@ -116,13 +117,13 @@ def test_without_the_opt_in_nothing_is_tried_and_the_reason_names_it(tmp_path, v
     """A plain ``python -m pytest`` (root on Debian included) installs and starts nothing: only
     ``NEGMINE_SLURM=1`` lets ``ensure_cluster`` try; without it the answer names the variable."""
     code = (
-        "import slurm_cluster\n"
+        "from tests.helpers import slurm_cluster\n"
         "def tried(): raise SystemExit('ensure_cluster tried to bring SLURM up')\n"
         "slurm_cluster._up_for_run = tried\n"
         "print(slurm_cluster.ensure_cluster())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "NEGMINE_SLURM"}
-    env.update({"NEGMINE_SLURM_DIR": str(tmp_path), "PYTHONPATH": str(TESTS)})
+    env.update({"NEGMINE_SLURM_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
     if value is not None:
         env["NEGMINE_SLURM"] = value
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -138,7 +139,7 @@ def test_without_the_opt_in_nothing_is_tried_and_the_reason_names_it(tmp_path, v
 def test_a_real_slurm_test_is_skipped_without_the_opt_in_naming_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NEGMINE_SLURM"}
     env["NEGMINE_SLURM_DIR"] = str(tmp_path)
-    test = "tests/test_slurm.py::test_training_job_runs_to_completion"
+    test = "tests/slurm/test_slurm.py::test_training_job_runs_to_completion"
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider", test],
         cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=300,

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import ROOT
+
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-TESTS = Path(__file__).resolve().parent
 
 HANG_IN_A_THREAD = """
 import threading
@@ -59,9 +60,9 @@ def run(
     tmp_path: Path, source: str, grace: float = 2.0, timeout: float = 120, *flags: str
 ) -> subprocess.CompletedProcess:
     (tmp_path / "test_case.py").write_text(source)
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "NEGMINE_TEARDOWN_GRACE_S": str(grace)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "teardown_guard", "-p", "no:cacheprovider",
-           *flags, "test_case.py"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEGMINE_TEARDOWN_GRACE_S": str(grace)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "tests.helpers.teardown_guard",
+           "-p", "no:cacheprovider", *flags, "test_case.py"]  # fmt: skip
     return subprocess.run(
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import smo
 from negatives.ocsvm.svm import OneClassSVM
+from pretrain.testing.fakedata import embeddings
 
 GRID = [(0.01, 0.01), (0.1, 0.1)]
 
@@ -314,7 +314,7 @@ def test_triton_constants_are_built_on_the_device_without_host_data(nu, n):
     """The Triton fit's per-device constants come from tensor ops on the device (no host data
     copied: a sync on CUDA), equal to libsvm's start bit for bit (smo.initial_alpha); prepare()
     builds them before any fit (MiOC at setup and .to())."""
-    from sync_counter import SyncCounter
+    from pretrain.testing.sync_counter import SyncCounter
 
     svm = OneClassSVM(nu=nu, gamma=0.3, tol=1e-4)
     with SyncCounter() as syncs:
@@ -335,7 +335,7 @@ def test_the_first_shrink_is_at_iteration_n_plus_1():
     """libsvm's shrinking counter starts at ``min(l, 1000) + 1``: 16 points whose fit changes
     when the first ``do_shrinking`` comes one iteration earlier (``min(l, 1000)``: 34 iterations
     instead of scikit-learn's 33). The same case runs the Triton kernel in
-    ``tests/test_ocsvm_triton_libsvm.py`` (``first_shrink``)."""
+    ``tests/negatives/ocsvm/test_ocsvm_triton_libsvm.py`` (``first_shrink``)."""
     X, _ = embeddings(n_fit=16, n_queue=50, seed=5)
     sk = sklearn_fit(X, 0.3, 0.1, tol=1e-5)
     ours = OneClassSVM(loop="host", nu=0.3, gamma=0.1, tol=1e-5).fit(X)

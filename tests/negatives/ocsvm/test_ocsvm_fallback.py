@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,8 +24,7 @@ from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import device_support
 from negatives.ocsvm.svm import OneClassSVM
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
 
 NO_TRITON = "triton is not installed: the Triton kernels' tests need it (pip install triton)"
 

@@ -13,12 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import limits, smo
 from negatives.ocsvm.svm import OneClassSVM
-from tests.test_troubleshooting_data import assert_documented
+from pretrain.testing.fakedata import embeddings
+from tests.helpers.paths import ROOT
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 # 1,167 iterations on the host loop, which polls between chunks of at most n = 300 of them
 SETTING = {"nu": 0.5, "gamma": 10.0, "tol": 1e-6}
@@ -102,10 +103,9 @@ def test_a_sigterm_during_a_spinning_solve_checkpoints_as_a_preemption(tmp_path,
     """The host solver made to spin (no iteration ever done, as on a NaN kernel): SIGTERM sets
     the stop request, the solve returns, the step ends, and the run saves a checkpoint at that
     step and exits 0. Without the poll the solve would spin on (here: fail after 60 s)."""
-    from inproc import pretrain
-    from test_mutations_round3 import SMALL
-
     from pretrain.engine import checkpoint
+    from tests.helpers.inproc import pretrain
+    from tests.helpers.runs import SUBSET_RUN
 
     spun: list[float] = []
 
@@ -119,8 +119,8 @@ def test_a_sigterm_during_a_spinning_solve_checkpoints_as_a_preemption(tmp_path,
     monkeypatch.setattr(smo.HostOps, "run", spin)
     out = tmp_path / "run"
     with pytest.warns(RuntimeWarning, match="a stop was requested"):
-        done = pretrain("--cfg", "digits_mioc.yaml", f"out_dir={out}", *SMALL, "train.epochs=1",
-                        "negatives.kwargs.warmup_epochs=0")  # fmt: skip
+        done = pretrain("--cfg", "digits_mioc.yaml", f"out_dir={out}", *SUBSET_RUN,
+                        "train.epochs=1", "negatives.kwargs.warmup_epochs=0")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "SIGTERM: checkpoint saved at epoch 1 step 1/" in done.stdout, done.stdout
     assert checkpoint.load(out / "checkpoints" / "last.pt")["global_step"] == 1
@@ -164,11 +164,10 @@ def test_miocs_solve_cap_is_the_documented_60_s_and_stops_a_fit(monkeypatch):
     whose clock passes it stops there with the warning quoting it; a fit that stays under it
     runs to the stopping rule."""
     import re
-    from pathlib import Path
 
     from negatives import mioc
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md").read_text()
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
     documented = float(re.search(r"\(MiOC: (\d+) s a fit,", page).group(1))
     assert mioc.MAX_SOLVE_S == documented == 60
     X = embeddings(300, 10, seed=0)[0].double()

@@ -3,24 +3,26 @@ scikit-learn's OneClassSVM (libsvm with shrinking, its default).
 
 Without a GPU the Triton program runs in Triton's interpreter on CPU tensors: it needs
 TRITON_INTERPRET=1 before triton is imported, so the fits run in one subprocess
-(``tests/ocsvm_triton_worker.py``); with a GPU the same worker runs the compiled kernel. The
+(``tests/helpers/ocsvm_triton_worker.py``); with a GPU the same worker runs the compiled kernel. The
 interpreter costs ~20 ms per SMO iteration, so the cases are small (n <= 256), each picked so
 that it tests something: the iterations pass min(n, 1000) (libsvm shrinks), duplicated points
 (exact ties: which duplicate is picked depends on libsvm's index swaps) where skipping shrinking
 changes the support set, nu * n integral, the linear kernel, max_iter, and non-finite input.
 Details of libsvm that these cases cannot tell apart (unshrinking, be_shrunk's bound, the tie rule
-across blocks of 1,024) have their own cases in ``tests/test_ocsvm_triton_libsvm.py``.
+across blocks of 1,024) have their own cases in
+``tests/negatives/ocsvm/test_ocsvm_triton_libsvm.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import ocsvm_triton_worker
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
-from triton_launches import installed_ptx
+
+from pretrain.testing.fakedata import embeddings
+from tests.helpers import ocsvm_triton_worker
+from tests.helpers.triton_launches import installed_ptx
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
@@ -256,8 +258,8 @@ def test_long_runs_match_sklearn(tmp_path):
 
 def test_kernel_compiles_for_a_gpu_without_fma(triton_launches):
     """The compiled program (what CUDA runs, sm_90: the launch test's compile of the fit,
-    tests/triton_launches.py): every float64 operation rounds on its own (no fused multiply-add),
-    and the threads meet at barriers."""
+    tests/helpers/triton_launches.py): every float64 operation rounds on its own (no fused
+    multiply-add), and the threads meet at barriers."""
     ptx = installed_ptx(triton_launches, "ocsvm rbf n=256 d=128")["_smo_kernel"]
     assert ".target sm_90" in ptx
     assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "bar.sync" in ptx
@@ -265,8 +267,8 @@ def test_kernel_compiles_for_a_gpu_without_fma(triton_launches):
 
 def test_gram_and_score_kernels_compile_for_a_gpu(triton_launches):
     """Both kernels build for sm_90 here without a GPU (the launch test's compiles of the fit and
-    the scoring, tests/triton_launches.py), their dot products on the float64 tensor cores (DMMA)
-    and exp in float64 (no float32 approximation)."""
+    the scoring, tests/helpers/triton_launches.py), their dot products on the float64 tensor cores
+    (DMMA) and exp in float64 (no float32 approximation)."""
     compiled = installed_ptx(triton_launches, "ocsvm rbf n=256 d=128")
     for ptx in (compiled["_gram_kernel"], compiled["_score_kernel"]):
         assert ".target sm_90" in ptx

@@ -1,7 +1,7 @@
 """libsvm's details in the one-program Triton solver (``negatives/ocsvm/smo_triton.py``) that the
-cases of ``tests/test_ocsvm_triton.py`` cannot tell apart: each case here is picked so that a change
-to one detail changes the iterates, and the fit is compared with scikit-learn's (libsvm's)
-iterations, support set, dual coefficients and rho, as there.
+cases of ``tests/negatives/ocsvm/test_ocsvm_triton.py`` cannot tell apart: each case here is picked
+so that a change to one detail changes the iterates, and the fit is compared with scikit-learn's
+(libsvm's) iterations, support set, dual coefficients and rho, as there.
 
 - ``unshrink``: ``do_shrinking``'s unshrink step (``Gmax1 + Gmax2 <= eps * 10``: reconstruct the
   gradient, reactivate every variable) fires at the 2nd shrink with variables shrunk and the gap
@@ -18,8 +18,8 @@ iterations, support set, dual coefficients and rho, as there.
 - ``first_shrink``: when shrinking starts: libsvm's counter starts at ``min(l, 1000) + 1``, so the
   first ``do_shrinking`` is at iteration l + 1 (17 here); at l (the counter ``min(l, 1000)``) the
   fit takes 34 iterations instead of 33 (in the kernel and in the host SMO:
-  ``tests/test_ocsvm.py::test_the_first_shrink_is_at_iteration_n_plus_1``, a quick test; 16
-  points, ~1 s interpreted).
+  ``tests/negatives/ocsvm/test_ocsvm.py::test_the_first_shrink_is_at_iteration_n_plus_1``, a quick
+  test; 16 points, ~1 s interpreted).
 
 Each case fails when its detail is changed in the kernel (the table is in ``docs/ocsvm_gpu.md``);
 :func:`test_cases_exercise_what_they_claim` checks the claims above with the host SMO
@@ -28,14 +28,14 @@ Each case fails when its detail is changed in the kernel (the table is in ``docs
 from __future__ import annotations
 
 import numpy as np
-import ocsvm_triton_worker
 import pytest
 import torch
-from fakedata import embeddings
 from sklearn.svm import OneClassSVM as SkOneClassSVM
 
 from negatives.ocsvm import smo
 from negatives.ocsvm.svm import OneClassSVM
+from pretrain.testing.fakedata import embeddings
+from tests.helpers import ocsvm_triton_worker
 
 
 def blocks_tie(side: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,18 +1,19 @@
 """Every Triton kernel through Triton's real launch path, without a GPU, on each supported triton.
 
-``tests/triton_launch_worker.py`` runs the public entry points (``OneClassSVM(loop="triton")``'s
-fit, decision_function and score; ``SplitBatchNorm`` on the triton path, forward and backward) with
-a stand-in active driver (``tests/triton_standin.py``) that reports an sm_90 GPU: the generated
-argument binder, the launch options, the sm_90 compile, the globals check and the H100's resource
-limits all run as on a GPU; the launch itself is recorded, not run (the interpreted tests check
-the results). The three failures an H200 found (a kernel argument named
-``params``, a NaN constexpr global, float64 ``tl.dot`` on triton <= 3.7) each fail this test.
+``tests/helpers/triton_launch_worker.py`` runs the public entry points
+(``OneClassSVM(loop="triton")``'s fit, decision_function and score; ``SplitBatchNorm`` on the triton
+path, forward and backward) with a stand-in active driver (``tests/helpers/triton_standin.py``) that
+reports an sm_90 GPU: the generated argument binder, the launch options, the sm_90 compile, the
+globals check and the H100's resource limits all run as on a GPU; the launch itself is recorded, not
+run (the interpreted tests check the results). The three failures an H200 found (a kernel argument
+named ``params``, a NaN constexpr global, float64 ``tl.dot`` on triton <= 3.7) each fail this test.
 
 The installed triton runs always. Older ones run from folders named in ``NEGMINE_TRITON_OLDER``
 (``:``-separated ``pip install --target`` folders; ``.ci/run`` installs triton 3.5.1 and 3.6.0);
 under CI (``CI=true``) a missing folder is an error, not a skip. The workers run once per session
-(``tests/triton_launches.py``, the ``triton_launches`` fixture of ``tests/conftest.py``): the
-sm_90 PTX tests of the OC-SVM and split BN read the installed triton's compiles from the same run.
+(``tests/helpers/triton_launches.py``, the ``triton_launches`` fixture of ``tests/conftest.py``):
+the sm_90 PTX tests of the OC-SVM and split BN read the installed triton's compiles from the same
+run.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import os
 from pathlib import Path
 
 import pytest
-from triton_launches import OLDER
 
 from negatives.ocsvm.device_support import TRITON_MIN
+from tests.helpers.triton_launches import OLDER
 
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 

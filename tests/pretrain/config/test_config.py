@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 
-import inproc
 import pytest
 
 from pretrain import config
 from pretrain.config import ConfigError
+from tests.helpers.inproc import pretrain_from as run_cli
 
 
 def write_yaml(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m pretrain ARGS`` from ``cwd``, in this process (``tests/inproc.py``)."""
-    with inproc.isolated():  # puts the working directory back
-        os.chdir(cwd)
-        return inproc.pretrain(*args)
 
 
 def test_shipped_config_loads_with_overrides(tmp_path):

@@ -8,17 +8,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from pretrain import config
 from pretrain.config import files
-from tests import inproc
-from tests.troubleshooting_quotes import assert_documented
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import inproc
+from tests.helpers.inproc import error_line
+from tests.helpers.paths import ROOT
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def alias_bomb(levels: int = 10, width: int = 9) -> str:
@@ -29,11 +28,6 @@ def alias_bomb(levels: int = 10, width: int = 9) -> str:
         prev, name = ("a" if i == 1 else f"a{i - 1}"), f"a{i}"
         lines.append(f"{name}: &{name} [{','.join([f'*{prev}'] * width)}]")
     return "\n".join(lines) + "\n"
-
-
-def error_line(stderr: str) -> str:
-    [line] = [s for s in stderr.splitlines() if s.startswith("error: ")]
-    return line.removeprefix("error: ")
 
 
 @pytest.mark.parametrize("module", ["pretrain", "slurm"])

@@ -8,22 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import inproc
 import pytest
-from fakedata import random_images, write_png
 
 from pretrain import __main__ as cli
 from pretrain import config
 from pretrain.config import ConfigError
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_here(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m pretrain ARGS`` from ``cwd``, in this process (``tests/inproc.py``)."""
-    with inproc.isolated():  # puts the working directory back
-        os.chdir(cwd)
-        return inproc.pretrain(*args)
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.inproc import pretrain_from as run_here
+from tests.helpers.paths import ROOT
 
 
 def run_cli(args: list, cwd: Path) -> subprocess.CompletedProcess:
@@ -159,3 +151,24 @@ def test_troubleshooting_quotes_the_new_config_messages_word_for_word(tmp_path, 
     found.append(str(e.value))
     for message in found:
         assert f"`{message}`" in page, message
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("data.crop_scale=[0.2, 1.5]", "data.crop_scale"),  # C01: the upper bound of 1
+     ("data.subset=1.5", "data.subset")],  # C02: a fraction must lie below 1
+)  # fmt: skip
+def test_crop_scale_above_1_and_a_fractional_subset_above_1_are_refused(override, key):
+    """C01 (``crop_scale[1] <= 1`` dropped) and C02 (a fractional ``data.subset`` above 1
+    accepted) make these load."""
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        config.load("digits_moco.yaml", [override])
+    config.load("digits_moco.yaml", [override.replace("1.5", "1")])  # the edge is valid
+
+
+def test_the_kappa_heads_weights_are_typed_like_the_losses_own():
+    """C04: the kappa head's weights (the ``kappa`` section) are typed: YAML's ``1e-2`` (a string
+    to YAML 1.1) becomes a float, as a loss's own setting does."""
+    cfg = config.load("digits_kappa.yaml", ["kappa.lambda_align=1e-2"])
+    value = cfg.kappa.lambda_align
+    assert value == 0.01 and isinstance(value, float)

@@ -88,7 +88,7 @@ def test_split_batchnorm_rule_is_stated_once(monkeypatch):
     docs/troubleshooting.md."""
     from pretrain.config import rules
     from pretrain.engine import world
-    from tests.test_troubleshooting_data import assert_documented
+    from tests.helpers.troubleshooting_quotes import assert_documented
 
     cfg = config.load("digits_moco.yaml", ["train.batch_size=64", "model.bn_splits=2"])
     world.check(cfg, 2)  # 32 per rank, 2 splits of 16

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import inproc
 import pytest
-from fakedata import write_cifar10, write_imagenet100
 
 from pretrain import config
 from pretrain.engine import build
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
+from tests.helpers import inproc
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.name for p in config.CONFIG_DIR.glob("*.yaml"))
 SHRINK = [
     "model.arch=resnet_small",
@@ -63,7 +62,7 @@ def test_paper_settings():
 
 def run_one_epoch(cfg_name: str, root: Path, out: Path, *extra: str) -> dict:
     """The recipe shrunk, one epoch through ``python -m pretrain`` in this process
-    (``tests/inproc.py``); its last metrics record."""
+    (``tests/helpers/inproc.py``); its last metrics record."""
     args = ["--cfg", cfg_name, f"data.root={root}", f"out_dir={out}", *SHRINK, *extra]
     done = inproc.pretrain(*args)
     assert done.returncode == 0, done.stderr

@@ -185,8 +185,9 @@ def all_ops_rows(n: int, size: int, seed: int = 0) -> torch.Tensor:
 def test_photometric_runs_without_host_syncs():
     """Stage 2 with every op on (affine, deferred crop, jitter in all orders, grayscale, blur,
     flip, solarize) has no would-be host sync, host-to-device copies of host data included
-    (``tests/sync_counter.py``: a tensor built from a Python list on the device, a list index)."""
-    from sync_counter import SyncCounter
+    (``pretrain/testing/sync_counter.py``: a tensor built from a Python list on the device, a list
+    index)."""
+    from pretrain.testing.sync_counter import SyncCounter
 
     n, size = 32, 12
     rows = all_ops_rows(n, size)

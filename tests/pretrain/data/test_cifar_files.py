@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakedata import cifar_rows, dump, random_images, write_cifar10
-from inproc import pretrain
-from troubleshooting_quotes import assert_documented
 
 from pretrain.data import datasets
 from pretrain.data.imagefiles import DatasetError
+from pretrain.testing.fakedata import cifar_rows, dump, random_images, write_cifar10
+from tests.helpers.inproc import pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 HEADING = "A CIFAR batch or meta file is refused"
 FOLDER = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakedata import write_cifar10
-from troubleshooting_quotes import assert_documented
 
 from pretrain.data import datasets
 from pretrain.data.imagefiles import DatasetError
+from pretrain.testing.fakedata import write_cifar10
+from tests.helpers.paths import ROOT
+from tests.helpers.troubleshooting_quotes import assert_documented
 
-ROOT = Path(__file__).resolve().parents[1]
 HEADING = "A CIFAR batch or meta file is refused"
 POINTER = b"\x41" * 8
 N = 4

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakedata import cifar_rows, dump, random_images, write_png
 from PIL import Image
 from sklearn.datasets import load_digits
 
 from pretrain.data import datasets
 from pretrain.data.datasets import DatasetNotFoundError
+from pretrain.testing.fakedata import cifar_rows, dump, random_images, write_png
 
 
 @pytest.fixture

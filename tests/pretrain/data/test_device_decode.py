@@ -2,7 +2,8 @@
 against torchvision's resized_crop, the whole path against the CPU path (CropViews) on JPEG
 folders written by PIL, bad files inside a batch, the config key and its auto rule; the crops of
 the same decoded pixels on both paths (on the CPU and, cuda-marked, on the GPU); cuda-marked,
-nvjpeg's whole-image decode against libjpeg's two chroma upsamplings (tests/jpeg_upsampling.py)."""
+nvjpeg's whole-image decode against libjpeg's two chroma upsamplings
+(tests/helpers/jpeg_upsampling.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pytest
 import torch
 from PIL import Image
 from scipy import stats
-from state_dicts import flat
 from torch.utils.data import default_collate
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
@@ -28,7 +28,8 @@ from pretrain.data import device_decode as dd
 from pretrain.data import device_resize as dr
 from pretrain.data.loaders import ResumableSampler, loader
 from pretrain.engine import build, loop
-from tests.fakedata import write_imagenet100
+from pretrain.testing.fakedata import write_imagenet100
+from tests.helpers.state_dicts import flat
 
 SPEC = views.ViewSpec(image_size=16, crop_scale=(0.2, 1.0), affine_degrees=0.0,
                       affine_translate=0.0, jitter_strength=0.4, jitter_prob=0.8,
@@ -253,8 +254,8 @@ def test_through_loader_workers_and_a_resume_replays_the_same_batches(tmp_path):
 
 def test_the_training_process_side_makes_no_host_sync(tmp_path):
     """Decode, crops and the batch's assembly: no op that would make the host wait for a GPU
-    (tests/sync_counter.py), with a PNG crop from the worker in the batch."""
-    from sync_counter import SyncCounter
+    (pretrain/testing/sync_counter.py), with a PNG crop from the worker in the batch."""
+    from pretrain.testing.sync_counter import SyncCounter
 
     write_folder(tmp_path)
     _, enc, _ = both_paths(tmp_path, skip=False)
@@ -476,11 +477,11 @@ def jpeg_files(root) -> list[tuple[str, bytes]]:
 
 
 def test_the_replicated_chroma_reference_is_libjpegs_decode_without_fancy_upsampling(tmp_path):
-    """tests/jpeg_upsampling.py, checked here: the half-scale chroma planes are the file's own
-    samples (libjpeg's fancy filter of them is the full-scale decode's chroma, exactly), the colour
-    conversion is libjpeg's (within a level of torchvision's decode), and on these images the two
-    upsamplings differ by more than any IDCT (the gap the GPU test allows)."""
-    import jpeg_upsampling as ju
+    """tests/helpers/jpeg_upsampling.py, checked here: the half-scale chroma planes are the file's
+    own samples (libjpeg's fancy filter of them is the full-scale decode's chroma, exactly), the
+    colour conversion is libjpeg's (within a level of torchvision's decode), and on these images the
+    two upsamplings differ by more than any IDCT (the gap the GPU test allows)."""
+    from tests.helpers import jpeg_upsampling as ju
 
     write_folder(tmp_path)
     for name, data in jpeg_files(tmp_path):
@@ -515,8 +516,9 @@ def test_nvjpeg_decodes_whole_images_as_libjpeg_up_to_chroma_upsampling(tmp_path
     explains; 0 for the grayscale file) plus 1 level (the IDCTs: DALI's bound when both sides
     upsample alike); the luma, which the upsampling barely moves (0.24-0.29 levels here), within
     its own gap plus the same 1 level. A shifted, swapped or wrongly converted image fails both."""
-    import jpeg_upsampling as ju
     import torchvision
+
+    from tests.helpers import jpeg_upsampling as ju
 
     write_folder(tmp_path)
     files = jpeg_files(tmp_path)

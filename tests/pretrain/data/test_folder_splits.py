@@ -5,7 +5,6 @@ format; the expected labels come from the class folder each file was written int
 
 from __future__ import annotations
 
-import builtins
 import os
 import re
 from pathlib import Path
@@ -16,18 +15,8 @@ import pytest
 from pretrain import config
 from pretrain.data import datasets, imagefiles, pipeline
 from pretrain.engine import build
-from tests.fakedata import random_images, write_png
-
-TRAIN = {"ant": 2, "cat": 3, "owl": 2}  # class -> images
-
-
-def write_split(root: Path, split: str, counts: dict[str, int], seed: int = 0) -> None:
-    imgs = random_images(sum(counts.values()), 8, seed)
-    i = 0
-    for name, n in counts.items():
-        for j in range(n):
-            write_png(root / split / name / f"{j}.png", imgs[i])
-            i += 1
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.folders import TRAIN, deny, labels_by_folder, write_split
 
 
 def run_data(root: Path, *extra: str) -> pipeline.Data:
@@ -39,11 +28,6 @@ def run_data(root: Path, *extra: str) -> pipeline.Data:
          *extra],
     )  # fmt: skip
     return build.datasets_for(cfg)
-
-
-def labels_by_folder(ds) -> list[tuple[str, int]]:
-    """(class folder the file sits in, label the dataset gives it) per sample."""
-    return [(Path(p).parent.name, y) for p, y in ds.samples]
 
 
 # --- splits labelled by the training split's class names -------------------------------
@@ -127,25 +111,6 @@ def test_a_link_to_a_folder_elsewhere_is_followed(tmp_path, capsys):
 
 
 # --- unreadable folders and files named with the permission problem ------------
-
-
-def deny(monkeypatch, path: Path) -> None:
-    """Reads of ``path`` fail as they do for a user without the right (tests run as root, where
-    chmod 000 blocks nothing): os.scandir for a folder, open for a file."""
-    real_scandir, real_open = os.scandir, builtins.open
-
-    def scandir(p=".", *a, **k):
-        if os.fspath(p) == str(path):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_scandir(p, *a, **k)
-
-    def fake_open(p, *a, **k):
-        if isinstance(p, (str, os.PathLike)) and os.fspath(p) == str(path):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(p, *a, **k)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    monkeypatch.setattr(builtins, "open", fake_open)
 
 
 def test_an_unreadable_class_folder_is_named_as_unreadable_not_empty(tmp_path, monkeypatch):

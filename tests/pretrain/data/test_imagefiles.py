@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 from pretrain.data import datasets, imagefiles
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.runtime import cores
-from tests.fakedata import random_images, write_png
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def chw_to_hwc(image: torch.Tensor) -> np.ndarray:
@@ -220,3 +221,15 @@ def test_such_images_train_in_a_batch_with_ordinary_ones(tmp_path):
     ds = datasets.build("imagefolder", str(tmp_path), "train")
     batch = next(iter(DataLoader(ds, batch_size=3)))
     assert batch[0].shape == (3, 3, 8, 8) and batch[0].dtype == torch.uint8
+
+
+@pytest.mark.parametrize("name", ["empty.png", "empty.jpg", "empty.bmp"])
+def test_a_zero_byte_image_is_called_empty(tmp_path, name):
+    (tmp_path / name).write_bytes(b"")
+    for read in (imagefiles.read_image, imagefiles.read_pil):
+        with pytest.raises(imagefiles.BadImageError) as info:
+            read(tmp_path / name)
+        assert (
+            str(info.value) == f"cannot read image {tmp_path / name}: the file is empty (0 bytes)"
+        )
+        assert_documented(str(info.value))

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from fakedata import random_images, write_png
 from torchvision.datasets import ImageFolder
 
 from pretrain import config
 from pretrain.data import augment, loaders, resident_views, views
 from pretrain.data import augment_params as ap
 from pretrain.engine import build
+from pretrain.testing.fakedata import random_images, write_png
 
 CLASSES = {"a": ["b.png", "A.png"], "B": ["x.png"], "c": ["Z.png", "a.png"], "_d": ["q.png"]}
 

@@ -10,17 +10,16 @@ import re
 import subprocess
 from pathlib import Path
 
-import inproc
 import pytest
 import torch
 from PIL import Image
-from state_dicts import flat
 
 from pretrain import config, losses
 from pretrain.engine import build, loop
-from tests.fakedata import random_images
+from pretrain.testing.fakedata import random_images
+from tests.helpers import inproc
+from tests.helpers.state_dicts import flat
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "data.name=imagefolder",
     "data.image_size=16",
@@ -118,7 +117,8 @@ def test_unreadable_image_mid_epoch_is_named_or_skipped_and_counted(folder, tmp_
 
 class _NaNAfterFirstStep(losses.InfoNCE):
     """Diverges at the second step: the first step is finite (a loss that is non-finite at its
-    first step from finite inputs is named by the first-step check, tests/test_first_step.py)."""
+    first step from finite inputs is named by the first-step check,
+    tests/pretrain/engine/test_first_step.py)."""
 
     calls = 0
 
@@ -138,7 +138,7 @@ def test_divergence_before_any_checkpoint_names_none(folder, tmp_path, monkeypat
 
 
 def cli(out: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``python -m pretrain`` on the image folder, in this process (``tests/inproc.py``)."""
+    """``python -m pretrain`` on the image folder, in this process (``tests/helpers/inproc.py``)."""
     return inproc.pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", f"data.root={root}",
                            *TINY, *extra)  # fmt: skip
 

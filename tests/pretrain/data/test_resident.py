@@ -13,10 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import random_images, write_png
 from scipy import stats
-from sync_counter import SyncCounter
-from test_engine import lines, pretrain, tensors
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from negmine_core.step import Batch
@@ -27,6 +24,9 @@ from pretrain.data import augment_params as ap
 from pretrain.data import device_params as dp
 from pretrain.data.resident_views import EvalBatches, ResidentViews
 from pretrain.engine import build, loop
+from pretrain.testing.fakedata import random_images, write_png
+from pretrain.testing.sync_counter import SyncCounter
+from tests.helpers.runs import lines, pretrain, tensors
 
 MOCO_V2 = dict(
     crop_scale=(0.2, 1.0), jitter_strength=0.4, jitter_prob=0.8, grayscale_prob=0.2,

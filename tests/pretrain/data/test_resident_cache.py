@@ -12,35 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakedata import random_images
-from PIL import Image
-from test_engine import lines, pretrain
-from test_troubleshooting_data import assert_documented
 
 from pretrain.config import ConfigError
 from pretrain.data import datasets, imagefiles, resident
-
-
-def write_raw_png(path: Path, hwc: np.ndarray) -> None:
-    """An uncompressed PNG: its size depends on the image's dimensions only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(hwc).save(path, compress_level=0)
-
-
-def folder(root: Path, n: int = 12, size: int = 16, seed: int = 0) -> list[Path]:
-    paths = [root / "train" / f"c{i % 2}" / f"{i:03d}.png" for i in range(n)]
-    for p, img in zip(paths, random_images(n, size, seed), strict=True):
-        write_raw_png(p, img)
-    return paths
-
-
-def expected(ds) -> torch.Tensor:
-    return torch.stack([imagefiles.read_image(p) for p, _ in ds.samples])
-
-
-def warnings_of(capsys) -> list[str]:
-    err = capsys.readouterr().err.splitlines()
-    return [s.removeprefix("warning: ") for s in err if s.startswith("warning: ")]
+from pretrain.testing.fakedata import random_images
+from tests.helpers.decode_cache import cache_file, expected, folder, warnings_of, write_raw_png
+from tests.helpers.runs import lines, pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 @pytest.fixture(autouse=True)
@@ -66,11 +44,6 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_decoded_again(tmp_path
     os.utime(paths[5], ns=(st.st_atime_ns, st.st_mtime_ns))
     images, _, _ = resident.load(ds, cache, workers=0)
     assert torch.equal(images, expected(ds))
-
-
-def _cache_file(cache: Path) -> Path:
-    (path,) = [p for p in cache.glob("resident-*.npy") if p.name.count(".") == 1]
-    return path
 
 
 def zero_images(path: Path) -> None:
@@ -105,7 +78,7 @@ def test_a_damaged_cache_is_rebuilt_with_one_warning_naming_it(tmp_path, capsys,
     ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
     cache = tmp_path / "cache"
     resident.load(ds, cache, workers=0)
-    path = _cache_file(cache)
+    path = cache_file(cache)
     damage(path)
     capsys.readouterr()
     images, labels, _ = resident.load(ds, cache, workers=0)
@@ -123,9 +96,9 @@ def test_the_content_check_sees_a_zeroed_cache_that_loads_cleanly(tmp_path):
     folder(tmp_path / "d")
     ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
     held = resident.load(ds, tmp_path / "cache", workers=0)
-    zero_images(_cache_file(tmp_path / "cache"))
-    assert np.load(_cache_file(tmp_path / "cache")).shape == tuple(held.images.shape)
-    assert resident._read_cache(_cache_file(tmp_path / "cache"), ds.samples) is None
+    zero_images(cache_file(tmp_path / "cache"))
+    assert np.load(cache_file(tmp_path / "cache")).shape == tuple(held.images.shape)
+    assert resident._read_cache(cache_file(tmp_path / "cache"), ds.samples) is None
 
 
 def with_bad_file(root: Path, n: int = 12) -> Path:

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_resident_cache import _cache_file, expected, folder, warnings_of
-from test_troubleshooting_data import assert_documented
 
 from pretrain.config import ConfigError
 from pretrain.data import datasets, imagefiles, resident
+from tests.helpers.decode_cache import cache_file, expected, folder, warnings_of
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def flip(path: Path) -> None:
@@ -38,7 +38,7 @@ def test_a_reordered_cached_image_is_caught_and_decoded_again(tmp_path, capsys, 
     folder(tmp_path / "d")
     ds = datasets.build("imagefolder", str(tmp_path / "d"), "train")
     resident.load(ds, tmp_path / "cache", workers=0)
-    path = _cache_file(tmp_path / "cache")
+    path = cache_file(tmp_path / "cache")
     before = np.load(path)
     damage(path)
     assert not np.array_equal(np.load(path), before)  # the damage changed the pixels

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakedata import random_images, write_png
 
 from pretrain import config
 from pretrain.data import loaders, resident_views, views
 from pretrain.engine import build
+from pretrain.testing.fakedata import random_images, write_png
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
 TOL = 1.0 / 255 / min(STD) + 1e-5  # one level of the uint8 resize

@@ -4,9 +4,9 @@ sum over the new epoch's step count."""
 
 from __future__ import annotations
 
-from test_engine import lines, pretrain
-from test_train_set_identity import RUN, folder
-from test_troubleshooting_data import assert_documented
+from tests.helpers.folders import RUN, folder
+from tests.helpers.runs import lines, pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 SMALL = ["train.batch_size=16", "moco.queue_size=32"]
 

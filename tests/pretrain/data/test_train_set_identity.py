@@ -11,20 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from fakedata import random_images, write_png
-from test_engine import lines, pretrain
-from test_troubleshooting_data import assert_documented
 
 from pretrain.data import datasets, identity
 from pretrain.engine import checkpoint
-
-RUN = ["data.name=imagefolder", "data.image_size=16", "data.eval_resize=16",
-       "data.test_split=train", "train.epochs=1", "eval.knn_k=5"]  # fmt: skip
-
-
-def folder(root: Path, n: int) -> None:
-    for i, img in enumerate(random_images(n, 16, seed=0)):
-        write_png(root / "train" / f"c{i % 2}" / f"{i:03d}.png", img)
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers.folders import RUN, folder
+from tests.helpers.runs import lines, pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 def stopped_run(tmp_path: Path, n: int = 96) -> tuple[Path, Path]:
@@ -129,3 +122,23 @@ def test_a_folder_of_other_images_under_the_same_names_has_another_digest(tmp_pa
     assert "their digests differ" in identity.resume_problem(ids["a"], ids["b"])
     renamed = {**old, "sha256": "0" * 64}
     assert "their digests differ" in identity.resume_problem(renamed, ids["a"])
+
+
+def test_relabelling_an_image_list_changes_the_identity_and_the_cache_key(tmp_path):
+    """D01 and D03: the label is part of the training set's identity (a resume on a relabelled
+    list is refused) and of the decode cache's key (the cache is not served for other labels)."""
+    from pretrain.data import datasets, identity, resident
+    from tests.helpers.folders import folder
+
+    folder(tmp_path, 8)
+    files = sorted((tmp_path / "train").rglob("*.png"))
+    lines = [f"{p.relative_to(tmp_path)} {int(p.parent.name[1])}" for p in files]
+    relabelled = [*lines[:-1], lines[-1][:-1] + str(1 - int(lines[-1][-1]))]
+    got = {}
+    for name, text in (("a", lines), ("b", relabelled)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(text) + "\n")
+        ds = datasets.build("imagefolder", str(tmp_path), f"{name}.txt")
+        got[name] = (identity.train_set_identity(ds, tmp_path)["sha256"],
+                     resident.cache_key(ds.samples))  # fmt: skip
+    assert got["a"][0] != got["b"][0], "the identity ignores the labels"
+    assert got["a"][1] != got["b"][1], "the cache key ignores the labels"

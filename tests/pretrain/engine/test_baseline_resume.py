@@ -9,18 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import inproc
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import inproc
+from tests.helpers.paths import ROOT
+
 TINY = ["model.width=8", "model.bn_splits=2", "train.batch_size=32", "moco.queue_size=64",
         "train.deterministic=true", "train.progress_bar=false", "eval.knn_every=0",
         "data.num_workers=0", "train.epochs=1"]  # fmt: skip
 
 
 def pretrain(cfg: str, out: Path, *extra: str, process: bool = False) -> None:
-    """A run to its end: in this process (``tests/inproc.py``), or in a fresh one (``process``)."""
+    """A run to its end: in this process (``tests/helpers/inproc.py``), or in a fresh one
+    (``process``)."""
     args = ["--cfg", cfg, f"out_dir={out}", *TINY, *extra]
     if process:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -11,6 +11,7 @@ from torch import nn
 
 from pretrain.engine import checkpoint
 from pretrain.engine.checkpoint import CheckpointError
+from tests.helpers.paths import ROOT
 
 
 def draws() -> tuple[torch.Tensor, np.ndarray, list[float]]:
@@ -200,12 +201,10 @@ def test_the_old_checkpoint_shims_end_at_their_stated_version():
     (no data.augment_on, the loss state under "objective") until negmine
     OLD_CHECKPOINTS_READ_UNTIL; this fails when pyproject.toml reaches that version, so the two
     shims are removed then, not kept forever."""
-    from pathlib import Path
-
-    from compat import tomllib
 
     from pretrain.engine import resume
+    from tests.helpers.compat import tomllib
 
-    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     version = tuple(int(p) for p in meta["project"]["version"].split(".")[:2])
     assert version < resume.OLD_CHECKPOINTS_READ_UNTIL, "remove the shims in engine/resume.py"

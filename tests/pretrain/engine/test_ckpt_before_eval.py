@@ -10,11 +10,12 @@ import subprocess
 import sys
 import time
 
-import inproc
 import pytest
-from test_engine import ROOT, TINY, lines
 
 from pretrain.engine import checkpoint
+from tests.helpers import inproc
+from tests.helpers.paths import ROOT
+from tests.helpers.runs import TINY, lines
 
 # the kNN monitor's extraction announces itself, then hangs until killed
 HANG_IN_KNN = """
@@ -58,7 +59,7 @@ def test_sigkill_during_the_knn_monitor_leaves_the_epochs_checkpoint(tmp_path):
     assert state["epoch"] == 1 and state["step_in_epoch"] == 0  # epoch 1 done, kNN not logged
     assert state["epoch_record"]["epoch"] == 1
     assert not lines(out, "epoch")
-    done = inproc.pretrain(*args)  # the rerun, in this process (tests/inproc.py)
+    done = inproc.pretrain(*args)  # the rerun, in this process (tests/helpers/inproc.py)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [r["epoch"] for r in lines(out, "epoch")] == [1, 2]
     assert all("knn_top1" in r for r in lines(out, "epoch"))

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import count_ops
 import pytest
 import torch
-from count_steps import loss_overrides, strategy_overrides
-from sync_counter import SyncCounter
 
 import negatives
 from negmine_core.step import Batch
@@ -20,6 +17,9 @@ from pretrain.config import ConfigError
 from pretrain.engine import cuda_graphs, loop
 from pretrain.engine.cuda_graphs import CapturedStep, refusal
 from pretrain.model.split_bn import use_path
+from pretrain.testing.sync_counter import SyncCounter
+from tests.helpers import count_ops
+from tests.helpers.count_steps import loss_overrides, strategy_overrides
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0"]
 
@@ -121,7 +121,7 @@ def test_the_captured_step_is_sync_free_on_the_device_path(recipe, tmp_path):
                                          *count_ops.overrides(recipe, "none")])  # fmt: skip
     assert refusal(cfg, "cuda", 1) is None
     run = loop.setup(cfg)
-    use_path(run.moco, "fused")  # triton's: tests/test_split_bn_triton.py (no sync either)
+    use_path(run.moco, "fused")  # triton's: pretrain/model/test_split_bn_triton.py (no sync either)
     run.data.sampler.set_epoch(0, 0)
     run.moco.train()
     for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):

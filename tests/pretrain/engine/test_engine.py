@@ -4,71 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import inproc
 import pytest
 import torch
 
 from pretrain import config, losses
 from pretrain.engine import build, loop
+from tests.helpers import inproc
+from tests.helpers.runs import TINY, lines, pretrain, tensors
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "model.width=8",
-    "model.bn_splits=2",
-    "train.batch_size=32",
-    "moco.queue_size=64",
-    "train.deterministic=true",
-    "train.progress_bar=false",
-    "train.log_every=1",
-    "eval.knn_every=1",
-    "data.num_workers=0",
-]
-
-
-def pretrain(
-    out: Path, *extra: str, wait: bool = True, process: bool = False
-) -> subprocess.Popen | subprocess.CompletedProcess:
-    """``python -m pretrain --cfg digits_moco.yaml out_dir=OUT TINY EXTRA``: run to its end in this
-    process (``tests/inproc.py``: what a CLI run sets process-wide is put back), or as a process of
-    its own: to its end (``process=True``) or started (``wait=False``) for a test that signals or
-    watches it."""
-    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", *TINY, *extra]
-    if wait and not process:
-        return inproc.pretrain(*args)
-    cmd = [sys.executable, "-m", "pretrain", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)  # fmt: skip
-
-
-def lines(run: Path, kind: str) -> list[dict]:
-    records = [json.loads(s) for s in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in records if r["kind"] == kind]
-
-
-def tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Every tensor in a nested checkpoint, keyed by its path."""
-    out = {}
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(tensors(v, f"{prefix}/{k}"))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            out.update(tensors(v, f"{prefix}/{i}"))
-    return out
 
 
 # digits turns the photometric ops off; the device path is tested with all of them on.

@@ -7,14 +7,14 @@ naming it, not a traceback, whatever its kwargs."""
 from __future__ import annotations
 
 import pytest
-from fakeckpt import make_checkpoint
 
 import negatives
 from linear_eval.inputs.checkpoints import load_model
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import checkpoint
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 CLAIMED = "loss 'infonce' is already registered: claimed by A.Mine (a.py) and by B.Mine (b.py)"
 

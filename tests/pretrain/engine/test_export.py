@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from fakeckpt import make_checkpoint
 from torch import nn
 
 from pretrain import config
 from pretrain.__main__ import main
 from pretrain.engine import checkpoint
+from tests.helpers.fakeckpt import make_checkpoint
 
 IMAGENET_STEM = ["model.arch=resnet18", "model.cifar_stem=false", "model.width=64"]
 

@@ -8,7 +8,6 @@ import datetime
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +16,8 @@ from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import checkpoint, loop, resume, world
 from pretrain.runtime import dist
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "model.width=8",
     "model.bn_splits=2",

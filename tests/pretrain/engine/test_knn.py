@@ -10,25 +10,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from pretrain.engine.knn import extract, knn_predict, knn_top1, knn_votes
+from tests.helpers.knn_reference import np_knn, np_votes
 
 C, T = 5, 0.1
-
-
-def np_votes(bank: np.ndarray, bank_y: np.ndarray, test: np.ndarray, k: int, t: float, c: int):
-    """InstDisc vote: the k most cosine-similar bank rows vote exp(sim / T) for their class."""
-    bank = bank / np.linalg.norm(bank, axis=1, keepdims=True)
-    test = test / np.linalg.norm(test, axis=1, keepdims=True)
-    sim = test @ bank.T
-    k = min(k, len(bank))
-    votes = np.zeros((len(test), c))
-    for i, row in enumerate(sim):
-        top = np.argsort(-row)[:k]
-        np.add.at(votes[i], bank_y[top], np.exp(row[top] / t))
-    return votes
-
-
-def np_knn(bank: np.ndarray, bank_y: np.ndarray, test: np.ndarray, k: int, t: float, c: int):
-    return np_votes(bank, bank_y, test, k, t, c).argmax(axis=1)
 
 
 def data(seed: int, n: int = 40, m: int = 50, f: int = 16):

@@ -15,7 +15,7 @@ from pretrain import config
 from pretrain.engine import loop
 from pretrain.engine.knn import Taps, knn_top1
 from pretrain.model.encoders import Encoder
-from tests.test_knn import np_knn
+from tests.helpers.knn_reference import np_knn
 
 
 def encoder() -> Encoder:

@@ -11,8 +11,8 @@ import torch
 from pretrain import config
 from pretrain.engine import build, memory
 from pretrain.model import encoders
-from tests import inproc
-from tests.troubleshooting_quotes import assert_documented
+from tests.helpers import inproc
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 GIB = 2**30
 SMALL_MODELS = [

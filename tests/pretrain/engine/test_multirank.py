@@ -9,16 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from test_ddp import clean_env, free_port
-from test_engine import lines, tensors
+
+from tests.helpers.ddp import clean_env, free_port
+from tests.helpers.paths import ROOT
+from tests.helpers.runs import lines, tensors
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "model.width=8",
     "train.batch_size=30",

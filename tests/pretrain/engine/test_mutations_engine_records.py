@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,11 +18,8 @@ import torch
 from pretrain import config
 from pretrain.engine import checkpoint, loop
 from pretrain.runtime import provenance
-
-ROOT = Path(__file__).resolve().parents[1]
-
-SMALL = ["model.width=8", "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
-         "eval.knn_k=5", "train.progress_bar=false", "data.num_workers=0"]  # fmt: skip
+from tests.helpers.paths import ROOT
+from tests.helpers.runs import SUBSET_RUN
 
 
 def test_outliers_are_made_before_imix_mixes_the_queries(tmp_path, monkeypatch):
@@ -33,7 +29,7 @@ def test_outliers_are_made_before_imix_mixes_the_queries(tmp_path, monkeypatch):
     from negmine_core.step import Batch
     from pretrain.engine import step
 
-    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *SMALL, "loss.name=imix",
+    cfg = config.load("digits_moco.yaml", [f"out_dir={tmp_path}", *SUBSET_RUN, "loss.name=imix",
                                            "negatives.name=outliers",
                                            "negatives.kwargs={ratio: 0.5}"])  # fmt: skip
     run = loop.setup(cfg)
@@ -63,10 +59,10 @@ def test_a_stop_signal_at_an_epochs_last_step_stops_there(tmp_path, monkeypatch)
     """E08 (a stop signal during an epoch's last step ignored): the run must save at that step
     and stop (not evaluate and start the next epoch), and its resume must end where an
     uninterrupted run ends."""
-    from inproc import pretrain
-    from test_engine import tensors
+    from tests.helpers.inproc import pretrain
+    from tests.helpers.runs import tensors
 
-    args = ["--cfg", "digits_moco.yaml", *SMALL, "train.epochs=2", "eval.knn_every=1"]
+    args = ["--cfg", "digits_moco.yaml", *SUBSET_RUN, "train.epochs=2", "eval.knn_every=1"]
     whole = pretrain(*args, f"out_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-2000:]
     steps = checkpoint.load(tmp_path / "whole" / "checkpoints" / "last.pt")["global_step"] // 2
@@ -121,7 +117,7 @@ def test_a_requeued_runs_row_keeps_its_recipe(tmp_path, monkeypatch):
     the first segment's config."""
     import shutil
 
-    from tests.test_results_page import fake_run, gen_results, rows
+    from tests.helpers.results_runs import fake_run, gen_results, rows
 
     runs, page, readme = tmp_path / "runs", tmp_path / "results.md", tmp_path / "README.md"
     shutil.copy(gen_results.README, readme)

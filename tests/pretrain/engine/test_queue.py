@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from moco_loss import InfoNCE
 
 from pretrain.engine.queue import NO_LABEL, LabeledQueue
+from tests.helpers.moco_loss import InfoNCE
 
 K, D = 32, 16
 

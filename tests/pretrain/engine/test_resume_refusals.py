@@ -17,8 +17,10 @@ from pretrain.config import ConfigError
 from pretrain.engine import checkpoint, loop, resume
 from pretrain.engine.schedules import learning_rate
 from pretrain.testing import steps
-from tests import inproc
-from tests.troubleshooting_quotes import assert_documented
+from tests.helpers import inproc
+from tests.helpers.inproc import error_line
+from tests.helpers.runs import SUBSET_RUN
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 SMALL = ["model.width=8", "train.batch_size=64", "moco.queue_size=128", "eval.knn_every=0",
          "train.progress_bar=false", "data.num_workers=0", "train.max_steps=2"]  # fmt: skip
@@ -26,11 +28,6 @@ SMALL = ["model.width=8", "train.batch_size=64", "moco.queue_size=128", "eval.kn
 
 def pretrain(out: Path, *extra: str, cfg: str = "digits_moco.yaml"):
     return inproc.pretrain("--cfg", cfg, f"out_dir={out}", *SMALL, *extra)
-
-
-def error_line(stderr: str) -> str:
-    [line] = [s for s in stderr.splitlines() if s.startswith("error: ")]
-    return line.removeprefix("error: ")
 
 
 def test_a_longer_run_under_the_cosine_schedule_is_refused_with_both_lengths(tmp_path):
@@ -132,3 +129,16 @@ def test_a_plugin_file_edited_since_the_checkpoint_is_refused_naming_it_and_both
     )
     assert_documented(message)
     assert checkpoint.load(last)["global_step"] == 2  # nothing trained
+
+
+def test_skip_bad_images_may_change_on_resume(tmp_path):
+    """E06: without ``data.skip_bad_images`` among the resumable keys, the documented resume
+    that turns it on (after an unreadable image stopped the run) exits 2."""
+    from tests.helpers.inproc import pretrain
+
+    out = tmp_path / "run"
+    args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", *SUBSET_RUN, "train.epochs=1"]
+    assert pretrain(*args, "train.max_steps=2").returncode == 0
+    done = pretrain(*args, "data.skip_bad_images=true")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming at epoch 1 step 2" in done.stdout

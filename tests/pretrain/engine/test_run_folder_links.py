@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeckpt import make_checkpoint
-from inproc import linear_eval, pretrain
 
-from tests.test_troubleshooting_data import assert_documented
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.inproc import linear_eval, pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 ARGS = ["model.width=8", "train.log_every=1", "eval.knn_every=0", "train.progress_bar=false",
         "data.num_workers=0", "train.batch_size=32", "moco.queue_size=64"]  # fmt: skip

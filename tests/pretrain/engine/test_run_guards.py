@@ -15,16 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-import inproc
 import pytest
 import torch
-from fakedata import random_images, write_png
 
 from pretrain import config
 from pretrain.engine import checkpoint, loop, runlock
 from pretrain.engine.checkpoint import CheckpointError
+from pretrain.testing.fakedata import random_images, write_png
+from tests.helpers import inproc
+from tests.helpers.paths import ROOT
+from tests.helpers.runs import SUBSET_RUN
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = [  # 64 training images of 16 px in 2 classes: 2 steps an epoch, seconds a run
     "data.name=imagefolder",
     "data.image_size=16",
@@ -60,9 +61,10 @@ def pretrain(
     out: Path, data: Path, *extra: str, wait: bool = True, process: bool = False,
     timeout: float = 240,
 ) -> subprocess.Popen | subprocess.CompletedProcess:  # fmt: skip
-    """A CLI run on the small image folder: to its end in this process (``tests/inproc.py``), or
-    as a process of its own, to its end within ``timeout`` (``process=True``: a hang fails the test
-    instead of blocking it) or started (``wait=False``) for a test that signals it."""
+    """A CLI run on the small image folder: to its end in this process
+    (``tests/helpers/inproc.py``), or as a process of its own, to its end within ``timeout``
+    (``process=True``: a hang fails the test instead of blocking it) or started (``wait=False``) for
+    a test that signals it."""
     args = ["--cfg", "digits_moco.yaml", f"out_dir={out}", f"data.root={data}", *SMALL, *extra]
     if wait and not process:
         return inproc.pretrain(*args)
@@ -392,3 +394,34 @@ def test_troubleshooting_quotes_the_new_checkpoint_messages_word_for_word(tmp_pa
     found.append(re.sub(r"\d+\.\d GiB free", "0.0 GiB free", message))
     for message in found:
         assert f"`{message}`" in page, message
+
+
+def test_the_last_epoch_is_saved_and_evaluated_when_the_intervals_do_not_divide_it(tmp_path):
+    """E09 (the last epoch saved only when ``train.ckpt_every`` divides it: ``last.pt`` held
+    epoch 2 of 3) and E10 (evaluated only when ``eval.knn_every`` divides it)."""
+    from pretrain.engine import checkpoint
+    from tests.helpers.inproc import pretrain
+    from tests.helpers.runs import lines
+
+    out = tmp_path / "run"
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={out}", *SUBSET_RUN,
+                    "train.epochs=3", "train.ckpt_every=2", "eval.knn_every=2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert checkpoint.load(out / "checkpoints" / "last.pt")["epoch"] == 3
+    assert ["knn_top1" in r for r in lines(out, "epoch")] == [False, True, True]
+
+
+def test_the_run_eta_counts_the_steps_to_max_steps(tmp_path, monkeypatch):
+    """E11: the run's ETA is over the steps until ``train.max_steps`` when that comes first (an
+    ETA over the whole schedule ignored it)."""
+    from pretrain.runtime.progress import Progress
+    from tests.helpers.inproc import pretrain
+
+    seen = []
+    monkeypatch.setattr(Progress, "report", lambda self, record, *, step_in_epoch, steps_left:
+                        seen.append(steps_left))  # fmt: skip
+    done = pretrain("--cfg", "digits_moco.yaml", f"out_dir={tmp_path}", *SUBSET_RUN,
+                    "train.epochs=5", "train.max_steps=3", "train.log_every=1",
+                    "eval.knn_every=0")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert seen == [2, 1, 0]

@@ -4,7 +4,7 @@ where its checkpoint and metrics are, and rewrites nothing (it said "resuming at
 
 from __future__ import annotations
 
-from test_engine import lines, pretrain
+from tests.helpers.runs import lines, pretrain
 
 
 def test_a_run_closes_with_its_metrics_and_a_rerun_says_it_is_complete(tmp_path):

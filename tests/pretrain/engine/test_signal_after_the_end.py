@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["model.width=8", "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
-         "eval.knn_k=5", "train.progress_bar=false", "data.num_workers=0",
-         "train.epochs=1"]  # fmt: skip
+from tests.helpers.paths import ROOT
+from tests.helpers.runs import SUBSET_RUN
+
+SMALL = [*SUBSET_RUN, "train.epochs=1"]
 
 # python -m pretrain ARGS, with a signal sent to itself at WHERE (then a pause for it to arrive)
 SCRIPT = """

@@ -1,20 +1,17 @@
 """Aten ops per training step (a proxy for CUDA kernel launches) equal the documented counts of
-tests/op_table.py for every recipe x strategy on the device path, and for plain MoCo on the CPU
-path; docs/step_counts.md shows the same numbers."""
+tests/helpers/op_table.py for every recipe x strategy on the device path, and for plain MoCo on the
+CPU path; docs/step_counts.md shows the same numbers."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import count_ops
-import op_table
 import pytest
 
 import negatives
 from pretrain import losses
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import count_ops, op_table
+from tests.helpers.paths import ROOT
 
 
 def test_the_pins_are_built_ins():

@@ -1,6 +1,7 @@
 """Every valid loss x strategy pair (+ the kappa head, + split BN's Triton path) syncs the
 documented number of times per training step, the first one and steady-state ones, in one process
-and at 2 gloo ranks (tests/count_steps.py; the Triton kernels in Triton's interpreter on a CPU)."""
+and at 2 gloo ranks (tests/helpers/count_steps.py; the Triton kernels in Triton's interpreter on a
+CPU)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import sync_table
-from test_ddp import free_port, run_worker
 
 import negatives
 from pretrain import losses
+from tests.helpers import sync_table
+from tests.helpers.ddp import free_port, run_worker
+from tests.helpers.paths import HELPERS, ROOT
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "count_steps.py"
+WORKER = HELPERS / "count_steps.py"
 
 
 # the 2-rank count (82 s of setup on 2 cores) needs --runslow: one process measures

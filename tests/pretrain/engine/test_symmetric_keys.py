@@ -1,6 +1,7 @@
 """``moco.symmetric_keys``: the MoCo CIFAR-10 demo's symmetric loss. One step of the trainer
 (``pretrain.engine.step.train_step``) against the demo's own ``ModelMoCo`` copied in below, and
-the config's refusals. Two gloo ranks against one process: tests/test_ddp.py (``symmetric_keys``).
+the config's refusals. Two gloo ranks against one process: tests/pretrain/runtime/test_ddp.py
+(``symmetric_keys``).
 
 Reference: facebookresearch/moco, branch ``colab-notebook``, ``colab/moco_cifar10_demo.ipynb`` at
 f7364915bc4e9161427d7c6bb4f454fa0f171337, class ``ModelMoCo`` (``_momentum_update_key_encoder``,
@@ -19,9 +20,7 @@ to it).
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
-import inproc
 import pytest
 import torch
 from torch import nn
@@ -30,8 +29,9 @@ from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import loop
+from tests.helpers import inproc
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 N, K, SEED = 8, 48, 7  # the demo asserts K % (2N) == 0: 48 = 3 x 16
 TINY = [
     "model.width=8",

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakeckpt import make_checkpoint
-from fakedata import write_cifar10
-from inproc import pretrain
 
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.data import datasets
 from pretrain.data.imagefiles import DatasetError
 from pretrain.engine import checkpoint, export
-from tests.test_troubleshooting_data import assert_documented
+from pretrain.testing.fakedata import write_cifar10
+from tests.helpers.fakeckpt import make_checkpoint
+from tests.helpers.inproc import pretrain
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 PAYLOAD = "from pathlib import Path\nPath({marker!r}).write_text('ran')\n"
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd
 
 from pretrain.losses import cider, cider_terms
+from tests.helpers.fd_grad import assert_grad_matches_fd
+from tests.helpers.vectors import logsumexp, unit
 
 N, D, C = 5, 6, 4
 TOL = 1e-10
@@ -25,19 +25,6 @@ SAMPLE_LABELS = {
     "one_class": [1] * N,
     "distinct": [0, 1, 2, 3, 0],
 }
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
-
-
-def logsumexp(x) -> float:
-    """log Σ e^x shifted by the max (scipy.special.logsumexp's value without its per-call cost,
-    which dominates the finite differences)."""
-    x = np.asarray(x, dtype=np.float64)
-    m = x.max()
-    return float(m + np.log(np.exp(x - m).sum()))
 
 
 def np_ema(z, y, mu, alpha):

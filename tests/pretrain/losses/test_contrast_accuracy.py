@@ -3,19 +3,20 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from queue_forms import contrast_top1
 
 from negatives.base import ExtraNegatives
 from negmine_core.conventions import NO_LABEL
 from pretrain import losses
+from tests.helpers import vectors
+from tests.helpers.queue_forms import contrast_top1
 
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    return F.normalize(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)), dim=-1)
+unit = partial(vectors.unit, dtype=torch.float32)  # this file draws float32
 
 
 def np_top1(q, c, al, cl, own, kind, private=None, exclude=None):

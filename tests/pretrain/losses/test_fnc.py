@@ -11,18 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain import config, losses
 from pretrain.data import views
 from pretrain.losses import fnc
 from pretrain.losses.base import StepTensors
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+from tests.helpers.fd_grad import assert_grad_matches_fd, autograd
+from tests.helpers.vectors import unit
 
 
 def np_fnc(q, k, support, queue, t, topk, threshold, mode):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd, autograd
 
 from pretrain.losses import kappa_alignment, kappa_terms
+from tests.helpers.fd_grad import assert_grad_matches_fd, autograd
 
 N, D = 7, 5
 LAMBDA_ALIGN, LAMBDA_REG = 0.05, 0.005

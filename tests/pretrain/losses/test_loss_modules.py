@@ -8,13 +8,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import multiview
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import write_cifar10, write_imagenet100
-from fd_grad import assert_grad_matches_fd
 from sklearn.metrics import roc_auc_score
 
 from negatives.base import ExtraNegatives
@@ -23,6 +20,11 @@ from negmine_core.step import Embeddings, StepContext
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import build, checkpoint, knn, loop
+from pretrain.testing.fakedata import write_cifar10, write_imagenet100
+from tests.helpers import multiview
+from tests.helpers.fd_grad import assert_grad_matches_fd
+from tests.helpers.paths import ROOT
+from tests.helpers.vectors import unit
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
@@ -35,11 +37,6 @@ TINY = [
     "data.num_workers=0",
     "train.deterministic=true",
 ]
-
-
-def unit(*shape: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
 
 
 def step_tensors(n=4, world=1, rank=0, k_size=6, d=8, labels=None, shared=None, per_query=None):
@@ -320,7 +317,7 @@ def test_resume_restores_objective_and_strategy_state(name, extra, tmp_path):
 @pytest.mark.parametrize("name", ["nt_xent", "supcon", "sincere", "firm"])
 def test_symmetric_without_queue_is_the_papers_multiview_loss(name):
     """loss.symmetric + contrast_queue false: anchors [q1; q2] against each other only, i.e. the
-    2N x 2N equation (tests/multiview.py), in value and gradient."""
+    2N x 2N equation (tests/helpers/multiview.py), in value and gradient."""
     labels = torch.tensor([0, 1, 1, OUTLIER_LABEL])
     s = step_tensors(labels=labels)
     s.emb = replace(s.emb, q2=unit(4, 8, seed=9).requires_grad_())
@@ -403,7 +400,7 @@ def test_moved_loss_keys_and_kwargs_messages_are_quoted_in_troubleshooting(tmp_p
     messages are quoted word for word in docs/troubleshooting.md."""
     monkeypatch.chdir(tmp_path)
     Path("run.yaml").write_text("loss:\n  name: cider\n  cider_alpha: 0.5\n")
-    page = (Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md").read_text()
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
     found = []
     with pytest.raises(ConfigError) as e:
         config.load("run.yaml")

@@ -14,18 +14,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd
-from moco_loss import InfoNCE
 
 from pretrain.losses import info_nce, moco_logits
+from tests.helpers.fd_grad import assert_grad_matches_fd
+from tests.helpers.moco_loss import InfoNCE
+from tests.helpers.vectors import unit
 
 N, D, K, M, S = 8, 16, 32, 5, 3
 T = 0.2
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
 
 
 def np_logits(q, k, queue, t, shared=None, per_query=None):

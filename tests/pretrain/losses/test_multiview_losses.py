@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd, autograd
-from multiview import firm, nt_xent, sincere, supcon
 from pytorch_metric_learning.losses import SupConLoss
+
+from tests.helpers.fd_grad import assert_grad_matches_fd, autograd
+from tests.helpers.multiview import firm, nt_xent, sincere, supcon
+from tests.helpers.vectors import logsumexp, unit
 
 N, D = 6, 8
 TOL = 1e-10
@@ -27,19 +29,6 @@ SAMPLE_LABELS = {
     "one_class": [3] * N,  # no negatives at all
     "distinct": list(range(N)),
 }
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
-
-
-def logsumexp(x) -> float:
-    """log Σ e^x shifted by the max (scipy.special.logsumexp's value without its per-call cost,
-    which dominates the finite differences)."""
-    x = np.asarray(x, dtype=np.float64)
-    m = x.max()
-    return float(m + np.log(np.exp(x - m).sum()))
 
 
 def view_labels(name: str) -> torch.Tensor:

@@ -15,28 +15,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd, autograd
-from queue_forms import QUEUE_KINDS, queue_contrastive, queue_positives
 
 from pretrain import losses
 from pretrain.losses import info_nce, moco_logits
 from pretrain.losses.queue_layout import QueueContrastive
+from tests.helpers.fd_grad import assert_grad_matches_fd, autograd
+from tests.helpers.queue_forms import QUEUE_KINDS, queue_contrastive, queue_positives
+from tests.helpers.vectors import logsumexp, unit
 
 N, D, K, M, S = 4, 8, 10, 3, 2  # queries per rank, dim, queue, shared synthetic, private
 TOL = 1e-10
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
-
-
-def logsumexp(x) -> float:
-    """log Σ e^x shifted by the max (scipy.special.logsumexp's value without its per-call cost,
-    which dominates the finite differences)."""
-    x = np.asarray(x, dtype=np.float64)
-    m = x.max()
-    return float(m + np.log(np.exp(x - m).sum()))
 
 
 def np_queue_loss(q, cand, y_q, y_c, own, t, kind, per_query=None):
@@ -244,8 +232,8 @@ def test_errors_are_clear(batch):
 @pytest.mark.parametrize("kind", ["nt_xent", "supcon", "sincere", "firm"])
 def test_symmetric_layout_without_queue_is_the_multiview_equation(kind):
     """Anchors z = [view1; view2], candidates z itself (live), own = the other view, exclude = the
-    row itself: the papers' 2N x 2N losses of tests/multiview.py, value and gradient."""
-    from multiview import firm, nt_xent, sincere, supcon
+    row itself: the papers' 2N x 2N losses of tests/helpers/multiview.py, value and gradient."""
+    from tests.helpers.multiview import firm, nt_xent, sincere, supcon
 
     g = torch.Generator().manual_seed(3)
     n = 5
@@ -278,8 +266,8 @@ def test_own_key_and_excluded_columns_are_written_without_a_host_scalar(kind):
     CUDA host sync (``x[rows, cols] = True`` copies its host scalar to the device first: CUDA's
     sync-debug mode raised there on an H200), in the loss, its backward and contrast_top1; the
     mask and the accuracy equal a numpy re-derivation."""
-    from queue_forms import contrast_top1
-    from sync_counter import SyncCounter
+    from pretrain.testing.sync_counter import SyncCounter
+    from tests.helpers.queue_forms import contrast_top1
 
     g = torch.Generator().manual_seed(4)
     n = 6

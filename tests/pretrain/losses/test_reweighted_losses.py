@@ -4,22 +4,18 @@ DCL/DCLW losses (decoupled), in the papers' 2N x 2N layout and in MoCo's layout.
 
 from __future__ import annotations
 
-import multiview
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fd_grad import assert_grad_matches_fd, autograd
 
 from negatives.base import ExtraNegatives
 from negmine_core.conventions import NO_LABEL
 from pretrain import losses
 from pretrain.losses import reweighted
-
-
-def unit(*shape: int, seed: int, dtype=torch.float64) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=dtype), dim=-1)
+from tests.helpers import multiview
+from tests.helpers.fd_grad import assert_grad_matches_fd, autograd
+from tests.helpers.vectors import unit
 
 
 def np_pairs(z: np.ndarray, t: float):

@@ -13,18 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from fd_grad import EPS, assert_grad_matches_fd, autograd
 
 from negatives.base import ExtraNegatives
 from pretrain import losses
 from pretrain.losses import ring
 from pretrain.losses.base import StepTensors
-
-
-def unit(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+from tests.helpers.fd_grad import EPS, assert_grad_matches_fd, autograd
+from tests.helpers.vectors import unit
 
 
 def np_moco_ring(q, k, queue, t, outer, inner, dynamic_inner=True, self_negative=True):

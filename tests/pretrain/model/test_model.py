@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from moco_loss import InfoNCE
 from torch import nn
 
 from pretrain.model.encoders import SplitBatchNorm, backbone, build, projection_head
+from tests.helpers.moco_loss import InfoNCE
 
 N, DIM = 8, 16
 

@@ -1,16 +1,16 @@
 """The fused split-BN path (aten ops; CUDA's under torch.compile) equals the per-split path (plain
 BatchNorm2d on each contiguous chunk) in float64: forward, input / weight / bias gradients, running
 statistics, at 1, 2 and 8 splits, NCHW and channels_last; its op count does not grow with the
-splits. The Triton path: tests/test_split_bn_triton.py."""
+splits. The Triton path: tests/pretrain/model/test_split_bn_triton.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from op_counter import OpCounter
 from torch import nn
 
 from pretrain.model.split_bn import SplitBatchNorm, triton_interpreted, use_path
+from pretrain.testing.op_counter import OpCounter
 
 C = 5
 

@@ -4,26 +4,25 @@ channels_last, non-mergeable strides, a gradient in another layout; several chun
 channel blocks, uneven tails), and to float32 statistics in bf16 / fp32 (so does the fused
 aten path); two ``negmine`` ops
 forward and two backward whatever the splits. The kernels run in Triton's interpreter, in one
-fresh process (``tests/split_bn_triton_worker.py``); their sm_90 compile (what CUDA runs) is the
-launch test's (``triton_launches``)."""
+fresh process (``tests/helpers/split_bn_triton_worker.py``); their sm_90 compile (what CUDA runs) is
+the launch test's (``triton_launches``)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import split_bn_triton_worker as worker
 import torch
-from triton_launches import installed_ptx
 
 from pretrain.model.split_bn import SplitBatchNorm
+from tests.helpers import split_bn_triton_worker as worker
+from tests.helpers.paths import HELPERS
+from tests.helpers.triton_launches import installed_ptx
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
 
@@ -33,7 +32,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     tests run on one pytest-xdist worker, tests/conftest.py)."""
     out = tmp_path_factory.mktemp("split_bn_triton") / "results.pt"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, str(ROOT / "tests" / "split_bn_triton_worker.py"), str(out)]
+    cmd = [sys.executable, str(HELPERS / "split_bn_triton_worker.py"), str(out)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return torch.load(out, weights_only=True)
@@ -126,7 +125,7 @@ KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_in
 def test_kernels_compile_for_sm90(triton_launches):
     """The four kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
     here without a GPU: the installed triton's compiles of the launch test (one compile per
-    kernel in a session, tests/triton_launches.py)."""
+    kernel in a session, tests/helpers/triton_launches.py)."""
     ptx = installed_ptx(triton_launches, "split bn bf16 channels_last")
     for name in KERNELS:
         assert f".entry {name}" in ptx.get(name, ""), (name, sorted(ptx))

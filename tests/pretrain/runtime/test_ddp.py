@@ -1,24 +1,20 @@
 """Two (and three) gloo ranks equal one process with split BatchNorm; rank agreement; launcher
 variables.
 
-The equivalence test runs ``tests/ddp_worker.py`` (the engine's own ``setup`` and ``train_step``)
-once as one process with a global batch of 16 and ``model.bn_splits=2`` (two splits of 8) and
-once under ``torchrun --nproc_per_node 2`` (gloo) with plain BatchNorm on each rank's 8 images,
-and compares loss, all-reduced gradients, queue and pointer after each of 3 steps. Every variant
-runs in the same two launches (``ddp_worker.py --plan``: one process, then one torchrun), one
-after the other, each from its own ``setup``.
+The equivalence test runs ``tests/helpers/ddp_worker.py`` (the engine's own ``setup`` and
+``train_step``) once as one process with a global batch of 16 and ``model.bn_splits=2`` (two splits
+of 8) and once under ``torchrun --nproc_per_node 2`` (gloo) with plain BatchNorm on each rank's 8
+images, and compares loss, all-reduced gradients, queue and pointer after each of 3 steps. Every
+variant runs in the same two launches (``ddp_worker.py --plan``: one process, then one torchrun),
+one after the other, each from its own ``setup``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,11 +24,12 @@ from torchvision import tv_tensors
 from pretrain.data import loaders
 from pretrain.data.augment_params import ViewSpec
 from pretrain.runtime import dist
+from tests.helpers.ddp import clean_env, free_port, run_worker
+from tests.helpers.paths import HELPERS, ROOT
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "ddp_worker.py"
+WORKER = HELPERS / "ddp_worker.py"
 TINY = [
     "model.width=8",
     "train.batch_size=16",
@@ -46,53 +43,6 @@ TOL = 1e-5  # the acceptance bound on every compared value, but for a strategy's
 # float32's reduction-order error (DDP's all-reduce sums in another order) reaches 1.2e-5 there at
 # step 2 on a 2-core Xeon without AVX-512 (within 1e-5 on the AVX-512 Xeon)
 TOL_STRATEGY = 5e-5
-
-
-def free_port() -> int:
-    """A port free now for a rendezvous. Under pytest-xdist each worker draws from its own block
-    of 500 below Linux's ephemeral range (32768-), so two workers never hand out the same port
-    and no OS-assigned client port takes it in between; otherwise one the OS assigns."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and worker[2:].isdigit():
-        base = 20000 + 500 * (int(worker[2:]) % 25)
-        for port in random.sample(range(base, base + 500), 500):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without launcher variables (pytest may itself run inside a job)."""
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith("SLURM")}
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **extra)
-    return env
-
-
-def run_worker(*args: str, timeout: float = 120) -> None:
-    """Run ``args`` in a new session; on timeout kill the whole group (torchrun and its ranks)."""
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"{args[1:3]} ran past {timeout} s:\n{out}\n{err}")
-    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{out}\n{err}"
 
 
 # InfoNCE; and a labelled loss in MoCo's layout (each rank's queries against the gathered
@@ -172,8 +122,8 @@ def runs(request, all_runs) -> tuple[dict, list[dict]]:
 
 # 3 ranks differ from 2 (an odd split of the global batch, a rank with neither end of it): the
 # methods whose cross-rank logic is their own, with 8 images per rank as above. The worker swaps
-# ReLU for SiLU (tests/ddp_worker.py: a ReLU mask on the digits' constant background flipped under
-# one-ulp kernel differences, for FNC at seed 0 here and i-Mix at 2 ranks on an AVX-512 Xeon).
+# ReLU for SiLU (tests/helpers/ddp_worker.py: a ReLU mask on the digits' constant background flipped
+# under one-ulp kernel differences, for FNC at seed 0 here and i-Mix at 2 ranks on an AVX-512 Xeon).
 THREE_RANKS = {"adco": [], "fnc": [], "imix": []}
 TINY3 = [*TINY, "train.batch_size=24", "moco.queue_size=48"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_ddp import clean_env, free_port
 
 from pretrain.config import ConfigError
 from pretrain.runtime import dist
+from tests.helpers.ddp import clean_env, free_port
+from tests.helpers.paths import HELPERS, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "ddp_worker.py"
+WORKER = HELPERS / "ddp_worker.py"
 # ddp_worker.py --control in a process where torch believes one GPU exists (a CUDA host)
 FAKE_CUDA = (
     "import runpy, sys, torch\n"

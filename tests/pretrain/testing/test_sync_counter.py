@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sync_counter import SyncCounter, classify
 from torch._subclasses.fake_tensor import FakeTensorMode
+
+from pretrain.testing.sync_counter import SyncCounter, classify
 
 x = torch.randn(6)
 mask = x > 0
