@@ -66,6 +66,9 @@ def test_table_from_a_run_directory(tmp_path, capsys):
     assert row == "| 1 | 31.98 | 30.50 | -1.48 | 35.25 | 20.0 | 20 % | 2.0 |"
     assert not any(line.startswith("| 2 |") for line in out)
     assert (tmp_path / "c.png").stat().st_size > 1000
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == []  # closed: a figure left open leaks into the next test's
 
 
 def test_a_folder_without_metrics_is_a_clear_error(tmp_path):

@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.helpers.paths import TESTS
+from tests.helpers.paths import ROOT
 
 PROBE = """
 import os
@@ -59,7 +59,7 @@ def test_other(i):
 
 def project_addopts() -> str:
     """pyproject.toml's pytest ``addopts``, as written (``-ra -n auto --dist loadfile``)."""
-    text = (TESTS.parent / "pyproject.toml").read_text()
+    text = (ROOT / "pyproject.toml").read_text()
     match = re.search(r'^addopts = "(.+)"$', text.split("[tool.pytest.ini_options]")[1], re.M)
     assert match, "pyproject.toml has no [tool.pytest.ini_options] addopts"
     return match.group(1)
@@ -78,9 +78,9 @@ def run_probe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         "MKL_NUM_THREADS",
     )  # a top-level run, not one inside a worker
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
+    env.update(PYTHONPATH=str(ROOT))  # never tests/ itself: tests/pretrain/ would be `pretrain`
     env.update(NEGMINE_TEST_WORKERS="2")
-    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-v"]
+    argv = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-v"]
     return subprocess.run(
         [*argv, *args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
     )

@@ -73,11 +73,11 @@ def test_a_quick_test_that_starts_a_process_is_skipped(tmp_path):
         "def test_in_process():\n"
         "    assert sum([1, 2]) == 3\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}  # never tests/: it has a pretrain/
     outcome = {}
     for marks in ("quick", "not slow"):
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "conftest", "-m", marks, "-q", "-rs",
+            [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-m", marks, "-q", "-rs",
              "-p", "no:cacheprovider", "test_probe_quick.py"],
             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env,
         )  # fmt: skip
