@@ -146,6 +146,7 @@ def plot(runs: dict[str, dict[int, dict[str, float]]], ref: dict[int, float], pn
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,8 +4,8 @@
     python scripts/gen_config_docs.py --check    # exit 1 if the page is stale (CI, tests)
     python scripts/gen_config_docs.py --plugin NAME   # one strategy's or loss's entry (a plugin's)
 
-Run the first command after adding or changing a config key; tests/test_config_docs.py fails until
-the page matches the code. Every key of the ``Config`` dataclass tree
+Run the first command after adding or changing a config key; tests/docs/test_config_docs.py fails
+until the page matches the code. Every key of the ``Config`` dataclass tree
 (``pretrain/config/schema.py``) gets one row: its dotted name, its type as annotated, its default,
 the values it accepts (the ``CHOICES`` table, the loss and strategy registries, booleans, and the
 messages of the rules on the key alone), and its description from the ``Keys:`` table of its

@@ -1,8 +1,8 @@
 """Generate the tables of docs/step_counts.md from the code: the host syncs per step that every
 registered loss and strategy of this tree declares (``syncs_per_step``, ``syncs_why``: the
 contract ``negmine_core.contract.Contract`` that strategies and losses share, which
-``tests/test_step_syncs.py`` measures), and the pinned aten ops per step of the built-ins
-(``pretrain.testing.pins``, which ``tests/test_step_ops.py`` measures).
+``tests/pretrain/engine/test_step_syncs.py`` measures), and the pinned aten ops per step of the
+built-ins (``pretrain.testing.pins``, which ``tests/pretrain/engine/test_step_ops.py`` measures).
 
     python scripts/gen_step_counts.py            # rewrite the tables of docs/step_counts.md
     python scripts/gen_step_counts.py --check    # exit 1 if they are stale (CI, tests)

@@ -1,6 +1,6 @@
 """Shared pytest hooks: ``slow`` tests need ``--runslow``; ``cuda`` tests need a CUDA device
 (``@pytest.mark.cuda(gpus=2)``: that many); a hang in interpreter teardown cannot eat the session's
-verdict (``teardown_guard.py``).
+verdict (``tests/helpers/teardown_guard.py``).
 
 The suite trains on the CPU on any host: ``NEGMINE_DEVICE=cpu``
 (``pretrain.runtime.dist.device_type``) is set here, before any test runs, and every process a test
@@ -13,7 +13,7 @@ on 2 cores): the tests of ``QUICK_FILES``, in-process unit tests of every packag
 negatives, linear_eval, slurm), are marked ``quick``; under ``-m quick`` a test that starts a
 process (``subprocess``, ``multiprocessing``: a CLI run, DDP ranks, loader workers, a SLURM job)
 is skipped when it tries, so a slow test added to one of these files leaves the subset by itself
-(it still runs in the full suite). ``tests/test_quick_subset.py`` checks the list.
+(it still runs in the full suite). ``tests/suite/test_quick_subset.py`` checks the list.
 
 The suite runs in parallel by default, through pytest-xdist's documented interface only:
 pyproject.toml's ``addopts`` gives ``-n auto --dist loadgroup``, and
@@ -30,11 +30,13 @@ marks is not used: with pytest 9.2 and pytest-xdist 3.8 it silently stops groupi
 pytest-dev/pytest-xdist#1386.) What lives outside a test's process has one owner whatever the
 distribution, and never depends on two tests landing on one worker:
 
-- the local SLURM cluster (``slurm_cluster.py``) is started once per run by the first process that
-  needs it, each user holds a lease on it, and the top-level pytest process stops it at the end of
-  the session; a stop while another process holds a lease is refused with an error naming it;
+- the local SLURM cluster (``tests/helpers/slurm_cluster.py``) is started once per run by the first
+  process that needs it, each user holds a lease on it, and the top-level pytest process stops it
+  at the end of the session; a stop while another process holds a lease is refused with an
+  error naming it;
 - a session-scoped result that several files use (the Triton launches) is computed once per run,
-  under a lock, and read by the other workers (``run_once.py``, pytest-xdist's documented pattern).
+  under a lock, and read by the other workers (``tests/helpers/run_once.py``, pytest-xdist's
+  documented pattern).
 
 xdist hands out files in collection order (``--no-loadscope-reorder`` in ``addopts``: by default
 pytest-xdist sorts files by their number of tests, which sends a file of few long tests last); a
@@ -42,8 +44,9 @@ file of minutes is marked ``early`` (``pytestmark``) so that it starts first ins
 run alone on one worker while the other waits.
 
 Environment variables and ``NEGMINE_CACHE_DIR`` set by a test are per process, each worker's free
-ports come from its own range (``test_ddp.free_port``), and inductor's and Triton's caches are
-written atomically (shared on purpose: a kernel compiled by one worker is loaded by the other)."""
+ports come from its own range (``tests/helpers/ddp.py``: ``free_port``), and inductor's and Triton's
+caches are written atomically (shared on purpose: a kernel compiled by one worker is loaded by the
+other)."""
 
 from __future__ import annotations
 
@@ -86,8 +89,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from slurm_cluster import RUN_ENV  # noqa: E402
-from teardown_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: E402, F401 (hooks)
+
+from tests.helpers.slurm_cluster import RUN_ENV  # noqa: E402
+from tests.helpers.teardown_guard import pytest_sessionfinish, pytest_unconfigure  # noqa: E402, F401 (hooks)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(_share)
@@ -97,32 +101,32 @@ TESTS = Path(__file__).resolve().parent
 #: The quick subset (``-m quick``), paths under tests/: fast in-process tests of each package.
 QUICK_FILES = (
     # pretrain
-    "test_config.py",  # the config schema, overrides and validation
-    "test_config_docs.py",  # the generated configuration reference
-    "test_model.py",
-    "test_checkpoint.py",
-    "test_schedules.py",
-    "test_queue.py",
-    "test_knn.py",
-    "test_threads.py",
-    "test_losses.py",
-    "test_multiview_losses.py",
-    "test_queue_layout_loss.py",
-    "test_reweighted_losses.py",
-    "test_ring.py",
-    "test_cider_loss.py",
+    "pretrain/config/test_config.py",  # the config schema, overrides and validation
+    "docs/test_config_docs.py",  # the generated configuration reference
+    "pretrain/model/test_model.py",
+    "pretrain/engine/test_checkpoint.py",
+    "pretrain/engine/test_schedules.py",
+    "pretrain/engine/test_queue.py",
+    "pretrain/engine/test_knn.py",
+    "pretrain/runtime/test_threads.py",
+    "pretrain/losses/test_losses.py",
+    "pretrain/losses/test_multiview_losses.py",
+    "pretrain/losses/test_queue_layout_loss.py",
+    "pretrain/losses/test_reweighted_losses.py",
+    "pretrain/losses/test_ring.py",
+    "pretrain/losses/test_cider_loss.py",
     # negatives
-    "test_negatives.py",  # every strategy in a training step
-    "test_ocsvm.py",
-    "test_mochi.py",
-    "test_outliers.py",
+    "negatives/test_negatives.py",  # every strategy in a training step
+    "negatives/ocsvm/test_ocsvm.py",
+    "negatives/test_mochi.py",
+    "negatives/test_outliers.py",
     # linear_eval
-    "evaluation/test_metrics.py",
-    "evaluation/test_stats.py",
-    "evaluation/test_table.py",
-    "evaluation/test_select.py",
+    "linear_eval/test_metrics.py",
+    "linear_eval/test_stats.py",
+    "linear_eval/test_table.py",
+    "linear_eval/test_select.py",
     # slurm: time formats and the checks before submitting
-    "test_slurm.py",
+    "slurm/test_slurm.py",
 )
 
 
@@ -176,7 +180,7 @@ class RunOwner:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from slurm_cluster import stop_started_by_run
+        from tests.helpers.slurm_cluster import stop_started_by_run
 
         stop_started_by_run()
 
@@ -214,11 +218,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def triton_launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Every Triton kernel launched through Triton's launch path for sm_90 without a GPU, once per
-    run and triton (``tests/triton_launches.py``): ``None`` (the installed triton) or an older
-    triton's folder -> the worker's JSON (launches, warnings, PTX) or its error output."""
+    run and triton (``tests/helpers/triton_launches.py``): ``None`` (the installed triton) or an
+    older triton's folder -> the worker's JSON (launches, warnings, PTX) or its error output."""
     pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
-    from run_once import once
-    from triton_launches import OLDER, launch_all
+    from tests.helpers.run_once import once
+    from tests.helpers.triton_launches import OLDER, launch_all
 
     for site in OLDER:
         if not Path(site, "triton").is_dir():

@@ -57,7 +57,7 @@ RESUME_KEYS = ("queue", "scaler", "epoch_stats")
 
 # Checkpoints of negmine before data.augment_on lack it (they ran the per-sample path)
 # and call the loss state "objective"; both are read until negmine 0.2, which drops the two shims
-# (tests/test_checkpoint.py fails once the version reaches it).
+# (tests/pretrain/engine/test_checkpoint.py fails once the version reaches it).
 OLD_CHECKPOINTS_READ_UNTIL = (0, 2)
 
 

@@ -23,7 +23,7 @@ It is checked against this device's free memory (:func:`available`): the free me
 device (``torch.cuda.mem_get_info``), or on a CPU the memory the kernel reports available
 (``MemAvailable`` of ``/proc/meminfo``; ``os.sysconf`` elsewhere). The shipped recipes fit a
 24 GiB machine (digits, CIFAR, STL-10) or an 80 GB GPU (ImageNet-100):
-``tests/test_memory_estimate.py``.
+``tests/pretrain/engine/test_memory_estimate.py``.
 """
 
 from __future__ import annotations

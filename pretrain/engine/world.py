@@ -3,8 +3,9 @@
 BatchNorm statistics are what ties a run to its world size. Without ``model.sync_bn`` every rank
 normalises its own images in ``model.bn_splits`` groups, so the global batch is normalised in
 ``world_size x bn_splits`` groups of ``batch_size / (world_size x bn_splits)`` images; one process
-with ``bn_splits=W`` equals W ranks with ``bn_splits=1`` (to 1e-14 in float64, tests/test_ddp.py).
-With ``model.sync_bn`` (DDP only) the whole global batch is one group.
+with ``bn_splits=W`` equals W ranks with ``bn_splits=1`` (to 1e-14 in float64,
+tests/pretrain/runtime/test_ddp.py). With ``model.sync_bn`` (DDP only) the whole global batch is one
+group.
 
 Resume rule: a run may resume at another world size iff the BatchNorm groups stay the same, i.e.
 ``world_size x model.bn_splits`` is unchanged (``model.bn_splits`` may change with it, e.g. 4 ranks

@@ -6,7 +6,7 @@ Each view has a mean direction μ (unit norm) and a concentration κ = softplus(
 - L_reg (eq. 11) = λ_reg · (mean_i κ1_i² + mean_i κ2_i²)   (eq. 7's minus sign is a typo).
 
 The total objective (eq. 12) adds SimCLR's NT-Xent on (μ1, μ2), in which κ does not enter
-(``tests/multiview.py``'s ``nt_xent``).
+(``tests/helpers/multiview.py``'s ``nt_xent``).
 
 NOTE: the seed's appendix code computes L_align as −λ·log(exp((κ1+κ2)cos) + 1e-6), which equals
 eq. 10 only while exp neither underflows nor overflows: it saturates at −λ·log(1e-6) ≈ 13.8λ

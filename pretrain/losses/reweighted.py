@@ -18,9 +18,9 @@ With s_p the positive logit and s_j (j = 1..M) the negatives' (already divided b
   (twice our mean), which neither setting equals.
 
 M is the number of negatives in the contrast set: 2N − 2 in the papers' 2N x 2N layout (the
-reference forms in ``tests/multiview.py``), the queue plus the strategy's extras in MoCo's layout.
-Computed in log space (log-sum-exp, log1p), so the floor and the difference never overflow at
-small T; the official code exponentiates directly, which agrees wherever that is finite (tested).
+reference forms in ``tests/helpers/multiview.py``), the queue plus the strategy's extras in MoCo's
+layout. Computed in log space (log-sum-exp, log1p), so the floor and the difference never overflow
+at small T; the official code exponentiates directly, which agrees wherever that is finite (tested).
 
 [0] Chuang et al., "Debiased Contrastive Learning", NeurIPS 2020, https://arxiv.org/abs/2007.00224
 [1] Robinson et al., "Contrastive Learning with Hard Negative Samples", ICLR 2021,

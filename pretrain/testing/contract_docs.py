@@ -3,7 +3,7 @@ loss can declare or override, read from the base classes (:class:`negmine_core.c
 :class:`negatives.base.NegativeStrategy`, :class:`pretrain.losses.Loss`): an attribute's meaning
 is its ``#:`` comment (the lines right above it), a hook's is its docstring's first paragraph,
 its default the class's value. ``scripts/gen_plugin_docs.py`` writes the tables into
-docs/plugins.md (``--check``: whether the page is current) and ``tests/test_contract_docs.py``
+docs/plugins.md (``--check``: whether the page is current) and ``tests/docs/test_contract_docs.py``
 fails when a member has no comment or docstring (:func:`undocumented`), so a new attribute cannot
 go undocumented."""
 

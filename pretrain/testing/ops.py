@@ -1,8 +1,8 @@
 """Aten ops per training step (a CPU-measurable proxy for CUDA kernel launches) against a budget
 relative to plain MoCo's step: ``ops_budget`` where the class declares one (its cost, e.g. 1.2 =
 +120 %), else :data:`DEFAULT_BUDGET` (+15 %). negmine's own pins for the built-ins are exact
-(``tests/op_table.py``); a class without a pin is held to this bound, by the kit and the suite
-alike (:func:`check_bound`).
+(``tests/helpers/op_table.py``); a class without a pin is held to this bound, by the kit and the
+suite alike (:func:`check_bound`).
 
 The kit counts a class's step at two batch sizes (:data:`BATCHES`, 16 and 32), beside plain
 MoCo's at both: a vectorised step dispatches the same ops at any batch, a Python loop over rows

@@ -1,19 +1,19 @@
 """negmine's own regression pins of its built-ins, per steady-state training step, counted by the
 contract kit's real steps (:mod:`pretrain.testing.steps`) on a CPU: the aten ops
-(:mod:`negmine_core.contract.op_counter`) per recipe x negative strategy on the device path (split
-BN's Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and per split BN
-path; and the host syncs (:mod:`negmine_core.contract.sync_counter`) of the model's parts that no
-strategy or loss declares. negmine's suite asserts them exactly (``tests/test_step_ops.py``,
-``tests/test_step_syncs.py``) and ``scripts/gen_step_counts.py`` writes them to
-docs/step_counts.md; they live in the package so that the script needs nothing of ``tests/``.
+(:mod:`negmine_core.contract.op_counter`) per recipe x negative strategy on the device path
+(split BN's Triton kernels, as on CUDA), per loss (with strategy none, on ``digits_moco``) and
+per split BN path; and the host syncs (:mod:`negmine_core.contract.sync_counter`) of the model's
+parts that no strategy or loss declares. negmine's suite asserts them exactly
+(``tests/pretrain/engine/test_step_ops.py``, ``tests/pretrain/engine/test_step_syncs.py``) and
+``scripts/gen_step_counts.py`` writes them to docs/step_counts.md; they live in the package so
+that the script needs nothing of ``tests/``.
 
-A strategy or loss without a pin (one's own, in the tree or a plugin) is held to the relative bound
-of the contract kit instead (:func:`pretrain.testing.ops.check_bound`): at most its
-``ops_budget`` over plain MoCo's step, ``STRATEGY_TARGET`` (+15 %) where it declares none. MiOC is
-counted on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches, run
-by Triton's interpreter on a CPU); its count does not depend on the solver's iterations, so every
-count is exact.
-"""
+A strategy or loss without a pin (one's own, in the tree or a plugin) is held to the relative
+bound of the contract kit instead (:func:`pretrain.testing.ops.check_bound`): at most its
+``ops_budget`` over plain MoCo's step, ``STRATEGY_TARGET`` (+15 %) where it declares none. MiOC
+is counted on its CUDA path (the OC-SVM's Gram matrix, fit and scoring as three Triton launches,
+run by Triton's interpreter on a CPU); its count does not depend on the solver's iterations, so
+every count is exact."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ SPLIT_BN_SYNCS = (  # model.split_bn=triton (2 splits), any loss: counted with i
     "construction and moved by .to() (pretrain/model/split_bn.py triton_params)",
 )
 
-# MiOC counts its CUDA path (tests/count_steps.py forces it on a CPU): the OC-SVM fit is one
+# MiOC counts its CUDA path (tests/helpers/count_steps.py forces it on a CPU): the OC-SVM fit is one
 # Triton program (negatives/ocsvm/smo_triton.py) and the scoring, the inlier mask and the S_o draw
 # are fixed-shape tensor ops, so nothing is read on the host (the solver's own count,
 # svm.n_syncs_, is 0 on this path and asserted apart). MIOC_CPU_PATH: the CPU default (the host

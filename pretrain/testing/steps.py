@@ -1,8 +1,8 @@
 """Real training steps for the contract kit's counts: each run is built by the trainer's own
-``pretrain.engine.setup.setup`` from ``digits_moco.yaml`` (sklearn's digits: no download) at tiny
-sizes, warmed up past the optimizer's first step, then counted with :class:`SyncCounter` (host
-syncs: every step, the first included) or :class:`OpCounter` (aten ops of one steady-state step).
-negmine's own counts (``tests/count_steps.py``, ``tests/count_ops.py``) run the same functions, so
+``loop.setup`` from ``digits_moco.yaml`` (sklearn's digits: no download) at tiny sizes, warmed up
+past the optimizer's first step, then counted with :class:`SyncCounter` (host syncs: every step,
+the first included) or :class:`OpCounter` (aten ops of one steady-state step). negmine's own
+counts (``tests/helpers/count_steps.py``, ``tests/helpers/count_ops.py``) run the same functions, so
 the kit and the suite measure one way.
 
 A class the registries do not hold (a plugin's class imported by its own tests) is registered for

@@ -1,6 +1,6 @@
 """Host syncs per training step measured against what the classes declare (``syncs_per_step``):
 one class (:func:`check_syncs`, the kit's) or one loss x strategy pair of negmine's table
-(:func:`check_pair`, ``tests/sync_table.py``'s). The kit's count of a class is two: its real
+(:func:`check_pair`, ``tests/helpers/sync_table.py``'s). The kit's count of a class is two: its real
 training steps (:mod:`steps`: step 0 and the counted steps, against the declaration), and each
 of :data:`~pretrain.testing.behaviour.CALLS` of its hooks alone on one instance
 (:func:`check_call_syncs`: s.ctx.global_step 0 to PERIOD - 1 and three far steps), whose counts must

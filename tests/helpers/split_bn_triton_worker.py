@@ -1,0 +1,105 @@
+"""Run split BN's Triton path on the cases of ``tests/pretrain/model/test_split_bn_triton.py`` and
+write what it returns (not a test file: the test runs it in a subprocess).
+
+    TRITON_INTERPRET=1 python tests/helpers/split_bn_triton_worker.py OUT.pt
+
+Without a CUDA device the kernels run in Triton's interpreter on CPU tensors, which must be chosen
+before triton is imported: hence a fresh process. Each case of :data:`CASES` builds its input
+with :func:`case_input` (the test rebuilds the same one for its reference), runs one training
+forward + backward of ``SplitBatchNorm(path="triton")`` under the op counter, and stores the
+output, the three gradients, the running statistics, the op counts and the host syncs of a
+second module's second step (its first copies its constants to the device once).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from negmine_core.contract.op_counter import OpCounter  # noqa: E402
+from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
+from pretrain.model import split_bn_triton  # noqa: E402
+from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
+
+C = 5
+# name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
+# the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
+# interpreter runs each tile's loop in Python (s3_chunks4_uneven: 75 values a split, 38 tiles of
+# 2 x 4 in 4 chunks of 20, 20, 20, 15, and 2 channel blocks, the second of 1; s4_chunks3_tile16:
+# 54 values a split, 27 tiles of 2 x 8 in 3 chunks)
+CASES = {
+    "s2_nchw": (16, 3, 2, "nchw", torch.float64, None, None, None),
+    "s8_nchw": (16, 3, 8, "nchw", torch.float64, None, None, None),
+    "s2_cl": (16, 3, 2, "channels_last", torch.float64, None, None, None),
+    "s8_cl": (16, 3, 8, "channels_last", torch.float64, None, None, None),
+    "s4_chunks3_tile16": (12, 3, 2, "nchw", torch.float64, 3, 16, None),
+    "s2_chunks5_cblocks": (12, 5, 2, "channels_last", torch.float64, 5, 64, 2),
+    "s3_chunks4_uneven": (9, 5, 3, "nchw", torch.float64, 4, 8, 4),
+    "s2_strided": (8, 4, 2, "strided", torch.float64, None, None, None),
+    "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, 2, 16, None),
+    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, 2, 16, None),
+    "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None),
+    "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, 3, 64, None),
+}
+
+
+def case_input(name: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """(x, upstream gradient g, module state) of case ``name``: x from N(2, 3²) in the case's
+    layout and dtype, g float64 N(0, 1) cast to it, the BN's weight/bias/running stats random."""
+    n, size, _, layout, dtype, *_ = CASES[name]
+    g = torch.Generator().manual_seed(len(name))
+    x = torch.randn(n, C, size, size, generator=g, dtype=torch.float64) * 3.0 + 2.0
+    grad = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    if layout == "strided":  # H and W not mergeable: transposed spatial axes
+        x = x.transpose(2, 3)
+    if layout == "grad_nchw":  # x channels_last, its gradient NCHW
+        x = x.contiguous(memory_format=torch.channels_last)
+    if layout == "grad_expanded":  # the gradient of y.sum(): one value, every stride 0
+        grad = torch.ones((), dtype=torch.float64).expand(x.shape)
+    state = {
+        "weight": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
+        "bias": torch.randn(C, generator=g, dtype=torch.float64),
+        "running_mean": torch.randn(C, generator=g, dtype=torch.float64),
+        "running_var": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
+    }
+    return x.to(dtype), grad.to(dtype), state
+
+
+def run(name: str) -> dict[str, torch.Tensor | int]:
+    _, _, splits, _, _, chunks, tile, block_c = CASES[name]
+    defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
+    split_bn_triton.CHUNKS = chunks
+    split_bn_triton.TILE = tile or defaults[1]
+    split_bn_triton.BLOCK_C_MAX = block_c or defaults[2]
+    try:
+        x, grad, state = case_input(name)
+        bn = SplitBatchNorm(C, splits, path="triton").train()
+        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+        bn.to(wide).load_state_dict(state, strict=False)
+        x = x.requires_grad_()
+        spare = SplitBatchNorm(C, splits, path="triton").train().to(wide)
+        with SyncCounter() as syncs:  # its first call: (eps, momentum) were built with the layer
+            spare(x).backward(grad)
+        x.grad = None
+        with OpCounter() as forward:
+            y = bn(x)
+        with OpCounter() as backward:
+            y.backward(grad)
+    finally:
+        split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
+    out = {"y": y.detach(), "dx": x.grad, "dw": bn.weight.grad, "db": bn.bias.grad}
+    out |= {"running_mean": bn.running_mean, "running_var": bn.running_var}
+    out |= {"ops_forward": forward.count, "ops_backward": backward.count, "syncs": syncs.count}
+    out |= {"y_channels_last": int(y.is_contiguous(memory_format=torch.channels_last))}
+    out |= {"dx_channels_last": int(x.grad.is_contiguous(memory_format=torch.channels_last))}
+    return out
+
+
+if __name__ == "__main__":
+    torch.save({name: run(name) for name in CASES}, sys.argv[1])
