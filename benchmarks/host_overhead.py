@@ -23,7 +23,7 @@ not depend on it (a ``negmine::`` op is one op either way).
 Columns (the table's header says them too):
 
 - ops: aten ops of one steady-state training step on the device path, counted on the CPU by the
-  contract kit's :class:`~pretrain.testing.op_counter.OpCounter` (augmentation stage 2, both
+  contract kit's :class:`~negmine_core.contract.op_counter.OpCounter` (augmentation stage 2, both
   encoders, strategy, loss, backward, optimizer step, momentum update, enqueue; views and
   allocations not counted): a proxy for CUDA kernel launches;
 - host ms: the wall milliseconds of one step at the tiny sizes, median of ``--steps`` steps after
@@ -66,9 +66,8 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pretrain.testing.op_counter import OpCounter  # noqa: E402
-
 from benchmarks.results_md import record_table  # noqa: E402
+from negmine_core.contract.op_counter import OpCounter  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
 from pretrain.testing import steps  # noqa: E402  (the contract kit's runs: one way to count)
 

@@ -291,7 +291,7 @@ def test_train_capture_both_runs_each_moco_run_captured_and_eager_in_alternating
 
 
 def test_train_refuses_capture_on_a_cpu_with_a_documented_message():
-    from troubleshooting_quotes import assert_documented
+    from tests.helpers.troubleshooting_quotes import assert_documented
 
     proc = subprocess.run([sys.executable, "benchmarks/train.py", "--device", "cpu", "--capture",
                            "both", "--no-record"], capture_output=True, text=True, cwd=ROOT,

@@ -14,14 +14,9 @@ from negatives import ExtraNegatives, NegativeStrategy, Step
 from negatives.none import NoNegatives
 from negmine_core.step import Batch, SetupContext
 from pretrain.testing.declarations import check_declarations
+from tests.helpers.transforms import applied
 
 N, D, K = 8, 16, 32
-
-
-def applied(strategy, x1, x2, y):
-    """``strategy.transform_batch`` on a batch of these views and labels, as a tuple."""
-    out = strategy.transform_batch(Batch(x1=x1, x2=x2, y=y))
-    return out.x1, out.x2, out.y
 
 
 def where(name: str, attribute: str) -> str:
@@ -188,7 +183,6 @@ def test_zero_synthetic_points_give_plain_moco_logits(name):
 @pytest.mark.parametrize("name", negatives.list_strategies())
 def test_strategy_runs_in_a_training_step(name, tmp_path):
     """One real CPU training step of the digits config with this strategy."""
-    from negmine_core.step import Batch
     from pretrain import config
     from pretrain.engine import loop
 

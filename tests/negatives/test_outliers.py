@@ -15,15 +15,9 @@ from scipy import stats
 import negatives
 from negatives.outliers import Outliers, cutpaste, resized_crop_flip, turn, turn_index
 from negmine_core.conventions import OUTLIER_LABEL, rotation_label
-from negmine_core.step import Batch
+from tests.helpers.transforms import applied
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
-
-
-def applied(strategy, x1, x2, y):
-    """``strategy.transform_batch`` on a batch of these views and labels, as a tuple."""
-    out = strategy.transform_batch(Batch(x1=x1, x2=x2, y=y))
-    return out.x1, out.x2, out.y
 
 
 def batch(n: int, size: int, dtype: torch.dtype = torch.float64, seed: int = 0, channels: int = 3):
