@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import results_logs  # noqa: E402
 
 from benchmarks import science_plan as plan  # noqa: E402
+from benchmarks.train import read_log  # noqa: E402
 
 BUNDLE = "/tmp/data/cifar10"  # where .gpu/setup.sh unpacks the CIFAR-10 JPEGs
 CIFAR = ["data.name=imagefolder", "data.resident=device", "train.log_every=20"]
@@ -93,18 +94,6 @@ class Run:
         pairs = zip(self.seen, self.seen[1:])
         gaps = [b - a for a, b in pairs if a >= self.since or not measured_only]
         return statistics.median(gaps[-3:]) if gaps else None
-
-
-def read_log(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written
-            break
-    return out
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -17,6 +17,7 @@ from negmine_core.step import Batch
 from pretrain import config
 from pretrain.engine import loop
 from pretrain.testing import OpCounter, SyncCounter, steps
+from tests.helpers.late_faults import GradAfterEight, NaNEveryFifth
 
 TINY = ["model.width=8", "train.batch_size=16", "moco.queue_size=64", "data.num_workers=0",
         "train.progress_bar=false", "train.max_steps=2", "train.log_every=1", "eval.knn_every=0",
@@ -107,19 +108,6 @@ def test_negatives_that_turn_non_finite_later_are_named_instead_of_learning_rate
     assert "lower train.base_lr" not in err and "Traceback" not in err
 
 
-class GoodForEightSteps(NegativeStrategy):
-    """``s.emb.k`` for 8 steps (unit norm, detached), then twice as long and carrying a gradient."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.full((), 2.0))
-
-    def negatives(self, s: Step) -> ExtraNegatives:
-        return ExtraNegatives(
-            shared=s.emb.k.detach() if s.ctx.global_step < 8 else s.emb.k * self.scale
-        )
-
-
 class LongFromStepEight(NegativeStrategy):
     """``s.emb.k`` for 8 steps, then twice as long (detached)."""
 
@@ -128,25 +116,12 @@ class LongFromStepEight(NegativeStrategy):
         return ExtraNegatives(shared=s.emb.k if s.ctx.global_step < 8 else 2 * s.emb.k)
 
 
-class NaNEveryFifthCall(NegativeStrategy):
-    """``s.emb.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    @torch.no_grad()
-    def negatives(self, s: Step) -> ExtraNegatives:
-        self.calls += 1
-        nan = self.calls >= 8 and self.calls % 5 == 0
-        return ExtraNegatives(shared=s.emb.k * float("nan") if nan else s.emb.k)
-
-
 def test_a_gradient_after_eight_good_steps_stops_the_run_at_that_step(tmp_path, capsys):
-    status, name = train(tmp_path, GoodForEightSteps, "train.max_steps=12", "train.log_every=4")
+    status, name = train(tmp_path, GradAfterEight, "train.max_steps=12", "train.log_every=4")
     err = capsys.readouterr().err
     assert status == 1, err
-    assert (f"error: strategy {name!r} ({__name__}.GoodForEightSteps.negatives()): returned "
+    where = f"{GradAfterEight.__module__}.GradAfterEight.negatives()"
+    assert (f"error: strategy {name!r} ({where}): returned "
             "shared that carries a gradient at s.ctx.global_step 8: detach it (or decorate the "
             "hook with @torch.no_grad())\nTraining stopped at global step 8 (epoch 1): fix the "
             "class named above; no checkpoint was written before it (re-running starts afresh).\n"
@@ -164,10 +139,11 @@ def test_non_unit_negatives_after_eight_good_steps_are_named_at_the_next_log_ste
 
 
 def test_nan_on_every_fifth_call_is_the_strategys_not_the_learning_rates(tmp_path, capsys):
-    status, name = train(tmp_path, NaNEveryFifthCall, "train.max_steps=16", "train.log_every=4")
+    status, name = train(tmp_path, NaNEveryFifth, "train.max_steps=16", "train.log_every=4")
     err = capsys.readouterr().err
     assert status == 1, err
-    assert (f"error: strategy {name!r} ({__name__}.NaNEveryFifthCall.negatives()): returned "
+    where = f"{NaNEveryFifth.__module__}.NaNEveryFifth.negatives()"
+    assert (f"error: strategy {name!r} ({where}): returned "
             "non-finite shared (NaN or inf) from finite queries, keys and queue at an "
             "s.ctx.global_step from 8 to 11: keep them finite") in err, err  # fmt: skip
     assert "lower train.base_lr" not in err

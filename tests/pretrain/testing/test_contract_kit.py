@@ -23,6 +23,7 @@ from pretrain import losses
 from pretrain.losses import InfoNCE, Loss, info_nce, moco_logits
 from pretrain.testing import ContractError, check_loss, check_strategy, syncs
 from pretrain.testing.ops import check_bound
+from tests.helpers.late_faults import GradAfterEight, NaNEveryFifth
 
 
 class Syncs(NegativeStrategy):
@@ -149,33 +150,6 @@ class PerQueryDice(NegativeStrategy):
     def negatives(self, s: Step) -> ExtraNegatives:
         per_query = F.normalize(s.emb.q.unsqueeze(1) + random.random(), dim=-1)
         return ExtraNegatives(shared=s.emb.k[:1], per_query=per_query)
-
-
-class GradAfterEight(NegativeStrategy):
-    """``s.emb.k`` for 8 steps, then twice as long and carrying a gradient (a parameter's)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.full((), 2.0))
-
-    def negatives(self, s: Step) -> ExtraNegatives:
-        return ExtraNegatives(
-            shared=s.emb.k.detach() if s.ctx.global_step < 8 else s.emb.k * self.scale
-        )
-
-
-class NaNEveryFifth(NegativeStrategy):
-    """``s.emb.k``, but NaN on every 5th call from the 8th on (calls 10, 15, ...)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    @torch.no_grad()
-    def negatives(self, s: Step) -> ExtraNegatives:
-        self.calls += 1
-        bad = self.calls >= 8 and self.calls % 5 == 0
-        return ExtraNegatives(shared=s.emb.k * float("nan") if bad else s.emb.k)
 
 
 class ToHost(NegativeStrategy):
@@ -328,7 +302,7 @@ def test_a_loss_that_ignores_the_extra_negatives_fails_naming_extra():
 )
 def test_each_fault_names_the_class_and_the_member(cls, member, what):
     msg = failure(check_strategy, cls, counts=False)
-    assert msg.startswith(f"strategy '{cls.__name__}' ({__name__}.{cls.__name__}.{member}): "
+    assert msg.startswith(f"strategy '{cls.__name__}' ({cls.__module__}.{cls.__name__}.{member}): "
                           f"{what}: "), msg  # fmt: skip
 
 
