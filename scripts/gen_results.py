@@ -51,6 +51,7 @@ from pretrain import config  # noqa: E402
 from pretrain.runtime import provenance, run_folder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_ablation  # noqa: E402
 import results_logs  # noqa: E402
 import results_recipes  # noqa: E402
 import results_science  # noqa: E402
@@ -317,6 +318,7 @@ def render_page(rows: list[Row]) -> str:
     out += lines
     if notes:
         out += ["", *[f"- [{i}] {n}" for i, n in enumerate(notes, 1)]]
+    out += ["", *results_ablation.statement(rows)]
     out += ["", *results_science.section(rows, name, cell)]
     out += [
         "",
@@ -360,7 +362,9 @@ def recipe_pages(rows: list[Row]) -> list[tuple[Path, str]]:
 
         def block(configs: list[str]) -> str:
             mine = [r for name in configs for r in rows if r.recipe == name]
-            return results_recipes.render_block(*row_lines(mine, "../"))
+            ablation = (results_ablation.statement(rows, "../")
+                        if results_ablation.MIOC.intersection(configs) else [])  # fmt: skip
+            return results_recipes.render_block(*row_lines(mine, "../"), ablation)
 
         out.append((page, results_recipes.include(page, block)[1]))
     return out

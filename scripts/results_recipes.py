@@ -71,11 +71,14 @@ def page_configs(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def render_block(lines: list[str], notes: list[str]) -> str:
-    """The block a recipe page includes: rows of the results table and their notes."""
+def render_block(lines: list[str], notes: list[str], after: list[str] | None = None) -> str:
+    """The block a recipe page includes: rows of the results table, their notes, and ``after``
+    (the lines of a statement about the rows, e.g. MiOC against its ablation)."""
     out = [BEGIN, *lines]
     if notes:
         out += ["", *[f"- [{i}] {n}" for i, n in enumerate(notes, 1)]]
+    if after:
+        out += ["", *after]
     return "\n".join([*out, END])
 
 
