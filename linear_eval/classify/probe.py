@@ -99,6 +99,19 @@ PROTOCOLS: dict[str, Protocol] = {
 }
 
 
+#: The protocol whose numbers the default command (``python -m linear_eval --ckpt X``: kNN and the
+#: SGD probe) stores, and so what ``table`` and the results pages report as ``linear_top1``.
+DEFAULT_COMMAND = "moco"
+
+
+def describe(name: str) -> str:
+    """A probe in words, for the header line of ``compare`` and ``table``."""
+    if name == "lbfgs":
+        return "L-BFGS (python -m linear_eval linear's and all's default)"
+    where = " (python -m linear_eval --ckpt's default)" if name == DEFAULT_COMMAND else ""
+    return f"SGD, {name} recipe{where}"
+
+
 def protocol(name: str) -> Protocol:
     if name not in PROTOCOLS:
         raise ValueError(f"unknown linear protocol {name!r}; choose one of {', '.join(PROTOCOLS)}")

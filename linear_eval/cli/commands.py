@@ -15,7 +15,7 @@ from typing import Any
 
 from linear_eval.classify import evaluate as classification
 from linear_eval.classify import knn as knn_lib
-from linear_eval.classify import limited
+from linear_eval.classify import limited, probe
 from linear_eval.cli import kappa as kappa_lib
 from linear_eval.cli import summary_line
 from linear_eval.detect import detectors, openood
@@ -88,6 +88,7 @@ def emit(args: argparse.Namespace, result: Record) -> int:
     """The summary line on stderr, then the record as one JSON line."""
     result = clean(result)
     if args.command == "compare":
+        print(f"linear probe: {probe.describe(result['linear_probe']['name'])}", file=sys.stderr)
         print(summary_line.compare(result), file=sys.stderr)
     else:
         print(summary_line.line(args.command, result), file=sys.stderr)
@@ -179,7 +180,11 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def compare_pair(
-    a: Session, b: Session, knn_preset: str = "cifar", detector_k: int = 5, protocol: str = "lbfgs"
+    a: Session,
+    b: Session,
+    knn_preset: str = "cifar",
+    detector_k: int = 5,
+    protocol: str = probe.DEFAULT_COMMAND,
 ) -> Record:
     """B against the reference A: kNN and linear top-1 (:func:`classification.compare`) and the
     one-class s_con AUROC (:func:`detection.compare_one_class`), paired; written to A's

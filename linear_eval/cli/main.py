@@ -210,9 +210,9 @@ def _summary_commands(sub: argparse._SubParsersAction, base: list) -> None:
     p.add_argument(
         "--protocol",
         choices=sorted(probe.PROTOCOLS),
-        default="lbfgs",
-        help="the linear probe (named in the JSON and the summary line); the default command's "
-        "SGD probe, which table reports as linear_top1, is moco's recipe",
+        default=probe.DEFAULT_COMMAND,
+        help="the linear probe (named in the header, the JSON and the summary line; default: "
+        "the default command's SGD probe, moco's recipe, the one table reports as linear_top1)",
     )
     p.set_defaults(run=commands.compare)
     p = sub.add_parser("table", help="one table comparing runs (RUN_DIR... --baseline RUN)")

@@ -77,6 +77,17 @@ def notes(runs: list[Run], baseline: bool) -> list[str]:
     return out
 
 
+def probe_header(runs: list[Run]) -> str:
+    """The table's first line: the linear probe behind ``linear_top1`` (that of the default
+    command, ``python -m linear_eval --ckpt``, an SGD probe; ``compare`` names its own the same
+    way), so that two commands' numbers are not compared across probes unknowingly."""
+    probes = sorted({r.probes["linear_*"] for r in runs if "linear_*" in r.probes})
+    if not probes:
+        return "linear probe: none (no run has the default command's linear_top1)"
+    mixed = " (the runs differ: not comparable)" if len(probes) > 1 else ""
+    return f"linear probe: {'; '.join(probes)}{mixed}"
+
+
 def ignored(key: str) -> bool:
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in IGNORED)
 
@@ -309,7 +320,8 @@ def run(args: argparse.Namespace) -> int:
     baseline = baseline_group(runs, args.baseline)
     only = [m for m in args.metrics.split(",") if m]
     header, rows = build(runs, baseline, args.seed, only)
-    text = markdown(header, rows, left_out, notes(runs, baseline is not None))
+    text = probe_header(runs) + "\n\n"
+    text += markdown(header, rows, left_out, notes(runs, baseline is not None))
     print(text)
     if args.out:
         write(Path(args.out), text, header, rows, left_out)

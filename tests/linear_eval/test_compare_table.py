@@ -58,17 +58,23 @@ def test_compare_and_table_agree_on_sign_probe_and_numbers(tmp_path, capsys):
     assert cells["linear_top1 vs baseline"].startswith(f"{lin['b_minus_a']:+.2f} ")
     assert cells["knn_top1 vs baseline"].startswith(f"{near['b_minus_a']:+.2f} ")
     assert "- linear_*: SGD probe of python -m linear_eval --ckpt (features, 100 epochs" in text
+    assert text.startswith("linear probe: SGD probe of python -m linear_eval --ckpt (features")
     assert "- vs baseline: run - baseline (as compare's B - A)" in text
 
 
-def test_compare_names_the_default_probe_lbfgs(tmp_path, capsys):
+def test_compare_defaults_to_the_default_commands_probe_and_names_it_first(tmp_path, capsys):
+    """compare's default probe is the one the default command (and so table) reports: the SGD
+    probe of moco's recipe, named on compare's first line as table names it on its own."""
     a = make_checkpoint(tmp_path / "a", seed=0)
     b = make_checkpoint(tmp_path / "b", seed=1)
     assert main(["compare", "--ckpt", str(a), "--ckpt", str(b)]) == 0
     err, out = capsys.readouterr()[::-1]
     record = json.loads(out.strip().splitlines()[-1])
-    assert record["linear_probe"]["name"] == "lbfgs"
-    assert "linear (lbfgs) top-1: A " in err and "one-class s_con AUROC: A " in err
+    assert record["linear_probe"]["name"] == "moco" and record["linear_probe"]["solver"] == "sgd"
+    assert [x for x in err.splitlines() if x.startswith("linear probe: ")] == [
+        "linear probe: SGD, moco recipe (python -m linear_eval --ckpt's default)"
+    ]
+    assert "linear (moco) top-1: A " in err and "one-class s_con AUROC: A " in err
     assert record["oneclass_s_con"]["b_minus_a"] == pytest.approx(
         record["oneclass_s_con"]["b"] - record["oneclass_s_con"]["a"], abs=1e-6
     )

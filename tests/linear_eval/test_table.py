@@ -69,7 +69,9 @@ def test_metrics_are_chosen_and_groups_named_without_the_seed(tmp_path, capsys):
     for s in range(2):
         make_run(tmp_path, f"hard_s{s}", loss="hard", seed=s, correct=np.ones(N_TEST, bool))
     assert cli.main(["table", str(tmp_path), "--metrics", "linear_top1"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("linear probe: ") and lines[1] == ""  # the probe first
+    out = lines[2:]
     assert out[0] == "| config | seeds | linear_top1 | linear_top1 95% CI | wall time | hardware |"
     assert out[2].startswith("| hard | 2 | 100.00 ± 0.00 | [100.00, 100.00] | - | - |")
     assert cli.main(["table", str(tmp_path), "--metrics", "nope"]) == 2
@@ -86,7 +88,9 @@ def test_one_seed_shows_no_spread_and_provenance_gives_wall_time_and_hardware(tm
                 "world_size": 8}  # fmt: skip
     (gpu / "provenance.json").write_text(json.dumps(prov_gpu))
     assert cli.main(["table", str(tmp_path), "--metrics", "knn_top1"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("linear probe: ") and lines[1] == ""  # the probe first
+    out = lines[2:]
     assert out[0].endswith("| knn_top1 | knn_top1 95% CI | wall time | hardware |")
     rows = {line.split(" | ")[0].strip("| "): line for line in out[2:4]}
     assert "± 0.00" not in rows["hard"] and "| 100.00 (1 seed) |" in rows["hard"]
