@@ -1,4 +1,4 @@
-"""Write the contract tables of docs/plugins.md from the base classes' code.
+"""Write the contract tables and the step record of docs/plugins.md from the code.
 
     python scripts/gen_plugin_docs.py            # rewrite the tables in docs/plugins.md
     python scripts/gen_plugin_docs.py --check    # exit 1 if the page is stale (CI, tests)
@@ -6,7 +6,9 @@
 Every class attribute and hook a strategy or a loss can declare or override, with its default
 and its meaning: the ``#:`` comment above an attribute, a hook's docstring
 (``pretrain.testing.contract_docs``, which the kit installs). The tables sit between
-``<!-- generated: contract ... -->`` and ``<!-- end: contract -->``.
+``<!-- generated: contract ... -->`` and ``<!-- end: contract -->``; the fields of the step record
+``Step``, ``moco_logits``' signature and the kit's step counts (``pretrain.testing.step_docs``)
+between ``<!-- generated: step ... -->`` and ``<!-- end: step -->``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ COMMAND = "python scripts/gen_plugin_docs.py"
 def render(text: str) -> str:
     """``text`` with the contract block rewritten."""
     sys.path.insert(0, str(ROOT))
+    from pretrain.testing import step_docs
     from pretrain.testing.contract_docs import page_block
 
+    text = pages.replace_block(text, "step", COMMAND, step_docs.rows(), PAGE)
     return pages.replace_block(text, "contract", COMMAND, page_block(), PAGE)
 
 

@@ -290,3 +290,13 @@ def test_the_mioc_ablation_statement_equals_a_numpy_rederivation_from_the_kept_l
     for text in (gen_results.PAGE.read_text(), recipe):
         assert line in text.splitlines()
         assert "- CIFAR-10: not run" in text
+
+
+def test_getting_started_counts_the_kept_digits_mochi_runs():
+    """Getting started's count of kept digits MoCHi runs is the number of their folders."""
+    page = (gen_results.PAGE.parent / "getting-started.md").read_text()
+    said = re.search(r"digits MoCHi has (\d+) kept runs, seeds (\d+) to (\d+)", page)
+    assert said, "getting-started.md no longer counts the kept digits MoCHi runs"
+    kept = sorted(gen_results.RUNS.glob("digits_mochi_s*/provenance.json"))
+    seeds = sorted(int(p.parent.name.rsplit("_s", 1)[1]) for p in kept)
+    assert (int(said[1]), int(said[2]), int(said[3])) == (len(kept), seeds[0], seeds[-1])
