@@ -5,9 +5,13 @@
 #   bash benchmarks/strategy_table.sh [OUT_ROOT=runs/table_digits] [PARALLEL=2] [EPOCHS=30]
 #   METHODS="moco decoupled" bash benchmarks/strategy_table.sh ...   # a subset (moco: the baseline)
 #
-# Each run: the method's digits config (batch 64, K 256, T 0.1; 30 epochs unless EPOCHS) with
-# seed=S, one thread per run; then python -m linear_eval --ckpt (kNN + linear probe, per-image
-# results). The README's table used EPOCHS=15 (33 runs in about an hour on the 2-core CPU).
+# Each run: the method's shipped digits config (pretrain/configs/digits_METHOD.yaml; a method
+# without one is skipped, named) with seed=S, train.epochs=EPOCHS, one thread per run; then
+# python -m linear_eval --ckpt (kNN + the SGD linear probe, per-image results). Built-in
+# strategies only: for a plugin (an installed one, or a file), a loss, or one method over seeds,
+# use python benchmarks/seeds.py NAME [--plugins FILE] [--seeds 0 1 2] [--baseline]. The results
+# page's digits rows are kept runs of the 30-epoch recipes (docs/results/logs/, written by
+# python scripts/gen_results.py), not this script's output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/table_digits}
