@@ -19,7 +19,7 @@ NAMES = {
     "profile_step.py": ["the model step, unprofiled", "bare model ms"],
     "train.py": ["images/s (steady, warm-up excluded)", "kNN monitor excluded"],
 }
-OLD = ("| median step ms |", "trainer ms/step", 'model-only "', "| the step, unprofiled")
+OLD = ("| median step ms |", "trainer ms/step", "| the step, unprofiled")
 
 
 def _section(text: str, title: str) -> str:
