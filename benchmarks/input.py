@@ -441,8 +441,8 @@ def main() -> None:
     notes: list[str] = []
     rows = ["| images | path | CPU ms / image | images/s (1 thread) | CPU time old/new |",
             "|---|---|---|---|---|"]  # fmt: skip
-    trows = ["| config | augment_on (, decode_on / resident) | trainer ms/step | model-only "
-             "ms/step | ratio | trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    trows = ["| config | augment_on (, decode_on / resident) | trainer step ms | model step ms | "
+             "ratio | trainer images/s |", "|---|---|---|---|---|---|"]  # fmt: skip
     drows = ["| images | decode_on: where | CPU ms / image (1 thread) | wall ms / image, device "
              "synchronised | images/s (CPU time for workers, wall time otherwise) |",
              "|---|---|---|---|---|"]  # fmt: skip

@@ -260,8 +260,8 @@ def main() -> None:
         f"| {busy} | {total / steps / 1e3:.2f} | {100 * total / steps / wall_us:.1f} % |",
         *([f"| {busy_line} |"] if busy_line else []),
         f"| the step under the profiler (wall) | {wall_us / 1e3:.2f} | 100 % |",
-        f"| the step, unprofiled (median of {timed}) | {step_ms:.2f} | |",
-        f"| the bare model's step (benchmarks/step.py bare_step, median of {timed}) | "
+        f"| the model step, unprofiled (median of {timed}) | {step_ms:.2f} | |",
+        f"| the bare model's step (bare model ms: step.py bare_step, median of {timed}) | "
         f"{bare_ms:.2f} | step / bare {step_ms / bare_ms:.2f}x |",
         "",
     ]

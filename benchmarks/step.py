@@ -179,7 +179,7 @@ def time_settings(
 
 def table(result: dict, base: str, what: str) -> list[str]:
     rows = [
-        f"| {what} | median step ms | p90 ms | speed vs {base} | peak MiB |",
+        f"| {what} | model step ms (median) | p90 ms | speed vs {base} | peak MiB |",
         "|---|---|---|---|---|",
     ]
     for name, (med, p90, peak) in result.items():

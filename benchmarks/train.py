@@ -169,10 +169,21 @@ def fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+STEADY_EPOCHS = 2  # whole epochs after the warm-up epoch before a steady figure is reported
+
+
+def steady_note(r: dict) -> str:
+    """``""`` when ``r`` has :data:`STEADY_EPOCHS` whole epochs after its first (the warm-up:
+    compiles, caches), else ``no steady figure: only N epochs after warm-up``."""
+    after = max(0, len(r["rows"]) - 1)
+    return "" if after >= STEADY_EPOCHS else f"no steady figure: only {after} epochs after warm-up"
+
+
 def run_summary(r: dict) -> tuple[str, str, str, str, str]:
-    """(epoch s, images/s, data-wait %, kNN at the end, OC-SVM path) over the whole epochs, the
-    first (warm-up, compiles) left out of the speeds when there are more."""
-    rows = r["rows"][1:] if len(r["rows"]) > 1 else r["rows"]
+    """(epoch s, images/s, data-wait %, kNN at the end, OC-SVM path): the speeds are medians over
+    the steady epochs (the whole epochs after the first, which warms up; docs/performance.md's
+    metric definitions), ``-`` with fewer than :data:`STEADY_EPOCHS` (:func:`steady_note`)."""
+    rows = [] if steady_note(r) else r["rows"][1:]
 
     def med(key: str) -> float | None:
         values = [x[key] for x in rows if x[key] is not None]
@@ -243,18 +254,22 @@ def main() -> None:
             print(f"train: {name} failed (exit {r['returncode']}):\n{tail}", flush=True)
         print(f"train: {name}: {len(r['rows'])} whole epochs in {r['wall_s']:.0f} s, "
               f"{r['stopped']}", flush=True)  # fmt: skip
+        if steady_note(r):
+            print(f"train: {name}: {steady_note(r)}", flush=True)
         results.append((cfg, over, r))
 
     lines = [f"data: {data}; device {device}; budget {a.budget:.0f} s; capture {a.capture}", ""]
     lines += [f"- {r['name']}: {cfg} {' '.join(over)}" for cfg, over, r in results]
-    lines += ["", "| run | epoch | epoch s | images/s | data-wait | kNN top-1 |", "|" + "---|" * 6]
+    lines += ["", "| run | epoch | epoch s (training, kNN monitor excluded) | "
+              "images/s (epoch median) | data-wait | kNN top-1 |", "|" + "---|" * 6]  # fmt: skip
     for _, _, r in results:
         for row in r["rows"]:
             wait = None if row["data_wait"] is None else 100 * row["data_wait"]
             lines.append(f"| {r['name']} | {row['epoch']} | {row['epoch_s']:.1f} | "
                          f"{fmt(row['images_per_s'], '.0f')} | {fmt(wait, '.0f')} % | "
                          f"{fmt(row['knn'], '.2f')} |")  # fmt: skip
-    lines += ["", "| run | whole epochs | epoch s | images/s | data-wait % | kNN at the end | "
+    lines += ["", "| run | whole epochs | epoch s (steady, kNN monitor excluded) | "
+              "images/s (steady, warm-up excluded) | data-wait % | kNN at the end | "
               "OC-SVM path | wall s | how it ended |", "|" + "---|" * 9]  # fmt: skip
     summary = []
     for _, _, r in results:
@@ -264,10 +279,12 @@ def main() -> None:
         summary.append(f"| train {r['name']}: whole epochs, epoch s, images/s, data-wait %, kNN "
                        f"at the end, OC-SVM path | {len(r['rows'])}, {epoch_s}, {ips}, {wait}, "
                        f"{knn}, {paths} |")  # fmt: skip
+    notes = [f"- {r['name']}: {steady_note(r)}" for _, _, r in results if steady_note(r)]
+    lines += ["", *notes] if notes else []
     lines += capture_ratios(results)
-    lines += ["", "(epoch s, images/s and data-wait: medians over the whole epochs after the "
-              "first, which compiles and warms up; data-wait: the share of a step spent waiting "
-              "for the loader)", ""]  # fmt: skip
+    lines += ["", "(steady: medians over the whole epochs after the first, which compiles and "
+              f"warms up, reported with at least {STEADY_EPOCHS} of them; data-wait: the share "
+              "of a step spent waiting for the loader)", ""]  # fmt: skip
     record_table("Training runs (CIFAR-10 recipes)", lines, a.results, not a.no_record, device)
     if a.summary:
         with open(a.summary, "a") as f:

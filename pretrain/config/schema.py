@@ -37,8 +37,8 @@ class DataConfig:
         augment_on: device: crops in workers, photometric ops batched on the training device
             (pretrain/data/augment.py); workers: all per sample in workers (the reference)
         decode_on: where training JPEGs are decoded and cropped: cpu (loader workers), device (whole
-            batch in the training process, nvjpeg on CUDA; docs/gpu_decode.md), auto = device on
-            CUDA for imagefolder/imagenet100 with augment_on device and no affine
+            batch in the training process, nvjpeg on CUDA; docs/gpu_decode.md), auto = cpu (measured
+            faster on the latest GPU run; device is opt-in)
         resident: device: the training split decoded once (image files cached in RUN/cache or
             $NEGMINE_CACHE_DIR), held as uint8 on the training device, batches and both views'
             augmentation made there (no DataLoader); off: loader workers; auto = device on CUDA when

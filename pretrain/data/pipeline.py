@@ -118,19 +118,13 @@ IMAGE_FILES = ("imagefolder", "imagenet100")  # split names are folders or image
 
 
 def decode_on(d: Any, device: torch.device | str) -> str:
-    """``data.decode_on`` for a run on ``device``: auto is device on CUDA for image files with
-    the two-stage pipeline and no RandomAffine, else cpu (config.validate refuses an explicit
-    device where it cannot apply)."""
-    if d.decode_on != "auto":
-        return d.decode_on
-    fits = (
-        torch.device(device).type == "cuda"
-        and d.name in IMAGE_FILES
-        and d.augment_on == "device"
-        and d.affine_degrees == 0
-        and d.affine_translate == 0
-    )
-    return "device" if fits else "cpu"
+    """``data.decode_on`` for a run on ``device``: auto is cpu (the loader workers) on every
+    device, the path that measured faster on the latest GPU run (H200, 2026-11-28, code 8169844:
+    112.8 ms per ``imagenet100_moco.yaml`` step with the decode in the workers, 127.7 ms on the
+    device; docs/gpu_decode.md). ``device`` is opt-in (config.validate refuses it where it cannot
+    apply). ``device`` (the run's) is kept for the day a measurement favours the GPU decode."""
+    del device
+    return "cpu" if d.decode_on == "auto" else d.decode_on
 
 
 def choose(d: Any, device: torch.device | str, splits: Splits, resident_ok: bool = True) -> str:

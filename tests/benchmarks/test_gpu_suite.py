@@ -281,10 +281,10 @@ def test_train_capture_both_runs_each_moco_run_captured_and_eager_in_alternating
     assert flags["mioc_resident"] == []  # MiOC is not capturable: eager, as configured
     assert all(t[3] == train.RUNS[t[0].split()[0]][2] for t in todo)  # each its run's share
     results = [("c", [], {"name": "moco_resident graphs", "rows": [
-                   {"epoch_s": 1.0, "images_per_s": 90.0, "data_wait": 0.1, "knn": 1.0}] * 2,
+                   {"epoch_s": 1.0, "images_per_s": 90.0, "data_wait": 0.1, "knn": 1.0}] * 3,
                    "paths": []}),
                ("c", [], {"name": "moco_resident eager", "rows": [
-                   {"epoch_s": 1.0, "images_per_s": 60.0, "data_wait": 0.1, "knn": 1.0}] * 2,
+                   {"epoch_s": 1.0, "images_per_s": 60.0, "data_wait": 0.1, "knn": 1.0}] * 3,
                    "paths": []})]  # fmt: skip
     assert train.capture_ratios(results) == [
         "", "- moco_resident: captured / eager images/s = 1.50x (90 / 60)"]  # fmt: skip
@@ -300,3 +300,23 @@ def test_train_refuses_capture_on_a_cpu_with_a_documented_message():
     message = proc.stderr.strip().splitlines()[-1].removeprefix("train.py: error: ")
     assert message == "--capture both: CUDA graphs need CUDA (the device is cpu)"
     assert_documented(message, "`benchmarks/host_overhead.py`, `peers.py` and `train.py`")
+
+
+def test_train_reports_a_steady_figure_only_after_two_epochs_past_the_warm_up():
+    """images/s and epoch s are medians over the epochs after the first (warm-up excluded), and
+    only with two of them; with fewer the summary says so instead of quoting the warm-up epoch."""
+    from benchmarks import train
+
+    def run(*ips: float) -> dict:
+        rows = [{"epoch_s": 50000 / x, "images_per_s": x, "data_wait": 0.1, "knn": 1.0}
+                for x in ips]  # fmt: skip
+        return {"name": "r", "rows": rows, "paths": []}
+
+    for short in (run(), run(100.0), run(100.0, 300.0)):
+        assert train.run_summary(short)[:2] == ("-", "-")
+        n = max(0, len(short["rows"]) - 1)
+        assert train.steady_note(short) == f"no steady figure: only {n} epochs after warm-up"
+    steady = run(100.0, 300.0, 500.0)  # the warm-up epoch (100) is left out
+    assert train.steady_note(steady) == ""
+    assert train.run_summary(steady)[1] == "400"
+    assert train.run_summary(steady)[0] == f"{(50000 / 300 + 50000 / 500) / 2:.1f}"

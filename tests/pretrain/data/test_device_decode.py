@@ -344,12 +344,16 @@ def cfg_with(*over: str) -> config.Config:
                                             *over])  # fmt: skip
 
 
-def test_auto_picks_the_device_on_cuda_for_image_files_only():
+def test_auto_picks_the_workers_everywhere_the_device_decode_is_opt_in():
+    """auto = cpu on CUDA too: the latest GPU run (H200 2026-11-28) measured the workers' decode
+    faster (112.8 against 127.7 ms per step); an explicit device stays device."""
     files = cfg_with("data.name=imagefolder").data
-    assert pipeline.decode_on(files, "cuda:0") == "device"
+    assert pipeline.decode_on(files, "cuda:0") == "cpu"
     assert pipeline.decode_on(files, "cpu") == "cpu"
     assert pipeline.decode_on(cfg_with("data.name=cifar10").data, "cuda") == "cpu"
-    assert pipeline.decode_on(cfg_with("data.name=imagenet100").data, "cuda") == "device"
+    assert pipeline.decode_on(cfg_with("data.name=imagenet100").data, "cuda") == "cpu"
+    explicit = cfg_with("data.name=imagefolder", "data.decode_on=device").data
+    assert pipeline.decode_on(explicit, "cuda") == "device"
     assert pipeline.decode_on(cfg_with("data.name=imagefolder", "data.augment_on=workers").data,
                            "cuda") == "cpu"  # fmt: skip
     affine = cfg_with("data.name=imagefolder", "data.affine_degrees=10").data
