@@ -48,6 +48,7 @@ from benchmarks.results_md import record_table  # noqa: E402
 from benchmarks.step import bare_step, build, model_views  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.model.encoders import arch_label  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 
 CATEGORIES = (
@@ -239,7 +240,7 @@ def main() -> None:
     cfg = run.cfg
     what = "CUDA kernel" if cuda else "operator (self CPU time)"
     title = (f"{a.cfg} {' '.join(a.overrides)}: batch {cfg.train.batch_size}, K "
-             f"{cfg.moco.queue_size}, {cfg.model.arch} width {cfg.model.width}, split BN "
+             f"{cfg.moco.queue_size}, {arch_label(cfg.model.arch, cfg.model.width)}, split BN "
              f"{cfg.model.split_bn}, amp {cfg.train.amp}, negatives {cfg.negatives.name}; "
              f"{steps} steps profiled after {warmup} warm-up; data "
              f"{a.data or 'random images (CIFAR-10 format)'}")  # fmt: skip

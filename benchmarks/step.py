@@ -45,6 +45,7 @@ from benchmarks.results_md import record_table  # noqa: E402
 from negmine_core.step import Batch  # noqa: E402
 from pretrain import config  # noqa: E402
 from pretrain.engine import loop  # noqa: E402
+from pretrain.model.encoders import arch_label  # noqa: E402
 from pretrain.runtime import dist  # noqa: E402
 from pretrain.runtime import precision as amp  # noqa: E402 (step.py has a precision mode)
 
@@ -275,7 +276,7 @@ def precision(args: argparse.Namespace, common: list[str]) -> list[str]:
         torch._dynamo.reset()
         cfg = settings["fp32 eager"][0].cfg
         title = (f"{cfg_name}: batch {cfg.train.batch_size}, K {cfg.moco.queue_size}, "
-                 f"{cfg.model.arch} width {cfg.model.width}")  # fmt: skip
+                 f"{arch_label(cfg.model.arch, cfg.model.width)}")  # fmt: skip
         out += [f"precision, {title}", "", *table(res, "fp32 eager", "setting"), ""]
     return out
 

@@ -27,11 +27,11 @@ class NegativeStrategy(Contract, nn.Module):
 
     State that must survive a resume (refit counters, cached support vectors) lives in registered
     buffers, so it travels in ``state_dict`` and follows ``.to(device)``. The trainer never looks
-    inside a strategy: it calls :meth:`transform_batch` before the forward passes,
-    :meth:`negatives` (with the step's :class:`~negmine_core.step.Step`, the record the loss gets
-    too) between the key forward and the loss, and
-    :meth:`diagnostics` only on logging steps (so a strategy keeps its statistics as device
-    tensors and never syncs per step).
+    inside a strategy: it calls [`transform_batch`][negatives.NegativeStrategy.transform_batch]
+    before the forward passes, [`negatives`][negatives.NegativeStrategy.negatives] (with the step's
+    [`Step`][negmine_core.step.Step], the record the loss gets too) between the key forward and the
+    loss, and [`diagnostics`][negatives.NegativeStrategy.diagnostics] only on logging steps (so a
+    strategy keeps its statistics as device tensors and never syncs per step).
 
     Randomness comes from the global torch RNG of the device, which checkpoints save and restore,
     and which every DDP rank shares (same seed): ranks that see the same gathered batch draw the
@@ -68,9 +68,9 @@ class NegativeStrategy(Contract, nn.Module):
 
     def setup(self, ctx: SetupContext) -> None:
         """Called once at build time, before a checkpoint is loaded, with the run's
-        :class:`~negmine_core.step.SetupContext`: for strategies that own state of the embedding's
-        size (AdCo's bank) or make images of the training size (outlier exposure); a no-op by
-        default."""
+        [`SetupContext`][negmine_core.step.SetupContext]: for strategies that own state of the
+        embedding's size (AdCo's bank) or make images of the training size (outlier exposure); a
+        no-op by default."""
 
     def transform_batch(self, batch: Batch, ctx: StepContext = ONE_PROCESS) -> Batch:
         """The batch before the encoders, for the step of ``ctx``: data-level negatives (rotated
@@ -79,7 +79,7 @@ class NegativeStrategy(Contract, nn.Module):
         return batch
 
     def negatives(self, s: Step) -> ExtraNegatives:
-        """Extra negatives for this step, from the step's :class:`~negmine_core.step.Step`: the
+        """Extra negatives for this step, from the step's [`Step`][negmine_core.step.Step]: the
         batch through ``s.detached()`` (queries without their gradient), ``s.queue``,
         ``s.queue_labels`` and the step's context ``s.ctx``: none by default."""
         return ExtraNegatives()

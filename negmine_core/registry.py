@@ -15,9 +15,9 @@ Plugins: a registry with an entry point group (``negmine.strategies``, ``negmine
 holds the classes that installed packages declare there (``name = "module:Class"``, the name being
 the YAML name), loaded the first time the registry is asked for a name or the list. An entry point
 that fails to import, or a second class claiming a name, is not raised while listing (a broken
-plugin must not break every command): :meth:`Registry.problem` names it, and asking for that name
-raises the message, which names the plugin, its entry point and package (both classes for a name
-claimed twice).
+plugin must not break every command): [`Registry.problem`][negmine_core.registry.Registry.problem]
+names it, and asking for that name raises the message, which names the plugin, its entry point and
+package (both classes for a name claimed twice).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The records of one training step, in the order the step makes them:
 
-- :class:`StepContext`: where the step is (epoch, global step, rank, world size), one per step,
-  read by the strategies and the losses alike;
-- :class:`Batch`: one batch, in one form from the loader to the loss;
-- :class:`Embeddings`: what the model makes of it (``pretrain.model.encoders.MoCo.embed``);
-- :class:`Step`: the one record of the step that a strategy's ``negatives()`` and a loss's
-  ``forward()`` both receive (the embeddings, what the ranks and the queue add, the context, and
-  the strategy's :class:`ExtraNegatives` once it ran);
+- [`StepContext`][negmine_core.step.StepContext]: where the step is (epoch, global step, rank,
+  world size), one per step, read by the strategies and the losses alike;
+- [`Batch`][negmine_core.step.Batch]: one batch, in one form from the loader to the loss;
+- [`Embeddings`][negmine_core.step.Embeddings]: what the model makes of it
+  (``pretrain.model.encoders.MoCo.embed``);
+- [`Step`][negmine_core.step.Step]: the one record of the step that a strategy's ``negatives()``
+  and a loss's ``forward()`` both receive (the embeddings, what the ranks and the queue add, the
+  context, and the strategy's [`ExtraNegatives`][negmine_core.step.ExtraNegatives] once it ran);
 
-and, once per run, :class:`SetupContext`: what a strategy's or a loss's setup hook may read.
+and, once per run, [`SetupContext`][negmine_core.step.SetupContext]: what a strategy's or a loss's
+setup hook may read.
 
 A leaf module (imports only torch), so the model, the losses and the strategies all read the same
 records without importing each other.
@@ -49,9 +51,10 @@ ONE_PROCESS = StepContext()
 
 @dataclass(frozen=True, kw_only=True)
 class Batch:
-    """One training batch, as the loaders give it (:meth:`from_loader`), on its way to the loss.
+    """One training batch, as the loaders give it
+    ([`from_loader`][negmine_core.step.Batch.from_loader]), on its way to the loss.
 
-    The step replaces fields (:meth:`replace`: the device's photometric ops, a strategy's
+    The step replaces fields (`replace`: the device's photometric ops, a strategy's
     data-level negatives, a loss's input mixing), never the form.
     """
 
@@ -143,13 +146,15 @@ def unknown(n: int, device: torch.device) -> torch.Tensor:
 class Step:
     """One training step as a strategy's ``negatives()`` and a loss's ``forward()`` both see it
     (all on the device), by keyword only, so a new field never breaks an override: the model's
-    :class:`Embeddings` (held, not copied: ``s.emb.q``), what the ranks and the queue add, the
-    step's :class:`StepContext` (``s.ctx.epoch``), and the strategy's negatives once it ran
-    (``s.extra``; the trainer makes the loss's record with ``s.replace(extra=...)``).
+    [`Embeddings`][negmine_core.step.Embeddings] (held, not copied: ``s.emb.q``), what the ranks and
+    the queue add, the step's [`StepContext`][negmine_core.step.StepContext] (``s.ctx.epoch``), and
+    the strategy's negatives once it ran (``s.extra``; the trainer makes the loss's record with
+    ``s.replace(extra=...)``).
 
-    A strategy reads the batch through :meth:`detached`: its queries without their gradient, and
-    every rank's rows where it declared ``needs_global_batch``. ``Step.single(q, k, queue=...)``
-    fills in the one-process defaults, so any strategy or loss can be tried in two lines::
+    A strategy reads the batch through [`detached`][negmine_core.step.Step.detached]: its queries
+    without their gradient, and every rank's rows where it declared ``needs_global_batch``.
+    ``Step.single(q, k, queue=...)`` fills in the one-process defaults, so any strategy or loss can
+    be tried in two lines::
 
         step = Step.single(q, k, queue=queue)
         loss = losses.create("supcon", temperature=0.1)(step)

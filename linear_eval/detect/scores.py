@@ -2,11 +2,12 @@
 plus the one-class protocol.
 
 Every score is a *normality* score, higher = in-distribution, so it feeds
-:mod:`linear_eval.records.metrics` with ID as the positive class. Inputs are torch tensors or numpy
-arrays: a bank / training set (N, F) and test features (M, F); the maths runs in float64 on the
-device of the inputs (CPU for numpy) and each score is returned as a float64 tensor (M,).
-Nearest-neighbour scores tile both the test set and the bank in blocks of ``chunk_size`` rows
-and merge the per-block top-k, so at most chunk_size² similarities exist at once.
+[`linear_eval.records.metrics`][linear_eval.records.metrics] with ID as the positive class. Inputs
+are torch tensors or numpy arrays: a bank / training set (N, F) and test features (M, F); the maths
+runs in float64 on the device of the inputs (CPU for numpy) and each score is returned as a float64
+tensor (M,). Nearest-neighbour scores tile both the test set and the bank in blocks of
+``chunk_size`` rows and merge the per-block top-k, so at most chunk_size² similarities exist at
+once.
 
 Papers: [0] FIRM (eqs. 3-7); [1] Sun et al. 2022, "Out-of-distribution detection with
 deep nearest neighbors" (KNN+), https://arxiv.org/abs/2204.06507; [2] Lee et al. 2018, "A simple
@@ -127,7 +128,8 @@ def ensemble_knn_score(
     k: int,
     chunk_size: int = CHUNK,
 ) -> torch.Tensor:
-    """s_shift / s_ens (eqs. 5-6 in [0]): the mean of :func:`knn_score` over paired (bank, test)
+    """s_shift / s_ens (eqs. 5-6 in [0]): the mean of
+    [`knn_score`][linear_eval.detect.scores.knn_score] over paired (bank, test)
     feature sets, one pair per test-time transform (4 rotations with the bank rotated by the same
     angle, or N random crops)."""
     if len(train_list) == 0 or len(train_list) != len(test_list):
@@ -165,7 +167,8 @@ def mahalanobis_fit(
     train_labels: ArrayLike,
     covariance: Literal["tied", "global", "per_class"] = "tied",
 ) -> Callable[[ArrayLike], torch.Tensor]:
-    """The class means and precision(s) of :func:`mahalanobis`, computed once; returns the scorer
+    """The class means and precision(s) of [`mahalanobis`][linear_eval.detect.scores.mahalanobis],
+    computed once; returns the scorer
     ``test_features -> max_c −d²_M`` (M,), so a bank scores any number of test sets."""
     x = _features(train_features, "train_features")
     y = torch.as_tensor(train_labels).to(x.device).reshape(-1)
@@ -231,7 +234,8 @@ def mahalanobis(
       pinv each; the score is −min_c d²_c.
 
     NOTE: Lee's and CIDER's code use −½ d²; the factor does not change any ranking metric.
-    :func:`mahalanobis_fit` is the same, fitted once for many test sets.
+    [`mahalanobis_fit`][linear_eval.detect.scores.mahalanobis_fit] is the same, fitted once for many
+    test sets.
     """
     _bank_and_test(train_features, test_features)  # the shared shape checks
     return mahalanobis_fit(train_features, train_labels, covariance)(test_features)
@@ -260,7 +264,8 @@ def kde_score(
     """Gaussian KDE log-density of the L2-normalised test features under the normalised bank:
     log[(1/N) Σ_j N(z; b_j, h² I)] (M,), equal to sklearn ``KernelDensity(kernel="gaussian")``.
 
-    ``bandwidth`` h: a float, or a rule of :func:`kde_bandwidth` on the normalised bank (None =
+    ``bandwidth`` h: a float, or a rule of
+    [`kde_bandwidth`][linear_eval.detect.scores.kde_bandwidth] on the normalised bank (None =
     "scott"). The sum over the bank is a running logsumexp over bank blocks.
     """
     bank, test = _bank_and_test(train_features, test_features)
@@ -285,7 +290,8 @@ def kde_score(
 
 
 def ocsvm_fit(train_features: ArrayLike, nu: float = 0.1) -> Callable[[ArrayLike], torch.Tensor]:
-    """The linear One-Class SVM of :func:`ocsvm_score`, fitted once; returns the scorer."""
+    """The linear One-Class SVM of [`ocsvm_score`][linear_eval.detect.scores.ocsvm_score], fitted
+    once; returns the scorer."""
     if not 0.0 < nu <= 1.0:
         raise ValueError(f"nu must be in (0, 1], got {nu}")
     bank = _features(train_features, "train_features")

@@ -4,7 +4,8 @@ Lunardi et al. 2025, FIRM, and Ming et al. 2023, CIDER).
 Convention everywhere: a score is a *normality* score (higher = in-distribution) and ID is the
 positive class. The functions take two 1-D score sets, ``id_scores`` (N₁,) and ``ood_scores``
 (N₀,), as torch tensors or numpy arrays; they compute in float64 and return fractions in [0, 1]
-(the scikit-learn convention), except :func:`ood_summary`, which reports percent as the papers do.
+(the scikit-learn convention), except [`ood_summary`][linear_eval.records.metrics.ood_summary],
+which reports percent as the papers do.
 
 * AUROC = P(s_ID > s_OOD) + ½ P(s_ID = s_OOD) = sklearn ``roc_auc_score`` with y = 1 for ID.
 * AUPR-In = sklearn ``average_precision_score`` (step-wise, no interpolation) with ID positive;

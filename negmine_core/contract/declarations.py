@@ -152,7 +152,7 @@ def accepted(cls: type, kwargs: dict[str, Any], given: tuple[str, ...] = ()) -> 
 
 
 def check_declarations(cls: type) -> None:
-    """ContractError naming the attribute when one of ``cls``'s declarations (:data:`FLAGS`)
+    """ContractError naming the attribute when one of ``cls``'s declarations (`FLAGS`)
     has the wrong type, or names a setting its constructor refuses."""
     kind = kind_of(cls)
     n = cls.syncs_per_step

@@ -79,7 +79,7 @@ def site() -> str:
 
 
 class OpCounter(TorchDispatchMode):
-    """A dispatch mode that counts the ops of :func:`launches`, per op name (``ops.by_op``)."""
+    """A dispatch mode that counts the ops of `launches`, per op name (``ops.by_op``)."""
 
     def __init__(self, sites: bool = False) -> None:
         super().__init__()

@@ -105,7 +105,7 @@ class Sync:
 
 
 class SyncCounter(TorchDispatchMode):
-    """A dispatch mode that records every would-be host sync in :attr:`syncs`."""
+    """A dispatch mode that records every would-be host sync in `syncs`."""
 
     def __init__(self) -> None:
         super().__init__()

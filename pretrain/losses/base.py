@@ -78,10 +78,10 @@ class Loss(Contract, nn.Module):
             come in ``s.emb.support`` (FNC: 1).
 
     ``config.validate`` and the builder read these attributes, never a loss's name. What else a
-    loss needs happens in its own methods: :meth:`setup` (once, before the first step of a fresh
-    run) and :meth:`transform_batch` (each step, before the encoders). The class
-    docstring's ``Args:`` section documents every constructor argument (the configuration
-    reference is generated from it: ``scripts/gen_config_docs.py``).
+    loss needs happens in its own methods: [`setup`][pretrain.losses.Loss.setup] (once, before the
+    first step of a fresh run) and [`transform_batch`][pretrain.losses.Loss.transform_batch] (each
+    step, before the encoders). The class docstring's ``Args:`` section documents every constructor
+    argument (the configuration reference is generated from it: ``scripts/gen_config_docs.py``).
 
     Args:
         temperature: T of the logits, above 1e-3; the trainer passes ``moco.temperature``.

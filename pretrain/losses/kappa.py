@@ -66,7 +66,8 @@ def kappa_alignment(
     lambda_align: float,
     lambda_reg: float,
 ) -> torch.Tensor:
-    """L_align + L_reg (eqs. 10-11), see :func:`kappa_terms` for the arguments."""
+    """L_align + L_reg (eqs. 10-11), see [`kappa_terms`][pretrain.losses.kappa_terms] for the
+    arguments."""
     l_align, l_reg = kappa_terms(mu1, kappa1, mu2, kappa2, lambda_align, lambda_reg)
     return l_align + l_reg
 

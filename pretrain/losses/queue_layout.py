@@ -173,9 +173,10 @@ class QueueContrastive(Loss):
     (query anchors against the gathered batch keys + the queue + the strategy's extras, see
     ``pretrain.losses.base``), or with ``s.emb.q2`` the papers' symmetric 2N x 2N layout
     (+ the queue unless ``contrast_queue`` is False). A subclass states its paper's choice by
-    overriding :meth:`positives` (which candidates are each anchor's positives P(i); by default
-    the own key only) and, where the denominator differs, :meth:`reduce` (by default each
-    positive against the whole contrast set).
+    overriding [`positives`][pretrain.losses.QueueContrastive.positives] (which candidates are each
+    anchor's positives P(i); by default the own key only) and, where the denominator differs,
+    [`reduce`][pretrain.losses.QueueContrastive.reduce] (by default each positive against the whole
+    contrast set).
 
     Args:
         contrast_queue: False: the batch alone is the contrast set (no queue); the trainer

@@ -75,6 +75,12 @@ def backbone(arch: str, width: int = 32, cifar_stem: bool = False, bn_splits: in
     return net
 
 
+def arch_label(arch: str, width: int) -> str:
+    """The backbone as a table title names it: ``width`` only where it sizes the network
+    (``resnet_small``); torchvision's ResNets ignore it (``backbone`` above)."""
+    return f"{arch} width {width}" if arch == "resnet_small" else arch
+
+
 def projection_head(in_dim: int, out_dim: int, mlp: bool) -> nn.Module:
     """MoCo v2 head: Linear(d, d)-ReLU-Linear(d, out), both with bias, no BN; v1: one Linear."""
     if not mlp:

@@ -357,7 +357,8 @@ def hardware(prov: dict[str, Any] | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``3 min 13 s``, ``2 h 05 min`` ("-" when unknown)."""
+    """``3 min 13 s``, ``2 h 05 min 07 s`` ("-" when unknown): exact to the second, as the
+    seconds it is given (a wall time of 4,608 s is 1 h 16 min 48 s, not "1 h 16 min")."""
     if seconds is None:
         return "-"
     s = int(round(seconds))
@@ -365,4 +366,4 @@ def duration(seconds: float | None) -> str:
         return f"{s} s"
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min {s % 60:02d} s"

@@ -9,11 +9,11 @@ per check (as scikit-learn's ``parametrize_with_checks``), so every failing chec
         check(cls)          # ContractError naming the class, attribute or hook
 
 ``check_strategy(MyStrategy)`` / ``check_loss(MyLoss)`` run the same checks in order and stop at
-the first failure. The checks (:func:`pretrain.testing.kit.checks`), in well under a minute on a
-CPU: the declarations (``check_declarations``); the record
-(:class:`~negmine_core.step.ExtraNegatives`: shapes, dtype, device, finiteness, unit norm,
-detachment) at each of 35 calls of the hook (``s.ctx.global_step`` 0 to 31 and three far steps:
-:data:`.behaviour.CALLS`; ``check_records``) or the loss's scalar and gradient
+the first failure. The checks ([`kit.checks`][pretrain.testing.kit.checks]), in well under a
+minute on a CPU: the declarations (``check_declarations``); the record
+([`ExtraNegatives`][negmine_core.step.ExtraNegatives]: shapes, dtype, device, finiteness, unit
+norm, detachment) at each of 35 calls of the hook (``s.ctx.global_step`` 0 to 31 and three far
+steps: `behaviour.CALLS`; ``check_records``) or the loss's scalar and gradient
 (``check_loss_value``, ``check_gradients``); determinism under a fixed seed; no gradient into the
 queue; ``transform_batch`` keeping the batch's form; ``zero_kwargs`` giving plain MoCo's logits; a
 loss's use of the extra negatives; the CUDA-graph refusal; host syncs per step against
@@ -23,11 +23,11 @@ loss's use of the extra negatives; the CUDA-graph refusal; host syncs per step a
 sets ``ddp_check = True`` (``check_ranks``). The pytest plugin (entry point ``pytest11``:
 ``negmine``) prints what was measured at the end of the session.
 
-Modules: :mod:`.kit` (the named checks), :mod:`.declarations`, :mod:`.behaviour`, :mod:`.syncs`,
-:mod:`.ops`, :mod:`.cuda_graph`, :mod:`.ddp`, :mod:`.steps` (the real steps); negmine's own pins of
-its built-ins (:mod:`.pins`) and its fake-data recipe (:mod:`.fakedata`). The contract itself
-(declarations, the checks of a record, the failures' form, the counters ``SyncCounter`` and
-``OpCounter``) lives in :mod:`negmine_core.contract`, which the trainer imports too: the kit sits
+Modules: [`kit`][pretrain.testing.kit] (the named checks), `declarations`, `behaviour`,
+`syncs`, `ops`, `cuda_graph`, `ddp`, `steps` (the real steps); negmine's own pins of its
+built-ins (`pins`) and its fake-data recipe (`fakedata`). The contract itself (declarations, the
+checks of a record, the failures' form, the counters ``SyncCounter`` and ``OpCounter``) lives in
+[`negmine_core.contract`][negmine_core.contract], which the trainer imports too: the kit sits
 above the trainer whose steps it runs, in ``pretrain``, and the trainer checks every step with
 the same code.
 """
@@ -43,22 +43,23 @@ from negmine_core.contract.sync_counter import SyncCounter
 
 
 def check_strategy(cls: type, *, counts: bool = True) -> object:
-    """:func:`pretrain.testing.kit.check_strategy` (imported on first use: the kit loads the
-    trainer)."""
+    """[`kit.check_strategy`][pretrain.testing.kit.check_strategy] (imported on first use: the
+    kit loads the trainer)."""
     from pretrain.testing.kit import check_strategy as check
 
     return check(cls, counts=counts)
 
 
 def check_loss(cls: type, *, counts: bool = True) -> object:
-    """:func:`pretrain.testing.kit.check_loss` (imported on first use)."""
+    """[`kit.check_loss`][pretrain.testing.kit.check_loss] (imported on first use)."""
     from pretrain.testing.kit import check_loss as check
 
     return check(cls, counts=counts)
 
 
 def parametrize_with_checks(classes: Iterable[type], *, counts: bool = True) -> Any:
-    """:func:`pretrain.testing.kit.parametrize_with_checks` (imported on first use)."""
+    """[`kit.parametrize_with_checks`][pretrain.testing.kit.parametrize_with_checks] (imported
+    on first use)."""
     from pretrain.testing.kit import parametrize_with_checks as parametrize
 
     return parametrize(classes, counts=counts)

@@ -1,10 +1,12 @@
-"""The contract kit's checks of one class, each named (:func:`checks`), as scikit-learn's
-``check_estimator`` / ``parametrize_with_checks`` name theirs: :func:`parametrize_with_checks`
-gives pytest one test per (class, check), so every failing check shows at once, with its name in
-the test id (``BatchMix-check_records``); :func:`check_strategy` / :func:`check_loss` run them in
-order and stop at the first failure. Each failure is a :class:`ContractError` naming the class,
-the attribute or hook and what to change; the measured counts go into the class's
-:class:`Report` (the pytest plugin prints them)."""
+"""The contract kit's checks of one class, each named ([`checks`][pretrain.testing.kit.checks]), as
+scikit-learn's ``check_estimator`` / ``parametrize_with_checks`` name theirs:
+[`parametrize_with_checks`][pretrain.testing.kit.parametrize_with_checks] gives pytest one test per
+(class, check), so every failing check shows at once, with its name in the test id
+(``BatchMix-check_records``); [`check_strategy`][pretrain.testing.kit.check_strategy] /
+[`check_loss`][pretrain.testing.kit.check_loss] run them in order and stop at the first
+failure. Each failure is a [`ContractError`][pretrain.testing.ContractError] naming the class, the
+attribute or hook and what to change; the measured counts go into the class's
+[`Report`][pretrain.testing.kit.Report] (the pytest plugin prints them)."""
 
 from __future__ import annotations
 
@@ -184,7 +186,7 @@ def check_strategy(cls: type, *, counts: bool = True) -> Report:
 
 def check_loss(cls: type, *, counts: bool = True) -> Report:
     """Every contract check of loss ``cls`` (a ``pretrain.losses.Loss`` subclass); as
-    :func:`check_strategy`."""
+    [`check_strategy`][pretrain.testing.kit.check_strategy]."""
     return _check(cls, counts)
 
 

@@ -95,7 +95,7 @@ def test_one_seed_shows_no_spread_and_provenance_gives_wall_time_and_hardware(tm
     rows = {line.split(" | ")[0].strip("| "): line for line in out[2:4]}
     assert "± 0.00" not in rows["hard"] and "| 100.00 (1 seed) |" in rows["hard"]
     assert rows["hard"].endswith("| 3 min 13 s | AMD EPYC, 2 cores |")
-    assert rows["ring"].endswith("| 2 h 02 min | 8x NVIDIA H100 80GB HBM3 |")
+    assert rows["ring"].endswith("| 2 h 02 min 02 s | 8x NVIDIA H100 80GB HBM3 |")
 
 
 def test_a_cut_eval_json_is_an_error_naming_the_file(tmp_path, capsys):

@@ -303,3 +303,17 @@ def test_split_bn_is_used_throughout_the_backbone():
 def test_unknown_arch_is_refused():
     with pytest.raises(ValueError, match="unknown arch 'resnet9'"):
         backbone("resnet9")
+
+
+@pytest.mark.parametrize("arch", ["resnet_small", "resnet18"])
+def test_the_arch_label_names_the_width_only_where_it_sizes_the_network(arch):
+    """A benchmark table's title says "resnet18", not "resnet18 width 32": torchvision's ResNets
+    ignore ``model.width``, so the label names it exactly where two widths build different nets."""
+    from pretrain.model.encoders import arch_label
+
+    def size(width: int) -> int:
+        return sum(p.numel() for p in backbone(arch, width).parameters())
+
+    sized = size(16) != size(32)
+    assert ("width 32" in arch_label(arch, 32)) == sized, (arch, arch_label(arch, 32))
+    assert arch_label(arch, 32).startswith(arch)

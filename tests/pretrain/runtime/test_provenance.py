@@ -96,8 +96,8 @@ def test_summary_says_mixed_when_segments_ran_on_different_hardware():
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "-"), (59.4, "59 s"), (193.4, "3 min 13 s"), (3600, "1 h 00 min"),
-     (7322, "2 h 02 min")],
+    [(None, "-"), (59.4, "59 s"), (193.4, "3 min 13 s"), (3600, "1 h 00 min 00 s"),
+     (7322, "2 h 02 min 02 s"), (4608, "1 h 16 min 48 s")],
 )  # fmt: skip
 def test_duration(seconds, text):
     assert provenance.duration(seconds) == text
