@@ -53,7 +53,9 @@ def test_the_block_holds_every_run_record_with_its_commit():
 def test_a_changed_record_makes_the_check_fail(tmp_path, monkeypatch, capsys):
     results = tmp_path / "RESULTS.md"
     text = gen.RESULTS.read_text()
-    results.write_text(text.replace('"result": "ran, no host sync"', '"result": "x"'))
+    changed = text.replace('"result": "', '"result": "changed: ', 1)
+    assert changed != text
+    results.write_text(changed)
     page = tmp_path / "performance.md"
     page.write_text(gen.PAGE.read_text())
     monkeypatch.setattr(gen, "RESULTS", results)
