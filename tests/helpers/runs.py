@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,3 +69,19 @@ def tensors(obj: object, prefix: str = "") -> dict[str, torch.Tensor]:
 # the digits recipe's tiny model on data.subset=4 (40 training images): a run of seconds
 SUBSET_RUN = ["model.width=8", "data.subset=4", "train.batch_size=8", "moco.queue_size=32",
          "eval.knn_k=5", "train.progress_bar=false", "data.num_workers=0"]  # fmt: skip
+
+
+def first_losses(run: Any, n: int) -> list[float]:
+    """The losses of ``run``'s first ``n`` training steps, epoch 0, in train mode (the trainer's
+    own ``train_step`` on its own loader's batches)."""
+    from negmine_core.step import Batch
+    from pretrain.engine import loop
+
+    run.data.sampler.set_epoch(0, 0)
+    run.moco.train()
+    losses = []
+    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
+        if i == n:
+            break
+        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
+    return losses

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from negmine_core.step import Batch
 from pretrain import config
 from pretrain.config import ConfigError
 from pretrain.engine import checkpoint, loop, setup
+from tests.helpers.runs import first_losses
 
 TINY = [
     "model.width=8",
@@ -28,14 +28,7 @@ def steps(tmp_path, compiled: bool, n: int = 3) -> tuple[list[float], loop.Run]:
         [f"out_dir={tmp_path / str(compiled)}", *TINY, f"train.compile={str(compiled).lower()}"],
     )
     run = loop.setup(cfg)
-    run.data.sampler.set_epoch(0, 0)
-    run.moco.train()
-    losses = []
-    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
-        if i == n:
-            break
-        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
-    return losses, run
+    return first_losses(run, n), run
 
 
 @pytest.mark.early  # about a minute of inductor compiles on 2 cores (tests/conftest.py)

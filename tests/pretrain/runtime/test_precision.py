@@ -15,6 +15,7 @@ from pretrain.config import ConfigError
 from pretrain.engine import loop
 from pretrain.losses import infonce
 from pretrain.runtime import precision
+from tests.helpers.runs import first_losses
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 TINY = [
@@ -110,14 +111,7 @@ def run_steps(tmp_path, amp: str, steps: int = 4) -> list[float]:
         "digits_moco.yaml", [f"out_dir={tmp_path / amp}", *TINY, f"train.amp='{amp}'", "seed=3"]
     )
     run = loop.setup(cfg)
-    run.data.sampler.set_epoch(0, 0)
-    run.moco.train()
-    losses = []
-    for i, (x1, x2, y, _, *rows) in enumerate(run.data.train_loader):
-        if i == steps:
-            break
-        losses.append(loop.train_step(run, Batch.make(x1, x2, y, rows), 0.0).item())
-    return losses
+    return first_losses(run, steps)
 
 
 def test_bf16_loss_tracks_fp32_over_steps(tmp_path):
