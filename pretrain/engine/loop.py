@@ -165,8 +165,7 @@ def train_one_epoch(run: Run, stop: checkpoint.StopSignals) -> Stop:
         images += batch.y.shape[0] * dist.world_size()
         bar.update()
         if st.global_step % run.cfg.train.log_every == 0:
-            log_step(run, loss, lr, epoch_f, images, time.perf_counter() - tic, bar)
-            tic, images = time.perf_counter(), 0
+            tic, images = log_step(run, loss, lr, epoch_f, images, tic, bar), 0
         if dist.any_rank(stop.stop):  # all ranks stop at the same step (gloo, no CUDA sync)
             why = Stop.SIGNAL
             break

@@ -6,6 +6,7 @@ command is run again after it finished (nothing is trained or rewritten)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,22 @@ def announce(run: Run, resumed: bool) -> None:
 
 
 def log_step(
-    run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, dt: float, bar: Progress
-) -> None:
-    """A metrics line every ``train.log_every`` steps: the only host syncs of the loop."""
+    run: Run, loss: torch.Tensor, lr: float, epoch: float, images: int, tic: float, bar: Progress
+) -> float:
+    """A metrics line every ``train.log_every`` steps: the only host syncs of the loop.
+
+    The interval's wall time is read after the loss is (a sync): the steps a captured or an
+    asynchronous step has queued on the device are inside it, so ``images_per_s`` is the
+    throughput, not the host's launch rate. ``tic`` is the previous log step's return value
+    (also after its sync); returns this one's."""
     check_finite(run)
+    value = loss.item()  # waits for the device: every step of the interval has run
+    dt = time.perf_counter() - tic
     record = {
         "kind": "step",
         "global_step": run.state.global_step,
         "epoch": round(epoch, 4),
-        "loss": loss.item(),
+        "loss": value,
         "lr": lr,
         "images_per_s": images / dt,
         "step_time_s": dt * run.cfg.train.batch_size / images,  # images counted over all ranks
@@ -75,6 +83,7 @@ def log_step(
     bar.report(
         record, step_in_epoch=run.state.step_in_epoch, steps_left=total - run.state.global_step
     )
+    return time.perf_counter()
 
 
 def print_epoch(record: dict[str, Any]) -> None:
