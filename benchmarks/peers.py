@@ -26,7 +26,10 @@ in CIFAR-10's layout). Per block: images/s, the step split into data wait (host 
 ``next(loader)`` and the upload; on CUDA the device work of a batch lands in compute) and compute,
 the peak memory (``PeakMemory`` of benchmarks/step.py: RSS above the block's start on a CPU,
 ``max_memory_allocated`` on CUDA). Every run trains the same number of whole epochs (``--epochs``,
-default 4: a warm-up epoch and 3 timed ones; with ``--budget`` as many as fit), then the kNN (k 200,
+default 4: a warm-up epoch and 3 timed ones; with ``--budget`` as many as fit, at least those 4:
+each pair gets its share of what the pairs before it left, and where its first timed round shows
+that 3 timed epochs do not fit, its runs are built again on fewer images, each with its own
+warm-up epoch, and the pair's line says how many and from how many), then the kNN (k 200,
 T 0.1, negmine's ``knn_top1`` for both) on the backbone features, training subset as bank, held-out
 subset as queries, each with its own eval transform. ``--seeds S`` (default 3 on a CPU, 1 on CUDA)
 repeats the whole contest with seeds 0..S-1: the kNN's spread over the seeds is the tolerance for

@@ -23,8 +23,8 @@ data-wait of its logged steps (``train.log_every``), and the kNN top-1; the kNN 
 last whole epoch's. For MiOC, the OC-SVM path that ran (``neg_ocsvm_path``: triton, device,
 sklearn, or a fallback).
 
-``--capture`` (CUDA): ``on`` runs the MoCo runs with ``train.cuda_graphs=true`` (the whole step
-captured as one CUDA graph and replayed), ``off`` (default) with ``false``; ``both`` runs each MoCo
+``--capture`` (CUDA): ``on`` runs the MoCo runs with ``train.cuda_graphs=on`` (the whole step
+captured as one CUDA graph and replayed), ``off`` (default) with ``off``; ``both`` runs each MoCo
 run twice, captured and eager, one after the other (the captured one first for the first run,
 the eager one first for the next: the order alternates), each with the run's whole share of the
 budget. The MiOC runs stay eager (MiOC is not capturable: ``negatives/mioc.py``
@@ -66,8 +66,8 @@ RUNS = {  # name: (config, overrides, share of the budget)
 QUICK = ["model.width=8", "train.batch_size=16", "moco.queue_size=32", "eval.knn_k=5",
          "train.epochs=1", "data.num_workers=1"]  # fmt: skip
 QUICK_MIOC = ["negatives.kwargs.num_synthetic=16", "negatives.kwargs.num_inlier_synthetic=8"]
-CAPTURE = {"on": ("graphs", ["train.cuda_graphs=true"]),
-           "off": ("eager", ["train.cuda_graphs=false"])}  # fmt: skip
+CAPTURE = {"on": ("graphs", ["train.cuda_graphs=on"]),
+           "off": ("eager", ["train.cuda_graphs=off"])}  # fmt: skip
 CAPTURABLE = ("moco_resident", "moco_loader")  # MiOC is not capturable
 STOP_GRACE_S = 30  # after SIGTERM: the checkpoint, then the process leaves
 

@@ -160,9 +160,10 @@ class TrainConfig:
         threads: torch intra-op threads per rank; 0 = auto (pretrain/runtime/threads.py: 1 on a
             share of <= 4 cores, else the share); the env NEGMINE_THREADS overrides
         compile: torch.compile the encoders' forward (modules and state dicts unchanged)
-        cuda_graphs: EXPERIMENTAL, CUDA: capture the whole step as one CUDA graph and replay it
-            (pretrain/engine/cuda_graphs.py; refused where it cannot work). Not yet verified on a
-            GPU (benchmarks/graphs_check.py), so eager is the default
+        cuda_graphs: capture the whole step as one CUDA graph and replay it
+            (pretrain/engine/cuda_graphs.py): auto (captured on one CUDA device where nothing
+            refuses it and a GPU run compared that step with eager: MoCo's InfoNCE step; else
+            eager, saying why) | on (any step nothing refuses; a refusal is exit 2) | off (eager)
         deterministic: deterministic kernels; exact replay after resume on CPU
         log_every: steps between metrics.jsonl/TensorBoard step lines (one host sync each)
         ckpt_every: epochs between writes of checkpoints/last.pt
@@ -191,7 +192,7 @@ class TrainConfig:
     channels_last: bool = True
     threads: int = 0
     compile: bool = False
-    cuda_graphs: bool = False
+    cuda_graphs: str = "auto"
     deterministic: bool = False
     log_every: int = 50
     ckpt_every: int = 1
@@ -309,6 +310,7 @@ CHOICES = {
     "model.split_bn": ("auto", "triton", "fused", "per_split"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("auto", "bf16", "fp16", "off"),
+    "train.cuda_graphs": ("auto", "on", "off"),
     "data.augment_on": ("device", "workers"),
     "data.decode_on": ("auto", "cpu", "device"),
     "data.resident": ("auto", "off", "device"),

@@ -28,12 +28,7 @@ def setup(cfg: Config) -> Run:
     device = dist.init_from_env(timeout_min=cfg.train.dist_timeout_min)
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     memory.check(cfg, device)  # a config that cannot fit: exit 2 before any work, every rank
-    refused = cfg.train.cuda_graphs and cuda_graphs.refusal(cfg, device.type, dist.world_size())
-    if refused:
-        raise ConfigError(
-            f"config key 'train.cuda_graphs' = True is refused: {refused}; "
-            "set train.cuda_graphs=false"
-        )
+    captured = cuda_graphs.chosen(cfg, device.type, dist.world_size())  # "on" refused: exit 2
     if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
         raise ConfigError(
             f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
@@ -43,15 +38,18 @@ def setup(cfg: Config) -> Run:
     check_run_dir(cfg)  # every rank, before any data is read
     lock = lock_run_dir(cfg)
     try:
-        return build_run(cfg, device, lock)
+        return build_run(cfg, device, lock, captured)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
 
 
-def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -> Run:
-    """The data, then the model, queue, strategy, loss and optimizer on ``device``."""
+def build_run(
+    cfg: Config, device: torch.device, lock: runlock.RunLock | None, captured: bool = False
+) -> Run:
+    """The data, then the model, queue, strategy, loss and optimizer on ``device``; the step
+    captured as a CUDA graph when ``captured`` (:func:`cuda_graphs.chosen`)."""
     precision.amp_dtype(cfg.train.amp, device)  # fp16 on a CPU: a config error before any work
     threads.configure(cfg.train.threads, device)  # this rank's share of the cores
     seed_and_kernels(cfg)
@@ -93,7 +91,7 @@ def build_run(cfg: Config, device: torch.device, lock: runlock.RunLock | None) -
             bad_loss=torch.zeros((), dtype=torch.bool, device=device),
         ),
         probe=online_probe(cfg, moco, data.num_classes, device),
-        graph=cuda_graphs.CapturedStep(train_step) if cfg.train.cuda_graphs else None,
+        graph=cuda_graphs.CapturedStep(train_step) if captured else None,
         lock=lock,
         watch=StepWatch(type(strategy), type(loss_fn), symmetric=cfg.loss.symmetric),
     )

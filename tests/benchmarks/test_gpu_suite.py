@@ -277,7 +277,7 @@ def test_train_capture_both_runs_each_moco_run_captured_and_eager_in_alternating
     assert [t[0] for t in todo] == order
     flags = {t[0]: [o for o in t[2] if o.startswith("train.cuda_graphs=")] for t in todo}
     assert flags["moco_resident graphs"] == flags["moco_loader graphs"] == [
-        "train.cuda_graphs=true"]  # fmt: skip
+        "train.cuda_graphs=on"]  # fmt: skip
     assert flags["mioc_resident"] == []  # MiOC is not capturable: eager, as configured
     assert all(t[3] == train.RUNS[t[0].split()[0]][2] for t in todo)  # each its run's share
     results = [("c", [], {"name": "moco_resident graphs", "rows": [

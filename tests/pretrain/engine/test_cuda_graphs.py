@@ -28,16 +28,51 @@ def load(*overrides: str) -> config.Config:
     return config.load("digits_moco.yaml", [*TINY, *overrides])
 
 
-def test_default_is_eager_and_the_key_is_a_strict_bool():
-    assert config.load("digits_moco.yaml").train.cuda_graphs is False
-    assert load("train.cuda_graphs=true").train.cuda_graphs is True
-    with pytest.raises(ConfigError, match="train.cuda_graphs"):
-        load("train.cuda_graphs=3")
+def test_the_key_is_auto_on_or_off_and_yamls_booleans_read_as_on_and_off():
+    assert config.load("digits_moco.yaml").train.cuda_graphs == "auto"
+    assert load("train.cuda_graphs=true").train.cuda_graphs == "on"  # YAML's true: older configs
+    assert load("train.cuda_graphs=false").train.cuda_graphs == "off"
+    for bad in ("3", "yes_please", "captured"):
+        with pytest.raises(ConfigError, match="train.cuda_graphs"):
+            load(f"train.cuda_graphs={bad}")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "device", "world", "captured"),
+    [
+        ("cifar10_moco.yaml", "cuda", 1, True),  # the verified step: captured by default
+        ("cifar10_moco.yaml", "cpu", 1, False),  # no CUDA: eager
+        ("cifar10_moco.yaml", "cuda", 2, False),  # DDP: eager
+        ("cifar10_moco_sym.yaml", "cuda", 1, False),  # capturable, not compared with eager on a GPU
+        ("cifar10_supcon.yaml", "cuda", 1, False),
+        ("cifar10_mioc.yaml", "cuda", 1, False),  # refused: MiOC is not declared capturable
+    ],
+)
+def test_auto_captures_a_step_nothing_refuses_and_a_gpu_run_verified(recipe, device, world,
+                                                                     captured, capsys):  # fmt: skip
+    cfg = config.load(recipe)
+    assert cuda_graphs.chosen(cfg, device, world) is captured
+    said = capsys.readouterr().out
+    # on CUDA an eager auto says why; a CPU run says nothing (eager is its only path)
+    eager_said = "train.cuda_graphs=auto: the step runs eager" in said
+    assert eager_said == (not captured and device == "cuda")
+    if recipe == "cifar10_moco_sym.yaml":
+        assert "moco.symmetric_keys has not been compared with eager on a GPU" in said
+
+
+def test_on_captures_any_step_nothing_refuses_and_off_none():
+    sym = config.load("cifar10_moco_sym.yaml", ["train.cuda_graphs=on"])
+    assert cuda_graphs.chosen(sym, "cuda", 1) is True
+    off = config.load("cifar10_moco.yaml", ["train.cuda_graphs=off"])
+    assert cuda_graphs.chosen(off, "cuda", 1) is False
+    mioc = config.load("cifar10_mioc.yaml", ["train.cuda_graphs=on"])
+    with pytest.raises(ConfigError, match="'train.cuda_graphs' = 'on' is refused: strategy 'mioc'"):
+        cuda_graphs.chosen(mioc, "cuda", 1)
 
 
 def test_cpu_run_exits_2_naming_the_key_and_the_reason(tmp_path, capsys):
     status = cli.main(["--cfg", "digits_moco.yaml", f"out_dir={tmp_path}", *TINY,
-                       "train.cuda_graphs=true"])  # fmt: skip
+                       "train.cuda_graphs=on"])  # fmt: skip
     err = capsys.readouterr().err
     assert status == 2, err
     assert "train.cuda_graphs" in err and "need a CUDA device (this run is on cpu)" in err
