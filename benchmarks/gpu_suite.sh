@@ -9,44 +9,47 @@
 #
 # Parts, in this order (the pass/fail checks first, then the timings), each under its own time
 # budget in seconds (`timeout`: SIGTERM at the budget, SIGKILL 10 s later):
-#   tests   (80) pytest -m cuda tests: the cuda-marked tests (CUDA only)
-#   sync    (55) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
+#   tests   (85) pytest -m cuda tests: the cuda-marked tests (CUDA only)
+#   sync    (57) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
 #                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
-#   mioc    (25) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
+#   mioc    (20) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
 #                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
 #                CPU (--quick) 4 steps with the OC-SVM from step 0
-#   graphs  (55) benchmarks/graphs_check.py: cifar10_moco, 10 steps with train.cuda_graphs=true
+#   graphs  (55) benchmarks/graphs_check.py: cifar10_moco, 20 steps with train.cuda_graphs=true
 #                against eager, losses compared (CUDA only)
-#   splitbn (12) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
+#   splitbn (11) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
 #                triton): decides the CUDA default (--quick sizes on a CPU)
 #   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets; the fit
 #                split into the kernel matrix, the solve and the 4096-key scoring
-#   step    (35) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
+#   step    (33) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
 #                off; on a CPU the strategies table (--quick)
-#   input  (105) benchmarks/input.py --parts trainer decode: trainer vs model-only step and the
-#                batched decode + crop (--quick, every part, on a CPU)
-#   profile (25) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
+#   input   (40) benchmarks/input.py --parts trainer decode --trainers cifar10_moco --steps 10:
+#                cifar10_moco's trainer vs model-only step and the batched decode + crop
+#                (--quick, every part and recipe, on a CPU)
+#   profile (39) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
 #                warm-up: the 25 most expensive CUDA kernels, the GPU-busy share of the step (the
 #                union of the device events over the step), the step split into convolutions/
 #                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
 #                model's step (on a CPU, --quick: operators' CPU time, tiny model)
-#   train   (90) benchmarks/train.py --capture both --runs moco_resident: cifar10_moco on the
+#   train   (88) benchmarks/train.py --capture both --runs moco_resident: cifar10_moco on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), resident, captured
 #                (train.cuda_graphs=true) and eager one after the other, as many whole epochs as
 #                fit: images/s, data-wait, epoch time, kNN at the end, captured / eager (on a
 #                CPU, --quick: tiny model and images, one epoch each, MoCo from the loader and
 #                MiOC resident, eager)
-#   peers   (58) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
-#                lightly's settings, matched (ResNet-18, batch 512, 10,240 of the CIFAR-10 images,
+#   peers   (84) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
+#                lightly's settings, matched (ResNet-18, batch 512, 2,048 of the CIFAR-10 images,
 #                the two-key symmetric loss on both, an fp32 and a bf16 pair), negmine's loader
-#                and resident paths, interleaved epoch by epoch in alternating order, as many
-#                whole epochs as fit, kNN at the end; the OC-SVM beside scikit-learn and
+#                and resident paths, interleaved epoch by epoch in alternating order, a warm-up
+#                epoch and as many timed ones as fit, at least 3 (fewer images where they do
+#                not), kNN at the end; the OC-SVM beside scikit-learn and
 #                thundersvm-cpu at n = 256, 1024, 4096 (on a CPU, --quick: tiny model and images,
 #                one epoch, the fp32 pair, n = 256; the moco half skipped with a note where
 #                lightly is not installed)
-# 570 s of budgets in all, and the whole run is held under --total (570 s, so that the suite and
-# its set-up fit one 10-minute command): a part gets at most
+# 542 s of budgets in all (each at least the H200's seconds at d66eca4 + 10 %; with the suite's
+# own ~16 s and the 12 s kill margin, 570 s), and the whole run is held under --total (570 s, so
+# that the suite and its set-up fit one 10-minute command): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
 # failure). --quick (the CPU mode) triples the budgets and the total that were not given. Every part's whole output (stdout and stderr, unbuffered) goes to REPORT/PART.log;
 # a part that fails or overruns prints its log's last lines, and the next part starts. Each
@@ -75,8 +78,10 @@ FORCE_DEVICE=""
 TOTAL=570
 ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train,peers"
 PARTS="$ALL_PARTS"
-declare -A BUDGET=([tests]=80 [sync]=55 [mioc]=25 [graphs]=55 [splitbn]=12 [ocsvm]=30 [step]=35
-                   [input]=105 [profile]=25 [train]=90 [peers]=58)
+# sized from the H200 run of d66eca4 (2026-11-28): each at least its measured seconds + 10 %,
+# and their sum + the suite's own ~16 s + the 12 s kill margin within TOTAL
+declare -A BUDGET=([tests]=85 [sync]=57 [mioc]=20 [graphs]=55 [splitbn]=11 [ocsvm]=30 [step]=33
+                   [input]=40 [profile]=39 [train]=88 [peers]=84)
 CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0
@@ -256,7 +261,7 @@ part_graphs() {
   if [ ! -f benchmarks/graphs_check.py ]; then
     skip_part graphs "benchmarks/graphs_check.py is not in this checkout"; return
   fi
-  run_part graphs "$PY" benchmarks/graphs_check.py --device cuda --steps 10 --keep "$REPORT"
+  run_part graphs "$PY" benchmarks/graphs_check.py --device cuda --steps 20 --keep "$REPORT"
 }
 
 part_splitbn() { bench_part splitbn benchmarks/split_bn.py; }
@@ -275,7 +280,8 @@ part_step() {
 }
 
 part_input() {
-  if [ "$DEVICE" = cuda ]; then bench_part input benchmarks/input.py --parts trainer decode
+  if [ "$DEVICE" = cuda ]; then  # cifar10_moco's trainer rows alone, 10 steps a block: ~35 s
+    bench_part input benchmarks/input.py --parts trainer decode --trainers cifar10_moco --steps 10
   else bench_part input benchmarks/input.py; fi
 }
 
@@ -296,10 +302,12 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
     --budget "$((budget > 20 ? budget - 15 : 5))" --keep "$REPORT/train" --summary "$REPORT/figures.md"
 }
 
-part_peers() {  # the training stops 30 s before the budget: kNN, OC-SVM and the tables
-  # matched pairs: fp32 and bf16, each on both sides, on 10,240 + 2,000 of the CIFAR-10 images
+part_peers() {  # the training stops 30 s before the budget: start-up, kNN, OC-SVM, tables
+  # matched pairs: fp32 and bf16, each on both sides, on 2,048 + 2,000 of the CIFAR-10 images:
+  # per pair a warm-up epoch (lightly's ~13 s on the H200) and 3 timed ones (~2.5 s a round) in
+  # its ~27 s; peers.py sizes itself down where they do not fit
   local data=() sizes=(--ocsvm-sizes 256,1024,4096) budget
-  local pairs=(--precision fp32,bf16 --train-images 10240 --test-images 2000)
+  local pairs=(--precision fp32,bf16 --train-images 2048 --test-images 2000)
   budget=$(part_budget peers)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
   if [ ${#QUICK[@]} -gt 0 ]; then data=(); sizes=(); pairs=(--precision fp32); fi  # tiny, n = 256

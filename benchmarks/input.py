@@ -25,7 +25,8 @@ loader: the split on the device, batches and augmentation there). On a CPU the C
 is shrunk (``--cifar-overrides``); on CUDA it is the recipe as shipped. On CUDA (or with
 ``--imagenet-trainer``) also imagenet100_moco.yaml on 500x375 JPEGs (synthetic or ``--reencode``)
 with ``data.decode_on`` cpu and device: the ratio trainer / model-only is the input pipeline's
-cost (on a CPU a small model, CPU_IN100).
+cost (on a CPU a small model, CPU_IN100). ``--trainers`` picks some of these recipes (the GPU
+suite, to fit its budget: cifar10_moco alone).
 
 Part 3 (``decode``), decode + RandomResizedCrop of both views at 224 px, per image, on
 ImageNet-sized JPEGs (500x375, quality 90: synthetic, or the images of ``--reencode FOLDER``
@@ -333,6 +334,7 @@ def trainer_vs_model(cfg: config.Config, steps: int) -> tuple[float, float]:
     return 1e3 * min(trainer), 1e3 * min(model)
 
 
+TRAINERS = ("digits_moco", "cifar10_moco", "imagenet100_moco")  # part 2's recipes (--trainers)
 SYNTHETIC_CIFAR = 5120  # synthetic CIFAR-10 stand-in: images (the recipe's queue is 4,096)
 
 
@@ -427,9 +429,15 @@ def main() -> None:
     p.add_argument("--imagenet-trainer", action="store_true",
                    help="part 2 on a CPU: also imagenet100_moco.yaml, decode_on cpu vs device "
                    "(always on CUDA)")  # fmt: skip
+    p.add_argument("--trainers", default="digits_moco,cifar10_moco,imagenet100_moco",
+                   help="part 2's recipes, a comma list (imagenet100_moco: on CUDA or with "
+                   "--imagenet-trainer)")  # fmt: skip
     p.add_argument("--cifar-overrides", nargs="*", default=None,
                    help="CIFAR-10 trainer overrides (CPU default: CPU_CIFAR)")  # fmt: skip
     a = p.parse_args()
+    a.trainers = [t for t in a.trainers.split(",") if t]
+    if not a.trainers or set(a.trainers) - set(TRAINERS):
+        p.error(f"--trainers: want a comma list of {', '.join(TRAINERS)}")
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("error: --device cuda but no CUDA device is available")
@@ -571,21 +579,23 @@ def imagenet_trainer(a, steps, device, tmp, trows, notes) -> None:
 def trainer_part(a, steps, device, cifar, tmp, trows, notes) -> None:
     """Part 2 (see the module docstring): rows and notes appended in place."""
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    if device.type == "cuda" or a.imagenet_trainer:
+    if (device.type == "cuda" or a.imagenet_trainer) and "imagenet100_moco" in a.trainers:
         imagenet_trainer(a, steps, device, tmp, trows, notes)
-    trainers = [("digits_moco.yaml", [])]
+    trainers = [("digits_moco.yaml", [])] if "digits_moco" in a.trainers else []
     extra = a.cifar_overrides
     if extra is None:
         extra = CPU_CIFAR if device.type == "cpu" else []
     if a.quick:
         extra = [*extra, "train.batch_size=32", "model.width=8", "moco.queue_size=256"]
-    if (cifar / "train").is_dir():
-        root, what = cifar_root(cifar, tmp), f"the JPEG folder {cifar}"
-    else:  # the CIFAR-10 layout and file format, random pixels: the input cost of the real set
-        n = 512 if a.quick else SYNTHETIC_CIFAR
-        root, what = synthetic_cifar(tmp / "cifar_synthetic", n), f"{n} synthetic 32 px JPEGs"
-    trainers.append(("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}", *extra]))
-    notes.append(f"CIFAR-10 trainer: cifar10_moco.yaml on {what}, {' '.join(extra)}")
+    if "cifar10_moco" in a.trainers:
+        if (cifar / "train").is_dir():
+            root, what = cifar_root(cifar, tmp), f"the JPEG folder {cifar}"
+        else:  # the CIFAR-10 layout and file format, random pixels: the real set's input cost
+            n = 512 if a.quick else SYNTHETIC_CIFAR
+            root, what = synthetic_cifar(tmp / "cifar_synthetic", n), f"{n} synthetic 32 px JPEGs"
+        trainers.append(("cifar10_moco.yaml", ["data.name=imagefolder", f"data.root={root}",
+                                               *extra]))  # fmt: skip
+        notes.append(f"CIFAR-10 trainer: cifar10_moco.yaml on {what}, {' '.join(extra)}")
     notes.append(
         "rows 'device, resident': data.resident=device, the training split decoded once at "
         "setup (not timed) and held on the device, batches and both views' augmentation made "

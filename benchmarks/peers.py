@@ -123,6 +123,29 @@ def prepare(a: argparse.Namespace, work: Path) -> tuple[Path, str]:
     return root, f"{what}: {n_train} training images, {n_test} held out"
 
 
+def shrunk(root: Path, dest: Path, n: int) -> Path:
+    """A root of the first ``n`` / classes training images of each class of ``root`` and all of
+    its held-out ones (peers_run.contest's ``shrink``: fewer images where the budget is short)."""
+    subset(root, dest, "train", n)
+    subset(root, dest, "test", 0)
+    return dest
+
+
+def pair_share(budget: float, spent: float, pairs_left: int) -> float:
+    """The seconds of ``--budget`` for the next pair: what the pairs before it (their kNN too)
+    left of it, split evenly among the pairs still to run; 0 without a budget."""
+    return max(budget - spent, 0.0) / pairs_left if budget else 0.0
+
+
+def ran(meta: dict, budget: float) -> str:
+    """What a pair trained on: its images, and why fewer than asked where it sized itself."""
+    text = f"{meta['images']} training images"
+    if "sized_from" in meta:
+        text += (f" (sized down from {meta['sized_from']}: a warm-up and 3 timed epochs at "
+                 f"those did not fit the pair's {budget:.0f} s)")  # fmt: skip
+    return text
+
+
 def versions() -> str:
     """The commit (``NEGMINE_COMMIT`` where the copy has no .git) and the peers' versions."""
     from importlib import metadata
@@ -190,14 +213,20 @@ def moco_part(a: argparse.Namespace, work: Path, device: str) -> tuple[list[str]
             "compute ms/step | peak MiB | kNN top-1 per seed | vs lightly images/s | step alone "
             "ms | vs lightly, step alone |", "|" + "---|" * 11]  # fmt: skip
     lines, rows, knn_lines, summary = [], [], [], []
-    for precision in a.precision:
+    tic = time.monotonic()
+    for i, precision in enumerate(a.precision):
         s = Sizes(arch=a.arch, width=a.width, batch=a.batch, queue=a.queue,
                   epochs=a.epochs or 200, precision=precision)  # fmt: skip
-        budget = a.budget / len(a.precision)  # each pair its share
+        budget = pair_share(a.budget, time.monotonic() - tic, len(a.precision) - i)
+
+        def shrink(n: int, p: str = precision) -> Path:
+            return shrunk(root, work / f"data_{p}_{n}", n)
+
         res = contest(runs, s, root, work / precision, device, a.seeds, a.epochs, budget,
-                      a.workers, ALONE_ROUNDS)  # fmt: skip
+                      a.workers, ALONE_ROUNDS, shrink=shrink)  # fmt: skip
         blocks, knn, meta = res["blocks"], res["knn"], res["meta"]
-        lines += [f"{precision} pair: data: {what}; device {device}; precision {s.precision} on "
+        lines += [f"{precision} pair: data: {what}; {ran(meta, budget)}; device {device}; "
+                  f"precision {s.precision} on "
                   f"both sides (matched); {meta['epochs']} whole epochs per run, {meta['steps']} "
                   f"steps of batch {s.batch} each; {sampling(meta, a.seeds)}; loader workers "
                   f"{meta['workers']}; torch threads {torch.get_num_threads()}", "",

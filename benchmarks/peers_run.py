@@ -222,6 +222,34 @@ def step_alone(runs: dict, rounds: int) -> dict[str, float]:
     return {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
 
 
+SAFETY = 1.3  # a round's estimate times this must fit what is left of the budget
+MIN_EPOCHS = 4  # with --budget: at least a warm-up epoch and 3 timed ones
+
+
+def make_run(name: str, s: Sizes, root: Path, out: Path, device: str, seed: int,
+             workers: int) -> Negmine | Lightly:  # fmt: skip
+    """One contestant, built as its benchmark builds it."""
+    if name == "lightly":
+        return Lightly(s, root, torch.device(device), seed, workers)
+    return Negmine(name, s, root, out, seed, workers)
+
+
+def train_images(root: Path) -> int:
+    """The training images under ``root/train`` (a file each)."""
+    return sum(1 for f in (root / "train").rglob("*") if f.is_file())
+
+
+def sized(n: int, left: float, setup_s: float, round_s: float, batch: int, classes: int,
+          epochs: int = MIN_EPOCHS) -> int:  # fmt: skip
+    """The training images (a whole number per class) whose runs can be built again and trained
+    ``epochs`` rounds in ``left`` seconds, a round at ``n`` images having taken ``round_s`` and
+    the runs' building ``setup_s`` (both upper bounds at fewer images), the rounds' time taken as
+    proportional to the images, times SAFETY; at least one batch (one step), at most ``n``."""
+    fit = n * (left - setup_s) / (epochs * SAFETY * max(round_s, 1e-9))
+    per = max(int(fit) // classes, -(-batch // classes))
+    return min(per * classes, n)
+
+
 def contest(
     names: list[str],
     s: Sizes,
@@ -233,25 +261,41 @@ def contest(
     budget: float,
     workers: int,
     alone_rounds: int = 5,
+    shrink: Callable[[int], Path] | None = None,
+    make: Callable[..., Negmine | Lightly] = make_run,
 ) -> dict:
     """Every run in ``names`` for ``epochs`` whole epochs (0: as many as fit in ``budget``
-    seconds, at least one), interleaved epoch by epoch in rounds (one block of each run; the
-    order reversed every other round, :func:`order`), for each seed; then each one's kNN."""
+    seconds, at least MIN_EPOCHS: a warm-up and 3 timed), interleaved epoch by epoch in rounds
+    (one block of each run; the order reversed every other round, :func:`order`), for each seed;
+    then each one's kNN.
+
+    With ``budget`` (``epochs`` 0) the first seed checks after its first timed round that the
+    timed rounds still to come fit the seed's share: where they do not, ``shrink(n)`` (the root
+    of the first ``n`` training images, the same held-out set) gives fewer images, sized by
+    :func:`sized`, the runs are built again on them and start over with their own warm-up epoch;
+    the blocks at the first size are dropped. ``meta["images"]`` is the images trained on,
+    ``meta["sized_from"]`` the count asked for when it was sized down (else absent)."""
     workers = cores.loader_workers(workers)
     blocks: dict[str, list[dict]] = {n: [] for n in names}
     knns: dict[str, list[float]] = {n: [] for n in names}
     meta: dict = {"precision": {}, "params": {}, "workers": workers}
+    meta["images"] = train_images(root)
     rounds = 0  # over the seeds: the order alternates from round to round
+    share = budget / seeds
+
+    def build(at: Path, seed: int) -> dict:
+        runs = {name: make(name, s, at, work / f"{name}_{seed}", device, seed, workers)
+                for name in names}  # fmt: skip
+        for name, run in runs.items():
+            meta["precision"][name] = run.precision
+            meta["params"][name.split("_")[0]] = run.params
+        return runs
+
     for seed in range(seeds):
-        start, runs = time.monotonic(), {}
-        for name in names:
-            out = work / f"{name}_{seed}"
-            if name == "lightly":
-                runs[name] = Lightly(s, root, torch.device(device), seed, workers)
-            else:
-                runs[name] = Negmine(name, s, root, out, seed, workers)
-            meta["precision"][name] = runs[name].precision
-            meta["params"][name.split("_")[0]] = runs[name].params
+        start = time.monotonic()
+        may_size = not epochs and shrink is not None and seed == 0
+        runs = build(root, seed)
+        setup_s = time.monotonic() - start
         precisions = {r.precision for r in runs.values()}
         if precisions != {s.precision}:  # a pair at two precisions is no comparison
             raise RuntimeError(f"the runs' precisions differ from --precision {s.precision}: "
@@ -265,8 +309,25 @@ def contest(
             if epochs and e >= epochs:
                 break
             spent = time.monotonic() - start
-            if not epochs and e > 0 and spent + 1.3 * round_s > budget / seeds:
+            if not epochs and e >= MIN_EPOCHS and spent + SAFETY * round_s > share:
                 break  # the next round (and the kNN) would not fit in this seed's share
+            if may_size and e == 2 and spent + (MIN_EPOCHS - e) * SAFETY * round_s > share:
+                n = meta["images"]
+                fewer = sized(n, share - spent, setup_s, round_s, s.batch, classes(root))
+                if fewer < n:
+                    print(f"peers: {s.precision} pair: {MIN_EPOCHS - 1} timed epochs at {n} "
+                          f"images do not fit the {share:.0f} s share ({round_s:.1f} s a round, "
+                          f"{share - spent:.0f} s left): the runs built again on {fewer} "
+                          "images, each with its own warm-up epoch", flush=True)  # fmt: skip
+                    for run in runs.values():
+                        run.close()
+                    root = shrink(fewer)
+                    meta["sized_from"], meta["images"] = n, train_images(root)
+                    runs = build(root, seed)
+                    meta["steps"] = {r.steps for r in runs.values()}.pop()
+                    blocks = {name: [] for name in names}
+                    e = 0
+                may_size = False
             tic = time.monotonic()
             for name in order(list(runs), rounds):
                 run = runs[name]
@@ -288,3 +349,8 @@ def contest(
             run.close()
     meta["block_s"] = {n: medians(bl)["wall"] for n, bl in blocks.items()}
     return {"blocks": blocks, "knn": knns, "meta": meta}
+
+
+def classes(root: Path) -> int:
+    """The class folders under ``root/train``."""
+    return sum(1 for p in (root / "train").iterdir() if p.is_dir())

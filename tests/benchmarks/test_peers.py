@@ -10,6 +10,7 @@ import re
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -334,3 +335,133 @@ def test_sizes_name_one_precision_for_both_sides():
     for precision, (amp, _) in PRECISIONS.items():
         over = negmine_overrides(Sizes(precision=precision), "ROOT")
         assert [o for o in over if o.startswith("train.amp=")] == [f"train.amp={amp}"]
+
+
+class Clock:
+    """A fake ``time`` for peers_run: the fake runs below advance it by what they would take."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+NAMES = ["lightly", "negmine", "negmine_resident"]
+PER_IMAGE = {"lightly": 1e-3, "negmine": 5e-4, "negmine_resident": 1e-4}  # s per image, a block
+WARM = {"lightly": 10.0, "negmine": 2.0, "negmine_resident": 0.0}  # its first epoch: s more
+SETUP_S = 1.0  # building one run
+
+
+class FakeRun:
+    """A contestant whose epoch takes PER_IMAGE seconds per image, its first one in the process
+    WARM more (autotuning: process-wide, so a run built again does not pay it twice)."""
+
+    warmed: set[str] = set()
+
+    def __init__(self, name, s, root, out, device, seed, workers, clock, log):  # noqa: ANN001
+        self.name, self.clock, self.log = name, clock, log
+        self.device, self.precision, self.params = torch.device("cpu"), s.precision, (1, 1)
+        self.n = peers_run.train_images(root)
+        self.steps = self.n // s.batch
+        self.closed = False
+        clock.t += SETUP_S
+
+    def epoch(self, e: int) -> list[float]:
+        self.log.append((self.name, self.n, e))
+        self.clock.t += self.n * PER_IMAGE[self.name]
+        if self.name not in self.warmed:
+            self.warmed.add(self.name)
+            self.clock.t += WARM[self.name]
+        return [0.0] * self.steps
+
+    def knn(self) -> float:
+        return 50.0
+
+    def fixed_step(self):  # noqa: ANN201
+        return lambda: None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fake_contest(tmp_path, monkeypatch, budget: float) -> tuple[dict, list, list, Clock]:
+    """peers_run.contest with the fake runs on 2,000 empty files in 10 classes, batch 100."""
+    for c in range(10):
+        for i in range(200):
+            f = tmp_path / "data" / "train" / f"c{c}" / f"{i:03d}.jpg"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"")
+        (tmp_path / "data" / "test" / f"c{c}").mkdir(parents=True)
+        (tmp_path / "data" / "test" / f"c{c}" / "0.jpg").write_bytes(b"")
+    clock, log, built = Clock(), [], []
+    monkeypatch.setattr(peers_run, "time", type("T", (), {"monotonic": clock.now,
+                                                          "perf_counter": clock.now}))  # fmt: skip
+    monkeypatch.setattr(FakeRun, "warmed", set())
+
+    def make(*args):  # noqa: ANN002, ANN202
+        built.append(FakeRun(*args, clock=clock, log=log))
+        return built[-1]
+
+    def shrink(n: int) -> Path:
+        return peers.shrunk(tmp_path / "data", tmp_path / f"data_{n}", n)
+
+    s = Sizes(arch="resnet-9", width=0.125, batch=100, queue=64)
+    res = peers_run.contest(NAMES, s, tmp_path / "data", tmp_path / "work", "cpu", 1, 0, budget,
+                            0, 1, shrink=shrink, make=make)  # fmt: skip
+    return res, log, built, clock
+
+
+def check_structure(res: dict, log: list, images: int) -> None:
+    """At least a warm-up and 3 timed epochs per run, on ``images`` images, the runs in the
+    order of :func:`peers_run.order` round by round, the figures without the warm-up epoch."""
+    meta, blocks = res["meta"], res["blocks"]
+    assert meta["epochs"] >= 4 and meta["images"] == images
+    final = [entry for entry in log if entry[1] == images]
+    assert len(final) == 3 * meta["epochs"]
+    first_round = meta["rounds"] - meta["epochs"]
+    for r in range(meta["epochs"]):
+        rnd = final[3 * r : 3 * r + 3]
+        assert [name for name, *_ in rnd] == peers_run.order(NAMES, first_round + r)
+        assert {e for *_, e in rnd} == {r}
+    for name in NAMES:
+        assert [b["epoch"] for b in blocks[name]] == list(range(meta["epochs"]))
+        steady = images // 100 * 100 / (images * PER_IMAGE[name])  # images/s of a timed epoch
+        assert peers_run.medians(blocks[name])["ips"] == pytest.approx(steady)
+
+
+def test_a_budget_runs_a_warm_up_and_at_least_3_timed_epochs(tmp_path, monkeypatch):
+    """40 s: the 2,000 images fit (3 s of setup, a 15.2 s warm-up round, 3.2 s rounds): as many
+    whole rounds as fit, the order alternating, the warm-up left out of the figures."""
+    res, log, _, clock = fake_contest(tmp_path, monkeypatch, 40.0)
+    check_structure(res, log, 2000)
+    assert "sized_from" not in res["meta"] and res["meta"]["epochs"] == 7
+    assert clock.t <= 40.0
+
+
+def test_a_short_budget_sizes_the_images_down_instead_of_running_past_it(tmp_path, monkeypatch,
+                                                                         capsys):  # fmt: skip
+    """26 s: after the warm-up and one timed round (21.4 s spent) two more rounds at 2,000 images
+    (2 x 1.3 x 3.2 s) do not fit; the runs are built again on the images that do, by
+    peers_run.sized's rule (re-derived here), each with its own warm-up epoch, within the share;
+    the table's data line says what ran."""
+    res, log, built, clock = fake_contest(tmp_path, monkeypatch, 26.0)
+    left, setup, round_s = 26.0 - 21.4, 3 * SETUP_S, 2000 * sum(PER_IMAGE.values())
+    fewer = int(2000 * (left - setup) / (4 * 1.3 * round_s)) // 10 * 10
+    assert 100 <= fewer < 2000
+    check_structure(res, log, fewer)
+    assert res["meta"]["sized_from"] == 2000 and clock.t <= 26.0
+    assert all(run.closed for run in built) and len(built) == 6  # the first three closed first
+    out = capsys.readouterr().out
+    assert "3 timed epochs at 2000 images do not fit the 26 s share" in out
+    assert f"built again on {fewer} images" in out
+    assert peers.ran(res["meta"], 26.0) == (f"{fewer} training images (sized down from 2000: a "
+                                            "warm-up and 3 timed epochs at those did not fit "
+                                            "the pair's 26 s)")  # fmt: skip
+
+
+def test_the_pairs_share_the_budget_left():
+    """The second pair gets what the first (its kNN too) left; no budget, no share."""
+    assert peers.pair_share(60.0, 0.0, 2) == 30.0
+    assert peers.pair_share(60.0, 35.0, 1) == 25.0
+    assert peers.pair_share(60.0, 70.0, 1) == 0.0 and peers.pair_share(0.0, 5.0, 2) == 0.0
