@@ -1,10 +1,12 @@
 """docs/comparison.md's claims about lightly hold for the lightly that is installed (the version
 benchmarks/peers.py compares against): whether ``lightly.loss`` has a supervised-contrastive loss,
-and which version the row names."""
+and which version the row names; a cell that says "anywhere else in the package" holds for every
+source file of the installed package."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +26,8 @@ def test_the_lightly_supervised_losses_cell():
         assert cell.startswith("-"), f"lightly {lightly.__version__} has no SupCon loss: {cell}"
         named = re.search(r"lightly (\d+\.\d+\.\d+)", cell)
         assert named and named.group(1) == lightly.__version__, cell
+    if "anywhere else in the package" in cell:
+        files = Path(lightly.__file__).parent.rglob("*.py")
+        said = [str(f) for f in files if re.search(r"supcon|supervised contrastive", f.read_text(
+            errors="replace"), re.I)]  # fmt: skip
+        assert not said, f"lightly {lightly.__version__} mentions SupCon in {said}"
