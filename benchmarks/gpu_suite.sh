@@ -16,8 +16,9 @@
 #   mioc    (20) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
 #                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
 #                CPU (--quick) 4 steps with the OC-SVM from step 0
-#   graphs  (55) benchmarks/graphs_check.py: cifar10_moco, 20 steps with train.cuda_graphs=true
-#                against eager, losses compared (CUDA only)
+#   graphs  (64) benchmarks/graphs_check.py: cifar10_moco, 20 steps eager and 20 with
+#                train.cuda_graphs=on stopped at 10 and resumed, losses and the final model and
+#                queue compared (CUDA only)
 #   splitbn (11) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
 #                triton): decides the CUDA default (--quick sizes on a CPU)
 #   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets; the fit
@@ -34,7 +35,7 @@
 #                model's step (on a CPU, --quick: operators' CPU time, tiny model)
 #   train   (88) benchmarks/train.py --capture both --runs moco_resident: cifar10_moco on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), resident, captured
-#                (train.cuda_graphs=true) and eager one after the other, as many whole epochs as
+#                (train.cuda_graphs=on) and eager one after the other, as many whole epochs as
 #                fit: images/s, data-wait, epoch time, kNN at the end, captured / eager (on a
 #                CPU, --quick: tiny model and images, one epoch each, MoCo from the loader and
 #                MiOC resident, eager)
@@ -80,8 +81,8 @@ ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train,peers"
 PARTS="$ALL_PARTS"
 # sized from the H200 run of d66eca4 (2026-11-28): each at least its measured seconds + 10 %,
 # and their sum + the suite's own ~16 s + the 12 s kill margin within TOTAL
-declare -A BUDGET=([tests]=85 [sync]=57 [mioc]=20 [graphs]=55 [splitbn]=11 [ocsvm]=30 [step]=33
-                   [input]=40 [profile]=39 [train]=88 [peers]=84)
+declare -A BUDGET=([tests]=85 [sync]=57 [mioc]=20 [graphs]=64 [splitbn]=11 [ocsvm]=30 [step]=33
+                   [input]=40 [profile]=39 [train]=88 [peers]=75)
 CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0

@@ -212,8 +212,9 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
 # --total 200`): each part's seconds where it ended. profile was killed at its 25 s budget with
 # its table printed: about 35 s. input (cut at 26 s by --total) and peers (killed at 58 s, after
 # one epoch per run at 10,240 images) ran shorter commands since and have no figure yet; graphs
-# ran 10 steps in 39 s and now runs 20 and a resume: about 50 s.
-H200_SECONDS = {"tests": 76, "sync": 51, "mioc": 18, "graphs": 50, "splitbn": 9, "ocsvm": 26,
+# ran 10 steps in 39 s (two processes) and now runs three (20 eager, 10 captured, its resume to
+# 20): about 58 s.
+H200_SECONDS = {"tests": 76, "sync": 51, "mioc": 18, "graphs": 58, "splitbn": 9, "ocsvm": 26,
                 "step": 29, "profile": 35, "train": 80}  # fmt: skip
 SUITE_OVERHEAD_S = 16  # the suite's own seconds: 14 with 8 parts, 11 with 3 (the same record)
 KILL_MARGIN_S = 12  # a part gets what is left of --total less this (SIGKILL 10 s after SIGTERM)
@@ -255,6 +256,32 @@ def test_graphs_check_compares_the_logged_losses():
     assert compare({1: 4.0, 2: float("nan"), 3: 3.0}, eager, 0.02).startswith("step 2")
     assert compare({1: 4.0, 2: 3.5}, eager, 0.02).startswith("logged steps differ")
     assert compare({}, {}, 0.02) == "the eager run logged no step"
+
+
+def test_graphs_check_compares_the_final_state(tmp_path):
+    """graphs_check's state verdict: the same checkpoints agree; a model tensor moved by more
+    than the tolerance, a missing queue entry or a changed integer buffer are named."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from graphs_check import state_gap
+
+    w, n = torch.ones(4, 3), torch.tensor(7)
+    base = {"model": {"w": w, "n": n}, "queue": {"keys": torch.ones(8)}}
+    cases = {
+        "same": (base, None),
+        "moved": ({**base, "model": {"w": w * 1.05, "n": n}}, "model.w: relative difference"),
+        "int": ({**base, "model": {"w": w, "n": n + 1}}, "model.n: differs"),
+        "missing": ({**base, "queue": {}}, "queue.keys: missing"),
+    }  # fmt: skip
+    torch.save(base, tmp_path / "eager.pt")
+    for name, (ckpt, want) in cases.items():
+        torch.save(ckpt, tmp_path / f"{name}.pt")
+        got = state_gap(tmp_path / f"{name}.pt", tmp_path / "eager.pt", 0.02)
+        assert (got is None) if want is None else (got or "").startswith(want), (name, got)
+    small = {**base, "model": {"w": w * 1.01, "n": n}}
+    torch.save(small, tmp_path / "small.pt")
+    assert state_gap(tmp_path / "small.pt", tmp_path / "eager.pt", 0.02) is None
 
 
 BAD_USAGE = [["--budget", "ocsvm=0"], ["--budget", "nope=5"], ["--parts", "step,nope"], ["-x"],
