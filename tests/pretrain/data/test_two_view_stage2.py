@@ -1,5 +1,6 @@
-"""Stage 2 of the augmentation as the training step runs it (``pretrain.engine.step.photometric``):
-both views in one batched call, each image with its own parameter row, in few aten ops (issue 60)."""
+"""Stage 2 of the augmentation as the training step runs it (``pretrain.engine.step``'s
+``photometric``): both views in one batched call, each image with its own parameter row, in few
+aten ops (issue 60)."""
 
 from __future__ import annotations
 
