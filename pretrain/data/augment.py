@@ -20,19 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pretrain.data import jitter as jitter_ops
 from pretrain.data.augment_params import (
     BLUR,
-    BRIGHTNESS,
-    CONTRAST,
     FLIP,
     GRAY,
-    HUE,
-    JITTER,
     NUM_COLUMNS,
     NUM_PARAMS,
-    ORDER,
-    ORDERS,
-    SATURATION,
     SIGMA,
     SOLARIZE,
     THETA,
@@ -40,93 +34,7 @@ from pretrain.data.augment_params import (
     blur_kernel_size,
 )
 
-# color_jitter reads the three blend factors as one slice of columns
-assert (CONTRAST, SATURATION) == (BRIGHTNESS + 1, BRIGHTNESS + 2)
-
-
-def per_image(v: torch.Tensor) -> torch.Tensor:
-    """(N,) -> (N, 1, 1, 1), to broadcast over (N, C, H, W)."""
-    return v.view(-1, 1, 1, 1)
-
-
-def grayscale(x: torch.Tensor) -> torch.Tensor:
-    """ITU-R 601-2 luma, torchvision's coefficients; (N, 3, H, W) -> (N, 1, H, W)."""
-    r, g, b = x.unbind(dim=-3)
-    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(-3)
-
-
-def blend(x: torch.Tensor, other: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    """``ratio * x + (1 - ratio) * other`` clamped to [0, 1] (torchvision ``_blend``), as one
-    ``lerp`` from ``other`` to ``x`` (the same value up to float rounding)."""
-    return torch.lerp(other.expand_as(x), x, ratio.expand_as(x)).clamp_(0.0, 1.0)
-
-
-def adjust_hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue by ``shift`` (N,) turns in [-0.5, 0.5] (torchvision ``adjust_hue``).
-
-    torchvision goes RGB -> HSV (``_rgb_to_hsv``, after Pillow's Convert.c), shifts h and goes
-    back (``_hsv_to_rgb``). Fused here, with the same formulas: the chroma C = max - min and
-    v = max are unchanged by the shift, and v s = C, so only the hue sector is computed,
-
-        6 h = (g - b) / C if max = r, else 2 + (b - r) / C if max = g, else 4 + (r - g) / C
-
-    (torchvision's tie order; C = 0 gives h = 0 and a gray pixel that stays put), and each
-    channel comes back as v - C clamp(min(k, 4 - k), 0, 1), k = (n + 6 (h + shift)) mod 6 with
-    n = 5, 3, 1 for r, g, b: torchvision's sector table in closed form. Equal to it up to float
-    rounding, in about half the passes over the image of the two conversions."""
-    r, g, b = x.unbind(dim=-3)
-    minc, maxc = torch.aminmax(x, dim=-3)
-    chroma = maxc - minc
-    sector = torch.where(
-        maxc == r,
-        g - b,
-        torch.where(maxc == g, (b - r).add_(chroma, alpha=2.0), (r - g).add_(chroma, alpha=4.0)),
-    )
-    h6 = sector.div_(torch.where(chroma == 0, torch.ones_like(chroma), chroma))
-    h6 = h6.add_((6.0 * shift).view(-1, 1, 1)).unsqueeze(-3)  # (N, 1, H, W), any real
-    n = torch.arange(5.0, 0.0, -2.0, dtype=x.dtype, device=x.device).view(3, 1, 1)  # 5, 3, 1
-    k = (h6 + n).remainder_(6.0)  # (N, 3, H, W)
-    ramp = k.sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)  # min(k, 4 - k), in place
-    return ramp.mul_(chroma.unsqueeze(-3)).neg_().add_(maxc.unsqueeze(-3))
-
-
-def blend_stage(x: torch.Tensor, factor: torch.Tensor, op: torch.Tensor) -> torch.Tensor:
-    """One of brightness (op 0), contrast (1), saturation (2) per image, or none (any other op,
-    e.g. hue): all three are ``clamp(f * x + (1 - f) * other)`` with ``other`` 0, the mean gray
-    level or the gray image (torchvision ``_blend``), so one pass serves the whole batch; images
-    whose op is none get f = 1, an exact identity."""
-    op = per_image(op)
-    f = torch.where((op >= 0) & (op <= 2), per_image(factor), torch.ones_like(per_image(factor)))
-    gray = grayscale(x)  # (N, 1, H, W)
-    mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
-    other = torch.where(op == 2, gray, torch.where(op == 1, mean, torch.zeros_like(mean)))
-    return blend(x, other, f)
-
-
-def color_jitter(
-    x: torch.Tensor,
-    params: torch.Tensor,
-    orders: torch.Tensor,
-) -> torch.Tensor:
-    """ColorJitter with per-image factors, each image in its own op order of the 24.
-
-    Hue (the costly op) runs once for the whole batch: the ops an image takes before its hue step
-    run first, in 3 stages, then hue, then the ops after it, in 3 more stages; at each stage every
-    image takes its own op or the identity (:func:`blend_stage`), so there are no data-dependent
-    shapes. ``orders`` is ``ORDERS`` as a tensor on ``x``'s device, (24, 4)."""
-    order = orders[params[:, ORDER].long()]  # (N, 4): op index at each position, hue = 3
-    hue_at = (order == 3).long().argmax(dim=1)  # (N,) position of the hue step
-    factors = params[:, BRIGHTNESS : SATURATION + 1]  # (N, 3); a slice: a Python list index
-    # would build its index tensor on the host and copy it to the device every step
-    none = torch.full_like(order[:, 0], -1)
-    for pos in range(3):  # before hue: positions 0..2 where pos < hue_at
-        op = torch.where(hue_at > pos, order[:, pos], none)
-        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
-    x = adjust_hue(x, params[:, HUE])
-    for pos in range(1, 4):  # after hue: positions 1..3 where pos > hue_at
-        op = torch.where(hue_at < pos, order[:, pos], none)
-        x = blend_stage(x, factors.gather(1, op.clamp(0, 2)[:, None])[:, 0], op)
-    return x
+UINT8_SCALE = 1.0 / 255.0  # v2.ToDtype(torch.float32, scale=True)
 
 
 def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> torch.Tensor:
@@ -144,40 +52,77 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, kernel_size: int) -> tor
     return y.view(n, c, hgt, wid)
 
 
-def resize_weights(start: torch.Tensor, length: torch.Tensor, size: int, out: int) -> torch.Tensor:
-    """(N, out, size) weights that resample pixels [start, start + length) of a side of ``size``
-    pixels to ``out`` pixels, per image, as ``F.interpolate(mode="bilinear",
-    align_corners=False)`` does: source coordinate (i + 0.5) * length / out - 0.5, clamped to
-    the crop. For length <= out (upsampling) this is also the antialiased filter of
-    ``TF.resized_crop(..., antialias=True)``: its triangle support is one pixel there, and its
-    weights renormalised at the crop's edges equal the clamp."""
-    dev = start.device
-    dst = torch.arange(out, device=dev, dtype=torch.float32)
-    length = length.to(torch.float32)[:, None]  # (N, 1)
-    src = ((dst + 0.5) * (length / out) - 0.5).clamp_(min=0.0)  # (N, out)
-    i0 = src.floor()
-    lam = (src - i0)[..., None]  # (N, out, 1)
-    i0 = torch.minimum(i0, length - 1.0)
-    i1 = torch.minimum(i0 + 1.0, length - 1.0)
-    base = start.to(torch.float32)[:, None, None]
-    cols = torch.arange(size, device=dev, dtype=torch.float32)  # (size,)
-    return (cols == base + i0[..., None]) * (1.0 - lam) + (cols == base + i1[..., None]) * lam
+class Grid:
+    """The per-size constants of :func:`resize_weights` on one device, built once (three
+    ``arange``) and kept by :class:`Photometric` per image size: the output pixels' centres
+    i + 0.5 and their mirror offsets out - 1 - 2 i, the source pixels' centres j + 0.5."""
+
+    def __init__(self, size: int, out: int, device: torch.device) -> None:
+        f32 = torch.float32
+        self.centres = torch.arange(0.5, out, 1.0, device=device, dtype=f32)  # (out,)
+        self.mirror = torch.arange(out - 1.0, -out, -2.0, device=device, dtype=f32)  # (out,)
+        self.sources = torch.arange(0.5, size, 1.0, device=device, dtype=f32)  # (size,)
+        self.low = torch.full((), 0.5, device=device, dtype=f32)  # also the rounding's + 0.5
+        self.axes = torch.arange(2.0, device=device)  # (0, 1): a flip mirrors columns, not rows
 
 
-def crop_resize(x: torch.Tensor, box: torch.Tensor) -> torch.Tensor:
-    """RandomResizedCrop's resize, batched: uint8-valued float images (N, C, S, S) and boxes
-    (N, 4) = (top, left, h, w) with h, w <= S -> (N, C, S, S), rounded to whole levels as the
-    uint8 crop of stage 1 is (within 1 level of ``TF.resized_crop``, whose uint8 kernel uses
-    fixed-point weights; tested). Two batched matmuls, no host sync."""
+def resize_weights(
+    start: torch.Tensor,
+    length: torch.Tensor,
+    size: int,
+    out: int,
+    flip: torch.Tensor | None = None,
+    grid: Grid | None = None,
+) -> torch.Tensor:
+    """(..., out, size) weights that resample pixels [start, start + length) of a side of ``size``
+    pixels to ``out`` pixels, per crop (``start`` and ``length`` of any shape (...)), as
+    ``F.interpolate(mode="bilinear", align_corners=False)`` does: source coordinate t - 0.5 with
+    t = (i + 0.5) length / out clamped to [0.5, length - 0.5], and source pixel j weighing
+    max(0, 1 - |j + 0.5 - t|) (the two-tap formula (1 - frac, frac) of floor(t - 0.5), bit for
+    bit: every difference here is exact in float32). For length <= out (upsampling) this is also
+    the antialiased filter of ``TF.resized_crop(..., antialias=True)``: its triangle support is one
+    pixel there, and its weights renormalised at the crop's edges equal the clamp.
+
+    ``flip`` (...) of 0/1: where 1 the output is mirrored (``TF.horizontal_flip`` of the
+    resampled side, exactly: output i takes the weights of output out - 1 - i)."""
+    grid = grid if grid is not None else Grid(size, out, start.device)
+    length = length.to(torch.float32)[..., None]  # (..., 1)
+    centres = (
+        grid.centres if flip is None else torch.addcmul(grid.centres, flip[..., None], grid.mirror)
+    )
+    t = torch.clamp(centres * (length / out), grid.low, length - 0.5)  # (..., out)
+    taps = grid.sources - start.to(torch.float32)[..., None]  # (..., size): j + 0.5 in the crop
+    w = (taps[..., None, :] - t[..., None]).abs_()  # (..., out, size)
+    return torch.rsub(w, 1.0).clamp_(min=0.0)
+
+
+def crop_resize(
+    x: torch.Tensor,
+    box: torch.Tensor,
+    flip: torch.Tensor | None = None,
+    grid: Grid | None = None,
+) -> torch.Tensor:
+    """RandomResizedCrop's resize, batched: uint8-valued float images (N, C, H, S) and boxes
+    (N, 4) = (top, left, h, w) with h <= H, w <= S -> (N, C, S, S) in channels-last memory,
+    rounded to whole levels as the uint8 crop of stage 1 is (within 1 level of
+    ``TF.resized_crop``, whose uint8 kernel uses fixed-point weights; tested). ``flip`` (N,) of
+    0/1 mirrors an image horizontally through its weights (exact). Two batched matmuls with the
+    rounding's + 0.5 inside, no host sync; ``grid``: :class:`Grid` (S, S), for square images."""
     n, c, h, s = x.shape
-    wy = resize_weights(box[:, 0], box[:, 2], h, s)  # (N, S, H)
-    wx = resize_weights(box[:, 1], box[:, 3], s, s)  # (N, S, W)
+    grid = grid if grid is not None else Grid(s, s, x.device)
+    if h == s:  # both sides' weights at once: (N, 2, S, S), rows then columns
+        flips = None if flip is None else flip[:, None] * grid.axes
+        w = resize_weights(box[:, 0:2], box[:, 2:4], s, s, flips, grid)
+        wy, wx = w[:, 0], w[:, 1]
+    else:
+        wy = resize_weights(box[:, 0], box[:, 2], h, s)
+        wx = resize_weights(box[:, 1], box[:, 3], s, s, flip, grid)
     # horizontal pass first, rounded to whole levels, then the vertical one: the order and the
     # intermediate rounding of torch's (and Pillow's) separable uint8 resampler
-    y = torch.bmm(x.reshape(n, c * h, s), wx.transpose(1, 2)).add_(0.5).floor_()  # (N, C*H, S)
-    y = y.view(n, c, h, s).transpose(1, 2).reshape(n, h, c * s)
-    z = torch.bmm(wy, y).add_(0.5).floor_().clamp_(0.0, 255.0)  # (N, S, C*S)
-    return z.view(n, s, c, s).transpose(1, 2).contiguous()
+    y = torch.baddbmm(grid.low, x.reshape(n, c * h, s), wx.transpose(1, 2)).floor_()
+    y = y.view(n, c, h, s).permute(0, 2, 3, 1).reshape(n, h, s * c)  # (N, H, S*C)
+    z = torch.baddbmm(grid.low, wy, y).floor_()  # (N, S, S*C): channels last
+    return z.view(n, s, s, c).permute(0, 3, 1, 2)
 
 
 def antialias_weights(
@@ -271,15 +216,25 @@ def cpu_chunk(height: int, width: int) -> int:
 
 class Photometric(nn.Module):
     """uint8 views (N, 3, H, W) + parameter rows (N, NUM_PARAMS), or (N, NUM_COLUMNS) with the
-    crop boxes of stage 1 (``pretrain.data.views.CropViews``) -> normalised float views.
+    crop boxes of stage 1 (``pretrain.data.views.CropViews``) -> normalised float views (N, 3,
+    H, W) in channels-last memory (what the encoders take with ``train.channels_last``).
 
     Ops whose probability is 0 in the config are skipped altogether (a static choice); the
     deferred affine runs when ``affine`` (the config has one) and the rows carry theta.
 
+    The ops run on channels-last pixels (N, H W, 3), and every linear colour map is a per-image
+    3 x 3 matrix, so each is one batched product: the 1 / 255 of ``ToDtype`` goes into the first
+    one (the jitter's first stage, else the grayscale's), and the normalisation into the last
+    (the grayscale's, else one ``addcmul``) unless solarize comes between. The flip of a
+    deferred crop goes into its resampling weights (:func:`crop_resize`); the blur, linear and
+    mirror-symmetric, runs before the grayscale (the same maps in the other order). A per-image
+    choice is a matrix or an exact ``lerp`` by the 0/1 flag: about 60 ops for MoCo v2's
+    CIFAR views, whatever the batch size.
+
     ``compiled`` (``data.augment_compile``) runs each pass through ``torch.compile``: inductor
-    fuses the ~90 small kernels of a pass into a few loops, ~3x less CPU per image at 32 px
-    (README, "The input pipeline"); the values equal the eager ones up to float rounding (~1e-5,
-    tested). The first pass of each batch shape compiles (~30 s on a CPU)."""
+    fuses the small kernels of a pass into a few loops (README, "The input pipeline"); the
+    values equal the eager ones up to float rounding (~1e-5, tested). The first pass of each
+    batch shape compiles (~30 s on a CPU)."""
 
     def __init__(
         self,
@@ -298,9 +253,26 @@ class Photometric(nn.Module):
         super().__init__()
         self.jitter, self.gray, self.blur, self.hflip = jitter, grayscale, blur, hflip
         self.solarize, self.blur_kernel, self.affine = solarize, blur_kernel, affine
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("orders", torch.from_numpy(ORDERS), persistent=False)
+        buffer = lambda name, t: self.register_buffer(name, t, persistent=False)  # noqa: E731
+        table, ident = jitter_ops.stage_table(UINT8_SCALE)
+        cycle, sectors = jitter_ops.hue_constants()
+        buffer("stages", table)
+        buffer("ident", ident)
+        buffer("cycle", cycle)
+        buffer("sectors", sectors)
+        # the last linear map: x A + shift, A = (I or the luma map) times the pending 1 / 255
+        # and, folded in unless solarize comes after it, the normalisation's 1 / std
+        self.fold = not solarize
+        first = 1.0 if jitter else UINT8_SCALE  # the 1 / 255 not yet applied after the jitter
+        inv = torch.tensor(std, dtype=torch.float64).reciprocal()
+        cols = first * (inv if self.fold else torch.ones(3, dtype=torch.float64))
+        buffer("keep", (torch.eye(3, dtype=torch.float64) * cols).float())
+        buffer("luma", (jitter_ops.luma() * cols).float())
+        buffer("scale", cols.float())  # without grayscale: x * scale + shift
+        buffer("inv_std", inv.float())
+        shift = -torch.tensor(mean, dtype=torch.float64) * inv
+        buffer("shift", shift.float().view(1, 1, 3))
+        self.grids: dict[tuple[int, torch.device], Grid] = {}
         self.compiled = compiled
         self.one_pass = torch.compile(self.batch) if compiled else self.batch
 
@@ -323,32 +295,78 @@ class Photometric(nn.Module):
             compiled=compiled,
         )
 
-    def forward(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def grid(self, size: int, device: torch.device) -> Grid:
+        """The deferred crop's constants for ``size`` x ``size`` images, built once."""
+        key = (size, device)
+        if key not in self.grids:
+            self.grids[key] = Grid(size, size, device)
+        return self.grids[key]
+
+    def forward(
+        self, x: torch.Tensor | tuple[torch.Tensor, ...] | list[torch.Tensor], params: torch.Tensor
+    ) -> torch.Tensor:
+        """``x`` may be several batches (the two views) whose rows ``params`` are concatenated:
+        they are concatenated straight into float32 (one op)."""
+        if isinstance(x, (tuple, list)):
+            first = x[0]
+            buf = first.new_empty(
+                (sum(v.shape[0] for v in x), *first.shape[1:]), dtype=torch.float32
+            )
+            x = torch.cat(x, out=buf)
+        grid = self.grid(x.shape[-1], x.device)
         chunk = cpu_chunk(x.shape[-2], x.shape[-1])
         if x.device.type == "cpu" and x.shape[0] > chunk:  # keep intermediates in cache
             parts = zip(x.split(chunk), params.split(chunk), strict=True)
-            return torch.cat([self.one_pass(xc, pc) for xc, pc in parts])
-        return self.one_pass(x, params)
+            return torch.cat([self.one_pass(xc, pc, grid) for xc, pc in parts])
+        return self.one_pass(x, params, grid)
 
-    def batch(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def batch(
+        self, x: torch.Tensor, params: torch.Tensor, grid: Grid | None = None
+    ) -> torch.Tensor:
         """The ops on one batch; every op is per image, so splitting the batch changes nothing.
         Rows with a crop box (stage 1's columns after NUM_PARAMS) are cropped first."""
         params = params.to(torch.float32)
-        x = x.to(torch.float32)
-        if self.affine and params.shape[1] >= NUM_COLUMNS:  # deferred by stage 1 (or identity)
-            x = affine_nearest(x, params[:, THETA : THETA + 6])
+        n, c, hgt, wid = x.shape
+        flip = params[:, FLIP] if self.hflip else None
         if params.shape[1] > NUM_PARAMS:  # the crop deferred by stage 1 (identity where done)
-            x = crop_resize(x, params[:, NUM_PARAMS : NUM_PARAMS + 4])
-        x = x.mul_(1.0 / 255.0)  # (N, 3, H, W) in [0, 1], as v2.ToDtype
-        flag = lambda col: per_image(params[:, col]) > 0.5  # noqa: E731  (N, 1, 1, 1) bool
+            x = x.to(torch.float32)
+            if self.affine and params.shape[1] >= NUM_COLUMNS:  # deferred (or identity)
+                x = affine_nearest(x, params[:, THETA : THETA + 6])
+            x = crop_resize(x, params[:, NUM_PARAMS : NUM_PARAMS + 4], flip, grid)
+            hgt = wid  # (N, 3, S, S), channels last
+            pix = x.permute(0, 2, 3, 1).view(n, hgt * wid, c)
+        else:
+            pix = x.permute(0, 2, 3, 1).to(torch.float32, memory_format=torch.contiguous_format)
+            if flip is not None:
+                pix = torch.where(flip.view(n, 1, 1, 1) > 0.5, pix.flip(2), pix)
+            pix = pix.view(n, hgt * wid, c)
+        # pix: (N, P, 3) uint8 levels as floats
         if self.jitter:
-            x = torch.where(flag(JITTER), color_jitter(x, params, self.orders), x)
-        if self.gray:
-            x = torch.where(flag(GRAY), grayscale(x).expand_as(x), x)
+            mb = jitter_ops.stage_matrices(params, self.stages, self.ident)
+            pix = jitter_ops.color_jitter(pix, params, mb, self.cycle, self.sectors)
         if self.blur:
-            x = torch.where(flag(BLUR), gaussian_blur(x, params[:, SIGMA], self.blur_kernel), x)
-        if self.hflip:
-            x = torch.where(flag(FLIP), x.flip(-1), x)
-        if self.solarize:
-            x = torch.where(flag(SOLARIZE), solarize(x), x)
-        return (x - self.mean) / self.std
+            pix = self.blurred(pix, params, hgt, wid)
+        if self.gray:
+            a = torch.lerp(self.keep, self.luma, params[:, GRAY].view(n, 1, 1))  # (N, 3, 3)
+            pix = torch.baddbmm(self.shift, pix, a) if self.fold else torch.bmm(pix, a)
+        elif self.fold:
+            pix = torch.addcmul(self.shift, pix, self.scale)
+        elif not self.jitter:
+            pix = pix * UINT8_SCALE
+        if not self.fold:  # solarize on [0, 1], then the normalisation
+            pix = torch.where(per_view(params[:, SOLARIZE]) > 0.5, solarize(pix), pix)
+            pix = torch.addcmul(self.shift, pix, self.inv_std)
+        return pix.view(n, hgt, wid, c).permute(0, 3, 1, 2)
+
+    def blurred(self, pix: torch.Tensor, params: torch.Tensor, hgt: int, wid: int) -> torch.Tensor:
+        """GaussianBlur where the image's flag is set, on pixels (N, P, 3)."""
+        n = pix.shape[0]
+        images = pix.view(n, hgt, wid, 3).permute(0, 3, 1, 2)
+        out = gaussian_blur(images, params[:, SIGMA], self.blur_kernel).permute(0, 2, 3, 1)
+        keep = per_view(params[:, BLUR]).view(n, 1, 1, 1) > 0.5
+        return torch.where(keep, out, images.permute(0, 2, 3, 1)).reshape(n, hgt * wid, 3)
+
+
+def per_view(v: torch.Tensor) -> torch.Tensor:
+    """(N,) -> (N, 1, 1), to broadcast over pixels (N, P, 3)."""
+    return v.view(-1, 1, 1)

@@ -75,8 +75,9 @@ def photometric(run: Run, batch: Batch) -> Batch:
     params, support = batch.params, batch.support
     if params is None:
         return batch
-    x = run.data.augment(torch.cat([batch.x1, batch.x2]), torch.cat([params[:, 0], params[:, 1]]))
-    x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float
+    # one call for both views (each image with its own row), concatenated straight into float
+    x = run.data.augment((batch.x1, batch.x2), torch.cat([params[:, 0], params[:, 1]]))
+    x1, x2 = x.chunk(2)  # (N, 3, S, S) each, normalised float, channels-last memory
     if support is not None:  # sample-major rows, so BN splits / ranks hold whole samples
         support = run.data.augment(support.flatten(0, 1), params[:, 2:].flatten(0, 1))
     return batch.replace(x1=x1, x2=x2, support=support)

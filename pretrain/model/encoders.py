@@ -277,8 +277,9 @@ class MoCo(nn.Module):
         ``batch.x1`` through the key encoder, after view 2's keys (the demo's order of the
         shuffles' draws)."""
         x1, x2 = batch.x1, batch.x2
-        if self.channels_last:
-            x1, x2 = (x.contiguous(memory_format=torch.channels_last) for x in (x1, x2))
+        # stage 2 of the augmentation hands channels-last views: a no-op then, a copy without it
+        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        x1, x2 = (x.contiguous(memory_format=layout) for x in (x1, x2))
         query, want = self.query_encoder, self.keep_features
         if self.symmetric:  # [view 1; view 2] per BatchNorm split, as rank r forwards under DDP
             z, kappa, *h = query(pair_views(x1, x2, self.bn_splits), True, want)  # (2N, D)

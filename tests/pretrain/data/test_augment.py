@@ -13,7 +13,7 @@ from scipy import stats
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from pretrain.data import augment, views
+from pretrain.data import augment, jitter, views
 from pretrain.data import augment_params as ap
 
 N = 100_000
@@ -42,10 +42,30 @@ def per_sample(ref, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     return torch.stack([ref(x[i], float(f[i])) for i in range(len(x))])
 
 
+def pixels(x: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) -> the channels-last pixel rows (N, H W, 3) the colour ops take."""
+    return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, 3)
+
+
+def images_of(pix: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return pix.view(like.shape[0], like.shape[2], like.shape[3], 3).permute(0, 3, 1, 2)
+
+
 def blend_op(op: int):
-    """Brightness (0), contrast (1) or saturation (2) on every image: the batched
-    ``augment.blend_stage`` that ColorJitter runs."""
-    return lambda x, f: augment.blend_stage(x, f, torch.full((len(x),), float(op)))
+    """Brightness (0), contrast (1) or saturation (2) on every image: one batched
+    ``jitter.blend`` stage with the matrices ColorJitter's stages take (I + g E, g B)."""
+
+    def run(x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        e, b = jitter.basis(op)
+        g = (f.double() - 1.0).view(-1, 1, 1)
+        mt, bt = (torch.eye(3, dtype=torch.float64) + g * e).float(), (g * b).float()
+        return images_of(jitter.blend(pixels(x), mt, bt), x)
+
+    return run
+
+
+def hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    return images_of(jitter.adjust_hue(pixels(x), shift, *jitter.hue_constants()), x)
 
 
 @pytest.mark.parametrize(
@@ -54,7 +74,7 @@ def blend_op(op: int):
         (blend_op(0), TF.adjust_brightness, 0.0, 2.2),
         (blend_op(1), TF.adjust_contrast, 0.0, 2.2),
         (blend_op(2), TF.adjust_saturation, 0.0, 2.2),
-        (augment.adjust_hue, TF.adjust_hue, -0.5, 0.5),
+        (hue, TF.adjust_hue, -0.5, 0.5),
     ],
 )
 def test_jitter_ops_equal_torchvision(ours, ref, lo, hi):
@@ -68,24 +88,28 @@ def test_jitter_ops_equal_torchvision(ours, ref, lo, hi):
     assert (ours(x8.float() / 255, f) - expected8).abs().max() <= 2.2 * TOL + 1e-6
 
 
-def test_grayscale_and_flip_are_exact():
-    x = images()
-    gray = augment.grayscale(x).expand_as(x)
-    assert torch.equal(gray, TF.rgb_to_grayscale(x, num_output_channels=3))
+def test_grayscale_and_flip_equal_torchvision():
+    """The luma map equals ``rgb_to_grayscale`` up to float32 rounding (a matrix product sums
+    in its own order); the flip, folded into the crop's weights or not, is exact."""
+    x = images(h=20, w=20)
+    gray = images_of(pixels(x) @ jitter.luma().float(), x)
+    assert (gray - TF.rgb_to_grayscale(x, num_output_channels=3)).abs().max() <= 1e-6
     params = torch.zeros(6, ap.NUM_PARAMS)
     params[::2, ap.FLIP] = 1.0
     params[:3, ap.GRAY] = 1.0
     stage2 = augment.Photometric(jitter=False, grayscale=True, blur=False, hflip=True,
                                  blur_kernel=3, mean=(0.0,) * 3, std=(1.0,) * 3)  # fmt: skip
     x8 = (x * 255).round().to(torch.uint8)
-    out = stage2(x8, params)
-    for i in range(6):
-        ref = TF.to_dtype(x8[i], torch.float32, scale=True)
-        if i < 3:
-            ref = TF.rgb_to_grayscale(ref, num_output_channels=3)
-        if i % 2 == 0:
-            ref = TF.horizontal_flip(ref)
-        assert torch.equal(out[i], ref)
+    whole = torch.tensor([0.0, 0.0, 20.0, 20.0]).expand(6, 4)  # the identity box
+    for rows in (params, torch.cat([params, whole], dim=1)):
+        out = stage2(x8, rows)
+        for i in range(6):
+            ref = TF.to_dtype(x8[i], torch.float32, scale=True)
+            if i < 3:
+                ref = TF.rgb_to_grayscale(ref, num_output_channels=3)
+            if i % 2 == 0:
+                ref = TF.horizontal_flip(ref)
+            assert (out[i] - ref).abs().max() <= 1e-6 if i < 3 else torch.equal(out[i], ref)
 
 
 @pytest.mark.parametrize("kernel", [3, 5, 23])
