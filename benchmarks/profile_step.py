@@ -60,8 +60,7 @@ CATEGORIES = (
     "input stage 2 (augment)",
 )
 STRATEGY_LOSS, AUGMENT = "negmine.strategy_loss", "negmine.augment"
-SPLIT_BN_KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel",
-                    "_grad_input_kernel")  # fmt: skip
+SPLIT_BN_KERNELS = ("_split_bn_forward_kernel", "_split_bn_backward_kernel")
 BACKWARD = re.compile(r"Backward\d*$")
 GEMM = re.compile(r"gemm|xmma|cutlass|wgmma|conv|implicit|dgrad|wgrad|sm\d+_", re.I)
 

@@ -1,5 +1,5 @@
 """Split BatchNorm on this device: the per-split path (one batch_norm per split), the fused aten one
-(one reduction over the (s, N/s, C, H, W) view) and, on CUDA, the Triton kernels (four launches),
+(one reduction over the (s, N/s, C, H, W) view) and, on CUDA, the Triton kernels (two launches),
 forward + backward of one layer.
 
     python benchmarks/split_bn.py [--device cpu|cuda] [--batch 512] [--channels 64] [--size 32]

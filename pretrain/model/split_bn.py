@@ -15,8 +15,8 @@ per split (momentum m, unbiased variance), averaged over the splits:
   Statistics and the affine coefficients are float32 for bf16/fp16 inputs (as cuDNN keeps them);
   the output has the input's dtype and layout.
 
-- triton (CUDA's default): the same arithmetic as fused in four Triton kernels, two launches
-  forward and two backward (:mod:`pretrain.model.split_bn_triton`), where fused dispatches 11 aten
+- triton (CUDA's default): the same arithmetic as fused in two Triton kernels, one launch
+  forward and one backward (:mod:`pretrain.model.split_bn_triton`), where fused dispatches 11 aten
   ops forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
   fused path is traced instead (inductor fuses it itself).
 
@@ -127,6 +127,11 @@ class SplitBatchNorm(nn.BatchNorm2d):
         # Python float argument would be rounded to float32): built here and moved by .to(), never
         # in the step, where its host-to-device copy would wait for the GPU. Not in state_dict.
         self.register_buffer("triton_params", self._triton_params(None), persistent=False)
+        # One int32 per channel block for the kernels' "last program of the block" count: zero
+        # between launches (each launch sets back what it counted). Not in state_dict.
+        self.register_buffer(
+            "triton_counters", torch.zeros(num_features, dtype=torch.int32), persistent=False
+        )
 
     def _triton_params(self, device: torch.device | None) -> torch.Tensor:
         """[eps, momentum] in float64 (NaN for a cumulative average) on ``device``."""
@@ -141,9 +146,10 @@ class SplitBatchNorm(nn.BatchNorm2d):
     def _apply(self, fn: Any, recurse: bool = True) -> SplitBatchNorm:
         """``nn.Module._apply`` (``.to()``, ``.cuda()``, ``.half()``, ``.to_empty()``, ...), then
         :attr:`triton_params` rebuilt on its new device from the floats: a dtype cast would round
-        eps and momentum, ``to_empty`` would leave them unset."""
+        eps and momentum, ``to_empty`` would leave them unset; so would it the counters (zeros)."""
         super()._apply(fn, recurse)
         self._buffers["triton_params"] = self._triton_params(self.triton_params.device)
+        self._buffers["triton_counters"] = torch.zeros_like(self.triton_counters)
         return self
 
     def chosen_path(self, x: torch.Tensor) -> str:
@@ -201,7 +207,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
         return y
 
     def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
-        """The Triton path: four kernel launches per layer and step (forward and backward)."""
+        """The Triton path: two kernel launches per layer and step (forward and backward)."""
         from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
 
         if not (x.is_cuda or triton_interpreted()):
@@ -219,6 +225,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
             self.bias,
             self.running_mean,
             self.running_var,
+            self.triton_counters,
             self.num_splits,
             self.triton_params,
         )

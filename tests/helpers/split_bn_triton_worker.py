@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
@@ -26,24 +27,27 @@ from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
 
 C = 5
-# name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
-# the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
-# interpreter runs each tile's loop in Python (s3_chunks4_uneven: 75 values a split, 38 tiles of
-# 2 x 4 in 4 chunks of 20, 20, 20, 15, and 2 channel blocks, the second of 1; s4_chunks3_tile16:
-# 54 values a split, 27 tiles of 2 x 8 in 3 chunks)
+# name: (batch, size, splits, layout, dtype, programs, tile, block_c): programs/tile/block_c None =
+# the module's own choice (one channel block when interpreted). Sizes are small: the interpreter
+# runs each tile's loop in Python (s3_uneven_cblocks: 75 values a split, 38 tiles of 2 x 4 and 2
+# channel blocks, the second of 1; s2_tile16: 54 values a split, 27 tiles of 2 x 8;
+# s2_programs64_*: the channels per program cut down to reach 64 programs, to 1 in NCHW and to a
+# DRAM sector's 4 float64 in channels_last)
 CASES = {
     "s2_nchw": (16, 3, 2, "nchw", torch.float64, None, None, None),
     "s8_nchw": (16, 3, 8, "nchw", torch.float64, None, None, None),
     "s2_cl": (16, 3, 2, "channels_last", torch.float64, None, None, None),
     "s8_cl": (16, 3, 8, "channels_last", torch.float64, None, None, None),
-    "s4_chunks3_tile16": (12, 3, 2, "nchw", torch.float64, 3, 16, None),
-    "s2_chunks5_cblocks": (12, 5, 2, "channels_last", torch.float64, 5, 64, 2),
-    "s3_chunks4_uneven": (9, 5, 3, "nchw", torch.float64, 4, 8, 4),
+    "s2_tile16": (12, 3, 2, "nchw", torch.float64, None, 16, None),
+    "s2_cblocks_cl": (12, 5, 2, "channels_last", torch.float64, None, 64, 2),
+    "s3_uneven_cblocks": (9, 5, 3, "nchw", torch.float64, None, 8, 4),
+    "s2_programs64_nchw": (8, 3, 2, "nchw", torch.float64, 64, 16, None),
+    "s4_programs64_cl": (8, 3, 4, "channels_last", torch.float64, 64, 64, None),
     "s2_strided": (8, 4, 2, "strided", torch.float64, None, None, None),
-    "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, 2, 16, None),
-    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, 2, 16, None),
-    "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None),
-    "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, 3, 64, None),
+    "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, None, 16, None),
+    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, None, 16, None),
+    "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, None, 64, None),
+    "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, None, 64, None),
 }
 
 
@@ -71,10 +75,34 @@ def case_input(name: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.T
     return x.to(dtype), grad.to(dtype), state
 
 
+FAKE_CASES = ("s2_nchw", "s2_cl", "s2_strided", "s4_bf16_cl")  # fake vs real ops: the layouts
+
+
+def fake_equals_real(bn: SplitBatchNorm, x: torch.Tensor, grad: torch.Tensor) -> int:
+    """1 if the two ops' fake implementations (what tracing runs: FakeTensorMode, torch.compile,
+    export) give every output the shape, dtype and strides the real ops give, else 0."""
+    ops = split_bn_triton.ops
+    state = [bn.weight, bn.bias, bn.running_mean.clone(), bn.running_var.clone()]
+    state = [t.detach() for t in state] + [bn.triton_counters, bn.triton_params]
+    x = x.detach()
+
+    def both(state: list[torch.Tensor], x: torch.Tensor, grad: torch.Tensor) -> list:
+        y, mean, invstd = ops.split_bn_forward(x, *state, bn.num_splits)
+        return [y, mean, invstd, *ops.split_bn_backward(grad, x, mean, invstd, state[0], state[4])]
+
+    real = both(state, x, grad)
+    with FakeTensorMode() as mode:
+        fake = both(
+            [mode.from_tensor(t) for t in state], mode.from_tensor(x), mode.from_tensor(grad)
+        )
+    meta = lambda t: (tuple(t.shape), t.dtype, t.stride())  # noqa: E731
+    return int([meta(t) for t in fake] == [meta(t) for t in real])
+
+
 def run(name: str) -> dict[str, torch.Tensor | int]:
-    _, _, splits, _, _, chunks, tile, block_c = CASES[name]
-    defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
-    split_bn_triton.CHUNKS = chunks
+    _, _, splits, _, _, programs, tile, block_c = CASES[name]
+    defaults = split_bn_triton.PROGRAMS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
+    split_bn_triton.PROGRAMS = programs or defaults[0]
     split_bn_triton.TILE = tile or defaults[1]
     split_bn_triton.BLOCK_C_MAX = block_c or defaults[2]
     try:
@@ -91,10 +119,13 @@ def run(name: str) -> dict[str, torch.Tensor | int]:
             y = bn(x)
         with OpCounter() as backward:
             y.backward(grad)
+        grid = split_bn_triton._plan(x, splits).grid
+        fake = fake_equals_real(bn, x, grad) if name in FAKE_CASES else -1
     finally:
-        split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
+        split_bn_triton.PROGRAMS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
     out = {"y": y.detach(), "dx": x.grad, "dw": bn.weight.grad, "db": bn.bias.grad}
     out |= {"running_mean": bn.running_mean, "running_var": bn.running_var}
+    out |= {"counters": bn.triton_counters.clone(), "grid": torch.tensor(grid), "fake": fake}
     out |= {"ops_forward": forward.count, "ops_backward": backward.count, "syncs": syncs.count}
     out |= {"y_channels_last": int(y.is_contiguous(memory_format=torch.channels_last))}
     out |= {"dx_channels_last": int(x.grad.is_contiguous(memory_format=torch.channels_last))}

@@ -49,8 +49,7 @@ split_bn.triton_interpreted = lambda: True  # forward_triton's device check only
 
 
 KERNELS = (smo_triton._smo_kernel, kernels_triton._gram_kernel, kernels_triton._score_kernel,
-           sbt._stats_kernel, sbt._normalize_kernel, sbt._grad_stats_kernel,
-           sbt._grad_input_kernel)  # fmt: skip
+           sbt._split_bn_forward_kernel, sbt._split_bn_backward_kernel)  # fmt: skip
 
 
 def compiled() -> dict[int, tuple[str, str]]:

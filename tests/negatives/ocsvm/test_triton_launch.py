@@ -28,7 +28,7 @@ from tests.helpers.triton_launches import OLDER
 
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
-SPLIT_BN = ["_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel"]
+SPLIT_BN = ["_split_bn_forward_kernel", "_split_bn_backward_kernel"]
 
 
 @pytest.fixture(params=["installed", *OLDER])

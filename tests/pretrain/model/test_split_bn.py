@@ -145,6 +145,23 @@ def test_triton_params_are_built_with_the_layer_and_follow_to_out_of_state_dict(
     assert torch.equal(fresh.triton_params, want)
 
 
+def test_triton_counters_are_int32_zeros_that_follow_to_out_of_state_dict():
+    """The Triton kernels' per-channel-block counters (zero between launches): int32 zeros built
+    with the layer, not cast by dtype casts, zeros again after ``to_empty`` (uninitialised
+    memory would make no program the last of its block), and not in state_dict."""
+    bn = SplitBatchNorm(C, 2)
+    want = torch.zeros(C, dtype=torch.int32)
+    assert torch.equal(bn.triton_counters, want) and "triton_counters" not in bn.state_dict()
+    for cast in (torch.float16, torch.float64):
+        assert torch.equal(bn.to(cast).triton_counters, want), cast
+    bn.to("meta")
+    assert bn.triton_counters.device.type == "meta" and bn.triton_counters.dtype == torch.int32
+    bn.to_empty(device="cpu")
+    assert torch.equal(bn.triton_counters, want)
+    bn._apply(lambda t: torch.full_like(t, 7))  # what to_empty may leave: garbage, rebuilt
+    assert torch.equal(bn.triton_counters, want)
+
+
 def test_eval_mode_is_plain_batchnorm_on_both_paths():
     x = batch(8, 3, seed=2, channels_last=False)
     plain = randomised(nn.BatchNorm2d(C)).eval()
