@@ -34,9 +34,10 @@ def setup(cfg: Config) -> Run:
             f"config key 'train.cuda_graphs' = True is refused: {refused}; "
             "set train.cuda_graphs=false"
         )
-    if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
+    on_cuda = device.type == "cuda" or triton_interpreted()
+    if cfg.model.split_bn in ("triton", "triton_onepass") and not on_cuda:
         raise ConfigError(
-            f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+            f"config key 'model.split_bn' = {cfg.model.split_bn!r} needs a CUDA device (this run "
             f"is on {device.type}); set model.split_bn=auto"
         )
     build.check_pairing(cfg)  # the loss's declared strategies, before any data is read

@@ -5,10 +5,11 @@ write what it returns (not a test file: the test runs it in a subprocess).
 
 Without a CUDA device the kernels run in Triton's interpreter on CPU tensors, which must be chosen
 before triton is imported: hence a fresh process. Each case of :data:`CASES` builds its input
-with :func:`case_input` (the test rebuilds the same one for its reference), runs one training
-forward + backward of ``SplitBatchNorm(path="triton")`` under the op counter, and stores the
-output, the three gradients, the running statistics, the op counts and the host syncs of a
-second module's second step (its first copies its constants to the device once).
+with :func:`tests.helpers.split_bn_cases.case_input` (the test rebuilds the same one for its
+reference), runs one training forward + backward of ``SplitBatchNorm(path="triton")`` under the
+op counter, and stores the output, the three gradients, the running statistics, the op counts
+and the host syncs of a second module's second step (its first copies its constants to the
+device once).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import sys
 from pathlib import Path
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
@@ -25,88 +25,37 @@ from negmine_core.contract.op_counter import OpCounter  # noqa: E402
 from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
 from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
+from tests.helpers.split_bn_cases import C, case_input  # noqa: E402
 
-C = 5
-# name: (batch, size, splits, layout, dtype, programs, tile, block_c): programs/tile/block_c None =
-# the module's own choice (one channel block when interpreted). Sizes are small: the interpreter
-# runs each tile's loop in Python (s3_uneven_cblocks: 75 values a split, 38 tiles of 2 x 4 and 2
-# channel blocks, the second of 1; s2_tile16: 54 values a split, 27 tiles of 2 x 8;
-# s2_programs64_*: the channels per program cut down to reach 64 programs, to 1 in NCHW and to a
-# DRAM sector's 4 float64 in channels_last)
+# name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
+# the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
+# interpreter runs each tile's loop in Python (s3_chunks4_uneven: 75 values a split, 38 tiles of
+# 2 x 4 in 4 chunks of 20, 20, 20, 15, and 2 channel blocks, the second of 1; s4_chunks3_tile16:
+# 54 values a split, 27 tiles of 2 x 8 in 3 chunks)
 CASES = {
     "s2_nchw": (16, 3, 2, "nchw", torch.float64, None, None, None),
     "s8_nchw": (16, 3, 8, "nchw", torch.float64, None, None, None),
     "s2_cl": (16, 3, 2, "channels_last", torch.float64, None, None, None),
     "s8_cl": (16, 3, 8, "channels_last", torch.float64, None, None, None),
-    "s2_tile16": (12, 3, 2, "nchw", torch.float64, None, 16, None),
-    "s2_cblocks_cl": (12, 5, 2, "channels_last", torch.float64, None, 64, 2),
-    "s3_uneven_cblocks": (9, 5, 3, "nchw", torch.float64, None, 8, 4),
-    "s2_programs64_nchw": (8, 3, 2, "nchw", torch.float64, 64, 16, None),
-    "s4_programs64_cl": (8, 3, 4, "channels_last", torch.float64, 64, 64, None),
+    "s4_chunks3_tile16": (12, 3, 2, "nchw", torch.float64, 3, 16, None),
+    "s2_chunks5_cblocks": (12, 5, 2, "channels_last", torch.float64, 5, 64, 2),
+    "s3_chunks4_uneven": (9, 5, 3, "nchw", torch.float64, 4, 8, 4),
     "s2_strided": (8, 4, 2, "strided", torch.float64, None, None, None),
-    "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, None, 16, None),
-    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, None, 16, None),
-    "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, None, 64, None),
-    "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, None, 64, None),
+    "s2_grad_other_layout": (8, 4, 2, "grad_nchw", torch.float64, 2, 16, None),
+    "s2_grad_expanded": (8, 4, 2, "grad_expanded", torch.float64, 2, 16, None),
+    "s4_bf16_cl": (16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None),
+    "s4_fp32_nchw": (16, 4, 4, "nchw", torch.float32, 3, 64, None),
 }
 
 
-def case_input(name: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """(x, upstream gradient g, module state) of case ``name``: x from N(2, 3²) in the case's
-    layout and dtype, g float64 N(0, 1) cast to it, the BN's weight/bias/running stats random."""
-    n, size, _, layout, dtype, *_ = CASES[name]
-    g = torch.Generator().manual_seed(len(name))
-    x = torch.randn(n, C, size, size, generator=g, dtype=torch.float64) * 3.0 + 2.0
-    grad = torch.randn(x.shape, generator=g, dtype=torch.float64)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    if layout == "strided":  # H and W not mergeable: transposed spatial axes
-        x = x.transpose(2, 3)
-    if layout == "grad_nchw":  # x channels_last, its gradient NCHW
-        x = x.contiguous(memory_format=torch.channels_last)
-    if layout == "grad_expanded":  # the gradient of y.sum(): one value, every stride 0
-        grad = torch.ones((), dtype=torch.float64).expand(x.shape)
-    state = {
-        "weight": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
-        "bias": torch.randn(C, generator=g, dtype=torch.float64),
-        "running_mean": torch.randn(C, generator=g, dtype=torch.float64),
-        "running_var": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
-    }
-    return x.to(dtype), grad.to(dtype), state
-
-
-FAKE_CASES = ("s2_nchw", "s2_cl", "s2_strided", "s4_bf16_cl")  # fake vs real ops: the layouts
-
-
-def fake_equals_real(bn: SplitBatchNorm, x: torch.Tensor, grad: torch.Tensor) -> int:
-    """1 if the two ops' fake implementations (what tracing runs: FakeTensorMode, torch.compile,
-    export) give every output the shape, dtype and strides the real ops give, else 0."""
-    ops = split_bn_triton.ops
-    state = [bn.weight, bn.bias, bn.running_mean.clone(), bn.running_var.clone()]
-    state = [t.detach() for t in state] + [bn.triton_counters, bn.triton_params]
-    x = x.detach()
-
-    def both(state: list[torch.Tensor], x: torch.Tensor, grad: torch.Tensor) -> list:
-        y, mean, invstd = ops.split_bn_forward(x, *state, bn.num_splits)
-        return [y, mean, invstd, *ops.split_bn_backward(grad, x, mean, invstd, state[0], state[4])]
-
-    real = both(state, x, grad)
-    with FakeTensorMode() as mode:
-        fake = both(
-            [mode.from_tensor(t) for t in state], mode.from_tensor(x), mode.from_tensor(grad)
-        )
-    meta = lambda t: (tuple(t.shape), t.dtype, t.stride())  # noqa: E731
-    return int([meta(t) for t in fake] == [meta(t) for t in real])
-
-
 def run(name: str) -> dict[str, torch.Tensor | int]:
-    _, _, splits, _, _, programs, tile, block_c = CASES[name]
-    defaults = split_bn_triton.PROGRAMS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
-    split_bn_triton.PROGRAMS = programs or defaults[0]
+    _, _, splits, _, _, chunks, tile, block_c = CASES[name]
+    defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
+    split_bn_triton.CHUNKS = chunks
     split_bn_triton.TILE = tile or defaults[1]
     split_bn_triton.BLOCK_C_MAX = block_c or defaults[2]
     try:
-        x, grad, state = case_input(name)
+        x, grad, state = case_input(name, CASES[name])
         bn = SplitBatchNorm(C, splits, path="triton").train()
         wide = torch.float64 if x.dtype == torch.float64 else torch.float32
         bn.to(wide).load_state_dict(state, strict=False)
@@ -119,13 +68,10 @@ def run(name: str) -> dict[str, torch.Tensor | int]:
             y = bn(x)
         with OpCounter() as backward:
             y.backward(grad)
-        grid = split_bn_triton._plan(x, splits).grid
-        fake = fake_equals_real(bn, x, grad) if name in FAKE_CASES else -1
     finally:
-        split_bn_triton.PROGRAMS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
+        split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
     out = {"y": y.detach(), "dx": x.grad, "dw": bn.weight.grad, "db": bn.bias.grad}
     out |= {"running_mean": bn.running_mean, "running_var": bn.running_var}
-    out |= {"counters": bn.triton_counters.clone(), "grid": torch.tensor(grid), "fake": fake}
     out |= {"ops_forward": forward.count, "ops_backward": backward.count, "syncs": syncs.count}
     out |= {"y_channels_last": int(y.is_contiguous(memory_format=torch.channels_last))}
     out |= {"dx_channels_last": int(x.grad.is_contiguous(memory_format=torch.channels_last))}

@@ -1,9 +1,9 @@
 """Split BN's Triton path (CUDA's default) equals BatchNorm2d on each contiguous chunk: output,
 input / weight / bias gradients and running statistics in float64 (2, 3, 4 and 8 splits; NCHW,
-channels_last, non-mergeable strides, a gradient in another layout; several tiles and channel
-blocks, down to one channel a program, uneven tails), and to float32 statistics in bf16 / fp32 (so
-does the fused aten path); one ``negmine`` op forward and one backward whatever the splits, the
-layer's counters back at zero after each. The kernels run in Triton's interpreter, in one
+channels_last, non-mergeable strides, a gradient in another layout; several chunks per split and
+channel blocks, uneven tails), and to float32 statistics in bf16 / fp32 (so does the fused
+aten path); two ``negmine`` ops
+forward and two backward whatever the splits. The kernels run in Triton's interpreter, in one
 fresh process (``tests/helpers/split_bn_triton_worker.py``); their sm_90 compile (what CUDA runs) is
 the launch test's (``triton_launches``)."""
 
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pretrain.model.split_bn import SplitBatchNorm
+from tests.helpers import split_bn_cases
 from tests.helpers import split_bn_triton_worker as worker
 from tests.helpers.paths import HELPERS
 from tests.helpers.triton_launches import installed_ptx
@@ -39,30 +40,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
-    """Plain nn.BatchNorm2d in float64 on each contiguous chunk of the case's input (rank r's
-    batch), with the case's weight, bias and running statistics: output and input gradient
-    concatenated, weight and bias gradients summed, running statistics averaged."""
-    x, grad, state = worker.case_input(name)
-    splits = worker.CASES[name][2]
-    ys, dxs, bns = [], [], []
-    for x_r, g_r in zip(x.double().chunk(splits), grad.double().chunk(splits), strict=True):
-        bn = torch.nn.BatchNorm2d(worker.C).double().train()
-        bn.load_state_dict(state, strict=False)
-        x_r = x_r.detach().clone().requires_grad_()
-        y_r = bn(x_r)
-        y_r.backward(g_r)
-        ys.append(y_r.detach())
-        dxs.append(x_r.grad)
-        bns.append(bn)
-    stack = lambda key: torch.stack([getattr(b, key) for b in bns])  # noqa: E731
-    grads = [torch.stack([getattr(b, k).grad for b in bns]).sum(0) for k in ("weight", "bias")]
-    return (
-        torch.cat(ys),
-        torch.cat(dxs),
-        *grads,
-        stack("running_mean").mean(0),
-        stack("running_var").mean(0),
-    )
+    """The float64 BatchNorm2d-per-chunk reference of case ``name`` (split_bn_cases.per_chunk)."""
+    return split_bn_cases.per_chunk(name, worker.CASES[name])
 
 
 FLOAT64 = [name for name, case in worker.CASES.items() if case[4] == torch.float64]
@@ -88,8 +67,8 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(result
     if path == "triton":
         got = results[name]
     else:
-        x, grad, state = worker.case_input(name)
-        bn = SplitBatchNorm(worker.C, worker.CASES[name][2], path="fused").float().train()
+        x, grad, state = split_bn_cases.case_input(name, worker.CASES[name])
+        bn = SplitBatchNorm(split_bn_cases.C, worker.CASES[name][2], path="fused").float().train()
         bn.load_state_dict(state, strict=False)
         x = x.requires_grad_()
         y = bn(x)
@@ -105,36 +84,11 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(result
         torch.testing.assert_close(got[key].double(), want, rtol=tol, atol=tol, msg=key)
 
 
-def test_one_launch_forward_and_one_backward_whatever_the_splits(results):
-    """A layer's training step is 2 ops (4 with the former stats + normalize and grad stats +
-    grad input kernels): one Triton launch forward, one backward."""
+def test_two_launches_forward_and_two_backward_whatever_the_splits(results):
     counts = {
         (r["ops_forward"], r["ops_backward"]) for n, r in results.items() if "strided" not in n
     }
-    assert counts == {(1, 1)}, counts
-
-
-def test_channels_per_program_are_cut_to_reach_the_programs_wanted(results):
-    """64 programs wanted, 5 channels: one channel a program in NCHW (2 splits x 5), a DRAM
-    sector's 4 float64 channels in channels_last (4 splits x 2 blocks, the second of 1)."""
-    assert results["s2_programs64_nchw"]["grid"].tolist() == [2, 5]
-    assert results["s4_programs64_cl"]["grid"].tolist() == [4, 2]
-    assert results["s3_uneven_cblocks"]["grid"].tolist() == [3, 2]
-
-
-def test_counters_are_back_at_zero_after_forward_and_backward(results):
-    """The last program of each channel block sets its counter back: the next launch counts
-    from zero (else its running statistics and weight gradients would never be written)."""
-    for name, r in results.items():
-        assert not r["counters"].any(), (name, r["counters"])
-
-
-def test_fake_implementations_give_the_real_outputs_shapes_dtypes_and_strides(results):
-    """What tracing (FakeTensorMode: torch.compile, export) sees of both ops: NCHW,
-    channels_last, non-mergeable strides (made contiguous), bf16 with float32 statistics."""
-    assert {n: r["fake"] for n, r in results.items() if r["fake"] >= 0} == dict.fromkeys(
-        worker.FAKE_CASES, 1
-    )
+    assert counts == {(2, 2)}, counts
 
 
 def test_no_host_sync_from_the_first_call(results):
@@ -144,11 +98,11 @@ def test_no_host_sync_from_the_first_call(results):
     assert {n: r["syncs"] for n, r in results.items()} == dict.fromkeys(results, 0)
 
 
-KERNELS = ("_split_bn_forward_kernel", "_split_bn_backward_kernel")
+KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel")
 
 
 def test_kernels_compile_for_sm90(triton_launches):
-    """The two kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
+    """The four kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
     here without a GPU: the installed triton's compiles of the launch test (one compile per
     kernel in a session, tests/helpers/triton_launches.py)."""
     ptx = installed_ptx(triton_launches, "split bn bf16 channels_last")
@@ -168,7 +122,7 @@ def test_kernels_compile_for_sm90(triton_launches):
     ],
 )
 def test_triton_kernels_on_cuda_equal_float64_per_split(dtype, channels_last, shape):
-    """The compiled kernels (up to 64-channel blocks, 512 programs wanted) against the per-split
+    """The compiled kernels (several chunks per split, 64-channel blocks) against the per-split
     path in float64 on the same (rounded) input, 8 splits."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float64) * 3.0 + 2.0
