@@ -124,9 +124,10 @@ def standins() -> list[Any]:
     (Triton's interpreter) once per input signature and then returns clones of that output: the
     device path's dispatch at the cost of an allocation. Returns the libraries (kept alive)."""
     from negatives.ocsvm import kernels_triton, smo_triton
-    from pretrain.model import split_bn_triton
+    from pretrain.model import split_bn_onepass, split_bn_triton
 
     functions = {name: fn for name, (_, fn) in split_bn_triton.SCHEMAS.items()}
+    functions |= {name: fn for name, (_, fn) in split_bn_onepass.SCHEMAS.items()}
     functions |= {"ocsvm_gram": kernels_triton._gram, "ocsvm_rbf_score": kernels_triton._score,
                   "ocsvm_smo": smo_triton._solve}  # fmt: skip  # noqa: SLF001
     lib = torch.library.Library("negmine", "IMPL")

@@ -61,7 +61,8 @@ CATEGORIES = (
 )
 STRATEGY_LOSS, AUGMENT = "negmine.strategy_loss", "negmine.augment"
 SPLIT_BN_KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel",
-                    "_grad_input_kernel")  # fmt: skip
+                    "_grad_input_kernel",  # model.split_bn=triton; then triton_onepass's
+                    "_split_bn_forward_kernel", "_split_bn_backward_kernel")  # fmt: skip
 BACKWARD = re.compile(r"Backward\d*$")
 GEMM = re.compile(r"gemm|xmma|cutlass|wgmma|conv|implicit|dgrad|wgrad|sm\d+_", re.I)
 

@@ -1,6 +1,7 @@
 """Split BatchNorm on this device: the per-split path (one batch_norm per split), the fused aten one
-(one reduction over the (s, N/s, C, H, W) view) and, on CUDA, the Triton kernels (four launches),
-forward + backward of one layer.
+(one reduction over the (s, N/s, C, H, W) view) and, on CUDA, both Triton paths (triton: four
+kernels, two launches forward and two backward; triton_onepass: two one-pass kernels, one launch
+each), forward + backward of one layer.
 
     python benchmarks/split_bn.py [--device cpu|cuda] [--batch 512] [--channels 64] [--size 32]
         [--splits 8] [--rounds 5] [--results PATH] [--no-record] [--quick]
@@ -9,12 +10,15 @@ The CIFAR-10 recipe's first layer shape by default (512 x 64 x 32 x 32, 8 splits
 and in bf16 channels_last (the trainer's layout under bf16 autocast); the paths alternate
 round by round, so drift of a shared machine hits both alike. The times decide which path
 ``SplitBatchNorm`` takes on the device (pretrain/model/split_bn.py: per split on the CPU, triton on
-CUDA, unmeasured there so far).
+CUDA, unmeasured there so far; triton_onepass is opt-in until it measures faster). On a CPU the
+Triton paths run in Triton's interpreter when TRITON_INTERPRET=1 is set, which ``--quick`` sets (a
+check that both run, not a device time).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -24,7 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.results_md import record_table  # noqa: E402
-from pretrain.model.split_bn import HAS_TRITON, SplitBatchNorm  # noqa: E402
+from pretrain.model.split_bn import HAS_TRITON, TRITON_PATHS, SplitBatchNorm  # noqa: E402
+from pretrain.runtime.triton_env import triton_interpreted  # noqa: E402
 
 SETTINGS = {"fp32 NCHW": (torch.float32, False), "bf16 channels_last": (torch.bfloat16, True)}
 
@@ -44,13 +49,21 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--results", default=str(Path(__file__).with_name("RESULTS.md")))
     p.add_argument("--no-record", action="store_true")
-    p.add_argument("--quick", action="store_true", help="batch 64, 2 rounds (a CPU check)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="batch 64, 2 rounds (a CPU check: batch 16 of 8 x 8, the Triton paths interpreted)",
+    )
     a = p.parse_args()
+    dev = torch.device(a.device)
     if a.quick:
         a.batch, a.rounds = 64, 2
-    dev = torch.device(a.device)
+        if dev.type == "cpu" and HAS_TRITON and "triton" not in sys.modules:  # read at import
+            os.environ["TRITON_INTERPRET"] = "1"  # both Triton paths run, interpreted: 16 x 8 x 8
+            a.batch, a.size = 16, 8  # (at 64 x 32 x 32 they took 40 s on 2 cores)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    paths = ["per_split", "fused"] + (["triton"] if dev.type == "cuda" and HAS_TRITON else [])
+    triton = HAS_TRITON and (dev.type == "cuda" or triton_interpreted())
+    paths = ["per_split", "fused"] + (list(TRITON_PATHS) if triton else [])
     rows = [
         "| input | " + " | ".join(f"{p} ms" for p in paths) + " | fastest |",
         "|---|" + "---|" * (len(paths) + 1),
@@ -73,10 +86,11 @@ def main() -> None:
         med = {p: statistics.median(t) for p, t in times.items()}
         cells = " | ".join(f"{1e3 * med[p]:.2f}" for p in paths)
         rows.append(f"| {name} | {cells} | {min(med, key=med.get)} |")
+    env = "TRITON_INTERPRET=1 " if triton and dev.type == "cpu" else ""  # Triton interpreted
     rows += [
         "",
         f"one layer, forward + backward, {a.batch} x {a.channels} x {a.size} x {a.size}, "
-        f"{a.splits} splits, median of {a.rounds} alternating rounds; command: python "
+        f"{a.splits} splits, median of {a.rounds} alternating rounds; command: {env}python "
         f"benchmarks/split_bn.py --device {a.device} --batch {a.batch} --channels {a.channels} "
         f"--size {a.size} --splits {a.splits} --rounds {a.rounds}",
     ]

@@ -99,7 +99,8 @@ class ModelConfig:
         mlp: MoCo v2 head Linear-ReLU-Linear; False = single Linear (MoCo v1)
         bn_splits: >1: split BatchNorm + key shuffle on one device (MoCo CIFAR recipe)
         split_bn: bn_splits > 1, its training kernels: auto (triton on CUDA, per_split on a CPU),
-            triton (4 launches per layer), fused (aten ops), per_split (a batch_norm per split)
+            triton (4 launches per layer), triton_onepass (2 launches per layer, fewer programs),
+            fused (aten ops), per_split (a batch_norm per split)
         sync_bn: DDP: SyncBatchNorm in both encoders instead of shuffle-BN
     """
 
@@ -307,7 +308,7 @@ class Config:
 CHOICES = {
     "data.name": ("digits", "cifar10", "cifar100", "stl10", "imagefolder", "imagenet100"),
     "model.arch": ("resnet_small", "resnet18", "resnet34", "resnet50"),
-    "model.split_bn": ("auto", "triton", "fused", "per_split"),
+    "model.split_bn": ("auto", "triton", "triton_onepass", "fused", "per_split"),
     "train.lr_schedule": ("cosine", "step"),
     "train.amp": ("auto", "bf16", "fp16", "off"),
     "train.cuda_graphs": ("auto", "on", "off"),

@@ -29,9 +29,10 @@ def setup(cfg: Config) -> Run:
     world.check(cfg, dist.world_size())  # every rank: exit 2, not a traceback at the first step
     memory.check(cfg, device)  # a config that cannot fit: exit 2 before any work, every rank
     captured = cuda_graphs.chosen(cfg, device.type, dist.world_size())  # "on" refused: exit 2
-    if cfg.model.split_bn == "triton" and not (device.type == "cuda" or triton_interpreted()):
+    on_cuda = device.type == "cuda" or triton_interpreted()
+    if cfg.model.split_bn in ("triton", "triton_onepass") and not on_cuda:
         raise ConfigError(
-            f"config key 'model.split_bn' = 'triton' needs a CUDA device (this run "
+            f"config key 'model.split_bn' = {cfg.model.split_bn!r} needs a CUDA device (this run "
             f"is on {device.type}); set model.split_bn=auto"
         )
     build.check_pairing(cfg)  # the loss's declared strategies, before any data is read

@@ -19,10 +19,14 @@ per split (momentum m, unbiased variance), averaged over the splits:
   forward and two backward (:mod:`pretrain.model.split_bn_triton`), where fused dispatches 11 aten
   ops forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
   fused path is traced instead (inductor fuses it itself).
+- triton_onepass (opt-in): the same arithmetic in two one-pass Triton kernels, one launch forward
+  and one backward (:mod:`pretrain.model.split_bn_onepass`): half the launches, but no split cut
+  into chunks (fewer programs a launch); ``benchmarks/split_bn.py`` times it beside triton. Under
+  ``torch.compile`` it becomes fused too.
 
 ``SplitBatchNorm.path``: None chooses by the input's device (triton on CUDA when triton imports,
-else fused; per split elsewhere); "per_split", "fused" or "triton" force one (``model.split_bn``
-in the config; tests and op counting). Eval mode is plain BN on every path.
+else fused; per split elsewhere); "per_split", "fused", "triton" or "triton_onepass" force one
+(``model.split_bn`` in the config; tests and op counting). Eval mode is plain BN on every path.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from torch.autograd.function import once_differentiable
 
 from pretrain.runtime.triton_env import triton_interpreted
 
-PATHS = ("per_split", "fused", "triton")
+PATHS = ("per_split", "fused", "triton", "triton_onepass")
+TRITON_PATHS = ("triton", "triton_onepass")  # need CUDA (or TRITON_INTERPRET=1) and a momentum
 HAS_TRITON = importlib.util.find_spec("triton") is not None  # comes with torch's CUDA wheels
 DIMS = (1, 3, 4)  # the reduced axes of the (s, N/s, C, H, W) view: per (split, channel)
 
@@ -122,11 +127,11 @@ class SplitBatchNorm(nn.BatchNorm2d):
         super().__init__(num_features)
         if path is not None and path not in PATHS:
             raise ValueError(f"split BN path {path!r}: expected one of {PATHS}")
-        self.num_splits, self.path = num_splits, path
         # The Triton kernels read (eps, momentum) from a float64 tensor on the layer's device (a
         # Python float argument would be rounded to float32): built here and moved by .to(), never
         # in the step, where its host-to-device copy would wait for the GPU. Not in state_dict.
         self.register_buffer("triton_params", self._triton_params(None), persistent=False)
+        self.num_splits, self.path = num_splits, path  # path: after triton_params (__setattr__)
 
     def _triton_params(self, device: torch.device | None) -> torch.Tensor:
         """[eps, momentum] in float64 (NaN for a cumulative average) on ``device``."""
@@ -135,21 +140,42 @@ class SplitBatchNorm(nn.BatchNorm2d):
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name in ("eps", "momentum") and "triton_params" in self.__dict__.get("_buffers", {}):
+        if "triton_params" not in self.__dict__.get("_buffers", {}):
+            return
+        if name in ("eps", "momentum"):
             self._buffers["triton_params"] = self._triton_params(self.triton_params.device)
+        if name == "path":
+            self._counters_follow_path()
+
+    def _counters_follow_path(self) -> None:
+        """The one-pass kernels' "last program of the channel block" counts: ``triton_counters``,
+        one int32 per channel (at most one per block), zero between launches (each launch sets
+        back what it counted); built on the layer's device when ``path`` becomes
+        "triton_onepass" (by the constructor or :func:`use_path`, never in the step) and dropped
+        when it leaves it. Not in state_dict."""
+        if self.path == "triton_onepass" and "triton_counters" not in self._buffers:
+            zeros = torch.zeros(
+                self.num_features, dtype=torch.int32, device=self.triton_params.device
+            )
+            self.register_buffer("triton_counters", zeros, persistent=False)
+        elif self.path != "triton_onepass" and "triton_counters" in self._buffers:
+            del self._buffers["triton_counters"]
 
     def _apply(self, fn: Any, recurse: bool = True) -> SplitBatchNorm:
         """``nn.Module._apply`` (``.to()``, ``.cuda()``, ``.half()``, ``.to_empty()``, ...), then
         :attr:`triton_params` rebuilt on its new device from the floats: a dtype cast would round
-        eps and momentum, ``to_empty`` would leave them unset."""
+        eps and momentum, ``to_empty`` would leave them unset; so would it the one-pass path's
+        counters (zeros)."""
         super()._apply(fn, recurse)
         self._buffers["triton_params"] = self._triton_params(self.triton_params.device)
+        if "triton_counters" in self._buffers:
+            self._buffers["triton_counters"] = torch.zeros_like(self.triton_counters)
         return self
 
     def chosen_path(self, x: torch.Tensor) -> str:
         """``path`` if set; else triton on CUDA (fused without triton), per split elsewhere
-        (measured faster on a CPU). Under torch.compile, triton becomes fused."""
-        if self.path not in (None, "triton"):
+        (measured faster on a CPU). Under torch.compile, either Triton path becomes fused."""
+        if self.path not in (None, *TRITON_PATHS):
             return self.path
         if torch.compiler.is_compiling() and (self.path or x.is_cuda):
             return "fused"  # inductor fuses the aten ops itself; the Triton ops are opaque to it
@@ -167,7 +193,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
         if path != "per_split":
             if x.numel() // s // x.shape[1] == 1:  # as BatchNorm2d refuses one value per channel
                 raise ValueError(f"one value per channel in each of the {s} BatchNorm splits")
-            return self.forward_fused(x) if path == "fused" else self.forward_triton(x)
+            return self.forward_fused(x) if path == "fused" else self.forward_triton(x, path)
         # one batch_norm per split on its chunk (a view, in the input's layout), then one cat:
         # each split computes exactly what a rank holding that chunk computes with BatchNorm2d.
         # Folding the splits into channels (N/s, s*C, H, W) costs two layout copies per layer:
@@ -200,28 +226,29 @@ class SplitBatchNorm(nn.BatchNorm2d):
             )
         return y
 
-    def forward_triton(self, x: torch.Tensor) -> torch.Tensor:
-        """The Triton path: four kernel launches per layer and step (forward and backward)."""
-        from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
-
+    def forward_triton(self, x: torch.Tensor, path: str = "triton") -> torch.Tensor:
+        """A Triton path: "triton", four kernel launches per layer and step (forward and
+        backward), or "triton_onepass", two."""
         if not (x.is_cuda or triton_interpreted()):
-            raise ValueError("split BN path 'triton' needs CUDA tensors (or TRITON_INTERPRET=1)")
+            raise ValueError(f"split BN path {path!r} needs CUDA tensors (or TRITON_INTERPRET=1)")
         if self.momentum is None:
-            raise ValueError("split BN path 'triton' needs a momentum (not a cumulative average)")
+            raise ValueError(f"split BN path {path!r} needs a momentum (not a cumulative average)")
         if self.triton_params.device != x.device:
             raise ValueError(
-                f"split BN path 'triton': the layer is on {self.triton_params.device}, its input "
+                f"split BN path {path!r}: the layer is on {self.triton_params.device}, its input "
                 f"on {x.device}; move the module with .to()"
             )
-        return TritonSplitBatchNorm.apply(
-            x,
-            self.weight,
-            self.bias,
-            self.running_mean,
-            self.running_var,
-            self.num_splits,
-            self.triton_params,
-        )
+        state = (x, self.weight, self.bias, self.running_mean, self.running_var)
+        if path == "triton_onepass":
+            from pretrain.model.split_bn_onepass import OnePassSplitBatchNorm  # imports triton
+
+            counters = self.triton_counters
+            return OnePassSplitBatchNorm.apply(
+                *state, counters, self.num_splits, self.triton_params
+            )
+        from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
+
+        return TritonSplitBatchNorm.apply(*state, self.num_splits, self.triton_params)
 
 
 def use_path(module: nn.Module, path: str | None) -> None:

@@ -5,10 +5,11 @@ write what it returns (not a test file: the test runs it in a subprocess).
 
 Without a CUDA device the kernels run in Triton's interpreter on CPU tensors, which must be chosen
 before triton is imported: hence a fresh process. Each case of :data:`CASES` builds its input
-with :func:`case_input` (the test rebuilds the same one for its reference), runs one training
-forward + backward of ``SplitBatchNorm(path="triton")`` under the op counter, and stores the
-output, the three gradients, the running statistics, the op counts and the host syncs of a
-second module's second step (its first copies its constants to the device once).
+with :func:`tests.helpers.split_bn_cases.case_input` (the test rebuilds the same one for its
+reference), runs one training forward + backward of ``SplitBatchNorm(path="triton")`` under the
+op counter, and stores the output, the three gradients, the running statistics, the op counts
+and the host syncs of a second module's second step (its first copies its constants to the
+device once).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from negmine_core.contract.op_counter import OpCounter  # noqa: E402
 from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
 from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
+from tests.helpers.split_bn_cases import C, case_input  # noqa: E402
 
-C = 5
 # name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
 # the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
 # interpreter runs each tile's loop in Python (s3_chunks4_uneven: 75 values a split, 38 tiles of
@@ -47,30 +48,6 @@ CASES = {
 }
 
 
-def case_input(name: str) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """(x, upstream gradient g, module state) of case ``name``: x from N(2, 3²) in the case's
-    layout and dtype, g float64 N(0, 1) cast to it, the BN's weight/bias/running stats random."""
-    n, size, _, layout, dtype, *_ = CASES[name]
-    g = torch.Generator().manual_seed(len(name))
-    x = torch.randn(n, C, size, size, generator=g, dtype=torch.float64) * 3.0 + 2.0
-    grad = torch.randn(x.shape, generator=g, dtype=torch.float64)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    if layout == "strided":  # H and W not mergeable: transposed spatial axes
-        x = x.transpose(2, 3)
-    if layout == "grad_nchw":  # x channels_last, its gradient NCHW
-        x = x.contiguous(memory_format=torch.channels_last)
-    if layout == "grad_expanded":  # the gradient of y.sum(): one value, every stride 0
-        grad = torch.ones((), dtype=torch.float64).expand(x.shape)
-    state = {
-        "weight": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
-        "bias": torch.randn(C, generator=g, dtype=torch.float64),
-        "running_mean": torch.randn(C, generator=g, dtype=torch.float64),
-        "running_var": torch.rand(C, generator=g, dtype=torch.float64) + 0.5,
-    }
-    return x.to(dtype), grad.to(dtype), state
-
-
 def run(name: str) -> dict[str, torch.Tensor | int]:
     _, _, splits, _, _, chunks, tile, block_c = CASES[name]
     defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
@@ -78,7 +55,7 @@ def run(name: str) -> dict[str, torch.Tensor | int]:
     split_bn_triton.TILE = tile or defaults[1]
     split_bn_triton.BLOCK_C_MAX = block_c or defaults[2]
     try:
-        x, grad, state = case_input(name)
+        x, grad, state = case_input(name, CASES[name])
         bn = SplitBatchNorm(C, splits, path="triton").train()
         wide = torch.float64 if x.dtype == torch.float64 else torch.float32
         bn.to(wide).load_state_dict(state, strict=False)

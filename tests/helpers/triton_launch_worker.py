@@ -35,6 +35,7 @@ launches = triton_standin.activate()
 from negatives.ocsvm import kernels_triton, smo_triton  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 from pretrain.model import split_bn  # noqa: E402
+from pretrain.model import split_bn_onepass as sbo  # noqa: E402
 from pretrain.model import split_bn_triton as sbt  # noqa: E402
 
 
@@ -50,7 +51,8 @@ split_bn.triton_interpreted = lambda: True  # forward_triton's device check only
 
 KERNELS = (smo_triton._smo_kernel, kernels_triton._gram_kernel, kernels_triton._score_kernel,
            sbt._stats_kernel, sbt._normalize_kernel, sbt._grad_stats_kernel,
-           sbt._grad_input_kernel)  # fmt: skip
+           sbt._grad_input_kernel, sbo._split_bn_forward_kernel,
+           sbo._split_bn_backward_kernel)  # fmt: skip
 
 
 def compiled() -> dict[int, tuple[str, str]]:
@@ -100,12 +102,12 @@ def ocsvm(n: int, d: int, kernel: str) -> None:
         raise RuntimeError("the Triton scoring kernel did not run")
 
 
-def splitbn(dtype: torch.dtype, channels_last: bool) -> None:
+def splitbn(dtype: torch.dtype, channels_last: bool, path: str = "triton") -> None:
     x = torch.randn(64, 24, 8, 8, dtype=torch.float32).to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     x.requires_grad_()
-    bn = split_bn.SplitBatchNorm(24, 4, path="triton").train()
+    bn = split_bn.SplitBatchNorm(24, 4, path=path).train()
     y = bn(x)
     y.backward(torch.ones_like(y))
 
@@ -116,6 +118,11 @@ results = [
     record("ocsvm linear n=64 d=3", lambda: ocsvm(64, 3, "linear")),
     record("split bn bf16 channels_last", lambda: splitbn(torch.bfloat16, True)),
     record("split bn fp32 NCHW", lambda: splitbn(torch.float32, False)),
+    record(
+        "split bn onepass bf16 channels_last",
+        lambda: splitbn(torch.bfloat16, True, "triton_onepass"),
+    ),
+    record("split bn onepass fp32 NCHW", lambda: splitbn(torch.float32, False, "triton_onepass")),
 ]
 out = {"triton": triton.__version__, "torch": torch.__version__, "tiles": sbt.TILE,
        "results": results}  # fmt: skip

@@ -29,6 +29,7 @@ from tests.helpers.triton_launches import OLDER
 pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
 
 SPLIT_BN = ["_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel"]
+SPLIT_BN_ONEPASS = ["_split_bn_forward_kernel", "_split_bn_backward_kernel"]
 
 
 @pytest.fixture(params=["installed", *OLDER])
@@ -67,6 +68,8 @@ def test_every_launch_binds_compiles_and_passes_the_globals_check(launched):
     assert names["ocsvm linear n=64 d=3"] == ["_gram_kernel", "_smo_kernel"]  # scored by aten
     assert names["split bn bf16 channels_last"] == SPLIT_BN
     assert names["split bn fp32 NCHW"] == SPLIT_BN
+    assert names["split bn onepass bf16 channels_last"] == SPLIT_BN_ONEPASS
+    assert names["split bn onepass fp32 NCHW"] == SPLIT_BN_ONEPASS
 
 
 def test_launch_geometry_is_what_the_kernels_are_written_for(launched):

@@ -103,7 +103,7 @@ def test_fused_on_reduced_precision_keeps_dtype_layout_and_float32_statistics():
     torch.testing.assert_close(fused.running_var, ref.running_var, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("path", ["fused", "triton"])
+@pytest.mark.parametrize("path", ["fused", "triton", "triton_onepass"])
 def test_fused_paths_refuse_one_value_per_channel_like_batchnorm(path):
     bn = SplitBatchNorm(C, 4, path=path).train()
     with pytest.raises(ValueError, match="one value per channel"):
@@ -117,8 +117,9 @@ def test_path_by_device_and_clear_refusals():
     with pytest.raises(ValueError, match="expected one of"):
         SplitBatchNorm(C, 2, path="cudnn")
     if not triton_interpreted():  # on CPU tensors the kernels need Triton's interpreter
-        with pytest.raises(ValueError, match="needs CUDA tensors"):
-            SplitBatchNorm(C, 2, path="triton").train()(torch.randn(4, C, 2, 2))
+        for path in ("triton", "triton_onepass"):
+            with pytest.raises(ValueError, match=f"path '{path}' needs CUDA tensors"):
+                SplitBatchNorm(C, 2, path=path).train()(torch.randn(4, C, 2, 2))
 
 
 def test_triton_params_are_built_with_the_layer_and_follow_to_out_of_state_dict():
@@ -145,10 +146,44 @@ def test_triton_params_are_built_with_the_layer_and_follow_to_out_of_state_dict(
     assert torch.equal(fresh.triton_params, want)
 
 
+def test_triton_counters_are_int32_zeros_that_follow_to_out_of_state_dict():
+    """The one-pass kernels' per-channel-block counters (zero between launches): int32 zeros
+    built with the layer, not cast by dtype casts, zeros again after ``to_empty`` (uninitialised
+    memory would make no program the last of its block), and not in state_dict."""
+    bn = SplitBatchNorm(C, 2, path="triton_onepass")
+    want = torch.zeros(C, dtype=torch.int32)
+    assert torch.equal(bn.triton_counters, want) and "triton_counters" not in bn.state_dict()
+    for cast in (torch.float16, torch.float64):
+        assert torch.equal(bn.to(cast).triton_counters, want), cast
+    bn.to("meta")
+    assert bn.triton_counters.device.type == "meta" and bn.triton_counters.dtype == torch.int32
+    bn.to_empty(device="cpu")
+    assert torch.equal(bn.triton_counters, want)
+    bn._apply(lambda t: torch.full_like(t, 7))  # what to_empty may leave: garbage, rebuilt
+    assert torch.equal(bn.triton_counters, want)
+
+
+def test_triton_counters_exist_on_the_onepass_path_only_and_follow_use_path():
+    """Only path "triton_onepass" has the counters buffer: built (zeros, on the layer's device)
+    when the constructor or use_path sets that path, dropped when use_path leaves it."""
+    assert "triton_counters" not in dict(SplitBatchNorm(C, 2).named_buffers())
+    for path in ("per_split", "fused", "triton"):
+        assert not hasattr(SplitBatchNorm(C, 2, path=path), "triton_counters"), path
+    bn = SplitBatchNorm(C, 2).to("meta")
+    use_path(bn, "triton_onepass")
+    assert bn.triton_counters.device.type == "meta" and bn.triton_counters.shape == (C,)
+    bn.to_empty(device="cpu")
+    assert torch.equal(bn.triton_counters, torch.zeros(C, dtype=torch.int32))
+    use_path(bn, "triton")
+    assert "triton_counters" not in dict(bn.named_buffers())
+    use_path(bn, None)
+    assert "triton_counters" not in dict(bn.named_buffers())
+
+
 def test_eval_mode_is_plain_batchnorm_on_both_paths():
     x = batch(8, 3, seed=2, channels_last=False)
     plain = randomised(nn.BatchNorm2d(C)).eval()
-    for path in ("fused", "per_split", "triton"):  # eval never reaches the training paths
+    for path in ("fused", "per_split", "triton", "triton_onepass"):  # eval: no training path
         bn = randomised(SplitBatchNorm(C, 4, path=path)).eval()
         torch.testing.assert_close(bn(x), plain(x), rtol=0, atol=0)
 
@@ -170,7 +205,7 @@ def test_fused_op_count_does_not_grow_with_the_splits():
     assert fused[2] < per_split[2] * 2 / 3, (fused, per_split)
 
 
-@pytest.mark.parametrize("path", ["fused", "triton"])
+@pytest.mark.parametrize("path", ["fused", "triton", "triton_onepass"])
 def test_fused_path_compiles_and_equals_eager(path):
     """train.compile on CUDA compiles the fused path (custom autograd.Function), also where the
     Triton path is chosen (its ops are opaque to inductor): same output, gradients and running

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pretrain.model.split_bn import SplitBatchNorm
+from tests.helpers import split_bn_cases
 from tests.helpers import split_bn_triton_worker as worker
 from tests.helpers.paths import HELPERS
 from tests.helpers.triton_launches import installed_ptx
@@ -39,30 +40,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
-    """Plain nn.BatchNorm2d in float64 on each contiguous chunk of the case's input (rank r's
-    batch), with the case's weight, bias and running statistics: output and input gradient
-    concatenated, weight and bias gradients summed, running statistics averaged."""
-    x, grad, state = worker.case_input(name)
-    splits = worker.CASES[name][2]
-    ys, dxs, bns = [], [], []
-    for x_r, g_r in zip(x.double().chunk(splits), grad.double().chunk(splits), strict=True):
-        bn = torch.nn.BatchNorm2d(worker.C).double().train()
-        bn.load_state_dict(state, strict=False)
-        x_r = x_r.detach().clone().requires_grad_()
-        y_r = bn(x_r)
-        y_r.backward(g_r)
-        ys.append(y_r.detach())
-        dxs.append(x_r.grad)
-        bns.append(bn)
-    stack = lambda key: torch.stack([getattr(b, key) for b in bns])  # noqa: E731
-    grads = [torch.stack([getattr(b, k).grad for b in bns]).sum(0) for k in ("weight", "bias")]
-    return (
-        torch.cat(ys),
-        torch.cat(dxs),
-        *grads,
-        stack("running_mean").mean(0),
-        stack("running_var").mean(0),
-    )
+    """The float64 BatchNorm2d-per-chunk reference of case ``name`` (split_bn_cases.per_chunk)."""
+    return split_bn_cases.per_chunk(name, worker.CASES[name])
 
 
 FLOAT64 = [name for name, case in worker.CASES.items() if case[4] == torch.float64]
@@ -88,8 +67,8 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(result
     if path == "triton":
         got = results[name]
     else:
-        x, grad, state = worker.case_input(name)
-        bn = SplitBatchNorm(worker.C, worker.CASES[name][2], path="fused").float().train()
+        x, grad, state = split_bn_cases.case_input(name, worker.CASES[name])
+        bn = SplitBatchNorm(split_bn_cases.C, worker.CASES[name][2], path="fused").float().train()
         bn.load_state_dict(state, strict=False)
         x = x.requires_grad_()
         y = bn(x)

@@ -1,0 +1,169 @@
+"""Split BN's one-pass Triton path (``path="triton_onepass"``, opt-in; two kernels) equals
+BatchNorm2d on each contiguous chunk: output, input / weight / bias gradients and running
+statistics in float64 (2, 3, 4 and 8 splits; NCHW, channels_last, non-mergeable strides, a
+gradient in another layout; several tiles and channel blocks, down to one channel a program,
+uneven tails), and to float32 statistics in bf16 / fp32; one ``negmine`` op forward and one
+backward whatever the splits, the layer's counters back at zero after each. The kernels run in
+Triton's interpreter, in one fresh process (``tests/helpers/split_bn_onepass_worker.py``); their
+sm_90 compile (what CUDA runs) is the launch test's (``triton_launches``). The four-kernel path
+(CUDA's default): tests/pretrain/model/test_split_bn_triton.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pretrain.model.split_bn import SplitBatchNorm
+from tests.helpers import split_bn_cases
+from tests.helpers import split_bn_onepass_worker as worker
+from tests.helpers.paths import HELPERS
+from tests.helpers.triton_launches import installed_ptx
+
+pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
+
+pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Every case through the interpreted kernels, in one fresh process (once per session: its
+    tests run on one pytest-xdist worker, tests/conftest.py)."""
+    out = tmp_path_factory.mktemp("split_bn_onepass") / "results.pt"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, str(HELPERS / "split_bn_onepass_worker.py"), str(out)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return torch.load(out, weights_only=True)
+
+
+def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
+    """The float64 BatchNorm2d-per-chunk reference of case ``name`` (split_bn_cases.per_chunk)."""
+    return split_bn_cases.per_chunk(name, worker.CASES[name])
+
+
+FLOAT64 = [name for name, case in worker.CASES.items() if case[4] == torch.float64]
+
+
+@pytest.mark.parametrize("name", FLOAT64)
+def test_onepass_path_equals_batchnorm_per_chunk_in_float64(results, name):
+    got = results[name]
+    keys = ("y", "dx", "dw", "db", "running_mean", "running_var")
+    for key, want in zip(keys, per_chunk(name), strict=True):
+        torch.testing.assert_close(got[key], want, rtol=1e-11, atol=1e-11, msg=key)
+    layout = worker.CASES[name][3]
+    channels_last = layout in ("channels_last", "grad_nchw")
+    assert got["y_channels_last"] == got["dx_channels_last"] == int(channels_last)
+
+
+@pytest.mark.parametrize("name", ["s4_bf16_cl", "s4_fp32_nchw"])
+def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(results, name):
+    """bf16 / fp32 input: output and input gradient in the input's dtype, equal to the float64
+    per-chunk reference on the same (rounded) values to that dtype's rounding; weight / bias
+    gradients and running statistics to float32 accumulation (1e-5)."""
+    got = results[name]
+    dtype = worker.CASES[name][4]
+    assert got["y"].dtype == got["dx"].dtype == dtype
+    rounding = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    keys = ("y", "dx", "dw", "db", "running_mean", "running_var")
+    for key, want in zip(keys, per_chunk(name), strict=True):
+        tol = rounding if key in ("y", "dx") else 1e-5
+        torch.testing.assert_close(got[key].double(), want, rtol=tol, atol=tol, msg=key)
+
+
+def test_one_launch_forward_and_one_backward_whatever_the_splits(results):
+    """A layer's training step is 2 ops (4 on the four-kernel path "triton": stats + normalize
+    and grad stats + grad input): one Triton launch forward, one backward."""
+    counts = {
+        (r["ops_forward"], r["ops_backward"]) for n, r in results.items() if "strided" not in n
+    }
+    assert counts == {(1, 1)}, counts
+
+
+def test_channels_per_program_are_cut_to_reach_the_programs_wanted(results):
+    """64 programs wanted, 5 channels: one channel a program in NCHW (2 splits x 5), a DRAM
+    sector's 4 float64 channels in channels_last (4 splits x 2 blocks, the second of 1)."""
+    assert results["s2_programs64_nchw"]["grid"].tolist() == [2, 5]
+    assert results["s4_programs64_cl"]["grid"].tolist() == [4, 2]
+    assert results["s3_uneven_cblocks"]["grid"].tolist() == [3, 2]
+
+
+def test_counters_are_back_at_zero_after_forward_and_backward(results):
+    """The last program of each channel block sets its counter back: the next launch counts
+    from zero (else its running statistics and weight gradients would never be written)."""
+    for name, r in results.items():
+        assert not r["counters"].any(), (name, r["counters"])
+
+
+def test_fake_implementations_give_the_real_outputs_shapes_dtypes_and_strides(results):
+    """What tracing (FakeTensorMode: torch.compile, export) sees of both ops: NCHW,
+    channels_last, non-mergeable strides (made contiguous), bf16 with float32 statistics."""
+    assert {n: r["fake"] for n, r in results.items() if r["fake"] >= 0} == dict.fromkeys(
+        worker.FAKE_CASES, 1
+    )
+
+
+def test_no_host_sync_from_the_first_call(results):
+    """A fresh layer's first training call (forward and backward) makes no would-be CUDA host
+    sync: its float64 (eps, momentum) is built with the layer and moved by .to(), not copied to
+    the device in the call (CUDA's sync-debug mode raised there on an H200 when it was)."""
+    assert {n: r["syncs"] for n, r in results.items()} == dict.fromkeys(results, 0)
+
+
+KERNELS = ("_split_bn_forward_kernel", "_split_bn_backward_kernel")
+
+
+def test_kernels_compile_for_sm90(triton_launches):
+    """The two kernels as CUDA runs them (bf16 input, float32 statistics), compiled for sm_90
+    here without a GPU: the installed triton's compiles of the launch test (one compile per
+    kernel in a session, tests/helpers/triton_launches.py)."""
+    ptx = installed_ptx(triton_launches, "split bn onepass bf16 channels_last")
+    for name in KERNELS:
+        assert f".entry {name}" in ptx.get(name, ""), (name, sorted(ptx))
+        assert ".target sm_90" in ptx[name] and ".bf16" in ptx[name], name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "dtype,channels_last,shape",
+    [
+        (torch.float32, False, (512, 64, 32, 32)),  # cifar10_moco's first layers
+        (torch.bfloat16, True, (512, 64, 32, 32)),
+        (torch.bfloat16, True, (512, 512, 4, 4)),  # its last stage: many channel blocks
+        (torch.float64, True, (48, 80, 7, 9)),  # odd sizes: masked tails
+    ],
+)
+def test_onepass_kernels_on_cuda_equal_float64_per_split(dtype, channels_last, shape):
+    """The compiled one-pass kernels (up to 64-channel blocks, 512 programs wanted, the atomic
+    counters) against the per-split path in float64 on the same (rounded) input, 8 splits; two
+    steps, so that the second counts from the counters the first set back."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float64) * 3.0 + 2.0
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = x.to(dtype).contiguous(memory_format=fmt)
+    grad = torch.randn(shape, device="cuda", generator=gen, dtype=torch.float64).to(dtype)
+    paths = ("triton_onepass", "per_split")
+    got, ref = (SplitBatchNorm(shape[1], 8, path=p).cuda().train() for p in paths)
+    got.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    ref.double()
+    for _ in range(2):  # the second step: the first's counters set back, running stats updated
+        for bn in (got, ref):
+            bn.weight.grad = bn.bias.grad = None
+        x_got, x_ref = x.clone().requires_grad_(), x.double().requires_grad_()
+        y = got(x_got)
+        y.backward(grad)
+        y_ref = ref(x_ref)
+        y_ref.backward(grad.double())
+    assert not got.triton_counters.any()
+    assert y.dtype == x_got.grad.dtype == dtype and y.is_contiguous(memory_format=fmt)
+    rounding = {torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-10}[dtype]
+    stats = 1e-10 if dtype == torch.float64 else 1e-4
+    torch.testing.assert_close(y.double(), y_ref, rtol=rounding, atol=rounding)
+    torch.testing.assert_close(x_got.grad.double(), x_ref.grad, rtol=rounding, atol=rounding)
+    pairs = [(got.weight.grad, ref.weight.grad), (got.bias.grad, ref.bias.grad)]
+    pairs += [(got.running_mean, ref.running_mean), (got.running_var, ref.running_var)]
+    for a, b in pairs:
+        torch.testing.assert_close(a.double(), b, rtol=stats, atol=stats)
