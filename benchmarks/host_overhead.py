@@ -2,7 +2,7 @@
 the device path, its host milliseconds at tiny sizes and its Python function calls.
 
     python benchmarks/host_overhead.py [--quick] [--recipes LIST] [--steps N] [--warm N]
-        [--optimizer LIST] [--momentum LIST] [--results PATH] [--no-record]
+        [--optimizer LIST] [--momentum LIST] [--split-bn LIST] [--results PATH] [--no-record]
 
 On an H200 the ``cifar10_moco`` step (batch 512) took 38.2 ms of which the GPU was busy 11.0 ms:
 the step is host-bound (Python, the dispatcher, the launches). What the host does per step does
@@ -37,9 +37,11 @@ builds it), ``loop`` (``foreach=False``: a loop over the parameters), ``foreach`
 the trainer's code is unchanged. ``--momentum`` (a comma list): ``built`` (the model's
 ``MoCo.momentum_update``: one ``_foreach_lerp_`` over the parameter lists) or ``loop`` (moco's
 builder at b8ae0d9: ``param_k.data = param_k.data * m + param_q.data * (1 - m)`` per parameter),
-to measure what the multi-tensor update saves. Targets (issue 60): ``cifar10_moco`` at 400 ops
-or fewer, and its host ms halved against the baseline row recorded in benchmarks/RESULTS.md
-(commit 0e99693).
+to measure what the multi-tensor update saves. ``--split-bn`` (a comma list): ``triton`` (CUDA's
+default, four kernels per layer) or ``triton_onepass`` (``model.split_bn=triton_onepass``, one
+launch per layer each way); a row of the latter names it beside the recipe. Targets (issue 60):
+``cifar10_moco`` at 400 ops or fewer, and its host ms halved against the baseline row recorded
+in benchmarks/RESULTS.md (commit 0e99693).
 
 ``--quick`` (CI, < 60 s on 2 cores): 2 warm-up and 3 timed steps per recipe.
 """
@@ -75,6 +77,9 @@ RECIPES = ("digits_moco", "digits_mioc", "cifar10_moco", "cifar10_moco_sym", "ci
 OPTIMIZERS = {"built": None, "loop": {"foreach": False}, "foreach": {"foreach": True},
               "fused": {"fused": True, "foreach": False}}  # fmt: skip
 MOMENTUM = ("built", "loop")
+#: split BN's device paths: CUDA's default (four Triton kernels per layer), and the opt-in one-pass
+#: kernels (one launch per layer each way)
+SPLIT_BN = ("triton", "triton_onepass")
 EPOCH = steps.EPOCH  # past every warm-up
 TARGET_OPS = {"cifar10_moco": 400}  # issue 60: 618 at 0e99693, 459 after the colour matrices
 BASELINE = "0e99693"  # the commit whose figures are this table's baseline row in RESULTS.md
@@ -159,14 +164,16 @@ def replayed(fn: Callable[..., Any]) -> Callable[..., Any]:
 class Recipe:
     """One recipe's run on the device path, with one batch from its loader, ready to step."""
 
-    def __init__(self, recipe: str, optimizer: str, momentum: str = "built") -> None:
+    def __init__(
+        self, recipe: str, optimizer: str, momentum: str = "built", split_bn: str = "triton"
+    ) -> None:
         from pretrain.engine import loop
         from pretrain.model.split_bn import use_path
 
         standins()
         self.loop = loop
         self.run = steps.setup(recipe, overrides(recipe))
-        use_path(self.run.moco, "triton")
+        use_path(self.run.moco, split_bn)
         steps.ready(self.run)
         settings = OPTIMIZERS[optimizer]
         for group in self.run.optimizer.param_groups if settings else ():
@@ -217,10 +224,15 @@ def python_calls(fn: Callable[[], None]) -> int:
 
 
 def measure(
-    recipe: str, optimizer: str, warm: int, timed: int, momentum: str = "built"
+    recipe: str,
+    optimizer: str,
+    warm: int,
+    timed: int,
+    momentum: str = "built",
+    split_bn: str = "triton",
 ) -> dict[str, Any]:
     """``{"ops", "host_ms", "calls", "top"}`` of one recipe's step (the module docstring)."""
-    r = Recipe(recipe, optimizer, momentum)
+    r = Recipe(recipe, optimizer, momentum, split_bn)
     try:
         for _ in range(warm):
             r.step()
@@ -262,6 +274,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--recipes", default=",".join(RECIPES), help="comma list of recipes")
     p.add_argument("--optimizer", default="built", help=f"comma list of {', '.join(OPTIMIZERS)}")
     p.add_argument("--momentum", default="built", help="comma list of built, loop")
+    paths = ", ".join(SPLIT_BN)
+    p.add_argument("--split-bn", default="triton", help=f"comma list of split BN's paths: {paths}")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20, quick 3)")
     p.add_argument("--warm", type=int, default=None, help="warm-up steps (default 5, quick 2)")
     p.add_argument("--device", default="cpu", help="cpu only (the host's work is measured)")
@@ -271,6 +285,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a.recipes = [r for r in a.recipes.split(",") if r]
     a.optimizer = [o for o in a.optimizer.split(",") if o]
     a.momentum = [o for o in a.momentum.split(",") if o]
+    a.split_bn = [o for o in a.split_bn.split(",") if o]
+    for o in a.split_bn:
+        if o not in SPLIT_BN:
+            fail(f"--split-bn: unknown path {o!r} (choose from {', '.join(SPLIT_BN)})")
     for o in a.momentum:
         if o not in MOMENTUM:
             fail(f"--momentum: unknown update {o!r} (choose from {', '.join(MOMENTUM)})")
@@ -280,8 +298,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for o in a.optimizer:
         if o not in OPTIMIZERS:
             fail(f"--optimizer: unknown optimizer {o!r} (choose from {', '.join(OPTIMIZERS)})")
-    if not (a.recipes and a.optimizer and a.momentum):
-        fail("--recipes, --optimizer and --momentum need at least one name each")
+    if not (a.recipes and a.optimizer and a.momentum and a.split_bn):
+        fail("--recipes, --optimizer, --momentum and --split-bn need at least one name each")
     if a.device != "cpu":
         fail(f"--device {a.device}: the host's work is measured on the CPU only")
     a.steps = a.steps if a.steps is not None else (3 if a.quick else 20)
@@ -296,16 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["NEGMINE_DEVICE"] = "cpu"
     torch.set_num_threads(1)
     rows = list(HEADER)
-    for recipe in a.recipes:
-        for optimizer in a.optimizer:
-            for momentum in a.momentum:
-                m = measure(recipe, optimizer, a.warm, a.steps, momentum)
-                cells = [recipe, optimizer, momentum, m["ops"], f"{m['host_ms']:.2f}", m["calls"],
-                         target(recipe, m["ops"])]  # fmt: skip
-                rows.append("| " + " | ".join(map(str, cells)) + " |")
-                print(
-                    f"{recipe} ({optimizer}, {momentum}): most frequent ops {m['top']}", flush=True
-                )
+    runs = [(r, o, m, s) for r in a.recipes for o in a.optimizer for m in a.momentum
+            for s in a.split_bn]  # fmt: skip
+    for recipe, optimizer, momentum, split_bn in runs:
+        m = measure(recipe, optimizer, a.warm, a.steps, momentum, split_bn)
+        label = recipe if split_bn == "triton" else f"{recipe} (split BN {split_bn})"
+        cells = [label, optimizer, momentum, m["ops"], f"{m['host_ms']:.2f}", m["calls"],
+                 target(recipe, m["ops"])]  # fmt: skip
+        rows.append("| " + " | ".join(map(str, cells)) + " |")
+        print(f"{label} ({optimizer}, {momentum}): most frequent ops {m['top']}", flush=True)
     mode = "quick" if a.quick else "full"
     title = (
         f"Host overhead per step at {commit()} ({mode}: {a.warm} warm-up, {a.steps} timed steps)"

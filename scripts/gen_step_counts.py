@@ -76,7 +76,8 @@ def loss_op_rows() -> list[str]:
 def path_op_rows() -> list[str]:
     from pretrain.testing import pins
 
-    names = {"triton": "device (Triton)", "fused": "aten fused", "per_split": "CPU (per split)"}
+    names = {"triton": "device (Triton)", "triton_onepass": "Triton one-pass (opt-in)",
+             "fused": "aten fused", "per_split": "CPU (per split)"}  # fmt: skip
     rows = ["| recipe | split BN path | ops per step | of them batch_norm |", "|---|---|---|---|"]
     for recipe in pins.DEVICE_OPS:
         for path, name in names.items():

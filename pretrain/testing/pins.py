@@ -41,6 +41,8 @@ PATH_OPS = {  # plain MoCo with split BN on each path: (ops, of them batch_norm)
     "triton": {"cifar10_moco": (459, 0), "digits_moco": (231, 36)},  # = DEVICE_OPS' none
     "fused": {"cifar10_moco": (1079, 0), "digits_moco": (231, 36)},
     "per_split": {"cifar10_moco": (1399, 480), "digits_moco": (231, 36)},
+    # one launch per layer each way (opt-in until a GPU times it): issue 60's 400 met on this path
+    "triton_onepass": {"cifar10_moco": (399, 0), "digits_moco": (231, 36)},
 }
 BEFORE = {"cifar10_moco": 1802, "digits_moco": 426}  # plain MoCo at fb6efcd (per-split BN on
 # every device, SGD looping over parameters): the same counter and harness
