@@ -71,11 +71,12 @@ def test_quick_table_counts_the_kits_ops_of_the_step(tmp_path):
     assert results.read_text().count("| digits_moco | built | built |") == 1  # recorded
 
 
-def test_bad_names_exit_2_with_a_documented_message():
-    out = run_script("--recipes", "nope", "--no-record")
+@pytest.mark.parametrize("flag", ["--recipes", "--split-bn"])
+def test_bad_names_exit_2_with_a_documented_message(flag):
+    out = run_script(flag, "nope", "--no-record")
     assert out.returncode == 2
     message = out.stderr.strip().splitlines()[-1]
-    assert "'nope'" in message
+    assert "'nope'" in message and flag in message
     assert_documented(message, HEADING)
 
 
