@@ -29,7 +29,10 @@ that freezes the state once the stopping rule fires, so the host syncs once per 
 On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
 (:mod:`negatives.ocsvm.smo_triton`) after ONE Triton launch for the kernel matrix, and scores with
 ONE more (:mod:`negatives.ocsvm.kernels_triton`): no host sync in ``fit`` or ``decision_function``,
-a launch count independent of the iteration count. Its result stays on the device: the dual is kept
+a launch count independent of the iteration count. ``loop="triton_regs"`` (n <= 1,024, not the
+default) runs the same SMO with its state in the registers of the program
+(:mod:`negatives.ocsvm.smo_triton_regs`): the same iterates, no global-memory round trip in an
+iteration. Its result stays on the device: the dual is kept
 dense (alpha for every fitted point, zeros included), ``intercept_``/``offset_`` are device
 tensors, and the scikit-learn attributes that need the host (``support_``, ``dual_coef_``,
 ``n_iter_``, ...) are read from the device on first access (one sync). Non-finite input is not
@@ -71,6 +74,7 @@ from negatives.ocsvm import device_support as support
 from negatives.ocsvm import smo
 from negatives.ocsvm.limits import Limits, warn_once
 
+_TRITON_LOOPS = ("triton", "triton_regs")  # the loops that fit in one Triton program
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
 
@@ -115,8 +119,9 @@ class OneClassSVM:
             shrinking: libsvm's shrinking heuristic (on in scikit-learn).
             loop: "auto" ("triton" on CUDA, "host" on CPU), "host" (numpy on the CPU), "triton"
                 (the Gram kernel, then the whole SMO in one Triton program, no host sync; CPU
-                tensors need TRITON_INTERPRET=1 set before triton is imported) or "device"
-                (chunks of tensor ops, one host sync per chunk; also runs on CPU).
+                tensors need TRITON_INTERPRET=1 set before triton is imported), "triton_regs"
+                (the same with the solver's state in registers, n <= 1,024) or "device" (chunks
+                of tensor ops, one host sync per chunk; also runs on CPU).
             chunk_size: iterations per host sync in the device loop.
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
                 computed once with torch, 4 n^2 bytes) or "rows" (rows computed on the CPU when
@@ -129,7 +134,7 @@ class OneClassSVM:
             ("kernel", kernel, ("rbf", "linear")),
             ("solver", solver, ("libsvm", "exact")),
             ("backend", backend, ("torch", "sklearn", "thundersvm")),
-            ("loop", loop, ("auto", "host", "device", "triton")),
+            ("loop", loop, ("auto", "host", "device", *_TRITON_LOOPS)),
             ("kernel_cache", kernel_cache, ("auto", "full", "rows")),
         ):
             if value not in valid:
@@ -146,8 +151,8 @@ class OneClassSVM:
             )
         if solver == "exact" and backend != "torch":
             raise ValueError("solver='exact' needs backend='torch'")
-        if loop == "triton" and (solver != "libsvm" or backend != "torch"):
-            raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
+        if loop in _TRITON_LOOPS and (solver != "libsvm" or backend != "torch"):
+            raise ValueError(f"loop={loop!r} runs solver='libsvm' with backend='torch' only")
         if backend == "thundersvm":  # at construction, not at the first fit (after warm-up)
             support.thundersvm()
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
@@ -156,7 +161,7 @@ class OneClassSVM:
         self.max_seconds, self.should_stop, self.stopped_by_ = max_seconds, should_stop, ""
         self._wrapped: Any = None
         self._triton_state = "untried"  # "untried" | "ok" | the cause of the fallback
-        self.path_ = ""  # the loop of the latest fit: "triton", "device", "host" or the backend
+        self.path_ = ""  # the latest fit's loop: a Triton loop, "device", "host" or the backend
 
     def fit(self, X: torch.Tensor) -> OneClassSVM:
         """Fit on X (n, d), n >= 2, finite; returns self."""
@@ -165,7 +170,7 @@ class OneClassSVM:
             raise ValueError(f"X must be (n, d) with n >= 2 points, got shape {tuple(X.shape)}")
         X64 = X.detach().to(torch.float64)  # scikit-learn hands libsvm float64 data
         self.__dict__.pop("_pending", None)
-        if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) == "triton":
+        if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) in _TRITON_LOOPS:
             fitted = self._fit_triton(X64)
             if fitted is not None:
                 return fitted
@@ -198,13 +203,13 @@ class OneClassSVM:
 
     def _loop(self, X: torch.Tensor) -> str:
         """The loop that fits X: ``loop``, or for "auto" the device's default; "device" in place
-        of "triton" after a fallback (:meth:`_fall_back`)."""
+        of a Triton loop after a fallback (:meth:`_fall_back`)."""
         loop = self.loop
         if loop == "auto":
             cuda, triton = X.is_cuda, support.has_triton()
             loop = "triton" if cuda and triton else "device" if cuda else "host"
         fell_back = self._triton_state not in ("untried", "ok")
-        return "device" if loop == "triton" and fell_back else loop
+        return "device" if loop in _TRITON_LOOPS and fell_back else loop
 
     def _fall_back(self, cause: str) -> None:
         """After a failed first Triton fit: the device loop from now on, with one warning."""
@@ -234,13 +239,19 @@ class OneClassSVM:
                 raise
             self._fall_back(support.first_line(e))
             return None
-        self._triton_state, self.path_ = "ok", "triton"
+        self._triton_state, self.path_ = "ok", self._loop(X64)
         return out
 
     def _launch_triton(self, X64: torch.Tensor) -> OneClassSVM:
-        from negatives.ocsvm import kernels_triton, smo_triton
+        from negatives.ocsvm import kernels_triton, smo_triton, smo_triton_regs
 
         n, dev = len(X64), X64.device
+        regs = self._loop(X64) == "triton_regs"
+        if regs and n > smo_triton_regs.MAX_N:
+            raise ValueError(
+                f"loop='triton_regs' keeps the solver's state in registers for n <= "
+                f"{smo_triton_regs.MAX_N} points, got n = {n}; use loop='triton'"
+            )
         alpha0, n_init = self._constant(dev, "alpha0", n)
         if n_init == n and self.nu * n >= n:  # every alpha at C: known from (nu, n) alone
             raise ValueError(
@@ -253,9 +264,8 @@ class OneClassSVM:
         QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
-        alpha, rho, it = smo_triton.solve(
-            Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
-        )
+        engine = smo_triton_regs if regs else smo_triton
+        alpha, rho, it = engine.solve(Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking)
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
         self.stopped_by_ = ""  # "max_iter" once the host attributes are read (_materialize)
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f

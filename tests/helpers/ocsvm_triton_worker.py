@@ -1,5 +1,6 @@
-"""Fit ``OneClassSVM(loop="triton")`` on the cases of a JSON file and write what it returns
-(not a test file: ``tests/negatives/ocsvm/test_ocsvm_triton.py`` runs it in a subprocess).
+"""Fit ``OneClassSVM(loop="triton")`` (or the Triton loop a case's kwargs name) on the cases of a
+JSON file and write what it returns (not a test file: ``tests/negatives/ocsvm/test_ocsvm_triton.py``
+runs it in a subprocess).
 
     TRITON_INTERPRET=1 python tests/helpers/ocsvm_triton_worker.py CASES.json OUT.pt
 
@@ -122,7 +123,7 @@ def main(cases_path: Path, out: Path) -> None:
             results.append(kernels_case(case["kernels"], dev))
             continue
         X, Y = data(case)
-        svm = OneClassSVM(loop="triton", **case["kwargs"])
+        svm = OneClassSVM(**({"loop": "triton"} | case["kwargs"]))
         svm.fit(X.to(dev))
         f = svm.decision_function(Y.to(dev))
         stats = {k: float(v) for k, v in svm.fit_stats().items()}
