@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from negatives.ocsvm.smo_triton import INTERPRET, check_device
+from negatives.ocsvm import smo_triton  # its device check and interpreter flag
 
 MAX_N = 1024  # the largest fit whose state this program keeps in registers
 _INF = tl.constexpr(float("inf"))  # exact in float32: a safe literal
@@ -262,14 +262,14 @@ def _solve(
             f"loop='triton_regs' keeps the solver's state in registers for n <= {MAX_N} points, "
             f"got n = {n}; use loop='triton'"
         )
-    check_device(dev, "solver")
+    smo_triton.check_device(dev, "solver")
     npad = max(16, triton.next_power_of_2(n))
     alpha = torch.empty(n, dtype=torch.float64, device=dev)
     iscr = torch.empty(4, npad, dtype=torch.int32, device=dev)
     fscr = torch.empty(npad, dtype=torch.float64, device=dev)
     rho = torch.empty(1, dtype=torch.float64, device=dev)
     it = torch.empty(3, dtype=torch.int64, device=dev)
-    kw = {} if INTERPRET else {"enable_fp_fusion": False, "num_warps": num_warps(npad)}
+    kw = {} if smo_triton.INTERPRET else {"enable_fp_fusion": False, "num_warps": num_warps(npad)}
     _smo_regs_kernel[(1,)](
         Q,
         QD,
