@@ -40,6 +40,8 @@ lazily.
 # ruff: noqa: ANN001, ANN202  (Triton kernels: arguments are typed by the launch, not annotations)
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 import triton.language as tl
@@ -237,6 +239,24 @@ def _smo_regs_kernel(
     tl.store(out_it, it.to(tl.int64))
     tl.store(out_it + 1, timed_out.to(tl.int64))
     tl.store(out_it + 2, (~finite).to(tl.int64))
+
+
+def takes(n: int, owner: dict) -> bool:
+    """Whether this program fits n points (n <= MAX_N); past that, warns once per ``owner`` (an
+    OneClassSVM's ``__dict__``) that :mod:`negatives.ocsvm.smo_triton` fits instead (the same
+    iterates)."""
+    if n <= MAX_N:
+        return True
+    if not owner.get("_regs_warned"):
+        owner["_regs_warned"] = True
+        warnings.warn(
+            f"OneClassSVM(loop='triton_regs') keeps the solver's state in registers for n <= "
+            f"{MAX_N} points; fitting n = {n} (and every larger fit of this OneClassSVM, warned "
+            "once) with loop='triton' instead (the same iterates)",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    return False
 
 
 def num_warps(npad: int) -> int:

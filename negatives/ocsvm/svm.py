@@ -29,16 +29,14 @@ that freezes the state once the stopping rule fires, so the host syncs once per 
 On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
 (:mod:`negatives.ocsvm.smo_triton`) after ONE Triton launch for the kernel matrix, and scores with
 ONE more (:mod:`negatives.ocsvm.kernels_triton`): no host sync in ``fit`` or ``decision_function``,
-a launch count independent of the iteration count. ``loop="triton_regs"`` (n <= 1,024, not the
-default) runs the same SMO with its state in the registers of the program
-(:mod:`negatives.ocsvm.smo_triton_regs`): the same iterates, no global-memory round trip in an
-iteration. Its result stays on the device: the dual is kept
-dense (alpha for every fitted point, zeros included), ``intercept_``/``offset_`` are device
-tensors, and the scikit-learn attributes that need the host (``support_``, ``dual_coef_``,
-``n_iter_``, ...) are read from the device on first access (one sync). Non-finite input is not
-checked on the host there: the solver does no iteration, rho becomes NaN (every decision value
-NaN, so no inliers), ``nonfinite_`` (0-dim int64, 1) flags it, and reading a host attribute
-raises the CPU path's error.
+a launch count independent of the iteration count (``loop="triton_regs"``, n <= 1,024: the same
+with the solver's state in registers, :mod:`negatives.ocsvm.smo_triton_regs`). Its result stays on
+the device: the dual is kept dense (alpha for every fitted point, zeros included),
+``intercept_``/``offset_`` are device tensors, and the scikit-learn attributes that need the host
+(``support_``, ``dual_coef_``, ``n_iter_``, ...) are read from the device on first access (one
+sync). Non-finite input is not checked on the host there: the solver does no iteration, rho
+becomes NaN (every decision value NaN, so no inliers), ``nonfinite_`` (0-dim int64, 1) flags it,
+and reading a host attribute raises the CPU path's error.
 
 NOTE: ``solver="exact"`` deviates from the paper (which used scikit-learn): the same SMO on float64
 kernel values with tolerance ``min(tol, 1e-10)`` reaches the optimum of the dual, so its inlier set
@@ -75,6 +73,7 @@ from negatives.ocsvm import smo
 from negatives.ocsvm.limits import Limits, warn_once
 
 _TRITON_LOOPS = ("triton", "triton_regs")  # the loops that fit in one Triton program
+_INFINITE_RHO = "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
 
@@ -119,9 +118,9 @@ class OneClassSVM:
             shrinking: libsvm's shrinking heuristic (on in scikit-learn).
             loop: "auto" ("triton" on CUDA, "host" on CPU), "host" (numpy on the CPU), "triton"
                 (the Gram kernel, then the whole SMO in one Triton program, no host sync; CPU
-                tensors need TRITON_INTERPRET=1 set before triton is imported), "triton_regs"
-                (the same with the solver's state in registers, n <= 1,024) or "device" (chunks
-                of tensor ops, one host sync per chunk; also runs on CPU).
+                tensors need TRITON_INTERPRET=1 set before triton is imported), "triton_regs" (the
+                same, state in registers; n > 1,024 runs "triton", warned once) or "device"
+                (chunks of tensor ops, one host sync per chunk; also runs on CPU).
             chunk_size: iterations per host sync in the device loop.
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
                 computed once with torch, 4 n^2 bytes) or "rows" (rows computed on the CPU when
@@ -181,9 +180,7 @@ class OneClassSVM:
         self.path_ = self._loop(X64) if self.backend == "torch" else self.backend
         alpha, rho, n_iter, status = fit(X64)
         if not math.isfinite(rho):
-            raise ValueError(
-                "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
-            )
+            raise ValueError(_INFINITE_RHO)
         sv, dev = np.flatnonzero(alpha), X.device
         self._d = X.shape[1]
         self.support_ = torch.from_numpy(sv).to(dev)
@@ -239,24 +236,17 @@ class OneClassSVM:
                 raise
             self._fall_back(support.first_line(e))
             return None
-        self._triton_state, self.path_ = "ok", self._loop(X64)
+        self._triton_state = "ok"  # path_: set by _launch_triton
         return out
 
     def _launch_triton(self, X64: torch.Tensor) -> OneClassSVM:
         from negatives.ocsvm import kernels_triton, smo_triton, smo_triton_regs
 
         n, dev = len(X64), X64.device
-        regs = self._loop(X64) == "triton_regs"
-        if regs and n > smo_triton_regs.MAX_N:
-            raise ValueError(
-                f"loop='triton_regs' keeps the solver's state in registers for n <= "
-                f"{smo_triton_regs.MAX_N} points, got n = {n}; use loop='triton'"
-            )
+        regs = self._loop(X64) == "triton_regs" and smo_triton_regs.takes(n, self.__dict__)
         alpha0, n_init = self._constant(dev, "alpha0", n)
         if n_init == n and self.nu * n >= n:  # every alpha at C: known from (nu, n) alone
-            raise ValueError(
-                "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
-            )
+            raise ValueError(_INFINITE_RHO)
         gamma = self._constant(dev, "gamma", 0)[0]
         # Q (float32), |x|^2 and the input check (x * 0 summed per point: 0, or NaN for a NaN or
         # infinite x) in one launch; on bad input the solver does nothing and rho is NaN
@@ -264,12 +254,12 @@ class OneClassSVM:
         QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
-        engine = smo_triton_regs if regs else smo_triton
-        alpha, rho, it = engine.solve(Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking)
+        solve = (smo_triton_regs if regs else smo_triton).solve
+        alpha, rho, it = solve(Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking)
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
         self.stopped_by_ = ""  # "max_iter" once the host attributes are read (_materialize)
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
-        self.offset_ = rho
+        self.offset_, self.path_ = rho, "triton_regs" if regs else "triton"
         self._pending = (alpha, it)
         for name in (*_HOST_ATTRS, "intercept_"):  # intercept_: from offset_ on first access
             self.__dict__.pop(name, None)

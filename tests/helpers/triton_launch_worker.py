@@ -48,7 +48,8 @@ split_bn.triton_interpreted = lambda: True  # forward_triton's device check only
 # module read its INTERPRET flag (GPU tiles, False) at its import above
 
 
-KERNELS = (smo_triton._smo_kernel, smo_triton_regs._smo_regs_kernel, kernels_triton._gram_kernel, kernels_triton._score_kernel,
+KERNELS = (smo_triton._smo_kernel, smo_triton_regs._smo_regs_kernel, kernels_triton._gram_kernel,
+           kernels_triton._score_kernel,
            sbt._stats_kernel, sbt._normalize_kernel, sbt._grad_stats_kernel,
            sbt._grad_input_kernel)  # fmt: skip
 

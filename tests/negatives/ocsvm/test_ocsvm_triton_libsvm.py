@@ -2,8 +2,9 @@
 state in registers, ``negatives/ocsvm/smo_triton_regs.py``) that the cases of
 ``tests/negatives/ocsvm/test_ocsvm_triton.py`` cannot tell apart: each case here is picked so that a
 change to one detail changes the iterates, and the fit is compared with scikit-learn's (libsvm's)
-iterations, support set, dual coefficients and rho, as there. Every case runs on both loops but the
-two of 1,026 points (blocks of 1,024 positions: ``triton`` only; ``triton_regs`` takes n <= 1,024).
+iterations, support set, dual coefficients and rho, as there. Every case runs on both loops; the
+two of 1,026 points (blocks of 1,024 positions) check on ``triton_regs`` that a fit past its 1,024
+points runs ``triton`` instead, with one warning.
 
 - ``unshrink``: ``do_shrinking``'s unshrink step (``Gmax1 + Gmax2 <= eps * 10``: reconstruct the
   gradient, reactivate every variable) fires at the 2nd shrink with variables shrunk and the gap
@@ -83,8 +84,7 @@ CASES = {  # name: (data, OneClassSVM kwargs)
 }
 
 
-RUNS = [(loop, name) for loop in LOOPS for name in CASES
-        if loop == "triton" or "blocks_tie" not in CASES[name][0]]  # fmt: skip
+RUNS = [(loop, name) for loop in LOOPS for name in CASES]
 
 
 def data(recipe: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,6 +122,17 @@ def test_matches_sklearn(fitted, loop, name):
     f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
     assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
     assert got["n_syncs"] == 0 and not got["nonfinite"]
+    over = loop == "triton_regs" and len(data(CASES[name][0])[0]) > 1024
+    assert got["path"] == ("triton" if over else loop)
+    past = [w for w in got["fit_warnings"] if "loop='triton_regs'" in w]
+    assert past == ([REGS_FALLBACK] if over else []), got["fit_warnings"]
+
+
+REGS_FALLBACK = (
+    "OneClassSVM(loop='triton_regs') keeps the solver's state in registers for n <= 1024 "
+    "points; fitting n = 1026 (and every larger fit of this OneClassSVM, warned once) with "
+    "loop='triton' instead (the same iterates)"
+)
 
 
 def host_fit(name: str, monkeypatch, change: str = "") -> tuple[OneClassSVM, list[dict]]:
