@@ -29,13 +29,14 @@ that freezes the state once the stopping rule fires, so the host syncs once per 
 On CUDA the default ``loop="triton"`` runs the same SMO (shrinking included) as ONE Triton program
 (:mod:`negatives.ocsvm.smo_triton`) after ONE Triton launch for the kernel matrix, and scores with
 ONE more (:mod:`negatives.ocsvm.kernels_triton`): no host sync in ``fit`` or ``decision_function``,
-a launch count independent of the iteration count. Its result stays on the device: the dual is kept
-dense (alpha for every fitted point, zeros included), ``intercept_``/``offset_`` are device
-tensors, and the scikit-learn attributes that need the host (``support_``, ``dual_coef_``,
-``n_iter_``, ...) are read from the device on first access (one sync). Non-finite input is not
-checked on the host there: the solver does no iteration, rho becomes NaN (every decision value
-NaN, so no inliers), ``nonfinite_`` (0-dim int64, 1) flags it, and reading a host attribute
-raises the CPU path's error.
+a launch count independent of the iteration count (``loop="triton_regs"``, n <= 1,024: the same
+with the solver's state in registers, :mod:`negatives.ocsvm.smo_triton_regs`). Its result stays on
+the device: the dual is kept dense (alpha for every fitted point, zeros included),
+``intercept_``/``offset_`` are device tensors, and the scikit-learn attributes that need the host
+(``support_``, ``dual_coef_``, ``n_iter_``, ...) are read from the device on first access (one
+sync). Non-finite input is not checked on the host there: the solver does no iteration, rho
+becomes NaN (every decision value NaN, so no inliers), ``nonfinite_`` (0-dim int64, 1) flags it,
+and reading a host attribute raises the CPU path's error.
 
 NOTE: ``solver="exact"`` deviates from the paper (which used scikit-learn): the same SMO on float64
 kernel values with tolerance ``min(tol, 1e-10)`` reaches the optimum of the dual, so its inlier set
@@ -71,6 +72,8 @@ from negatives.ocsvm import device_support as support
 from negatives.ocsvm import smo
 from negatives.ocsvm.limits import Limits, warn_once
 
+_TRITON_LOOPS = ("triton", "triton_regs")  # the loops that fit in one Triton program
+_INFINITE_RHO = "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
 _HOST_ATTRS = ("support_", "support_vectors_", "dual_coef_", "n_support_", "n_iter_", "fit_status_")
 
 
@@ -115,7 +118,8 @@ class OneClassSVM:
             shrinking: libsvm's shrinking heuristic (on in scikit-learn).
             loop: "auto" ("triton" on CUDA, "host" on CPU), "host" (numpy on the CPU), "triton"
                 (the Gram kernel, then the whole SMO in one Triton program, no host sync; CPU
-                tensors need TRITON_INTERPRET=1 set before triton is imported) or "device"
+                tensors need TRITON_INTERPRET=1 set before triton is imported), "triton_regs" (the
+                same, state in registers; n > 1,024 runs "triton", warned once) or "device"
                 (chunks of tensor ops, one host sync per chunk; also runs on CPU).
             chunk_size: iterations per host sync in the device loop.
             kernel_cache: "auto" ("full" on CUDA, else "rows"), "full" (the n x n float32 kernel
@@ -129,7 +133,7 @@ class OneClassSVM:
             ("kernel", kernel, ("rbf", "linear")),
             ("solver", solver, ("libsvm", "exact")),
             ("backend", backend, ("torch", "sklearn", "thundersvm")),
-            ("loop", loop, ("auto", "host", "device", "triton")),
+            ("loop", loop, ("auto", "host", "device", *_TRITON_LOOPS)),
             ("kernel_cache", kernel_cache, ("auto", "full", "rows")),
         ):
             if value not in valid:
@@ -146,8 +150,8 @@ class OneClassSVM:
             )
         if solver == "exact" and backend != "torch":
             raise ValueError("solver='exact' needs backend='torch'")
-        if loop == "triton" and (solver != "libsvm" or backend != "torch"):
-            raise ValueError("loop='triton' runs solver='libsvm' with backend='torch' only")
+        if loop in _TRITON_LOOPS and (solver != "libsvm" or backend != "torch"):
+            raise ValueError(f"loop={loop!r} runs solver='libsvm' with backend='torch' only")
         if backend == "thundersvm":  # at construction, not at the first fit (after warm-up)
             support.thundersvm()
         self.nu, self.gamma, self.kernel, self.tol, self.max_iter = nu, gamma, kernel, tol, max_iter
@@ -156,7 +160,7 @@ class OneClassSVM:
         self.max_seconds, self.should_stop, self.stopped_by_ = max_seconds, should_stop, ""
         self._wrapped: Any = None
         self._triton_state = "untried"  # "untried" | "ok" | the cause of the fallback
-        self.path_ = ""  # the loop of the latest fit: "triton", "device", "host" or the backend
+        self.path_ = ""  # the latest fit's loop: a Triton loop, "device", "host" or the backend
 
     def fit(self, X: torch.Tensor) -> OneClassSVM:
         """Fit on X (n, d), n >= 2, finite; returns self."""
@@ -165,7 +169,7 @@ class OneClassSVM:
             raise ValueError(f"X must be (n, d) with n >= 2 points, got shape {tuple(X.shape)}")
         X64 = X.detach().to(torch.float64)  # scikit-learn hands libsvm float64 data
         self.__dict__.pop("_pending", None)
-        if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) == "triton":
+        if self.backend == "torch" and self.solver == "libsvm" and self._loop(X64) in _TRITON_LOOPS:
             fitted = self._fit_triton(X64)
             if fitted is not None:
                 return fitted
@@ -176,9 +180,7 @@ class OneClassSVM:
         self.path_ = self._loop(X64) if self.backend == "torch" else self.backend
         alpha, rho, n_iter, status = fit(X64)
         if not math.isfinite(rho):
-            raise ValueError(
-                "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
-            )
+            raise ValueError(_INFINITE_RHO)
         sv, dev = np.flatnonzero(alpha), X.device
         self._d = X.shape[1]
         self.support_ = torch.from_numpy(sv).to(dev)
@@ -198,13 +200,13 @@ class OneClassSVM:
 
     def _loop(self, X: torch.Tensor) -> str:
         """The loop that fits X: ``loop``, or for "auto" the device's default; "device" in place
-        of "triton" after a fallback (:meth:`_fall_back`)."""
+        of a Triton loop after a fallback (:meth:`_fall_back`)."""
         loop = self.loop
         if loop == "auto":
             cuda, triton = X.is_cuda, support.has_triton()
             loop = "triton" if cuda and triton else "device" if cuda else "host"
         fell_back = self._triton_state not in ("untried", "ok")
-        return "device" if loop == "triton" and fell_back else loop
+        return "device" if loop in _TRITON_LOOPS and fell_back else loop
 
     def _fall_back(self, cause: str) -> None:
         """After a failed first Triton fit: the device loop from now on, with one warning."""
@@ -234,18 +236,17 @@ class OneClassSVM:
                 raise
             self._fall_back(support.first_line(e))
             return None
-        self._triton_state, self.path_ = "ok", "triton"
+        self._triton_state = "ok"  # path_: set by _launch_triton
         return out
 
     def _launch_triton(self, X64: torch.Tensor) -> OneClassSVM:
-        from negatives.ocsvm import kernels_triton, smo_triton
+        from negatives.ocsvm import kernels_triton, smo_triton, smo_triton_regs
 
         n, dev = len(X64), X64.device
+        regs = self._loop(X64) == "triton_regs" and smo_triton_regs.takes(n, self.__dict__)
         alpha0, n_init = self._constant(dev, "alpha0", n)
         if n_init == n and self.nu * n >= n:  # every alpha at C: known from (nu, n) alone
-            raise ValueError(
-                "rho is infinite: every alpha is at its bound (nu * n = n); use nu < 1"
-            )
+            raise ValueError(_INFINITE_RHO)
         gamma = self._constant(dev, "gamma", 0)[0]
         # Q (float32), |x|^2 and the input check (x * 0 summed per point: 0, or NaN for a NaN or
         # infinite x) in one launch; on bad input the solver does nothing and rho is NaN
@@ -253,13 +254,12 @@ class OneClassSVM:
         QD = sq if self.kernel == "linear" else self._constant(dev, "ones", n)[0]
         params, _ = self._constant(dev, "params", 0)
         max_iter = max(10**7, 100 * n) if self.max_iter == -1 else self.max_iter
-        alpha, rho, it = smo_triton.solve(
-            Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking
-        )
+        solve = (smo_triton_regs if regs else smo_triton).solve
+        alpha, rho, it = solve(Q, QD, alpha0, n_init, params, bad, max_iter, self.shrinking)
         self._d, self.n_syncs_, self.nonfinite_ = X64.shape[1], 0, it[2]
         self.stopped_by_ = ""  # "max_iter" once the host attributes are read (_materialize)
         self._sv, self._coef, self._dense, self._sv_sq = X64, alpha, True, sq  # zeros add 0 to f
-        self.offset_ = rho
+        self.offset_, self.path_ = rho, "triton_regs" if regs else "triton"
         self._pending = (alpha, it)
         for name in (*_HOST_ATTRS, "intercept_"):  # intercept_: from offset_ on first access
             self.__dict__.pop(name, None)

@@ -1,5 +1,6 @@
-"""Fit ``OneClassSVM(loop="triton")`` on the cases of a JSON file and write what it returns
-(not a test file: ``tests/negatives/ocsvm/test_ocsvm_triton.py`` runs it in a subprocess).
+"""Fit ``OneClassSVM(loop="triton")`` (or the Triton loop a case's kwargs name) on the cases of a
+JSON file and write what it returns (not a test file: ``tests/negatives/ocsvm/test_ocsvm_triton.py``
+runs it in a subprocess).
 
     TRITON_INTERPRET=1 python tests/helpers/ocsvm_triton_worker.py CASES.json OUT.pt
 
@@ -8,8 +9,9 @@ be chosen before triton is imported: hence a fresh process with TRITON_INTERPRET
 compiled kernel runs on the GPU. Each case is a dict with ``X`` and ``Y`` (nested lists or a
 ``fakedata.embeddings`` recipe) and the OneClassSVM keyword arguments; the output per case is the
 dense alpha, rho, decision values on Y, the n_iter/status, the sync count and the non-finite flag,
-read only after the fit and scoring. A case with ``q``, ``k``, ``queue`` runs MiOC's step instead
-(:func:`mioc_case`), one with ``kernels`` the Gram and scoring kernels alone (:func:`kernels_case`).
+read only after the fit and scoring, the loop that ran (``path_``) and the fit's warnings. A case
+with ``q``, ``k``, ``queue`` runs MiOC's step instead (:func:`mioc_case`), one with ``kernels`` the
+Gram and scoring kernels alone (:func:`kernels_case`).
 """
 
 from __future__ import annotations
@@ -122,8 +124,10 @@ def main(cases_path: Path, out: Path) -> None:
             results.append(kernels_case(case["kernels"], dev))
             continue
         X, Y = data(case)
-        svm = OneClassSVM(loop="triton", **case["kwargs"])
-        svm.fit(X.to(dev))
+        svm = OneClassSVM(**({"loop": "triton"} | case["kwargs"]))
+        with warnings.catch_warnings(record=True) as fit_caught:
+            warnings.simplefilter("always")
+            svm.fit(X.to(dev))
         f = svm.decision_function(Y.to(dev))
         stats = {k: float(v) for k, v in svm.fit_stats().items()}
         res = {
@@ -132,6 +136,7 @@ def main(cases_path: Path, out: Path) -> None:
             "intercept": svm.intercept_.cpu(),
         }
         res.update(f=f.cpu(), stats=stats, n_syncs=svm.n_syncs_, nonfinite=bool(svm.nonfinite_))
+        res.update(path=svm.path_, fit_warnings=[str(w.message) for w in fit_caught])
         res.update(predict=svm.predict(Y.to(dev)).cpu())
         try:
             with warnings.catch_warnings(record=True) as caught:

@@ -32,7 +32,7 @@ if os.environ.get("TRITON_INTERPRET", "0") == "1":
 
 launches = triton_standin.activate()
 
-from negatives.ocsvm import kernels_triton, smo_triton  # noqa: E402
+from negatives.ocsvm import kernels_triton, smo_triton, smo_triton_regs  # noqa: E402
 from negatives.ocsvm.svm import OneClassSVM  # noqa: E402
 from pretrain.model import split_bn  # noqa: E402
 from pretrain.model import split_bn_onepass as sbo  # noqa: E402
@@ -49,7 +49,8 @@ split_bn.triton_interpreted = lambda: True  # forward_triton's device check only
 # module read its INTERPRET flag (GPU tiles, False) at its import above
 
 
-KERNELS = (smo_triton._smo_kernel, kernels_triton._gram_kernel, kernels_triton._score_kernel,
+KERNELS = (smo_triton._smo_kernel, smo_triton_regs._smo_regs_kernel, kernels_triton._gram_kernel,
+           kernels_triton._score_kernel,
            sbt._stats_kernel, sbt._normalize_kernel, sbt._grad_stats_kernel,
            sbt._grad_input_kernel, sbo._split_bn_forward_kernel,
            sbo._split_bn_backward_kernel)  # fmt: skip
@@ -89,12 +90,12 @@ def record(label: str, fn) -> dict:
     }
 
 
-def ocsvm(n: int, d: int, kernel: str) -> None:
+def ocsvm(n: int, d: int, kernel: str, loop: str = "triton") -> None:
     gen = torch.Generator().manual_seed(n)
     X = torch.randn(n, d, generator=gen, dtype=torch.float64)
     Y = torch.randn(3 * n, d, generator=gen, dtype=torch.float32)  # MiOC scores float32 keys
-    svm = OneClassSVM(loop="triton", kernel=kernel, nu=0.1, gamma=0.1).fit(X)
-    if svm.path_ != "triton":  # fell back: the cause
+    svm = OneClassSVM(loop=loop, kernel=kernel, nu=0.1, gamma=0.1).fit(X)
+    if svm.path_ != loop:  # fell back: the cause
         raise RuntimeError(f"the Triton fit did not run: {svm._triton_state}")
     svm.decision_function(Y)
     svm.score(Y)
@@ -116,6 +117,8 @@ results = [
     record("ocsvm rbf n=256 d=128", lambda: ocsvm(256, 128, "rbf")),
     record("ocsvm rbf n=2100 d=20", lambda: ocsvm(2100, 20, "rbf")),  # 8 warps, d off the tile
     record("ocsvm linear n=64 d=3", lambda: ocsvm(64, 3, "linear")),
+    record("ocsvm regs rbf n=256 d=128", lambda: ocsvm(256, 128, "rbf", "triton_regs")),  # 4 warps
+    record("ocsvm regs rbf n=1024 d=20", lambda: ocsvm(1024, 20, "rbf", "triton_regs")),  # 8 warps
     record("split bn bf16 channels_last", lambda: splitbn(torch.bfloat16, True)),
     record("split bn fp32 NCHW", lambda: splitbn(torch.float32, False)),
     record(

@@ -270,6 +270,8 @@ def test_cuda_matches_cpu(nu, gamma):
         (dict(solver="exact", backend="sklearn"), "needs backend='torch'"),
         (dict(solver="exact", loop="triton"), "loop='triton' runs solver='libsvm'"),
         (dict(backend="sklearn", loop="triton"), "loop='triton' runs solver='libsvm'"),
+        (dict(solver="exact", loop="triton_regs"), "loop='triton_regs' runs solver='libsvm'"),
+        (dict(backend="sklearn", loop="triton_regs"), "loop='triton_regs' runs solver='libsvm'"),
     ],
 )
 def test_bad_parameters(kwargs, match):

@@ -41,7 +41,10 @@ def assert_matches_sklearn(svm: OneClassSVM, X: torch.Tensor) -> None:
     np.testing.assert_allclose(svm.offset_.numpy(), ref.offset_, atol=1e-10)
 
 
-def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warning(monkeypatch):
+@pytest.mark.parametrize("loop", ["triton", "triton_regs"])
+def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warning(
+    monkeypatch, loop
+):
     pytest.importorskip("triton", reason=NO_TRITON)
     from negatives.ocsvm import kernels_triton
 
@@ -50,7 +53,7 @@ def test_a_kernel_that_cannot_launch_falls_back_to_the_device_loop_with_one_warn
 
     monkeypatch.setattr(kernels_triton, "gram", fails)
     X = data()
-    svm = OneClassSVM(loop="triton", nu=0.2, gamma=0.3)
+    svm = OneClassSVM(loop=loop, nu=0.2, gamma=0.3)
     with pytest.warns(RuntimeWarning) as caught:
         svm.fit(X)
     (warning,) = [w for w in caught if "Triton OC-SVM" in str(w.message)]

@@ -1,5 +1,6 @@
-"""The one-program Triton OC-SVM solver (``OneClassSVM(loop="triton")``, the CUDA default) against
-scikit-learn's OneClassSVM (libsvm with shrinking, its default).
+"""The one-program Triton OC-SVM solvers (``OneClassSVM(loop="triton")``, the CUDA default, and
+``loop="triton_regs"``, its state in registers) against scikit-learn's OneClassSVM (libsvm with
+shrinking, its default): each case runs on both loops.
 
 Without a GPU the Triton program runs in Triton's interpreter on CPU tensors: it needs
 TRITON_INTERPRET=1 before triton is imported, so the fits run in one subprocess
@@ -26,6 +27,7 @@ from tests.helpers.triton_launches import installed_ptx
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
 
+LOOPS = ("triton", "triton_regs")
 NAN_X = [[0.0, 1.0], [float("nan"), 0.0], [1.0, 0.0], [0.6, 0.8]]
 CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
     "mioc_default_256": ({"n_fit": 256, "n_queue": 3000, "seed": 0}, {"nu": 0.01, "gamma": 0.01}),
@@ -56,7 +58,8 @@ CASES = {  # name: (fakedata.embeddings recipe, OneClassSVM kwargs)
 
 
 @pytest.fixture(scope="module")
-def fitted(all_fits) -> dict[str, dict]:
+def fitted(all_fits) -> dict[tuple[str, str], dict]:
+    """(loop, case name) -> the worker's result."""
     return all_fits["fits"]
 
 
@@ -76,10 +79,11 @@ class _null:
         return None
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_matches_sklearn(fitted, name):
+def test_matches_sklearn(fitted, name, loop):
     recipe, kwargs = CASES[name]
-    got = fitted[name]
+    got = fitted[loop, name]
     sk, Y = sklearn_fit(recipe, kwargs)
     assert got["n_iter"] == sk.n_iter_ and got["stats"]["solver_iterations"] == sk.n_iter_
     assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
@@ -99,9 +103,11 @@ def test_matches_sklearn(fitted, name):
     assert got["n_syncs"] == 0 and not got["nonfinite"]
 
 
-def test_cases_exercise_what_they_claim(fitted):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_cases_exercise_what_they_claim(all_fits, loop):
     """The shrinking cases run past min(n, 1000) iterations; with duplicates, skipping shrinking
     would pick other support vectors (so the match above needs libsvm's swaps); nu * n = 16."""
+    fitted = {name: got for (lp, name), got in all_fits["fits"].items() if lp == loop}
     for name in ("shrinking", "ties_shrinking", "ties_128", "nu_n_integral"):
         recipe, kwargs = CASES[name]
         assert fitted[name]["n_iter"] > recipe["n_fit"], name
@@ -113,10 +119,11 @@ def test_cases_exercise_what_they_claim(fitted):
     assert any("max_iter" in w for w in fitted["max_iter"]["warnings"])
 
 
-def test_non_finite_input_is_flagged_not_synced(fitted):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_non_finite_input_is_flagged_not_synced(fitted, loop):
     """No host check inside fit: a device flag, NaN decision values (no inliers), and the CPU
     path's error when a host attribute is read."""
-    got = fitted["nonfinite"]
+    got = fitted[loop, "nonfinite"]
     assert got["nonfinite"] and got["n_syncs"] == 0
     assert torch.isnan(got["f"]).all() and (got["predict"] == -1).all()
     assert got["error"] == "X contains NaN or infinite values"
@@ -142,20 +149,28 @@ def kernel_results(all_fits) -> dict[str, tuple[dict, dict]]:
 
 @pytest.fixture(scope="module")
 def all_fits(tmp_path_factory) -> dict[str, dict]:
-    """Every fit of CASES (and non-finite input), every kernel case and MiOC's fit at the sizes
-    of SIZES not marked slow, in one worker process: its start and triton's interpreted setup
-    cost more than most cases (~10 s on 2 cores). Named to sort first, so that every test using
-    one of its parts runs on the pytest-xdist worker that built it (tests/conftest.py)."""
-    fits = [{"recipe": recipe, "kwargs": kw} for recipe, kw in CASES.values()]
-    fits.append({"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}})
+    """Every fit of CASES (and non-finite input) on each loop of LOOPS, every kernel case and
+    MiOC's fit at the sizes of SIZES not marked slow (on each loop), in one worker process: its
+    start and triton's interpreted setup cost more than most cases (~10 s on 2 cores). Named to
+    sort first, so that every test using one of its parts runs on the pytest-xdist worker that
+    built it (tests/conftest.py)."""
+    nan_case = {"X": NAN_X, "Y": [[0.0, 1.0], [1.0, 0.0]], "kwargs": {"nu": 0.5, "gamma": 1.0}}
+    names = [(loop, name) for loop in LOOPS for name in [*CASES, "nonfinite"]]
+    fits = [
+        {"recipe": CASES[name][0], "kwargs": CASES[name][1] | {"loop": loop}}
+        if name in CASES
+        else nan_case | {"kwargs": nan_case["kwargs"] | {"loop": loop}}
+        for loop, name in names
+    ]
     kernels = [{"kernels": case | {"seed": i, "gamma": 0.3}} for i, case in
                enumerate(KERNEL_CASES.values())]  # fmt: skip
     sizes = [n for n, slow in SIZES.items() if not slow]
-    mioc = [{"recipe": mioc_recipe(n), "kwargs": MIOC_KWARGS} for n in sizes]
+    sizes = [(loop, n) for loop in LOOPS for n in sizes]
+    mioc = [{"recipe": mioc_recipe(n), "kwargs": MIOC_KWARGS | {"loop": loop}} for loop, n in sizes]
     results = ocsvm_triton_worker.run([*fits, *kernels, *mioc], tmp_path_factory.mktemp("triton"))
     got_fits, got_kernels = results[: len(fits)], results[len(fits) : len(fits) + len(kernels)]
     return {
-        "fits": dict(zip([*CASES, "nonfinite"], got_fits, strict=True)),
+        "fits": dict(zip(names, got_fits, strict=True)),
         "kernels": {
             name: (case["kernels"], got)
             for name, case, got in zip(KERNEL_CASES, kernels, got_kernels, strict=True)
@@ -223,17 +238,21 @@ def mioc_recipe(n: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    "n", [pytest.param(n, marks=[pytest.mark.slow] if slow else []) for n, slow in SIZES.items()]
-)
-def test_matches_sklearn_at_mioc_sizes(tmp_path, n, all_fits):
+    ("loop", "n"),
+    [pytest.param(loop, n, marks=[pytest.mark.slow] if slow else [])
+     for loop in LOOPS for n, slow in SIZES.items() if loop == "triton" or n <= 1024],
+)  # fmt: skip
+def test_matches_sklearn_at_mioc_sizes(tmp_path, loop, n, all_fits):
     """MiOC's defaults (nu = gamma = 0.01) on n fitted points: scikit-learn's iterations,
     support set and decision values on 4,096 queue keys (max |df| was 1.6e-14 at 1,024, 7.1e-14
-    at 4,096 and 2.8e-13 at 16,384 with 90, 164 and 156 iterations)."""
+    at 4,096 and 2.8e-13 at 16,384 with 90, 164 and 156 iterations); ``triton_regs`` runs up to
+    1,024 points."""
     recipe, kwargs = mioc_recipe(n), MIOC_KWARGS
     if SIZES[n]:  # a slow size: its own worker
-        (got,) = ocsvm_triton_worker.run([{"recipe": recipe, "kwargs": kwargs}], tmp_path)
+        case = {"recipe": recipe, "kwargs": kwargs | {"loop": loop}}
+        (got,) = ocsvm_triton_worker.run([case], tmp_path)
     else:
-        got = all_fits["mioc"][n]
+        got = all_fits["mioc"][loop, n]
     sk, Y = sklearn_fit(recipe, kwargs)
     assert got["n_iter"] == sk.n_iter_
     assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
@@ -245,8 +264,11 @@ def test_matches_sklearn_at_mioc_sizes(tmp_path, n, all_fits):
 
 
 @pytest.mark.slow
-def test_long_runs_match_sklearn(tmp_path):
-    cases = [{"recipe": recipe, "kwargs": kw} for recipe, kw in SLOW_CASES.values()]
+@pytest.mark.parametrize("loop", LOOPS)
+def test_long_runs_match_sklearn(tmp_path, loop):
+    cases = [
+        {"recipe": recipe, "kwargs": kw | {"loop": loop}} for recipe, kw in SLOW_CASES.values()
+    ]
     results = ocsvm_triton_worker.run(cases, tmp_path)
     for (recipe, kwargs), got in zip(SLOW_CASES.values(), results, strict=True):
         sk, Y = sklearn_fit(recipe, kwargs)

@@ -1,7 +1,10 @@
-"""libsvm's details in the one-program Triton solver (``negatives/ocsvm/smo_triton.py``) that the
-cases of ``tests/negatives/ocsvm/test_ocsvm_triton.py`` cannot tell apart: each case here is picked
-so that a change to one detail changes the iterates, and the fit is compared with scikit-learn's
-(libsvm's) iterations, support set, dual coefficients and rho, as there.
+"""libsvm's details in the one-program Triton solvers (``negatives/ocsvm/smo_triton.py`` and, its
+state in registers, ``negatives/ocsvm/smo_triton_regs.py``) that the cases of
+``tests/negatives/ocsvm/test_ocsvm_triton.py`` cannot tell apart: each case here is picked so that a
+change to one detail changes the iterates, and the fit is compared with scikit-learn's (libsvm's)
+iterations, support set, dual coefficients and rho, as there. Every case runs on both loops; the
+two of 1,026 points (blocks of 1,024 positions) check on ``triton_regs`` that a fit past its 1,024
+points runs ``triton`` instead, with one warning.
 
 - ``unshrink``: ``do_shrinking``'s unshrink step (``Gmax1 + Gmax2 <= eps * 10``: reconstruct the
   gradient, reactivate every variable) fires at the 2nd shrink with variables shrunk and the gap
@@ -60,6 +63,7 @@ def blocks_tie(side: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(X).float(), torch.from_numpy(Y).float()
 
 
+LOOPS = ("triton", "triton_regs")
 CASES = {  # name: (data, OneClassSVM kwargs)
     "unshrink": (
         {"n_fit": 16, "n_queue": 200, "seed": 4},
@@ -80,18 +84,23 @@ CASES = {  # name: (data, OneClassSVM kwargs)
 }
 
 
+RUNS = [(loop, name) for loop in LOOPS for name in CASES]
+
+
 def data(recipe: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return blocks_tie(recipe["blocks_tie"]) if "blocks_tie" in recipe else embeddings(**recipe)
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory) -> dict[str, dict]:
+def fitted(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """(loop, case name) -> the worker's result, for every run of RUNS."""
     cases = []
-    for recipe, kwargs in CASES.values():
+    for loop, name in RUNS:
+        recipe, kwargs = CASES[name]
         X, Y = data(recipe)
-        cases.append({"X": X.tolist(), "Y": Y.tolist(), "kwargs": kwargs})
+        cases.append({"X": X.tolist(), "Y": Y.tolist(), "kwargs": kwargs | {"loop": loop}})
     results = ocsvm_triton_worker.run(cases, tmp_path_factory.mktemp("libsvm"))
-    return dict(zip(CASES, results, strict=True))
+    return dict(zip(RUNS, results, strict=True))
 
 
 def sklearn_fit(name: str) -> tuple[SkOneClassSVM, torch.Tensor]:
@@ -100,9 +109,9 @@ def sklearn_fit(name: str) -> tuple[SkOneClassSVM, torch.Tensor]:
     return SkOneClassSVM(**kwargs).fit(X.double().numpy()), Y
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_matches_sklearn(fitted, name):
-    got = fitted[name]
+@pytest.mark.parametrize(("loop", "name"), RUNS)
+def test_matches_sklearn(fitted, loop, name):
+    got = fitted[loop, name]
     sk, Y = sklearn_fit(name)
     assert got["n_iter"] == sk.n_iter_
     assert torch.equal(got["support"], torch.from_numpy(sk.support_).long())
@@ -113,6 +122,17 @@ def test_matches_sklearn(fitted, name):
     f_sk = torch.from_numpy(sk.decision_function(Y.double().numpy()))
     assert (got["f"] - f_sk).abs().max() <= 1e-6 and torch.equal(got["f"] > 0, f_sk > 0)
     assert got["n_syncs"] == 0 and not got["nonfinite"]
+    over = loop == "triton_regs" and len(data(CASES[name][0])[0]) > 1024
+    assert got["path"] == ("triton" if over else loop)
+    past = [w for w in got["fit_warnings"] if "loop='triton_regs'" in w]
+    assert past == ([REGS_FALLBACK] if over else []), got["fit_warnings"]
+
+
+REGS_FALLBACK = (
+    "OneClassSVM(loop='triton_regs') keeps the solver's state in registers for n <= 1024 "
+    "points; fitting n = 1026 (and every larger fit of this OneClassSVM, warned once) with "
+    "loop='triton' instead (the same iterates)"
+)
 
 
 def host_fit(name: str, monkeypatch, change: str = "") -> tuple[OneClassSVM, list[dict]]:
