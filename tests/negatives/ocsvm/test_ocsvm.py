@@ -240,11 +240,13 @@ def test_outputs_follow_the_input():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("loop", ["auto", "triton_regs"])
 @pytest.mark.parametrize("nu,gamma", GRID)
-def test_cuda_matches_cpu(nu, gamma):
+def test_cuda_matches_cpu(nu, gamma, loop):
     X, Q = embeddings(1024, 4096, seed=12)
     cpu = OneClassSVM(nu=nu, gamma=gamma).fit(X)
-    gpu = OneClassSVM(nu=nu, gamma=gamma).fit(X.cuda())
+    gpu = OneClassSVM(nu=nu, gamma=gamma, loop=loop).fit(X.cuda())
+    assert gpu.path_ == ("triton" if loop == "auto" else loop)
     assert gpu.support_.is_cuda and gpu.dual_coef_.is_cuda
     assert gpu.n_iter_ == cpu.n_iter_ and torch.equal(gpu.support_.cpu(), cpu.support_)
     assert gpu.n_syncs_ <= gpu.n_iter_ // 32 + 10
