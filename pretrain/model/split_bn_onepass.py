@@ -81,13 +81,31 @@ def _split_sum(PART, c, cmask, S, C, ACC: tl.constexpr, BLOCK_C: tl.constexpr):
     return total
 
 
-# fmt: off
 @triton.jit
 def _split_bn_forward_kernel(
-    X, Y, W, B, RM, RV, MEAN, VAR, INVSTD, COUNT, PARAMS, S, M, P, C, sS, sN, sC, sP,
-    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    X,
+    Y,
+    W,
+    B,
+    RM,
+    RV,
+    MEAN,
+    VAR,
+    INVSTD,
+    COUNT,
+    PARAMS,
+    S,
+    M,
+    P,
+    C,
+    sS,
+    sN,
+    sC,
+    sP,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
-    # fmt: on
     s, pc = tl.program_id(0), tl.program_id(1)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
@@ -136,14 +154,35 @@ def _split_bn_forward_kernel(
         tl.store(out + off, y.to(Y.dtype.element_ty), mask=mask)
 
 
-# fmt: off
 @triton.jit
 def _split_bn_backward_kernel(
-    GR, X, DX, MEAN, INVSTD, W, DW, DB, PSG, PSGX, COUNT, S, M, P, C,
-    sS, sN, sC, sP, gS, gN, gC, gP,
-    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    GR,
+    X,
+    DX,
+    MEAN,
+    INVSTD,
+    W,
+    DW,
+    DB,
+    PSG,
+    PSGX,
+    COUNT,
+    S,
+    M,
+    P,
+    C,
+    sS,
+    sN,
+    sC,
+    sP,
+    gS,
+    gN,
+    gC,
+    gP,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
-    # fmt: on
     s, pc = tl.program_id(0), tl.program_id(1)
     c = pc * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = c < C
