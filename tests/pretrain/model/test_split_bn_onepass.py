@@ -152,7 +152,9 @@ def test_onepass_kernels_on_cuda_equal_float64_per_split(dtype, channels_last, s
     for _ in range(2):  # the second step: the first's counters set back, running stats updated
         for bn in (got, ref):
             bn.weight.grad = bn.bias.grad = None
-        x_got, x_ref = x.clone().requires_grad_(), x.double().requires_grad_()
+        # fresh leaves each step (x.double() of a float64 x is x itself: never make x a leaf)
+        x_got = x.detach().clone().requires_grad_()
+        x_ref = x.detach().double().clone().requires_grad_()
         y = got(x_got)
         y.backward(grad)
         y_ref = ref(x_ref)
