@@ -5,7 +5,14 @@ path "triton_onepass"). A case is (batch, size, splits, layout, dtype, *the work
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
+
+from tests.helpers.paths import HELPERS
 
 C = 5  # channels of every case
 
@@ -61,3 +68,14 @@ def per_chunk(name: str, case: tuple) -> tuple[torch.Tensor, ...]:
         stack("running_mean").mean(0),
         stack("running_var").mean(0),
     )
+
+
+def interpreted(worker: str, out_dir: Path) -> dict[str, dict]:
+    """Every case of ``worker`` (a file under tests/helpers) through the interpreted kernels, in one
+    fresh process (Triton's interpreter must be on before triton is imported): its results."""
+    out = out_dir / "results.pt"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, str(HELPERS / worker), str(out)], env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return torch.load(out, weights_only=True)

@@ -10,17 +10,12 @@ sm_90 compile (what CUDA runs) is the launch test's (``triton_launches``). The f
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from pretrain.model.split_bn import SplitBatchNorm
 from tests.helpers import split_bn_cases
 from tests.helpers import split_bn_onepass_worker as worker
-from tests.helpers.paths import HELPERS
 from tests.helpers.triton_launches import installed_ptx
 
 pytestmark = pytest.mark.early  # among the suite's longest files: started first (tests/conftest.py)
@@ -32,12 +27,8 @@ pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Every case through the interpreted kernels, in one fresh process (once per session: its
     tests run on one pytest-xdist worker, tests/conftest.py)."""
-    out = tmp_path_factory.mktemp("split_bn_onepass") / "results.pt"
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, str(HELPERS / "split_bn_onepass_worker.py"), str(out)]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return torch.load(out, weights_only=True)
+    out_dir = tmp_path_factory.mktemp("split_bn_onepass")
+    return split_bn_cases.interpreted("split_bn_onepass_worker.py", out_dir)
 
 
 def per_chunk(name: str) -> tuple[torch.Tensor, ...]:
