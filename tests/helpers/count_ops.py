@@ -82,7 +82,7 @@ def count(recipe: str, strategy: str = "none", path: str = "triton") -> OpCounte
 def needs_interpreter(recipe: str, strategy: str, path: str = "triton") -> bool:
     """Whether the count runs a Triton kernel: split BN's (recipes with BN splits) or MiOC's."""
     splits = config.load(f"{recipe}.yaml").model.bn_splits  # > 1: split BN
-    return strategy == "mioc" or (path == "triton" and splits > 1)
+    return strategy == "mioc" or (path in ("triton", "triton_onepass") and splits > 1)
 
 
 def counts(
