@@ -70,11 +70,7 @@ def render_block(runs: list[dict], paths: list[dict]) -> str:
 
 
 def render(page: str, results: str) -> str:
-    if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise ValueError(f"{PAGE.name}: want one {BEGIN!r} ... {END!r} block")
-    head, rest = page.split(BEGIN)
-    tail = rest.split(END, 1)[1]
-    return head + render_block(*records(results)) + tail
+    return pages.splice(page, BEGIN, END, render_block(*records(results)), PAGE)
 
 
 def main(argv: list[str] | None = None) -> int:

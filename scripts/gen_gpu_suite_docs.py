@@ -54,11 +54,7 @@ def render_block(total: int, parts: dict[str, int]) -> str:
 
 
 def render(page: str, script: str) -> str:
-    if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise ValueError(f"{PAGE.name}: want one {BEGIN!r} ... {END!r} block")
-    head, rest = page.split(BEGIN)
-    tail = rest.split(END, 1)[1]
-    return head + render_block(*budgets(script)) + tail
+    return pages.splice(page, BEGIN, END, render_block(*budgets(script)), PAGE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,15 @@ def replace_block(text: str, name: str, command: str, rows: list[str], page: Pat
     return pattern.sub(lambda _: block, text)
 
 
+def splice(page_text: str, begin: str, end: str, block: str, page: Path) -> str:
+    """``page_text`` with its one ``begin`` ... ``end`` block (markers included) replaced by
+    ``block``; ValueError naming ``page`` unless there is exactly one such block."""
+    if page_text.count(begin) != 1 or page_text.count(end) != 1:
+        raise ValueError(f"{page.name}: want one {begin!r} ... {end!r} block")
+    head, rest = page_text.split(begin)
+    return head + block + rest.split(end, 1)[1]
+
+
 def write_or_check(page: Path, new: str, command: str, check: bool) -> int:
     """With ``check``: 0 when ``page`` holds ``new``, else 1 after printing (to stderr) the first
     lines of the diff and ``PAGE is stale: run COMMAND``. Without: write ``page``, 0."""
