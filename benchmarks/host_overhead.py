@@ -282,22 +282,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     p.add_argument("--no-record", action="store_true", help="print only, do not append")
     a = p.parse_args(argv)
-    a.recipes = [r for r in a.recipes.split(",") if r]
-    a.optimizer = [o for o in a.optimizer.split(",") if o]
-    a.momentum = [o for o in a.momentum.split(",") if o]
-    a.split_bn = [o for o in a.split_bn.split(",") if o]
-    for o in a.split_bn:
-        if o not in SPLIT_BN:
-            fail(f"--split-bn: unknown path {o!r} (choose from {', '.join(SPLIT_BN)})")
-    for o in a.momentum:
-        if o not in MOMENTUM:
-            fail(f"--momentum: unknown update {o!r} (choose from {', '.join(MOMENTUM)})")
-    for r in a.recipes:
-        if r not in RECIPES:
-            fail(f"--recipes: unknown recipe {r!r} (choose from {', '.join(RECIPES)})")
-    for o in a.optimizer:
-        if o not in OPTIMIZERS:
-            fail(f"--optimizer: unknown optimizer {o!r} (choose from {', '.join(OPTIMIZERS)})")
+    lists = (("recipes", "recipe", RECIPES), ("optimizer", "optimizer", OPTIMIZERS),
+             ("momentum", "update", MOMENTUM), ("split_bn", "path", SPLIT_BN))  # fmt: skip
+    for attr, what, known in lists:  # each a comma list of known names
+        setattr(a, attr, [n for n in getattr(a, attr).split(",") if n])
+        for n in getattr(a, attr):
+            if n not in known:
+                flag = "--" + attr.replace("_", "-")
+                fail(f"{flag}: unknown {what} {n!r} (choose from {', '.join(known)})")
     if not (a.recipes and a.optimizer and a.momentum and a.split_bn):
         fail("--recipes, --optimizer, --momentum and --split-bn need at least one name each")
     if a.device != "cpu":

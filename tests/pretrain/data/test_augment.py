@@ -419,18 +419,22 @@ def test_deferred_crop_equals_torchvision_resized_crop(size):
     assert off <= 0.01 * crops.numel()  # and nearly always equal
 
 
+# MoCo v2's photometric ops at 16 px, no affine: the view spec of the stage-1 / stage-2 split tests
+SPEC16 = views.ViewSpec(
+    image_size=16,
+    crop_scale=(0.2, 1.0),
+    affine_degrees=0.0,
+    affine_translate=0.0,
+    jitter_strength=0.4,
+    jitter_prob=0.8,
+    grayscale_prob=0.2,
+    blur_prob=0.5,
+    hflip_prob=0.5,
+)
+
+
 def test_identity_box_leaves_a_cropped_view_unchanged_and_other_sizes_crop_in_stage1():
-    spec = views.ViewSpec(
-        image_size=16,
-        crop_scale=(0.2, 1.0),
-        affine_degrees=0.0,
-        affine_translate=0.0,
-        jitter_strength=0.4,
-        jitter_prob=0.8,
-        grayscale_prob=0.2,
-        blur_prob=0.5,
-        hflip_prob=0.5,
-    )
+    spec = SPEC16
     item = views.CropViews(Pictures(), spec, seed=3)[(0, 2)]  # 30 x 40 images: cropped here
     assert item[4][:, ap.NUM_PARAMS :].tolist() == [[0.0, 0.0, 16.0, 16.0] + ap.IDENTITY_THETA] * 2
     x = torch.stack([item[0], item[1]]).float()
@@ -440,17 +444,7 @@ def test_identity_box_leaves_a_cropped_view_unchanged_and_other_sizes_crop_in_st
 
 def test_deferred_crop_in_stage2_matches_the_uint8_crop_then_stage2():
     """Photometric with box columns = crop_resize, then the same ops as a row without them."""
-    spec = views.ViewSpec(
-        image_size=16,
-        crop_scale=(0.2, 1.0),
-        affine_degrees=0.0,
-        affine_translate=0.0,
-        jitter_strength=0.4,
-        jitter_prob=0.8,
-        grayscale_prob=0.2,
-        blur_prob=0.5,
-        hflip_prob=0.5,
-    )
+    spec = SPEC16
     item = views.CropViews(Squares(16), spec, seed=2)[(0, 3)]
     x, rows = torch.stack([item[0], item[1]]), item[4]
     stage2 = augment.Photometric(jitter=True, grayscale=True, blur=True, hflip=True,

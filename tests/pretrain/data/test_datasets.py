@@ -17,6 +17,7 @@ from sklearn.datasets import load_digits
 from pretrain.data import datasets
 from pretrain.data.datasets import DatasetNotFoundError
 from pretrain.testing.fakedata import cifar_rows, dump, random_images, write_png
+from tests.helpers import fakedata_eval
 
 
 @pytest.fixture
@@ -37,18 +38,7 @@ def cifar10_root(tmp_path):
         )
     test = random_images(3, 32, seed=1)
     dump({"data": cifar_rows(test), "labels": [7, 0, 8]}, folder / "test_batch")
-    names = [
-        "airplane",
-        "automobile",
-        "bird",
-        "cat",
-        "deer",
-        "dog",
-        "frog",
-        "horse",
-        "ship",
-        "truck",
-    ]
+    names = fakedata_eval.CINIC_CLASSES  # CIFAR-10's class names, in its order
     dump({"label_names": names, "num_cases_per_batch": 2, "num_vis": 3072}, folder / "batches.meta")
     return tmp_path, train, train_labels, test, [7, 0, 8], names
 
