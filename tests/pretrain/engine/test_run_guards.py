@@ -23,7 +23,7 @@ from pretrain.engine import loop
 from pretrain.runtime import checkpoint_io, runlock
 from pretrain.runtime.checkpoint_io import CheckpointError
 from pretrain.testing.fakedata import random_images, write_png
-from tests.helpers import inproc
+from tests.helpers import inproc, runs
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import SUBSET_RUN
 
@@ -425,3 +425,16 @@ def test_the_run_eta_counts_the_steps_to_max_steps(tmp_path, monkeypatch):
                     "eval.knn_every=0")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert seen == [2, 1, 0]
+
+
+@pytest.mark.parametrize("path", ["triton", "triton_onepass"])
+def test_a_triton_split_bn_path_on_a_cpu_run_exits_2_before_any_work(tmp_path, monkeypatch, path):
+    """Either Triton path of split BN forced on a CPU run (no interpreter): exit 2 naming the key
+    and its value, the message docs/troubleshooting.md quotes, and no checkpoint written."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    out = runs.pretrain(tmp_path, "model.bn_splits=2", f"model.split_bn={path}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    want = (f"config key 'model.split_bn' = {path!r} needs a CUDA device (this run is on cpu); "
+            "set model.split_bn=auto")  # fmt: skip
+    assert want in out.stderr
+    assert not (tmp_path / "checkpoints").exists()
