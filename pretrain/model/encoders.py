@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,10 +29,39 @@ def norm_layer(bn_splits: int) -> Callable[[int], nn.Module]:
     return nn.BatchNorm2d
 
 
+class FusedBasicBlock(BasicBlock):
+    """torchvision's BasicBlock (He et al. 2016, Fig. 2: y = relu(F(x) + shortcut(x))) whose two
+    ReLUs and shortcut sum are done by its split BatchNorms (:attr:`SplitBatchNorm.act`):
+    ``bn1`` returns relu(BN(conv1 x)), ``bn2`` relu(BN(conv2 ...) + shortcut). The same modules,
+    parameters and state-dict keys as BasicBlock, and the same values: on split BN's triton path
+    the sum and the ReLU launch no kernels of their own, elsewhere they are BasicBlock's ops. Used
+    where the norm layer is :class:`SplitBatchNorm` (``model.bn_splits`` > 1)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.bn1.act = self.bn2.act = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return self.bn2(self.conv2(self.bn1(self.conv1(x))), shortcut)
+
+
+def fuse_stem(net: nn.Module) -> None:
+    """The stem's ReLU done by its split BN (``bn1.act``; ``net.relu`` becomes an identity: the
+    torchvision ResNet and :class:`SmallResNet` use it in the stem only)."""
+    net.bn1.act = True
+    net.relu = nn.Identity()
+
+
 class SmallResNet(nn.Module):
     """A four-block ResNet (one torchvision BasicBlock per stage) of configurable width, for CPU."""
 
-    def __init__(self, width: int = 32, norm: Callable[[int], nn.Module] = nn.BatchNorm2d) -> None:
+    def __init__(
+        self,
+        width: int = 32,
+        norm: Callable[[int], nn.Module] = nn.BatchNorm2d,
+        block: type[BasicBlock] = BasicBlock,
+    ) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
         self.bn1 = norm(width)
@@ -43,7 +73,7 @@ class SmallResNet(nn.Module):
             down = None
             if stride != 1 or c_in != c_out:
                 down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), norm(c_out))
-            stages.append(BasicBlock(c_in, c_out, stride, down, norm_layer=norm))
+            stages.append(block(c_in, c_out, stride, down, norm_layer=norm))
             c_in = c_out
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -59,20 +89,30 @@ class SmallResNet(nn.Module):
 def backbone(arch: str, width: int = 32, cifar_stem: bool = False, bn_splits: int = 1) -> nn.Module:
     """A ResNet without its classifier: ``forward`` returns pooled features (N, feature_dim)."""
     norm = norm_layer(bn_splits)
+    fused = bn_splits > 1  # split BN does the ReLUs and shortcut sums (FusedBasicBlock)
+    block = FusedBasicBlock if fused else BasicBlock
     if arch == "resnet_small":
-        net = SmallResNet(width, norm)
-    elif arch in ("resnet18", "resnet34", "resnet50"):
-        net = getattr(models, arch)(weights=None, norm_layer=norm)
-        net.feature_dim = net.fc.in_features
-        net.fc = nn.Identity()
+        net = SmallResNet(width, norm, block)
+    elif arch in ("resnet18", "resnet34"):  # torchvision's resnet18/34 builders, our block
+        net = models.ResNet(block, BLOCKS[arch], norm_layer=norm)
+    elif arch == "resnet50":  # Bottleneck: its ReLUs and sum stay its own
+        net, fused = models.resnet50(weights=None, norm_layer=norm), False
     else:
         raise ValueError(
             f"unknown arch {arch!r}; choose resnet_small, resnet18, resnet34, resnet50"
         )
+    if arch != "resnet_small":
+        net.feature_dim = net.fc.in_features
+        net.fc = nn.Identity()
     if cifar_stem:  # moco colab ModelBase / solo-learn: 3x3 stride-1 conv1, no max-pool
         net.conv1 = nn.Conv2d(3, net.conv1.out_channels, 3, 1, 1, bias=False)
         net.maxpool = nn.Identity()
+    if fused:
+        fuse_stem(net)
     return net
+
+
+BLOCKS = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}  # torchvision's resnet18 / 34
 
 
 def arch_label(arch: str, width: int) -> str:
@@ -160,6 +200,49 @@ def split_views(
     return halves[0].flatten(0, 1), halves[1].flatten(0, 1)
 
 
+CAST = (nn.Conv2d, nn.Linear)  # the layers whose weights autocast casts (its lower-precision list)
+
+
+def cast_tree(
+    module: nn.Module, dtype: torch.dtype
+) -> tuple[nn.Module, list[torch.Tensor], list[torch.Tensor]]:
+    """``module`` with the parameters of its :data:`CAST` layers in ``dtype``: (the module, those
+    low-precision tensors, their float sources). Only the cast layers and the containers above them
+    are new (shallow) objects; every other layer (BatchNorm with its running statistics, its split
+    path and Triton parameters) is ``module``'s own, so a forward updates ``module``'s buffers.
+    The new tensors are uninitialised (``_foreach_copy_`` fills them) and need no gradient."""
+    low: list[torch.Tensor] = []
+    src: list[torch.Tensor] = []
+
+    def clone(m: nn.Module) -> nn.Module:
+        if isinstance(m, CAST):
+            c = copy.copy(m)
+            c._parameters = {}
+            for name, p in m._parameters.items():
+                if p is not None:
+                    src.append(p)
+                    p = nn.Parameter(torch.empty_like(p, dtype=dtype), requires_grad=False)
+                    low.append(p)
+                c._parameters[name] = p
+            return c
+        if not m._modules:
+            return m  # shared: no cast layer below
+        c = copy.copy(m)
+        c._modules = {name: None if ch is None else clone(ch) for name, ch in m._modules.items()}
+        return c
+
+    return clone(module), low, src
+
+
+class KeyCast(NamedTuple):
+    """The key encoder under autocast (:func:`cast_tree`) and its dtype."""
+
+    module: nn.Module
+    low: list[torch.Tensor]
+    src: list[torch.Tensor]
+    dtype: torch.dtype
+
+
 class MoCo(nn.Module):
     """Query encoder, momentum key encoder and the key computation of MoCo v2 (Eq. 2 of [0]).
 
@@ -189,6 +272,13 @@ class MoCo(nn.Module):
         bn_splits: the BatchNorm splits the paired batch is laid out for (:func:`pair_views`).
         channels_last: the views enter the encoders in channels-last memory layout.
         keep_features: return view 1's pooled backbone features (the online probe's input).
+
+    Under autocast (``train.amp``) the key encoder's convolution and linear weights are cast to the
+    autocast dtype once per key forward, by one multi-tensor copy into a low-precision copy of
+    them (:func:`cast_tree`), instead of by autocast at every layer (about 22 casts per forward
+    for a ResNet-18 with its head): the same rounding (round to nearest even), so the same keys
+    bit for bit. ``cast_keys = False`` turns that off (``train.compile``: inductor fuses the casts
+    itself, and a compiled module must be called as compiled).
     """
 
     def __init__(
@@ -215,6 +305,8 @@ class MoCo(nn.Module):
         self.keep_features = keep_features
         self.ddp: tuple[nn.Module, ...] = ()  # the query encoder's DDP wrapper, once wrapped
         self._params: tuple[list[nn.Parameter], list[nn.Parameter]] | None = None
+        self.cast_keys = True
+        self._key_cast: KeyCast | None = None  # out of the module tree: not in state_dict
 
     def wrap_for_ddp(self) -> None:
         """Under DDP (called once by setup): gradients of the query encoder averaged over ranks
@@ -252,12 +344,27 @@ class MoCo(nn.Module):
         return self._params
 
     def _apply(self, fn: Callable, recurse: bool = True) -> MoCo:  # .to(), .cuda(), .double()
-        self._params = None
+        self._params, self._key_cast = None, None
         return super()._apply(fn, recurse)
 
     def load_state_dict(self, *args: object, **kwargs: object) -> object:  # assign=True: new ones
-        self._params = None
+        self._params, self._key_cast = None, None
         return super().load_state_dict(*args, **kwargs)
+
+    def key_encoder(self, x: torch.Tensor) -> nn.Module:
+        """The key encoder to call on ``x``: under autocast to a lower precision (and
+        :attr:`cast_keys`), :attr:`encoder_k` with its convolution and linear weights in that
+        dtype, refreshed from its float weights by one ``_foreach_copy_`` (so always the current
+        weights, whatever wrote them); else :attr:`encoder_k` itself."""
+        device = x.device.type
+        if not (self.cast_keys and torch.is_autocast_enabled(device)):
+            return self.encoder_k
+        dtype = torch.get_autocast_dtype(device)
+        cast = self._key_cast
+        if cast is None or cast.dtype != dtype:
+            cast = self._key_cast = KeyCast(*cast_tree(self.encoder_k, dtype), dtype)
+        torch._foreach_copy_(cast.low, cast.src)
+        return cast.module
 
     @torch.no_grad()
     def keys(
@@ -321,7 +428,7 @@ class MoCo(nn.Module):
         unshuffle = None
         if self.shuffle_keys:
             x, unshuffle = dist.shuffle_batch(x)
-        k, kappa = self.encoder_k(x, with_kappa=True)
+        k, kappa = self.key_encoder(x)(x, with_kappa=True)
         if unshuffle is not None:
             k = dist.unshuffle_batch(k, unshuffle)
             kappa = None if kappa is None else dist.unshuffle_batch(kappa, unshuffle)

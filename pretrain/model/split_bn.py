@@ -121,6 +121,13 @@ class SplitBatchNorm(nn.BatchNorm2d):
         num_features: channels C.
         num_splits: s; the batch must be a multiple of it in training.
         path: one of :data:`PATHS` to force it; None: by device (:meth:`chosen_path`).
+
+    ``act`` (set by the residual blocks that own the layer, :class:`FusedBasicBlock`): the layer
+    returns ``relu(BN(x))``, or ``relu(BN(x) + residual)`` given the block's shortcut
+    (``forward(x, residual)``), as torchvision's BasicBlock computes after its BatchNorms. On the
+    triton path the sum and the ReLU run inside the normalising kernel and their backward inside
+    the two backward kernels (:mod:`pretrain.model.split_bn_triton`); every other path runs
+    BasicBlock's own ``out += identity`` and in-place ReLU after the normalisation.
     """
 
     def __init__(self, num_features: int, num_splits: int, path: str | None = None) -> None:
@@ -132,6 +139,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
         # in the step, where its host-to-device copy would wait for the GPU. Not in state_dict.
         self.register_buffer("triton_params", self._triton_params(None), persistent=False)
         self.num_splits, self.path = num_splits, path  # path: after triton_params (__setattr__)
+        self.act = False
 
     def _triton_params(self, device: torch.device | None) -> torch.Tensor:
         """[eps, momentum] in float64 (NaN for a cumulative average) on ``device``."""
@@ -183,17 +191,41 @@ class SplitBatchNorm(nn.BatchNorm2d):
             return self.path
         return ("triton" if HAS_TRITON else "fused") if x.is_cuda else "per_split"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if residual is not None and not self.act:
+            raise ValueError("a split BN layer takes a residual only with its ReLU (act=True)")
         if not self.training or self.num_splits == 1:
-            return super().forward(x)
+            return self.after(super().forward(x), residual)
         s = self.num_splits
         if x.shape[0] % s:
             raise ValueError(f"batch of {x.shape[0]} cannot be split into {s} BatchNorm splits")
         path = self.chosen_path(x)
+        if path != "per_split" and x.numel() // s // x.shape[1] == 1:  # as BatchNorm2d refuses
+            raise ValueError(f"one value per channel in each of the {s} BatchNorm splits")
+        if path == "triton":
+            self.check_triton(x, path)
+            from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
+
+            state = (x, self.weight, self.bias, self.running_mean, self.running_var)
+            return TritonSplitBatchNorm.apply(
+                *state, s, self.triton_params, residual, self.act
+            )
+        return self.after(self.normalize(x, path), residual)
+
+    def after(self, y: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """BasicBlock's ops after its BatchNorm, in place on the normalised ``y`` when
+        :attr:`act`: ``y += residual`` (given one), then the ReLU."""
+        if not self.act:
+            return y
+        if residual is not None:
+            y += residual
+        return F.relu(y, inplace=True)
+
+    def normalize(self, x: torch.Tensor, path: str) -> torch.Tensor:
+        """The split normalisation of ``x`` on ``path``, other than triton's fused one."""
         if path != "per_split":
-            if x.numel() // s // x.shape[1] == 1:  # as BatchNorm2d refuses one value per channel
-                raise ValueError(f"one value per channel in each of the {s} BatchNorm splits")
             return self.forward_fused(x) if path == "fused" else self.forward_triton(x, path)
+        s = self.num_splits
         # one batch_norm per split on its chunk (a view, in the input's layout), then one cat:
         # each split computes exactly what a rank holding that chunk computes with BatchNorm2d.
         # Folding the splits into channels (N/s, s*C, H, W) costs two layout copies per layer:
@@ -228,16 +260,8 @@ class SplitBatchNorm(nn.BatchNorm2d):
 
     def forward_triton(self, x: torch.Tensor, path: str = "triton") -> torch.Tensor:
         """A Triton path: "triton", four kernel launches per layer and step (forward and
-        backward), or "triton_onepass", two."""
-        if not (x.is_cuda or triton_interpreted()):
-            raise ValueError(f"split BN path {path!r} needs CUDA tensors (or TRITON_INTERPRET=1)")
-        if self.momentum is None:
-            raise ValueError(f"split BN path {path!r} needs a momentum (not a cumulative average)")
-        if self.triton_params.device != x.device:
-            raise ValueError(
-                f"split BN path {path!r}: the layer is on {self.triton_params.device}, its input "
-                f"on {x.device}; move the module with .to()"
-            )
+        backward), or "triton_onepass", two; without :attr:`act`'s fused ops."""
+        self.check_triton(x, path)
         state = (x, self.weight, self.bias, self.running_mean, self.running_var)
         if path == "triton_onepass":
             from pretrain.model.split_bn_onepass import OnePassSplitBatchNorm  # imports triton
@@ -249,6 +273,18 @@ class SplitBatchNorm(nn.BatchNorm2d):
         from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
 
         return TritonSplitBatchNorm.apply(*state, self.num_splits, self.triton_params)
+
+    def check_triton(self, x: torch.Tensor, path: str) -> None:
+        """Refuse a Triton path where it cannot run (by name, before any kernel)."""
+        if not (x.is_cuda or triton_interpreted()):
+            raise ValueError(f"split BN path {path!r} needs CUDA tensors (or TRITON_INTERPRET=1)")
+        if self.momentum is None:
+            raise ValueError(f"split BN path {path!r} needs a momentum (not a cumulative average)")
+        if self.triton_params.device != x.device:
+            raise ValueError(
+                f"split BN path {path!r}: the layer is on {self.triton_params.device}, its input "
+                f"on {x.device}; move the module with .to()"
+            )
 
 
 def use_path(module: nn.Module, path: str | None) -> None:

@@ -74,6 +74,15 @@ def _chunk_sums(PART, s, c, cmask, G, C, BLOCK_G: tl.constexpr):
 
 
 @triton.jit
+def _through_relu(gr, Y, off, mask, ACT: tl.constexpr):
+    """The gradient through a fused ReLU: zero where its output y is not positive (what
+    ``threshold_backward(grad, y, 0)`` computes for ``torch.relu``)."""
+    if ACT:
+        gr = tl.where(tl.load(Y + off, mask=mask, other=0.0) > 0, gr, 0.0)
+    return gr
+
+
+@triton.jit
 def _offsets(m, c, P, sN, sC, sP):
     n = m // P
     return n.to(tl.int64)[:, None] * sN + ((m - n * P) * sP)[:, None] + (c * sC)[None, :]
@@ -114,8 +123,10 @@ def _stats_kernel(
 # fmt: off
 @triton.jit
 def _normalize_kernel(
-    X, Y, PMEAN, PM2, W, B, RM, RV, MEAN, INVSTD, PARAMS, S, M, P, C, CHUNK, sS, sN, sC, sP,
+    X, Y, Z, PMEAN, PM2, W, B, RM, RV, MEAN, INVSTD, PARAMS, S, M, P, C, CHUNK, sS, sN, sC, sP,
+    zS, zN, zC, zP,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    ACT: tl.constexpr, RES: tl.constexpr,
 ):
     # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -154,14 +165,20 @@ def _normalize_kernel(
         off = base + _offsets(m, c, P, sN, sC, sP)
         x = tl.load(X + off, mask=mask, other=0.0).to(ACC)
         y = x * scale[None, :] + shift[None, :]
+        if RES:  # + the shortcut, rounded as the unfused ops round: BN's output, then the sum
+            zoff = s.to(tl.int64) * zS + _offsets(m, c, P, zN, zC, zP)
+            z = tl.load(Z + zoff, mask=mask, other=0.0).to(ACC)
+            y = y.to(Y.dtype.element_ty).to(ACC) + z
+        if ACT:  # ReLU; NaN stays NaN (as torch.relu)
+            y = tl.where(y < 0, 0.0, y)
         tl.store(Y + off, y.to(Y.dtype.element_ty), mask=mask)
 
 
 # fmt: off
 @triton.jit
 def _grad_stats_kernel(
-    GR, X, MEAN, PSG, PSGX, M, P, C, CHUNK, sS, sN, sC, sP, gS, gN, gC, gP,
-    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    GR, X, Y, MEAN, PSG, PSGX, M, P, C, CHUNK, sS, sN, sC, sP, gS, gN, gC, gP,
+    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, ACT: tl.constexpr,
 ):
     # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -175,9 +192,10 @@ def _grad_stats_kernel(
     for m0 in range(start, end, BLOCK_M):
         m = m0 + tl.arange(0, BLOCK_M)
         mask = (m < end)[:, None] & cmask[None, :]
-        x = tl.load(X + s.to(tl.int64) * sS + _offsets(m, c, P, sN, sC, sP), mask=mask, other=0.0)
+        off = s.to(tl.int64) * sS + _offsets(m, c, P, sN, sC, sP)
+        x = tl.load(X + off, mask=mask, other=0.0)
         gr = tl.load(GR + s.to(tl.int64) * gS + _offsets(m, c, P, gN, gC, gP), mask=mask, other=0.0)
-        gr = gr.to(ACC)
+        gr = _through_relu(gr.to(ACC), Y, off, mask, ACT)
         sg += tl.sum(gr, 0)
         sgx += tl.sum(tl.where(mask, gr * (x.to(ACC) - mean[None, :]), 0.0), 0)
     row = (s * tl.num_programs(2) + g).to(tl.int64) * C
@@ -188,9 +206,10 @@ def _grad_stats_kernel(
 # fmt: off
 @triton.jit
 def _grad_input_kernel(
-    GR, X, DX, MEAN, INVSTD, PSG, PSGX, W, DW, DB, S, M, P, C, CHUNK,
+    GR, X, Y, DX, DZ, MEAN, INVSTD, PSG, PSGX, W, DW, DB, S, M, P, C, CHUNK,
     sS, sN, sC, sP, gS, gN, gC, gP,
     ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+    ACT: tl.constexpr, RES: tl.constexpr,
 ):
     # fmt: on
     s, pc, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -220,8 +239,11 @@ def _grad_input_kernel(
         mask = (m < end)[:, None] & cmask[None, :]
         off = s.to(tl.int64) * sS + _offsets(m, c, P, sN, sC, sP)
         x = tl.load(X + off, mask=mask, other=0.0).to(ACC)
-        gr = tl.load(GR + s.to(tl.int64) * gS + _offsets(m, c, P, gN, gC, gP), mask=mask, other=0.0)
-        dx = a[None, :] * gr.to(ACC) - c1[None, :] * x + c0[None, :]
+        goff = s.to(tl.int64) * gS + _offsets(m, c, P, gN, gC, gP)
+        gr = _through_relu(tl.load(GR + goff, mask=mask, other=0.0).to(ACC), Y, off, mask, ACT)
+        if RES:  # the shortcut's gradient: the sum's, through the ReLU
+            tl.store(DZ + goff, gr.to(DZ.dtype.element_ty), mask=mask)
+        dx = a[None, :] * gr - c1[None, :] * x + c0[None, :]
         tl.store(DX + off, dx.to(DX.dtype.element_ty), mask=mask)
 
 
@@ -287,25 +309,30 @@ def _normalize(
     running_mean: torch.Tensor,
     running_var: torch.Tensor,
     params: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    act: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     splits = pmean.shape[0]
     p = _plan(x, splits)
     y = torch.empty_like(p.x)  # the input's layout: the same strides as x
     mean = pmean.new_empty((splits, x.shape[1]))
     invstd = torch.empty_like(mean)
-    args = (p.x, y, pmean, pm2, weight, bias, running_mean, running_var, mean, invstd, params)
-    _normalize_kernel[p.grid](*args, splits, *p.sizes, *p.strides, **p.meta_g)
+    z, zstrides = (p.x, p.strides) if residual is None else _layout(residual, splits)
+    args = (p.x, y, z, pmean, pm2, weight, bias, running_mean, running_var, mean, invstd, params)
+    flags = {"ACT": act, "RES": residual is not None}
+    _normalize_kernel[p.grid](*args, splits, *p.sizes, *p.strides, *zstrides, **p.meta_g, **flags)
     return y, mean, invstd
 
 
 def _grad_stats(
-    grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor
+    grad: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, y: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     splits = mean.shape[0]
     p, g = _plan(x, splits), _layout(grad, splits)
     psg = mean.new_empty((splits, p.grid[2], x.shape[1]))
     psgx = torch.empty_like(psg)
-    _grad_stats_kernel[p.grid](g[0], p.x, mean, psg, psgx, *p.sizes, *p.strides, *g[1], **p.meta)
+    args = (g[0], p.x, p.x if y is None else y, mean, psg, psgx)  # y: the forward's, x's strides
+    _grad_stats_kernel[p.grid](*args, *p.sizes, *p.strides, *g[1], **p.meta, ACT=y is not None)
     return psg, psgx
 
 
@@ -317,14 +344,19 @@ def _grad_input(
     psg: torch.Tensor,
     psgx: torch.Tensor,
     weight: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y: torch.Tensor | None = None,
+    residual: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     splits = mean.shape[0]
     p, g = _plan(x, splits), _layout(grad, splits)
     dx = torch.empty_like(p.x)
     dw, db = torch.empty_like(weight), torch.empty_like(weight)
-    args = (g[0], p.x, dx, mean, invstd, psg, psgx, weight, dw, db, splits)
-    _grad_input_kernel[p.grid](*args, *p.sizes, *p.strides, *g[1], **p.meta_g)
-    return dx, dw, db
+    dz = torch.empty_like(g[0]) if residual else grad.new_empty(0)  # the gradient's strides
+    ys = p.x if y is None else y
+    args = (g[0], p.x, ys, dx, dz, mean, invstd, psg, psgx, weight, dw, db, splits)
+    flags = {"ACT": y is not None, "RES": residual}
+    _grad_input_kernel[p.grid](*args, *p.sizes, *p.strides, *g[1], **p.meta_g, **flags)
+    return dx, dw, db, dz
 
 
 LIB = torch.library.Library("negmine", "FRAGMENT")
@@ -332,16 +364,17 @@ SCHEMAS = {
     "split_bn_stats": ("(Tensor x, int splits) -> (Tensor, Tensor)", _stats),
     "split_bn_normalize": (
         "(Tensor x, Tensor pmean, Tensor pm2, Tensor weight, Tensor bias, Tensor(a!) running_mean,"
-        " Tensor(b!) running_var, Tensor params) -> (Tensor, Tensor, Tensor)",
+        " Tensor(b!) running_var, Tensor params, Tensor? residual=None, bool act=False)"
+        " -> (Tensor, Tensor, Tensor)",
         _normalize,
     ),
     "split_bn_grad_stats": (
-        "(Tensor grad, Tensor x, Tensor mean) -> (Tensor, Tensor)",
+        "(Tensor grad, Tensor x, Tensor mean, Tensor? y=None) -> (Tensor, Tensor)",
         _grad_stats,
     ),
     "split_bn_grad_input": (
         "(Tensor grad, Tensor x, Tensor mean, Tensor invstd, Tensor psg, Tensor psgx,"
-        " Tensor weight) -> (Tensor, Tensor, Tensor)",
+        " Tensor weight, Tensor? y=None, bool residual=False) -> (Tensor, Tensor, Tensor, Tensor)",
         _grad_input,
     ),
 }
@@ -353,7 +386,10 @@ ops = torch.ops.negmine
 
 class TritonSplitBatchNorm(torch.autograd.Function):
     """Split BN's training forward (updating the running statistics in place) and its backward,
-    four kernel launches in all; returns y."""
+    four kernel launches in all; returns y. With ``act``, y = relu(BN(x) [+ residual]): the
+    ReLU and the residual block's shortcut sum in the normalising kernel, their backward
+    (``threshold_backward`` from y, the shortcut's gradient) in the two backward kernels, so the
+    block's ``add_``, ``relu_`` and ``threshold_backward`` launch nothing of their own."""
 
     @staticmethod
     def forward(
@@ -365,18 +401,25 @@ class TritonSplitBatchNorm(torch.autograd.Function):
         running_var: torch.Tensor,
         splits: int,
         params: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        act: bool = False,
     ) -> torch.Tensor:
+        if residual is not None and not act:
+            raise ValueError("split BN's fused shortcut sum comes with its ReLU (act=True)")
         pmean, pm2 = ops.split_bn_stats(x, splits)
         y, mean, invstd = ops.split_bn_normalize(
-            x, pmean, pm2, weight, bias, running_mean, running_var, params
+            x, pmean, pm2, weight, bias, running_mean, running_var, params, residual, act
         )
-        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.save_for_backward(x, weight, mean, invstd, y if act else None)
+        ctx.residual = residual is not None
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        x, weight, mean, invstd = ctx.saved_tensors
-        psg, psgx = ops.split_bn_grad_stats(grad, x, mean)
-        dx, dw, db = ops.split_bn_grad_input(grad, x, mean, invstd, psg, psgx, weight)
-        return dx, dw, db, None, None, None, None
+        x, weight, mean, invstd, y = ctx.saved_tensors
+        psg, psgx = ops.split_bn_grad_stats(grad, x, mean, y)
+        dx, dw, db, dz = ops.split_bn_grad_input(
+            grad, x, mean, invstd, psg, psgx, weight, y, ctx.residual
+        )
+        return dx, dw, db, None, None, None, None, (dz if ctx.residual else None), None

@@ -103,13 +103,18 @@ def ocsvm(n: int, d: int, kernel: str, loop: str = "triton") -> None:
         raise RuntimeError("the Triton scoring kernel did not run")
 
 
-def splitbn(dtype: torch.dtype, channels_last: bool, path: str = "triton") -> None:
-    x = torch.randn(64, 24, 8, 8, dtype=torch.float32).to(dtype)
+def splitbn(
+    dtype: torch.dtype, channels_last: bool, path: str = "triton", act: str = ""
+) -> None:
+    """One layer forward and backward; ``act``: "relu" (ReLU fused), "relu+residual" (and the
+    shortcut sum: FusedBasicBlock's bn2)."""
+    x, z = (torch.randn(64, 24, 8, 8, dtype=torch.float32).to(dtype) for _ in range(2))
     if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    x.requires_grad_()
+        x, z = (t.contiguous(memory_format=torch.channels_last) for t in (x, z))
+    x.requires_grad_(), z.requires_grad_()
     bn = split_bn.SplitBatchNorm(24, 4, path=path).train()
-    y = bn(x)
+    bn.act = bool(act)
+    y = bn(x, z) if act == "relu+residual" else bn(x)
     y.backward(torch.ones_like(y))
 
 
@@ -121,6 +126,11 @@ results = [
     record("ocsvm regs rbf n=1024 d=20", lambda: ocsvm(1024, 20, "rbf", "triton_regs")),  # 8 warps
     record("split bn bf16 channels_last", lambda: splitbn(torch.bfloat16, True)),
     record("split bn fp32 NCHW", lambda: splitbn(torch.float32, False)),
+    record(
+        "split bn relu+residual bf16 channels_last",
+        lambda: splitbn(torch.bfloat16, True, act="relu+residual"),
+    ),
+    record("split bn relu fp32 NCHW", lambda: splitbn(torch.float32, False, act="relu")),
     record(
         "split bn onepass bf16 channels_last",
         lambda: splitbn(torch.bfloat16, True, "triton_onepass"),

@@ -68,6 +68,8 @@ def test_every_launch_binds_compiles_and_passes_the_globals_check(launched):
     assert names["ocsvm linear n=64 d=3"] == ["_gram_kernel", "_smo_kernel"]  # scored by aten
     assert names["split bn bf16 channels_last"] == SPLIT_BN
     assert names["split bn fp32 NCHW"] == SPLIT_BN
+    assert names["split bn relu+residual bf16 channels_last"] == SPLIT_BN  # FusedBasicBlock's bn2
+    assert names["split bn relu fp32 NCHW"] == SPLIT_BN  # its bn1
     assert names["split bn onepass bf16 channels_last"] == SPLIT_BN_ONEPASS
     assert names["split bn onepass fp32 NCHW"] == SPLIT_BN_ONEPASS
 
