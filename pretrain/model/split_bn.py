@@ -207,9 +207,7 @@ class SplitBatchNorm(nn.BatchNorm2d):
             from pretrain.model.split_bn_triton import TritonSplitBatchNorm  # imports triton
 
             state = (x, self.weight, self.bias, self.running_mean, self.running_var)
-            return TritonSplitBatchNorm.apply(
-                *state, s, self.triton_params, residual, self.act
-            )
+            return TritonSplitBatchNorm.apply(*state, s, self.triton_params, residual, self.act)
         return self.after(self.normalize(x, path), residual)
 
     def after(self, y: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:

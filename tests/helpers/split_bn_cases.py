@@ -43,6 +43,41 @@ def case_input(
     return x.to(dtype), grad.to(dtype), state
 
 
+def residual_input(name: str, case: tuple, layout: str) -> torch.Tensor:
+    """The shortcut of case ``name`` (FusedBasicBlock's bn2): N(0, 1), x's shape and dtype, in
+    ``layout`` ("nchw" or "channels_last")."""
+    n, size, _, _, dtype, *_ = case
+    g = torch.Generator().manual_seed(len(name) + 1000)
+    z = torch.randn(n, C, size, size, generator=g, dtype=torch.float64).to(dtype)
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    return z.contiguous(memory_format=fmt)
+
+
+def per_chunk_act(name: str, case: tuple, residual: str | None) -> dict[str, torch.Tensor]:
+    """torchvision BasicBlock's ops after its BatchNorm, in float64 on the case's (rounded)
+    values: relu(BatchNorm2d per chunk (x) [+ z]), z from :func:`residual_input` in layout
+    ``residual`` (None: no shortcut). Output and the gradients of x, z, weight and bias, the
+    running statistics."""
+    x, grad, state = case_input(name, case)
+    z = None if residual is None else residual_input(name, case, residual).double()
+    x = x.double().requires_grad_()
+    z = None if z is None else z.requires_grad_()
+    w, b = (state[k].clone().requires_grad_() for k in ("weight", "bias"))
+    splits = case[2]
+    means = [state["running_mean"].clone() for _ in range(splits)]  # each chunk's BatchNorm2d
+    vars_ = [state["running_var"].clone() for _ in range(splits)]
+    ys = [
+        torch.nn.functional.batch_norm(x_r, means[r], vars_[r], w, b, True, 0.1, 1e-5)
+        for r, x_r in enumerate(x.chunk(splits))
+    ]
+    y = torch.cat(ys)
+    y = torch.relu(y if z is None else y + z)
+    y.backward(grad.double())
+    out = {"y": y.detach(), "dx": x.grad, "dw": w.grad, "db": b.grad}
+    out |= {"running_mean": torch.stack(means).mean(0), "running_var": torch.stack(vars_).mean(0)}
+    return out | ({} if z is None else {"dz": z.grad})
+
+
 def per_chunk(name: str, case: tuple) -> tuple[torch.Tensor, ...]:
     """Plain nn.BatchNorm2d in float64 on each contiguous chunk of the case's input (rank r's
     batch), with the case's weight, bias and running statistics: output and input gradient

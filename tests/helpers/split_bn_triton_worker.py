@@ -25,7 +25,7 @@ from negmine_core.contract.op_counter import OpCounter  # noqa: E402
 from negmine_core.contract.sync_counter import SyncCounter  # noqa: E402
 from pretrain.model import split_bn_triton  # noqa: E402
 from pretrain.model.split_bn import SplitBatchNorm  # noqa: E402
-from tests.helpers.split_bn_cases import C, case_input  # noqa: E402
+from tests.helpers.split_bn_cases import C, case_input, residual_input  # noqa: E402
 
 # name: (batch, size, splits, layout, dtype, chunks, tile, block_c): chunks/tile/block_c None =
 # the module's own choice (one chunk, one channel block when interpreted). Sizes are small: the
@@ -48,13 +48,72 @@ CASES = {
 }
 
 
+# FusedBasicBlock's layers (SplitBatchNorm.act): name: (case as above, "relu" or
+# "relu+residual", the shortcut's layout). s3_relu_res_uneven: chunks, channel blocks and tails;
+# s2_relu_res_cl_z_nchw: the shortcut in another layout than x
+ACT_CASES = {
+    "s2_relu_nchw": ((16, 3, 2, "nchw", torch.float64, None, None, None), "relu", None),
+    "s3_relu_res_uneven": ((9, 5, 3, "nchw", torch.float64, 4, 8, 4), "relu+residual", "nchw"),
+    "s2_relu_res_cl_z_nchw": (
+        (16, 3, 2, "channels_last", torch.float64, 2, 16, None),
+        "relu+residual",
+        "nchw",
+    ),
+    "s4_relu_res_bf16_cl": (
+        (16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None),
+        "relu+residual",
+        "channels_last",
+    ),
+    "s4_relu_bf16_cl": ((16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None), "relu", None),
+}
+
+
+class knobs:  # noqa: N801  (a context manager named for what it sets)
+    """The kernels' chunking knobs of a case, set for its run and restored after."""
+
+    def __init__(self, case: tuple) -> None:
+        self.chunks, self.tile, self.block_c = case[5:8]
+
+    def __enter__(self) -> None:
+        self.defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
+        split_bn_triton.CHUNKS = self.chunks
+        split_bn_triton.TILE = self.tile or self.defaults[1]
+        split_bn_triton.BLOCK_C_MAX = self.block_c or self.defaults[2]
+
+    def __exit__(self, *exc: object) -> None:
+        split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = self.defaults
+
+
+def run_act(name: str, fused: bool) -> dict[str, torch.Tensor | int]:
+    """An :data:`ACT_CASES` case through the fused kernels (``fused``), or through the plain
+    Triton layer followed by BasicBlock's own ``+ shortcut`` and ReLU."""
+    case, act, z_layout = ACT_CASES[name]
+    with knobs(case):
+        x, grad, state = case_input(name, case)
+        z = residual_input(name, case, z_layout) if act == "relu+residual" else None
+        bn = SplitBatchNorm(C, case[2], path="triton").train()
+        bn.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        bn.load_state_dict(state, strict=False)
+        bn.act = fused
+        x = x.requires_grad_()
+        z = None if z is None else z.requires_grad_()
+        with OpCounter() as ops:
+            if fused:
+                y = bn(x, z)
+            else:
+                y = bn(x)
+                y = torch.relu(y if z is None else y + z)
+            y.backward(grad)
+    out = {"y": y.detach(), "dx": x.grad, "dw": bn.weight.grad, "db": bn.bias.grad}
+    out |= {"running_mean": bn.running_mean, "running_var": bn.running_var, "ops": ops.count}
+    out |= {} if z is None else {"dz": z.grad}
+    out |= {"y_channels_last": int(y.is_contiguous(memory_format=torch.channels_last))}
+    return out
+
+
 def run(name: str) -> dict[str, torch.Tensor | int]:
-    _, _, splits, _, _, chunks, tile, block_c = CASES[name]
-    defaults = split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX
-    split_bn_triton.CHUNKS = chunks
-    split_bn_triton.TILE = tile or defaults[1]
-    split_bn_triton.BLOCK_C_MAX = block_c or defaults[2]
-    try:
+    _, _, splits, *_ = CASES[name]
+    with knobs(CASES[name]):
         x, grad, state = case_input(name, CASES[name])
         bn = SplitBatchNorm(C, splits, path="triton").train()
         wide = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -68,8 +127,6 @@ def run(name: str) -> dict[str, torch.Tensor | int]:
             y = bn(x)
         with OpCounter() as backward:
             y.backward(grad)
-    finally:
-        split_bn_triton.CHUNKS, split_bn_triton.TILE, split_bn_triton.BLOCK_C_MAX = defaults
     out = {"y": y.detach(), "dx": x.grad, "dw": bn.weight.grad, "db": bn.bias.grad}
     out |= {"running_mean": bn.running_mean, "running_var": bn.running_var}
     out |= {"ops_forward": forward.count, "ops_backward": backward.count, "syncs": syncs.count}
@@ -79,4 +136,7 @@ def run(name: str) -> dict[str, torch.Tensor | int]:
 
 
 if __name__ == "__main__":
-    torch.save({name: run(name) for name in CASES}, sys.argv[1])
+    out = {name: run(name) for name in CASES}
+    out |= {f"{name} {kind}": run_act(name, kind == "fused") for name in ACT_CASES
+            for kind in ("fused", "unfused")}  # fmt: skip
+    torch.save(out, sys.argv[1])

@@ -103,9 +103,7 @@ def ocsvm(n: int, d: int, kernel: str, loop: str = "triton") -> None:
         raise RuntimeError("the Triton scoring kernel did not run")
 
 
-def splitbn(
-    dtype: torch.dtype, channels_last: bool, path: str = "triton", act: str = ""
-) -> None:
+def splitbn(dtype: torch.dtype, channels_last: bool, path: str = "triton", act: str = "") -> None:
     """One layer forward and backward; ``act``: "relu" (ReLU fused), "relu+residual" (and the
     shortcut sum: FusedBasicBlock's bn2)."""
     x, z = (torch.randn(64, 24, 8, 8, dtype=torch.float32).to(dtype) for _ in range(2))

@@ -75,9 +75,47 @@ def test_reduced_precision_equals_float64_per_chunk_to_float32_statistics(result
         torch.testing.assert_close(got[key].double(), want, rtol=tol, atol=tol, msg=key)
 
 
+ACT64 = [n for n, (case, *_) in worker.ACT_CASES.items() if case[4] == torch.float64]
+ACT_BF16 = [n for n in worker.ACT_CASES if n not in ACT64]
+
+
+@pytest.mark.parametrize("name", ACT64)
+def test_fused_relu_and_shortcut_equal_basicblock_ops_in_float64(results, name):
+    """FusedBasicBlock's layers (``act``: the ReLU, and the shortcut sum of its bn2) in the Triton
+    kernels: output, the gradients of x, the shortcut, weight and bias, and the running
+    statistics equal relu(BatchNorm2d per chunk + z) in float64 (an independent reference)."""
+    case, act, z_layout = worker.ACT_CASES[name]
+    got = results[f"{name} fused"]
+    want = split_bn_cases.per_chunk_act(name, case, z_layout if act == "relu+residual" else None)
+    assert set(want) <= set(got)
+    for key, value in want.items():
+        torch.testing.assert_close(got[key], value, rtol=1e-11, atol=1e-11, msg=key)
+    assert got["y_channels_last"] == int(case[3] == "channels_last")
+
+
+@pytest.mark.parametrize("name", ACT_BF16)
+def test_fused_relu_and_shortcut_in_bf16_equal_the_unfused_ops(results, name):
+    """bf16: the fused kernels against the plain Triton layer followed by torch's ``+ z`` and
+    ReLU. The output within one bf16 rounding (Triton's interpreter truncates where CUDA and
+    torch round to nearest; the sum is rounded once in each, after BN's rounded output), and the
+    ReLU's mask the same, so every gradient and running statistic is equal exactly; and the
+    fused layer launches only the four kernels where the unfused one adds the sum, the ReLU and
+    its backward."""
+    got, want = results[f"{name} fused"], results[f"{name} unfused"]
+    ulp = got["y"].double().abs().clamp(min=1.0) * 2.0**-7
+    assert ((got["y"].double() - want["y"].double()).abs() <= ulp).all()
+    for key in ("dx", "dz", "dw", "db", "running_mean", "running_var"):
+        if key in want:
+            assert torch.equal(got[key], want[key]), key
+    extra = 3 if "dz" in want else 2  # (add,) relu, threshold_backward
+    assert want["ops"] - got["ops"] == extra  # both: the four kernels (+ the leaf z's layout copy)
+
+
 def test_two_launches_forward_and_two_backward_whatever_the_splits(results):
     counts = {
-        (r["ops_forward"], r["ops_backward"]) for n, r in results.items() if "strided" not in n
+        (r["ops_forward"], r["ops_backward"])
+        for n, r in results.items()
+        if "strided" not in n and n in worker.CASES
     }
     assert counts == {(2, 2)}, counts
 
@@ -86,7 +124,7 @@ def test_no_host_sync_from_the_first_call(results):
     """A fresh layer's first training call (forward and backward) makes no would-be CUDA host
     sync: its float64 (eps, momentum) is built with the layer and moved by .to(), not copied to
     the device in the call (CUDA's sync-debug mode raised there on an H200 when it was)."""
-    assert {n: r["syncs"] for n, r in results.items()} == dict.fromkeys(results, 0)
+    assert {n: results[n]["syncs"] for n in worker.CASES} == dict.fromkeys(worker.CASES, 0)
 
 
 KERNELS = ("_stats_kernel", "_normalize_kernel", "_grad_stats_kernel", "_grad_input_kernel")
@@ -137,3 +175,43 @@ def test_triton_kernels_on_cuda_equal_float64_per_split(dtype, channels_last, sh
     pairs += [(got.running_mean, ref.running_mean), (got.running_var, ref.running_var)]
     for a, b in pairs:
         torch.testing.assert_close(a.double(), b, rtol=stats, atol=stats)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("act", ["relu", "relu+residual"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_relu_and_shortcut_on_cuda_equal_the_unfused_ops(dtype, act):
+    """FusedBasicBlock's layers compiled (cifar10_moco's first layers' shape, channels_last in
+    bf16 as the recipe runs): equal to the plain Triton layer followed by torch's ``+ z`` and
+    ReLU, the output within one rounding of the input's dtype (both round to nearest; the fused
+    sum is rounded once after BN's rounded output, as the unfused ops do) and the gradients of
+    x, z, weight and bias to float32 accumulation."""
+    shape = (512, 64, 32, 32)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    fmt = torch.channels_last if dtype == torch.bfloat16 else torch.contiguous_format
+    x, z, grad = (
+        (torch.randn(shape, device="cuda", generator=gen) * 2 + 1)
+        .to(dtype)
+        .contiguous(memory_format=fmt)
+        for _ in range(3)
+    )
+    res = act == "relu+residual"
+    outs = []
+    for fused in (True, False):
+        bn = SplitBatchNorm(shape[1], 8, path="triton").cuda().train()
+        bn.act = fused
+        xi, zi = x.clone().requires_grad_(), z.clone().requires_grad_()
+        if fused:
+            y = bn(xi, zi if res else None)
+        else:
+            y = bn(xi)
+            y = torch.relu(y + zi if res else y)
+        y.backward(grad)
+        outs.append((y, xi.grad, zi.grad if res else None, bn.weight.grad, bn.bias.grad))
+    (y, dx, dz, dw, db), (y0, dx0, dz0, dw0, db0) = outs
+    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-22
+    assert ((y.float() - y0.float()).abs() <= y0.float().abs().clamp(min=1.0) * ulp).all()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    for a, b in [(dx, dx0), (dz, dz0), (dw, dw0), (db, db0)]:
+        if b is not None:
+            torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
