@@ -90,8 +90,12 @@ def smooth_activations() -> None:
     and a ReLU mask is discontinuous: where a pre-activation sits within float rounding of 0 (the
     digits' constant background puts whole feature maps there), a one-ulp difference between
     batch-16 and batch-8 kernels flips the mask and moves the gradients below it by 1e-3, on some
-    seeds and CPUs and not others. SiLU is smooth, so rounding moves the gradients by rounding."""
-    torch.nn.ReLU.forward = lambda self, x: torch.nn.functional.silu(x)  # type: ignore[method-assign]
+    seeds and CPUs and not others. SiLU is smooth, so rounding moves the gradients by rounding.
+    ``F.relu`` is replaced, which ``nn.ReLU`` calls and so do split BN's fused ReLUs
+    (``SplitBatchNorm.act``, FusedBasicBlock) off the Triton path."""
+    functional = torch.nn.functional
+    silu = functional.silu
+    functional.relu = lambda x, inplace=False: silu(x, inplace=inplace)
 
 
 def main(out: Path, overrides: list[str]) -> None:
