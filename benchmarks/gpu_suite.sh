@@ -29,11 +29,14 @@
 #   input   (40) benchmarks/input.py --parts trainer decode --trainers cifar10_moco --steps 10:
 #                cifar10_moco's trainer vs model-only step and the batched decode + crop
 #                (--quick, every part and recipe, on a CPU)
-#   profile (48) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
-#                warm-up: the 25 most expensive CUDA kernels, the GPU-busy share of the step (the
-#                union of the device events over the step), the step split into convolutions/
-#                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
-#                model's step (on a CPU, --quick: operators' CPU time, tiny model)
+#   profile (48) benchmarks/profile_step.py --capture both: the cifar10_moco step under
+#                torch.profiler after warm-up, eager: the 25 most expensive CUDA kernels, the step
+#                split into convolutions/matmuls, split BN, other elementwise, optimizer, strategy
+#                + loss, beside the bare model's step; then captured (train.cuda_graphs' own
+#                CapturedStep, replayed as the trainer replays it); for both the GPU-busy share
+#                of the step (the union of the device's kernel, copy and set intervals per step
+#                over the wall time per step) (on a CPU, --quick: eager, operators' CPU time,
+#                tiny model)
 #   train   (52) benchmarks/train.py --capture on --runs moco_resident: cifar10_moco on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), resident, captured
 #                (train.cuda_graphs=on), as many whole epochs as fit: images/s, data-wait, epoch
@@ -289,10 +292,12 @@ part_input() {
   else bench_part input benchmarks/input.py; fi
 }
 
-part_profile() {
-  local data=()
+part_profile() {  # CUDA: the eager step, then the captured one (train.cuda_graphs) replayed
+  local data=() capture=()
   if [ ${#QUICK[@]} -eq 0 ] && [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  bench_part profile benchmarks/profile_step.py "${data[@]}" --summary "$REPORT/figures.md"
+  if [ "$DEVICE" = cuda ]; then capture=(--capture both); fi
+  bench_part profile benchmarks/profile_step.py "${data[@]}" "${capture[@]}" \
+    --summary "$REPORT/figures.md"
 }
 
 part_train() {  # stops its runs 15 s before its budget, so that it prints its tables itself

@@ -190,6 +190,7 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
     assert commands["graphs"].startswith("python benchmarks/graphs_check.py --device cuda")
     assert "--device cuda" in commands["splitbn"] and "--parts trainer decode" in commands["input"]
     assert commands["profile"].startswith("python benchmarks/profile_step.py --device cuda")
+    assert " --capture both " in commands["profile"]  # the eager step, then the captured one
     assert commands["train"].startswith("python benchmarks/train.py --device cuda")
     assert f"--budget {budgets['train'] - 15} " in commands["train"]  # stops before its kill
     assert "--runs moco_resident --capture on " in commands["train"]  # eager: the profile's
@@ -207,6 +208,17 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
     cfg = config.load("digits_mioc.yaml", mioc[5:])
     assert 0 < cfg.train.max_steps < 200
     assert not report.exists()
+
+
+def test_the_cpu_plan_profiles_the_eager_step_alone(tmp_path):
+    """A CPU cannot capture: the profile part's plan there has no --capture (profile_step.py
+    would refuse it, exit 2)."""
+    proc = suite("--dry-run", "--device", "cpu", "--quick", "--report", str(tmp_path / "rep"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (profile,) = re.findall(r"^gpu_suite: plan: part profile \(budget \d+ s\): (.+)$", proc.stdout,
+                            flags=re.M)  # fmt: skip
+    assert profile.startswith("python benchmarks/profile_step.py --device cpu")
+    assert "--capture" not in profile and "--quick" in profile
 
 
 # The H200 records of 2026-11-28 (benchmarks/RESULTS.md): d66eca4 (`--total 300`, then `--parts
