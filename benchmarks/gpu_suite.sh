@@ -9,46 +9,49 @@
 #
 # Parts, in this order (the pass/fail checks first, then the timings), each under its own time
 # budget in seconds (`timeout`: SIGTERM at the budget, SIGKILL 10 s later):
-#   tests   (85) pytest -m cuda tests: the cuda-marked tests (CUDA only)
-#   sync    (57) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
+#   tests   (87) pytest -m cuda tests: the cuda-marked tests (CUDA only)
+#   sync    (59) benchmarks/step.py --mode all --sync-debug error --steps 3: every strategy, every
 #                negative baseline, the digits and cifar10_moco steps (bf16 channels_last) under
 #                torch.cuda.set_sync_debug_mode("error") (CUDA only)
 #   mioc    (20) the quick start, python -m pretrain --cfg digits_mioc.yaml, cut at 90 steps (24
 #                past the OC-SVM's warm-up), every step logged to REPORT/mioc.metrics.jsonl; on a
 #                CPU (--quick) 4 steps with the OC-SVM from step 0
-#   graphs  (64) benchmarks/graphs_check.py: cifar10_moco, 20 steps eager and 20 with
+#   graphs  (81) benchmarks/graphs_check.py: cifar10_moco, 20 steps eager and 20 with
 #                train.cuda_graphs=on stopped at 10 and resumed, losses and the final model and
 #                queue compared (CUDA only)
-#   splitbn (11) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
-#                triton): decides the CUDA default (--quick sizes on a CPU)
-#   ocsvm   (30) benchmarks/ocsvm.py --quick: the OC-SVM fit and scoring, GPU targets; the fit
-#                split into the kernel matrix, the solve and the 4096-key scoring
+#   splitbn (19) benchmarks/split_bn.py: one split-BN layer on each path (per_split, fused aten,
+#                triton, triton_onepass): decides the CUDA default (--quick sizes on a CPU)
+#   ocsvm   (45) benchmarks/ocsvm.py --quick --generators clustered: the OC-SVM fit and scoring
+#                on the clustered points, GPU targets; the fit split into the kernel matrix, the
+#                solve and the 4096-key scoring (on a CPU both generators)
 #   step    (33) benchmarks/step.py --mode all: the steps of `sync` timed (20 each), sync debug
 #                off; on a CPU the strategies table (--quick)
 #   input   (40) benchmarks/input.py --parts trainer decode --trainers cifar10_moco --steps 10:
 #                cifar10_moco's trainer vs model-only step and the batched decode + crop
 #                (--quick, every part and recipe, on a CPU)
-#   profile (39) benchmarks/profile_step.py: the cifar10_moco step under torch.profiler after
-#                warm-up: the 25 most expensive CUDA kernels, the GPU-busy share of the step (the
-#                union of the device events over the step), the step split into convolutions/
-#                matmuls, split BN, other elementwise, optimizer, strategy + loss, beside the bare
-#                model's step (on a CPU, --quick: operators' CPU time, tiny model)
-#   train   (88) benchmarks/train.py --capture both --runs moco_resident: cifar10_moco on the
+#   profile (48) benchmarks/profile_step.py --capture both: the cifar10_moco step under
+#                torch.profiler after warm-up, eager: the 25 most expensive CUDA kernels, the step
+#                split into convolutions/matmuls, split BN, other elementwise, optimizer, strategy
+#                + loss, beside the bare model's step; then captured (train.cuda_graphs' own
+#                CapturedStep, replayed as the trainer replays it); for both the GPU-busy share
+#                of the step (the union of the device's kernel, copy and set intervals per step
+#                over the wall time per step) (on a CPU, --quick: eager, operators' CPU time,
+#                tiny model)
+#   train   (52) benchmarks/train.py --capture on --runs moco_resident: cifar10_moco on the
 #                CIFAR-10 images (/tmp/data/cifar10, from .gpu/setup.sh), resident, captured
-#                (train.cuda_graphs=on) and eager one after the other, as many whole epochs as
-#                fit: images/s, data-wait, epoch time, kNN at the end, captured / eager (on a
-#                CPU, --quick: tiny model and images, one epoch each, MoCo from the loader and
-#                MiOC resident, eager)
-#   peers   (84) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
+#                (train.cuda_graphs=on), as many whole epochs as fit: images/s, data-wait, epoch
+#                time, kNN at the end (on a CPU, --quick: tiny model and images, one epoch each,
+#                MoCo from the loader and MiOC resident, eager)
+#   peers   (58) benchmarks/peers.py: lightly's CIFAR-10 benchmark MoCo beside cifar10_moco at
 #                lightly's settings, matched (ResNet-18, batch 512, 2,048 of the CIFAR-10 images,
-#                the two-key symmetric loss on both, an fp32 and a bf16 pair), negmine's loader
+#                the two-key symmetric loss on both, the fp32 pair), negmine's loader
 #                and resident paths, interleaved epoch by epoch in alternating order, a warm-up
 #                epoch and as many timed ones as fit, at least 3 (fewer images where they do
 #                not), kNN at the end; the OC-SVM beside scikit-learn and
 #                thundersvm-cpu at n = 256, 1024, 4096 (on a CPU, --quick: tiny model and images,
 #                one epoch, the fp32 pair, n = 256; the moco half skipped with a note where
 #                lightly is not installed)
-# 542 s of budgets in all (each at least the H200's seconds at d66eca4 + 10 %; with the suite's
+# 542 s of budgets in all (each at least the H200's seconds at d66eca4 or bf56f2b + 10 %; with the suite's
 # own ~16 s and the 12 s kill margin, 570 s), and the whole run is held under --total (570 s, so
 # that the suite and its set-up fit one 10-minute command): a part gets at most
 # what is left of it (less 12 s for a kill), and a part with under 5 s left is not run (a
@@ -79,10 +82,12 @@ FORCE_DEVICE=""
 TOTAL=570
 ALL_PARTS="tests,sync,mioc,graphs,splitbn,ocsvm,step,input,profile,train,peers"
 PARTS="$ALL_PARTS"
-# sized from the H200 run of d66eca4 (2026-11-28): each at least its measured seconds + 10 %,
-# and their sum + the suite's own ~16 s + the 12 s kill margin within TOTAL
-declare -A BUDGET=([tests]=85 [sync]=57 [mioc]=20 [graphs]=64 [splitbn]=11 [ocsvm]=30 [step]=33
-                   [input]=40 [profile]=39 [train]=88 [peers]=75)
+# sized from the H200 runs of d66eca4 and bf56f2b (2026-11-28; tests/benchmarks/test_gpu_suite.py
+# H200_SECONDS): each at least its measured (or, where a part was cut, estimated) seconds + 10 %,
+# and their sum + the suite's own ~16 s + the 12 s kill margin within TOTAL; to fit, train runs
+# the captured step alone, peers the fp32 pair alone and ocsvm the clustered points alone
+declare -A BUDGET=([tests]=87 [sync]=59 [mioc]=20 [graphs]=81 [splitbn]=19 [ocsvm]=45 [step]=33
+                   [input]=40 [profile]=48 [train]=52 [peers]=58)
 CIFAR="${NEGMINE_CIFAR10:-/tmp/data/cifar10}"  # the CIFAR-10 JPEG folder .gpu/setup.sh unpacks
 declare -A GIVEN=()  # the budgets set with --budget (--quick leaves them alone)
 TOTAL_GIVEN=0
@@ -267,8 +272,9 @@ part_graphs() {
 
 part_splitbn() { bench_part splitbn benchmarks/split_bn.py; }
 
-part_ocsvm() {  # --quick on CUDA too: n = 256 and 1024 (the full run passed 170 s on an H100)
-  if [ ${#QUICK[@]} -eq 0 ]; then bench_part ocsvm benchmarks/ocsvm.py --quick
+part_ocsvm() {  # --quick on CUDA too: 3 repeats (the full run passed 170 s on an H100); the
+  # clustered points alone (the targets' figures; tight repeats every size: ~15 s more)
+  if [ ${#QUICK[@]} -eq 0 ]; then bench_part ocsvm benchmarks/ocsvm.py --quick --generators clustered
   else bench_part ocsvm benchmarks/ocsvm.py; fi
 }
 
@@ -286,17 +292,21 @@ part_input() {
   else bench_part input benchmarks/input.py; fi
 }
 
-part_profile() {
-  local data=()
+part_profile() {  # CUDA: the eager step, then the captured one (train.cuda_graphs) replayed
+  local data=() capture=()
   if [ ${#QUICK[@]} -eq 0 ] && [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  bench_part profile benchmarks/profile_step.py "${data[@]}" --summary "$REPORT/figures.md"
+  if [ "$DEVICE" = cuda ]; then capture=(--capture both); fi
+  bench_part profile benchmarks/profile_step.py "${data[@]}" "${capture[@]}" \
+    --summary "$REPORT/figures.md"
 }
 
 part_train() {  # stops its runs 15 s before its budget, so that it prints its tables itself
   local data=() budget
   budget=$(part_budget train)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
-  local runs=(--runs moco_resident --capture both)  # CUDA: the captured step against eager
+  # CUDA: the captured step alone, its 37 s the whole share (6 epochs at d66eca4); the eager
+  # step's time is the profile part's (captured and eager, one process)
+  local runs=(--runs moco_resident --capture on)
   # --quick: its own tiny images, and two runs that cover both recipes and both data paths
   if [ ${#QUICK[@]} -gt 0 ]; then data=(); runs=(--runs moco_loader,mioc_resident); fi
   bench_part train benchmarks/train.py "${data[@]}" "${runs[@]}" \
@@ -304,11 +314,12 @@ part_train() {  # stops its runs 15 s before its budget, so that it prints its t
 }
 
 part_peers() {  # the training stops 30 s before the budget: start-up, kNN, OC-SVM, tables
-  # matched pairs: fp32 and bf16, each on both sides, on 2,048 + 2,000 of the CIFAR-10 images:
-  # per pair a warm-up epoch (lightly's ~13 s on the H200) and 3 timed ones (~2.5 s a round) in
-  # its ~27 s; peers.py sizes itself down where they do not fit
+  # the fp32 pair (lightly's benchmark's own precision) on both sides, on 2,048 + 2,000 of the
+  # CIFAR-10 images: a warm-up epoch (lightly's ~13 s on the H200) and 3 timed ones (~2.5 s a
+  # round) in its 28 s; peers.py sizes itself down where they do not fit (the bf16 pair too:
+  # --budget peers=84 for both)
   local data=() sizes=(--ocsvm-sizes 256,1024,4096) budget
-  local pairs=(--precision fp32,bf16 --train-images 2048 --test-images 2000)
+  local pairs=(--precision fp32 --train-images 2048 --test-images 2000)
   budget=$(part_budget peers)
   if [ -d "$CIFAR/train" ]; then data=(--data "$CIFAR"); fi
   if [ ${#QUICK[@]} -gt 0 ]; then data=(); sizes=(); pairs=(--precision fp32); fi  # tiny, n = 256

@@ -140,6 +140,24 @@ def _shrink(Q, QD, alpha, G, Gbar, perm, sl, sr, n, A, unshrink, eps, BLOCK: tl.
 
 
 @_jit
+def _rho(total, n_free, ub, lb):
+    """The end of ``calculate_rho`` (y = +1), shared by both SMO programs: the mean G of the free
+    alphas (``total`` / ``n_free``), else the midpoint of the bounds ``ub``, ``lb``."""
+    return tl.where(n_free > 0, total / tl.maximum(n_free, 1).to(tl.float64), (ub + lb) / 2.0)
+
+
+@_jit
+def _store_result(out_rho, out_it, rho, it, timed_out, finite):
+    """The outputs of both SMO programs: rho (NaN for non-finite input), then (iterations, timed
+    out, bad input)."""
+    tl.store(out_rho, tl.where(finite, rho, _INF - _INF))  # NaN: no NaN global (Triton's
+    # per-launch check of the globals compares them with != , and NaN != NaN)
+    tl.store(out_it, it.to(tl.int64))
+    tl.store(out_it + 1, timed_out.to(tl.int64))
+    tl.store(out_it + 2, (~finite).to(tl.int64))
+
+
+@_jit
 def _smo_kernel(
     Q,  # (n, n) float32 kernel, original order
     QD0,  # (n,) float64 diagonal, original order
@@ -312,12 +330,7 @@ def _smo_kernel(
         ub = tl.minimum(ub, tl.min(tl.where(ok & (a <= 0.0), g, _INF), 0))
         lb = tl.maximum(lb, tl.max(tl.where(ok & (a >= 1.0), g, -_INF), 0))
         tl.store(alpha_out + tl.load(perm + p, mask=ok, other=0), a, mask=ok)
-    rho = tl.where(n_free > 0, total / tl.maximum(n_free, 1).to(tl.float64), (ub + lb) / 2.0)
-    tl.store(out_rho, tl.where(finite, rho, _INF - _INF))  # NaN: no NaN global (Triton's
-    # per-launch check of the globals compares them with != , and NaN != NaN)
-    tl.store(out_it, it.to(tl.int64))
-    tl.store(out_it + 1, timed_out.to(tl.int64))
-    tl.store(out_it + 2, (~finite).to(tl.int64))
+    _store_result(out_rho, out_it, _rho(total, n_free, ub, lb), it, timed_out, finite)
 
 
 def check_device(dev: torch.device, what: str) -> None:
@@ -329,6 +342,52 @@ def check_device(dev: torch.device, what: str) -> None:
         )
     if dev.type != "cpu" and INTERPRET:
         raise RuntimeError(f"{dev} tensors, but the Triton {what} was loaded in interpreter mode")
+
+
+def launch(
+    kernel,
+    problem: tuple,
+    scratch: tuple[tuple[tuple[int, ...], torch.dtype], ...],
+    num_warps: int,
+    **size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One launch (grid (1,)) of an SMO program, ``_smo_kernel`` or
+    ``smo_triton_regs._smo_regs_kernel``, on ``problem``: :func:`_solve`'s arguments (Q, QD,
+    alpha0, n_init, params, bad, max_iter, shrinking). The device check, the outputs and the
+    ``scratch`` buffers ((shape, dtype) each, allocated in order after alpha), then the kernel
+    called with (Q, QD, alpha0, alpha, *scratch, params, bad, rho, it, n, n_init, max_iter),
+    ``SHRINK`` and the program's ``size`` constexpr, compiled without FMA contraction on
+    ``num_warps`` warps.
+
+    Returns (alpha (n,) float64, rho (1,) float64, (n_iter, timed_out, bad input) (3,) int64), on
+    the device, unread (no host sync).
+    """
+    Q, QD, alpha0, n_init, params, bad, max_iter, shrinking = problem
+    n, dev = len(QD), QD.device
+    check_device(dev, "solver")
+    alpha = torch.empty(n, dtype=torch.float64, device=dev)
+    buffers = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in scratch]
+    rho = torch.empty(1, dtype=torch.float64, device=dev)
+    it = torch.empty(3, dtype=torch.int64, device=dev)
+    kw = {} if INTERPRET else {"enable_fp_fusion": False, "num_warps": num_warps}
+    kernel[(1,)](
+        Q,
+        QD,
+        alpha0,
+        alpha,
+        *buffers,
+        params,
+        bad,
+        rho,
+        it,
+        n,
+        n_init,
+        max_iter,
+        SHRINK=shrinking,
+        **size,
+        **kw,
+    )
+    return alpha, rho, it
 
 
 def _solve(
@@ -344,46 +403,28 @@ def _solve(
     """One launch of the SMO program. Q (n, n) float32, QD and alpha0 (n,) float64, params (2,)
     float64 = (eps, TAU), ``bad`` (n,) float64 (nonzero or NaN: a non-finite point, then the
     program does no iteration and rho is NaN), all on one device; ``n_init``: the leading
-    alphas > 0.
-
-    Returns (alpha (n,) float64, rho (1,) float64, (n_iter, timed_out, bad input) (3,) int64), on
-    the device, unread (no host sync).
+    alphas > 0. Returns :func:`launch`'s (alpha, rho, (n_iter, timed_out, bad input)).
     """
-    n, dev = len(QD), QD.device
-    check_device(dev, "solver")
-    alpha = torch.empty(n, dtype=torch.float64, device=dev)
-    scratch = torch.empty(4, n, dtype=torch.float64, device=dev)
-    iscratch = torch.empty(3, n, dtype=torch.int32, device=dev)
-    rho = torch.empty(1, dtype=torch.float64, device=dev)
-    it = torch.empty(3, dtype=torch.int64, device=dev)
+    n = len(QD)
+    scratch = (((4, n), torch.float64), ((3, n), torch.int32))  # see _smo_kernel
+    problem = (Q, QD, alpha0, n_init, params, bad, max_iter, shrinking)
     block = min(triton.next_power_of_2(n), 1024)
-    kw = {} if INTERPRET else {"enable_fp_fusion": False, "num_warps": 4 if n <= 2048 else 8}
-    _smo_kernel[(1,)](
-        Q,
-        QD,
-        alpha0,
-        alpha,
-        scratch,
-        iscratch,
-        params,
-        bad,
-        rho,
-        it,
-        n,
-        n_init,
-        max_iter,
-        SHRINK=shrinking,
-        BLOCK=block,
-        **kw,
-    )
-    return alpha, rho, it
+    return launch(_smo_kernel, problem, scratch, 4 if n <= 2048 else 8, BLOCK=block)
 
 
 LIB = torch.library.Library("negmine", "FRAGMENT")
-LIB.define(
-    "ocsvm_smo(Tensor Q, Tensor QD, Tensor alpha0, int n_init, Tensor params, Tensor bad,"
-    " int max_iter, bool shrinking) -> (Tensor, Tensor, Tensor)"
-)
-LIB.impl("ocsvm_smo", _solve, "CompositeExplicitAutograd")
-solve = torch.ops.negmine.ocsvm_smo  # _solve as one op: the op counter and the profiler see the
-# launch as one op (and nothing of what Triton's interpreter does inside it)
+
+
+def define(name: str, solve: object) -> object:
+    """``solve`` (the arguments and results of :func:`_solve`) as the one op
+    ``torch.ops.negmine.<name>``: the op counter and the profiler see the launch as one op (and
+    nothing of what Triton's interpreter does inside it)."""
+    LIB.define(
+        f"{name}(Tensor Q, Tensor QD, Tensor alpha0, int n_init, Tensor params, Tensor bad,"
+        " int max_iter, bool shrinking) -> (Tensor, Tensor, Tensor)"
+    )
+    LIB.impl(name, solve, "CompositeExplicitAutograd")
+    return getattr(torch.ops.negmine, name)
+
+
+solve = define("ocsvm_smo", _solve)

@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from negatives.ocsvm import smo_triton  # its device check and interpreter flag
+from negatives.ocsvm import smo_triton  # its launch, op definition and result store
 
 MAX_N = 1024  # the largest fit whose state this program keeps in registers
 _INF = tl.constexpr(float("inf"))  # exact in float32: a safe literal
@@ -233,12 +233,9 @@ def _smo_regs_kernel(
     n_free = tl.sum(free.to(tl.int32), 0)
     ub = tl.min(tl.where(valid & (alpha <= 0.0), G, _INF), 0)
     lb = tl.max(tl.where(valid & (alpha >= 1.0), G, -_INF), 0)
-    rho = tl.where(n_free > 0, total / tl.maximum(n_free, 1).to(tl.float64), (ub + lb) / 2.0)
+    rho = smo_triton._rho(total, n_free, ub, lb)
     tl.store(alpha_out + lanes, alpha, mask=valid)
-    tl.store(out_rho, tl.where(finite, rho, _INF - _INF))  # NaN (see smo_triton)
-    tl.store(out_it, it.to(tl.int64))
-    tl.store(out_it + 1, timed_out.to(tl.int64))
-    tl.store(out_it + 2, (~finite).to(tl.int64))
+    smo_triton._store_result(out_rho, out_it, rho, it, timed_out, finite)
 
 
 def takes(n: int, owner: dict) -> bool:
@@ -276,45 +273,16 @@ def _solve(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One launch of the register SMO program; the arguments and results of
     :func:`negatives.ocsvm.smo_triton.solve` (results on the device, unread), for n <= 1,024."""
-    n, dev = len(QD), QD.device
+    n = len(QD)
     if n > MAX_N:
         raise ValueError(
             f"loop='triton_regs' keeps the solver's state in registers for n <= {MAX_N} points, "
             f"got n = {n}; use loop='triton'"
         )
-    smo_triton.check_device(dev, "solver")
     npad = max(16, triton.next_power_of_2(n))
-    alpha = torch.empty(n, dtype=torch.float64, device=dev)
-    iscr = torch.empty(4, npad, dtype=torch.int32, device=dev)
-    fscr = torch.empty(npad, dtype=torch.float64, device=dev)
-    rho = torch.empty(1, dtype=torch.float64, device=dev)
-    it = torch.empty(3, dtype=torch.int64, device=dev)
-    kw = {} if smo_triton.INTERPRET else {"enable_fp_fusion": False, "num_warps": num_warps(npad)}
-    _smo_regs_kernel[(1,)](
-        Q,
-        QD,
-        alpha0,
-        alpha,
-        iscr,
-        fscr,
-        params,
-        bad,
-        rho,
-        it,
-        n,
-        n_init,
-        max_iter,
-        SHRINK=shrinking,
-        NPAD=npad,
-        **kw,
-    )
-    return alpha, rho, it
+    scratch = (((4, npad), torch.int32), ((npad,), torch.float64))  # iscr, fscr
+    problem = (Q, QD, alpha0, n_init, params, bad, max_iter, shrinking)
+    return smo_triton.launch(_smo_regs_kernel, problem, scratch, num_warps(npad), NPAD=npad)
 
 
-LIB = torch.library.Library("negmine", "FRAGMENT")
-LIB.define(
-    "ocsvm_smo_regs(Tensor Q, Tensor QD, Tensor alpha0, int n_init, Tensor params, Tensor bad,"
-    " int max_iter, bool shrinking) -> (Tensor, Tensor, Tensor)"
-)
-LIB.impl("ocsvm_smo_regs", _solve, "CompositeExplicitAutograd")
-solve = torch.ops.negmine.ocsvm_smo_regs  # one op, as smo_triton.solve
+solve = smo_triton.define("ocsvm_smo_regs", _solve)  # one op, as smo_triton.solve

@@ -46,6 +46,13 @@ class Contract:
     capturable: ClassVar[bool] = False
     #: Why not ``capturable``: the sentence ``train.cuda_graphs``'s refusal quotes.
     why_not_capturable: ClassVar[str] = "it does not declare capturable = True"
+    #: True once a GPU run compared the captured step with this class against the eager step
+    #: (``benchmarks/graphs_check.py``, in MoCo's own layout: neither ``loss.symmetric`` nor
+    #: ``moco.symmetric_keys``): ``train.cuda_graphs: auto`` captures a step whose loss and
+    #: strategy both declare it and runs any other step eager, saying why (``on`` captures any
+    #: capturable step). Read from the class's own body, not inherited: a subclass is another
+    #: step, verified only if it declares it again. Needs ``capturable = True``.
+    capture_verified: ClassVar[bool] = False
     #: Python state that changes between steps (a counter, a schedule read as a float), which a
     #: CUDA graph would freeze: what it is, or empty. Non-empty refuses ``train.cuda_graphs``.
     step_state: ClassVar[str] = ""
@@ -86,6 +93,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("why_not_capturable", "", (str,), "a sentence"),
     Flag("step_state", "", (str,), "a sentence, or empty"),
     Flag("capturable", "", *_BOOL),
+    Flag("capture_verified", "", *_BOOL),
     Flag("contract_kwargs", "", (dict,), "a dict of constructor keyword arguments"),
     Flag(
         "ops_budget",
@@ -129,6 +137,12 @@ def flags(kind: str) -> tuple[Flag, ...]:
     return tuple(f for f in FLAGS if f.kind in ("", kind))
 
 
+def capture_verified(cls: type) -> bool:
+    """Whether ``cls`` itself declares ``capture_verified = True``: an inherited declaration does
+    not count, since a GPU run verified the step of the class that declares it, not a subclass's."""
+    return vars(cls).get("capture_verified", False) is True
+
+
 def accepted(cls: type, kwargs: dict[str, Any], given: tuple[str, ...] = ()) -> str:
     """Why ``cls(**kwargs)`` is refused by its signature (an unknown argument, or a required one
     missing other than ``given``), or ''."""
@@ -165,6 +179,14 @@ def check_declarations(cls: type) -> None:
         bad_bool = bool not in flag.types and isinstance(value, bool)
         if not isinstance(value, flag.types) or bad_bool:
             raise fail(cls, flag.attribute, f"is {value!r}", f"declare {flag.holds}")
+    if cls.capture_verified and not cls.capturable:
+        raise fail(
+            cls,
+            "capture_verified",
+            "is True while capturable = False",
+            "a step verified under CUDA-graph capture is capturable: declare capturable = True, "
+            "or capture_verified = False",
+        )
     budget = cls.ops_budget
     if budget is not None and budget < 0:
         raise fail(cls, "ops_budget", f"is {budget!r}", "declare a fraction >= 0 (or None)")

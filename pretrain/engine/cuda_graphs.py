@@ -28,11 +28,10 @@ from typing import Any
 import torch
 
 import negatives
-from negatives.none import NoNegatives
+from negmine_core.contract.declarations import capture_verified
 from negmine_core.step import Batch
 from pretrain import losses
 from pretrain.config import Config, ConfigError
-from pretrain.losses.infonce import InfoNCE
 from pretrain.runtime import dist
 
 
@@ -81,35 +80,48 @@ def refusal(cfg: Config, device_type: str, world_size: int) -> str | None:
     return next((why for ok, why in checks if not ok), None)
 
 
-#: The steps (loss class, strategy class, ``loss.symmetric``, ``moco.symmetric_keys``) whose capture
-#: a GPU run compared with eager:
-#: ``auto`` captures these only; ``on`` captures any step nothing refuses. ``cifar10_moco``'s
-#: InfoNCE step on an H200 (2026-11-28, d66eca4: 10 steps within 7e-4 of eager, 6 captured epochs
-#: at 1.2 s against 4.0 s eager; benchmarks/RESULTS.md "GPU suite 2026-11-28T18:05Z").
-VERIFIED = {(InfoNCE, NoNegatives, False, False)}
+#: The layout switches no GPU run has compared with eager under capture: the verified runs used
+#: MoCo's own layout, each query against its own key, so ``auto`` runs a step with either switch
+#: on eager whatever its classes declare. ``loss.symmetric``: both views as queries (2N x 2N);
+#: ``moco.symmetric_keys``: view 1's keys in the step too (the two-direction loss).
+UNVERIFIED_LAYOUT = ("loss.symmetric", "moco.symmetric_keys")
 
 
 def unverified(cfg: Config) -> str | None:
-    """Why ``auto`` leaves a capturable step eager: no GPU run compared its capture with eager."""
-    loss, strategy = (
-        losses.registry.get(cfg.loss.name),
-        negatives.strategies.get(cfg.negatives.name),
-    )
-    step = (loss, strategy, cfg.loss.symmetric, cfg.moco.symmetric_keys)
-    if step in VERIFIED:
+    """Why ``auto`` leaves a capturable step eager: no GPU run compared its capture with eager, or
+    None when one did. A GPU run verified a step when its loss and its strategy both declare
+    ``capture_verified`` (``negmine_core.contract.Contract``; so far InfoNCE with ``none``:
+    ``cifar10_moco`` on an H200, 2026-11-28 at d66eca4 and bf56f2b, the GPU suite's ``graphs``
+    part, benchmarks/RESULTS.md) and none of :data:`UNVERIFIED_LAYOUT` is on. ``on`` captures
+    any step nothing refuses."""
+    loss, strategy = cfg.loss.name, cfg.negatives.name
+    classes = {("loss", loss): losses.registry.get(loss)}
+    classes["strategy", strategy] = negatives.strategies.get(strategy)
+    why = [
+        f"{kind} {name!r} does not declare capture_verified = True"
+        for (kind, name), cls in classes.items()
+        if not capture_verified(cls)
+    ]
+    switches = {
+        "loss.symmetric": cfg.loss.symmetric,
+        "moco.symmetric_keys": cfg.moco.symmetric_keys,
+    }
+    layout = [key for key in UNVERIFIED_LAYOUT if switches[key]]
+    if layout:
+        why.append(f"the verified runs used neither {' nor '.join(UNVERIFIED_LAYOUT)}")
+    if not why:
         return None
-    layout = [k for k, on in (("loss.symmetric", step[2]), ("moco.symmetric_keys", step[3])) if on]
     return (
-        f"the step of loss {cfg.loss.name!r} with strategy {cfg.negatives.name!r}"
+        f"the step of loss {loss!r} with strategy {strategy!r}"
         f"{' and ' + ', '.join(layout) if layout else ''} has not been compared with eager on a "
-        "GPU (benchmarks/graphs_check.py); train.cuda_graphs=on captures it"
+        f"GPU (benchmarks/graphs_check.py: {'; '.join(why)}); train.cuda_graphs=on captures it"
     )
 
 
 def chosen(cfg: Config, device_type: str, world_size: int) -> bool:
     """Whether this run's step is captured: ``train.cuda_graphs`` resolved on this device and
     rank count. ``on`` with a :func:`refusal` is a config error; ``auto`` captures a step
-    nothing refuses and a GPU run verified (:data:`VERIFIED`), and otherwise runs eager and
+    nothing refuses and a GPU run verified (:func:`unverified`), and otherwise runs eager and
     says why on a CUDA device (on a CPU eager is the only path)."""
     mode = cfg.train.cuda_graphs
     if mode == "off":

@@ -190,12 +190,14 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
     assert commands["graphs"].startswith("python benchmarks/graphs_check.py --device cuda")
     assert "--device cuda" in commands["splitbn"] and "--parts trainer decode" in commands["input"]
     assert commands["profile"].startswith("python benchmarks/profile_step.py --device cuda")
+    assert " --capture both " in commands["profile"]  # the eager step, then the captured one
     assert commands["train"].startswith("python benchmarks/train.py --device cuda")
     assert f"--budget {budgets['train'] - 15} " in commands["train"]  # stops before its kill
-    assert "--runs moco_resident --capture both " in commands["train"]  # captured and eager
+    assert "--runs moco_resident --capture on " in commands["train"]  # eager: the profile's
     assert commands["peers"].startswith("python benchmarks/peers.py --device cuda")
     assert f"--budget {budgets['peers'] - 30} " in commands["peers"]  # kNN, OC-SVM, tables after
-    assert "--precision fp32,bf16 " in commands["peers"]  # matched pairs at both precisions
+    assert "--precision fp32 " in commands["peers"]  # the matched pair at lightly's precision
+    assert commands["ocsvm"].endswith("--quick --generators clustered")  # the targets' points
     assert "--parts" not in commands["peers"]  # the moco part (two-key layout) and the OC-SVM
     for part in ("train", "peers", "ocsvm", "profile"):  # every flag is the script's own
         script = ROOT / commands[part].split()[1]
@@ -208,14 +210,34 @@ def test_the_cuda_plan_runs_every_part_within_10_minutes(tmp_path):
     assert not report.exists()
 
 
-# The H200 record of 2026-11-28, commit d66eca4 (`--total 300`, then `--parts profile,train,peers
-# --total 200`): each part's seconds where it ended. profile was killed at its 25 s budget with
-# its table printed: about 35 s. input (cut at 26 s by --total) and peers (killed at 58 s, after
-# one epoch per run at 10,240 images) ran shorter commands since and have no figure yet; graphs
-# ran 10 steps in 39 s (two processes) and now runs three (20 eager, 10 captured, its resume to
-# 20): about 58 s.
-H200_SECONDS = {"tests": 76, "sync": 51, "mioc": 18, "graphs": 58, "splitbn": 9, "ocsvm": 26,
-                "step": 29, "profile": 35, "train": 80}  # fmt: skip
+def test_the_cpu_plan_profiles_the_eager_step_alone(tmp_path):
+    """A CPU cannot capture: the profile part's plan there has no --capture (profile_step.py
+    would refuse it, exit 2)."""
+    proc = suite("--dry-run", "--device", "cpu", "--quick", "--report", str(tmp_path / "rep"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (profile,) = re.findall(r"^gpu_suite: plan: part profile \(budget \d+ s\): (.+)$", proc.stdout,
+                            flags=re.M)  # fmt: skip
+    assert profile.startswith("python benchmarks/profile_step.py --device cpu")
+    assert "--capture" not in profile and "--quick" in profile
+
+
+# The H200 records of 2026-11-28 (benchmarks/RESULTS.md): d66eca4 (`--total 300`, then `--parts
+# profile,train,peers --total 200`) and bf56f2b (`--parts graphs,ocsvm,splitbn,tests,sync`), each
+# part's seconds where it ended, the newer record where both have one:
+# - bf56f2b: tests 79 (with the new CUDA tests), sync 53, splitbn 17 (the triton_onepass column);
+# - d66eca4: mioc 18, step 29;
+# - graphs (bf56f2b, timed out at 64 s): the eager run 33 s with its start, the captured half
+#   ~17 s, its resume cut at ~14 s: 33 + 17 + 17 + 1 (the comparison) = 68, an estimate;
+# - ocsvm (bf56f2b, timed out at 30 s after the clustered n = 256 rows, the triton_regs loop's
+#   compiles among them): 40 for the clustered points' four sizes, an estimate;
+# - profile (d66eca4, killed at its 25 s budget with its eager table printed): about 35 s, and
+#   ~8 s more for the captured step's warm-up, capture, timed and profiled replays: 43;
+# - train (d66eca4, 80 s for captured and eager in 37 s each): the captured run alone, 80 less
+#   the eager run's 34 s wall: 46.
+# input (cut at 26 s by --total at d66eca4) and peers (killed at 58 s at d66eca4, after one epoch
+# per run at 10,240 images) ran shorter commands since and have no figure yet.
+H200_SECONDS = {"tests": 79, "sync": 53, "mioc": 18, "graphs": 68, "splitbn": 17, "ocsvm": 40,
+                "step": 29, "profile": 43, "train": 46}  # fmt: skip
 SUITE_OVERHEAD_S = 16  # the suite's own seconds: 14 with 8 parts, 11 with 3 (the same record)
 KILL_MARGIN_S = 12  # a part gets what is left of --total less this (SIGKILL 10 s after SIGTERM)
 

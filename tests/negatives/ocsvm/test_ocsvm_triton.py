@@ -296,3 +296,34 @@ def test_gram_and_score_kernels_compile_for_a_gpu(triton_launches):
         assert ".target sm_90" in ptx
         assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in ptx
         assert "ex2.approx" not in ptx
+
+
+def test_both_solvers_prepare_their_launch_in_one_place(monkeypatch):
+    """Both one-program solvers launch through ``smo_triton.launch`` (the device check, the
+    outputs, the launch arguments) with their own kernel, scratch and size, and are one op of
+    the same schema each (``smo_triton.define``). n = 300: the blocked program's BLOCK and the
+    register program's NPAD are both next_power_of_2(300) = 512, on 4 warps."""
+    pytest.importorskip("triton", reason="triton comes with torch's CUDA wheels; not installed")
+    from negatives.ocsvm import smo_triton, smo_triton_regs
+
+    calls = []
+
+    def record(kernel, problem, scratch, num_warps, **size):
+        calls.append((kernel, problem, scratch, num_warps, size))
+        return problem[:3]
+
+    monkeypatch.setattr(smo_triton, "launch", record)
+    n, f64, i32 = 300, torch.float64, torch.int32
+    problem = (torch.zeros(n, n), torch.ones(n, dtype=f64), torch.zeros(n, dtype=f64), 0,
+               torch.zeros(2, dtype=f64), torch.zeros(n, dtype=f64), 10, True)  # fmt: skip
+    smo_triton._solve(*problem)
+    smo_triton_regs._solve(*problem)
+    assert [(k, s, w, z) for k, _, s, w, z in calls] == [
+        (smo_triton._smo_kernel, (((4, n), f64), ((3, n), i32)), 4, {"BLOCK": 512}),
+        (smo_triton_regs._smo_regs_kernel, (((4, 512), i32), ((512,), f64)), 4, {"NPAD": 512}),
+    ]
+    assert all(got is want for _, p, *_ in calls for got, want in zip(p, problem, strict=True))
+    schema = [
+        str(op.default._schema).split("(", 1)[1] for op in (smo_triton.solve, smo_triton_regs.solve)
+    ]
+    assert schema[0] == schema[1]

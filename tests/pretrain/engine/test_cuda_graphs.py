@@ -4,19 +4,23 @@ the capture/replay bookkeeping of CapturedStep with the CUDA calls replaced (no 
 
 from __future__ import annotations
 
+import copy
+import itertools
 from pathlib import Path
 
 import pytest
 import torch
 
 import negatives
+from negatives.none import NoNegatives
 from negmine_core.contract.sync_counter import SyncCounter
 from negmine_core.step import Batch
 from pretrain import __main__ as cli
 from pretrain import config, losses
 from pretrain.config import ConfigError
 from pretrain.engine import cuda_graphs, loop
-from pretrain.engine.cuda_graphs import CapturedStep, refusal
+from pretrain.engine.cuda_graphs import CapturedStep, refusal, unverified
+from pretrain.losses import InfoNCE, Loss, moco_logits
 from pretrain.model.split_bn import use_path
 from tests.helpers import count_ops
 from tests.helpers.count_steps import loss_overrides, strategy_overrides
@@ -58,6 +62,9 @@ def test_auto_captures_a_step_nothing_refuses_and_a_gpu_run_verified(recipe, dev
     assert eager_said == (not captured and device == "cuda")
     if recipe == "cifar10_moco_sym.yaml":
         assert "moco.symmetric_keys has not been compared with eager on a GPU" in said
+        assert "the verified runs used neither loss.symmetric nor moco.symmetric_keys" in said
+    if recipe == "cifar10_supcon.yaml":
+        assert "loss 'supcon' does not declare capture_verified = True" in said
 
 
 def test_on_captures_any_step_nothing_refuses_and_off_none():
@@ -146,6 +153,77 @@ def test_cuda_graphs_holds_no_names():
     source = (Path(cuda_graphs.__file__)).read_text()
     for name in [*losses.list_losses(), *negatives.list_strategies()]:
         assert f"'{name}'" not in source and f'"{name}"' not in source, name
+
+
+def old_auto(cfg: config.Config) -> bool:
+    """``auto``'s rule before the classes declared ``capture_verified`` (pretrain/engine/
+    cuda_graphs.py at 5944e36): nothing refuses, and the step is in ``VERIFIED = {(InfoNCE,
+    NoNegatives, False, False)}`` (loss class, strategy class, loss.symmetric,
+    moco.symmetric_keys)."""
+    step = (losses.registry.get(cfg.loss.name), negatives.strategies.get(cfg.negatives.name),
+            cfg.loss.symmetric, cfg.moco.symmetric_keys)  # fmt: skip
+    return refusal(cfg, "cuda", 1) is None and step == (InfoNCE, NoNegatives, False, False)
+
+
+def test_auto_resolves_as_before_for_every_registered_loss_strategy_and_layout(capsys):
+    """Every registered loss x strategy x (loss.symmetric, moco.symmetric_keys): ``auto``
+    captures exactly the steps the old rule captured, and an eager one says which class or
+    layout switch no GPU run verified."""
+    base = load()
+    steps = itertools.product(losses.list_losses(), negatives.list_strategies(),
+                              (False, True), (False, True))  # fmt: skip
+    captured = []
+    for loss, strategy, symmetric, keys in steps:
+        cfg = copy.deepcopy(base)
+        cfg.loss.name, cfg.negatives.name = loss, strategy
+        cfg.loss.symmetric, cfg.moco.symmetric_keys = symmetric, keys
+        step = (loss, strategy, symmetric, keys)
+        assert cuda_graphs.chosen(cfg, "cuda", 1) is old_auto(cfg), step
+        said = capsys.readouterr().out
+        if old_auto(cfg):
+            captured.append(step)
+            continue
+        why = refusal(cfg, "cuda", 1) or unverified(cfg)
+        assert f"the step runs eager: {why}" in said, step
+        if refusal(cfg, "cuda", 1) is None:
+            named = [f"loss {loss!r}"] if loss != "infonce" else []
+            named += [f"strategy {strategy!r}"] if strategy != "none" else []
+            for who in named:
+                assert f"{who} does not declare capture_verified = True" in why, (step, why)
+            for key, on in (("loss.symmetric", symmetric), ("moco.symmetric_keys", keys)):
+                assert (key in why.split(" has not")[0]) is on, (step, why)
+    assert captured == [("infonce", "none", False, False)]
+
+
+class VerifiedPlugin(Loss):
+    """A plugin's loss whose author compared its captured step with eager on a GPU."""
+
+    capturable = True
+    capture_verified = True
+
+    def forward(self, s):
+        logits = moco_logits(s.emb.q, s.emb.k, s.queue, self.temperature, s.extra.shared)
+        return torch.nn.functional.cross_entropy(logits, torch.zeros_like(logits[:, 0]).long())
+
+
+class InfoNCEVariant(InfoNCE):
+    """A subclass of a verified loss: another step, not verified by its parent's run."""
+
+
+def test_auto_captures_a_plugin_that_declares_its_step_verified_but_not_a_subclass():
+    with losses.registry.registered("verified_plugin", VerifiedPlugin) as name:
+        assert unverified(load(f"loss.name={name}")) is None
+    with losses.registry.registered("infonce_variant", InfoNCEVariant) as name:
+        why = unverified(load(f"loss.name={name}"))
+        assert why is not None and "loss 'infonce_variant' does not declare capture_verified" in why
+
+
+def test_cuda_graphs_holds_no_loss_or_strategy_class():
+    """The classes declare what a GPU run verified: the trainer imports none of them."""
+    classes = [*map(losses.registry.get, losses.list_losses()),
+               *map(negatives.strategies.get, negatives.list_strategies())]  # fmt: skip
+    held = [k for k, v in vars(cuda_graphs).items() if any(v is c for c in classes)]
+    assert not held, held
 
 
 @pytest.mark.parametrize("recipe", ["digits_moco", "cifar10_moco"])

@@ -24,6 +24,7 @@ from pretrain.losses import InfoNCE, Loss, info_nce, moco_logits
 from pretrain.testing import ContractError, check_loss, check_strategy, syncs
 from pretrain.testing.ops import check_bound
 from tests.helpers.late_faults import GradAfterEight, NaNEveryFifth
+from tests.helpers.troubleshooting_quotes import assert_documented
 
 
 class Syncs(NegativeStrategy):
@@ -100,6 +101,17 @@ class Capturing(NegativeStrategy):
     syncs_per_step = 1
     syncs_why = "one .item()"
     capturable = True
+
+
+class VerifiedUncapturable(NegativeStrategy):
+    """Declares its captured step verified on a GPU, but not capturable."""
+
+    capture_verified = True
+
+
+class VerifiedAsText(NegativeStrategy):
+    capturable = True
+    capture_verified = "yes"  # type: ignore[assignment]
 
 
 class DeclaredSync(Syncs):
@@ -283,6 +295,8 @@ def test_a_loss_that_ignores_the_extra_negatives_fails_naming_extra():
         (Dice, "negatives()", "two runs under torch.manual_seed(0) differ in shared"),
         (Attached, "negatives()", "returned shared that carries a gradient"),
         (Capturing, "capturable", "is True while syncs_per_step = 1"),
+        (VerifiedUncapturable, "capture_verified", "is True while capturable = False"),
+        (VerifiedAsText, "capture_verified", "is 'yes'"),
         (BadCount, "syncs_per_step", "is '0'"),
         (NegativeCount, "syncs_per_step", "is -1"),
         (ParameterBank, "negatives()", "returned shared that carries a gradient"),
@@ -304,6 +318,11 @@ def test_each_fault_names_the_class_and_the_member(cls, member, what):
     msg = failure(check_strategy, cls, counts=False)
     assert msg.startswith(f"strategy '{cls.__name__}' ({cls.__module__}.{cls.__name__}.{member}): "
                           f"{what}: "), msg  # fmt: skip
+
+
+def test_capture_verified_without_capturable_is_quoted_in_troubleshooting():
+    heading = "`capture_verified` (a step verified under CUDA-graph capture)"
+    assert_documented(failure(check_strategy, VerifiedUncapturable, counts=False), heading)
 
 
 def scaled(factor: float) -> type:
