@@ -19,10 +19,13 @@ per split (momentum m, unbiased variance), averaged over the splits:
   forward and two backward (:mod:`pretrain.model.split_bn_triton`), where fused dispatches 11 aten
   ops forward and 14 backward (15 in bf16: the gradient's float32 cast); under ``torch.compile`` the
   fused path is traced instead (inductor fuses it itself).
+  With :attr:`SplitBatchNorm.act` (FusedBasicBlock's layers) the triton kernels also do the
+  ReLU and the block's shortcut sum; every other path runs them as BasicBlock's own ops.
 - triton_onepass (opt-in): the same arithmetic in two one-pass Triton kernels, one launch forward
-  and one backward (:mod:`pretrain.model.split_bn_onepass`): half the launches, but no split cut
-  into chunks (fewer programs a launch); ``benchmarks/split_bn.py`` times it beside triton. Under
-  ``torch.compile`` it becomes fused too.
+  and one backward (:mod:`pretrain.model.split_bn_onepass`): half the BN launches, but no split
+  cut into chunks (fewer programs a launch), and the ReLUs and sums as their own ops;
+  ``benchmarks/split_bn.py`` times it beside triton. Under ``torch.compile`` it becomes fused
+  too.
 
 ``SplitBatchNorm.path``: None chooses by the input's device (triton on CUDA when triton imports,
 else fused; per split elsewhere); "per_split", "fused", "triton" or "triton_onepass" force one
