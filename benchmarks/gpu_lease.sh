@@ -22,7 +22,11 @@
 # The lease rule (--dry-run checks it): when the GPU suite's newest record in benchmarks/RESULTS.md
 # ("GPU suite run of commit C") is at a commit C whose GPU-facing code (GPU_PATHS) has not changed
 # since, run the science plan first; otherwise run benchmarks/gpu_suite.sh --total SUITE_TOTAL_S
-# first, then the science plan with the rest.
+# first, then the science plan with the rest. When no science schedule fits what the suite leaves,
+# the rest of the lease runs the suite's parts that the trimmed suite cuts or does not reach
+# (suite_rest: from gpu_suite.sh's own CUDA plan and accounting) under their own --total.
+# SCIENCE_PLAN_FROM (default benchmarks/RESULTS.md): the results file whose newest speed sizes the
+# science plan (science.py --plan-from).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 LEASE_S=900
@@ -35,11 +39,13 @@ PACK_S=45               # command 2's time to stop, pack and copy
 SETUP_S=20              # .gpu/setup.sh before science.py starts
 SUITE_TOTAL_S=300       # the suite's --total when it runs first
 SUITE_S=330             # its command's timeout_s
+REST_REPORT="\$OUT/gpu2" # the rest of the suite's report folder (command 1 when science does not fit)
 GPU_PATHS=(pretrain negatives negmine_core linear_eval benchmarks/gpu_suite.sh ':(exclude)*.md')
 SCI_DIR=/tmp/science
 STATUS=$SCI_DIR/status.json
 LOG=/tmp/science.log
 PY="${PYTHON:-python3}"
+PLAN_FROM="${SCIENCE_PLAN_FROM:-benchmarks/RESULTS.md}"
 
 # science.py --arms. Default: the pair not yet kept in docs/results/logs, the project's question
 # first (MiOC and its ablation, O = the whole queue), then MoCo with the demo's symmetric MoCo: two
@@ -53,7 +59,7 @@ default_arms() {
 }
 ARMS="${SCIENCE_ARMS:-$(default_arms)}"
 usage() {
-  echo "usage: [SCIENCE_ARMS=LIST] $0 --dry-run [--suite-first|--science-first] | start [BUDGET_S] | finish" >&2
+  echo "usage: [SCIENCE_ARMS=LIST] [SCIENCE_PLAN_FROM=RESULTS] $0 --dry-run [--suite-first|--science-first] | start [BUDGET_S] | finish" >&2
   exit 2
 }
 
@@ -104,8 +110,30 @@ rule() {  # prints the rule's branch; exit status 0: science first, 1: the suite
   return 1
 }
 
+suite_rest() {  # suite_rest TOTAL [PARTS]: "PART,PART,... NEED" or ""
+  # The parts (of PARTS, default all) that `gpu_suite.sh --total TOTAL` cuts or does not reach
+  # when every part before them runs its whole budget, read from the suite's own CUDA plan (the
+  # parts in order, their budgets) and accounting (its own seconds, then a part gets what is left
+  # of the total less the kill margin); NEED: the --total those parts need on their own.
+  local plan own kill part b elapsed need rest=()
+  plan=$(bash benchmarks/gpu_suite.sh --dry-run --device cuda --total "$1" ${2:+--parts "$2"}) || return 2
+  read -r own kill < <(sed -n "s/^gpu_suite: plan: accounting: the suite's own \([0-9]*\) s and a \([0-9]*\) s kill margin.*/\1 \2/p" <<< "$plan")
+  if [ -z "${kill:-}" ] || ! grep -q '^gpu_suite: plan: part ' <<< "$plan"; then
+    echo "gpu_lease: benchmarks/gpu_suite.sh --dry-run --device cuda printed no parts or no accounting line" >&2
+    return 2
+  fi
+  elapsed=$own; need=$(( own + kill ))
+  while read -r part b; do
+    if [ ${#rest[@]} -eq 0 ] && [ $(( elapsed + b + kill )) -le "$1" ]; then
+      elapsed=$(( elapsed + b )); continue
+    fi
+    rest+=("$part"); need=$(( need + b ))
+  done < <(sed -n 's/^gpu_suite: plan: part \([a-z0-9_]*\) (budget \([0-9]*\) s).*/\1 \2/p' <<< "$plan")
+  if [ ${#rest[@]} -gt 0 ]; then (IFS=,; echo "${rest[*]} $need"); fi
+}
+
 dry_run() {
-  local suite_first=$1 commit dirty b total
+  local suite_first=$1 commit dirty b total rest="" rest_parts rest_need rest_total REST_S=0
   echo "# the science plan for one GPU lease ($LEASE_S device-seconds, ${START_ALLOWANCE_S} s of it the machine's start)"
   if [ "$suite_first" = auto ]; then
     if rule; then suite_first=0; else suite_first=1; fi
@@ -119,27 +147,49 @@ dry_run() {
   fi
   b=$(budget)
   local science
-  science=$("$PY" benchmarks/science.py --plan-from benchmarks/RESULTS.md --budget "$b" ${ARMS:+--arms "$ARMS"} --dry-run) || return 2
+  science=$("$PY" benchmarks/science.py --plan-from "$PLAN_FROM" --budget "$b" ${ARMS:+--arms "$ARMS"} --dry-run) || return 2
   total=$(( START_ALLOWANCE_S + START_S + FINISH_S ))
   if [ "$suite_first" = 1 ]; then total=$(( total + SUITE_S )); fi
-  if grep -q "nothing to run" <<< "$science"; then
+  if grep -q "nothing to run" <<< "$science" && [ "$suite_first" = 1 ]; then
+    rest=$(suite_rest "$SUITE_TOTAL_S") || return 2
+  fi
+  if grep -q "nothing to run" <<< "$science" && [ -n "$rest" ]; then
+    # the rest of the lease for the suite's parts that command 0 does not run whole
+    read -r rest_parts rest_need <<< "$rest"
+    REST_S=$(( LEASE_S - START_ALLOWANCE_S - SUITE_S ))
+    if [ "$REST_S" -gt "$COMMAND_MAX_S" ]; then REST_S=$COMMAND_MAX_S; fi
+    rest_total=$(( REST_S - (SUITE_S - SUITE_TOTAL_S) ))  # the set-up's margin, as command 0's
+    echo "science: not in this lease ($(grep -o 'no schedule fits.*' <<< "$science")): the rest of the suite instead"
+    echo "command 1 (timeout_s $REST_S): . .gpu/setup.sh && bash benchmarks/gpu_suite.sh --report $REST_REPORT --parts $rest_parts --total $rest_total"
+    echo "rest of the suite: the parts command 0 cuts or does not reach (--total $SUITE_TOTAL_S), $rest_parts: $rest_need s of --total with the suite's own time and kill margin; $rest_total s given"
+    if [ "$rest_total" -lt "$rest_need" ]; then
+      echo "rest of the suite: still cut or not reached in this lease: $(suite_rest "$rest_total" "$rest_parts" | cut -d' ' -f1)"
+    fi
+    START_S=0; FINISH_S=0; total=$(( START_ALLOWANCE_S + SUITE_S + REST_S ))
+  elif grep -q "nothing to run" <<< "$science"; then
     echo "science: not in this lease ($(grep -o 'no schedule fits.*' <<< "$science")): give the machine back after the suite"
     START_S=0; FINISH_S=0; total=$(( START_ALLOWANCE_S + SUITE_S ))
   else
-    echo "command 1 (timeout_s $START_S): NEGMINE_COMMIT=$commit NEGMINE_DIRTY=$dirty${ARMS:+ SCIENCE_ARMS=$ARMS} bash benchmarks/gpu_lease.sh start $b"
+    echo "command 1 (timeout_s $START_S): NEGMINE_COMMIT=$commit NEGMINE_DIRTY=$dirty${ARMS:+ SCIENCE_ARMS=$ARMS}${SCIENCE_PLAN_FROM:+ SCIENCE_PLAN_FROM=$PLAN_FROM} bash benchmarks/gpu_lease.sh start $b"
     echo "command 2 (timeout_s $FINISH_S, issued at once after command 1): bash benchmarks/gpu_lease.sh finish"
   fi
   local sum="machine start $START_ALLOWANCE_S s"
   if [ "$suite_first" = 1 ]; then sum="$sum + suite $SUITE_S s"; fi
   if [ "$START_S" -gt 0 ]; then sum="$sum + command 1 $START_S s + command 2 $FINISH_S s"; fi
+  if [ "$REST_S" -gt 0 ]; then sum="$sum + rest of the suite $REST_S s"; fi
   echo "budget: $sum = $total s of $LEASE_S s (each command <= $COMMAND_MAX_S s)"
   if [ "$START_S" -gt 0 ]; then
     echo "science budget: $START_WAIT_S s (command 1 returns) - $SETUP_S s (set-up) + $FINISH_S s (command 2) - $PACK_S s (stop, pack, copy) = $b s"
   fi
-  echo "comes back in \$OUT: science.tar.gz (the kept runs, < 16 MiB), status.json, science.log, results.md (append it to benchmarks/RESULTS.md)"
-  echo "then here: mkdir -p /tmp/sci && tar -xzf science.tar.gz -C /tmp/sci && for r in /tmp/sci/science/*/; do python scripts/gen_results.py --keep \$r \$(basename \$r); done; python scripts/gen_results.py"
+  if [ "$REST_S" -gt 0 ]; then
+    echo "comes back in \$OUT: each command's suite report (gpu/, gpu.tar.gz; gpu2/, gpu2.tar.gz): append each results.md to benchmarks/RESULTS.md"
+  else
+    echo "comes back in \$OUT: science.tar.gz (the kept runs, < 16 MiB), status.json, science.log, results.md (append it to benchmarks/RESULTS.md)"
+    echo "then here: mkdir -p /tmp/sci && tar -xzf science.tar.gz -C /tmp/sci && for r in /tmp/sci/science/*/; do python scripts/gen_results.py --keep \$r \$(basename \$r); done; python scripts/gen_results.py"
+  fi
   echo "$science"
-  if [ "$total" -gt "$LEASE_S" ] || [ "$START_S" -gt "$COMMAND_MAX_S" ] || [ "$FINISH_S" -gt "$COMMAND_MAX_S" ]; then
+  if [ "$total" -gt "$LEASE_S" ] || [ "$START_S" -gt "$COMMAND_MAX_S" ] || [ "$FINISH_S" -gt "$COMMAND_MAX_S" ] \
+     || [ "$REST_S" -gt "$COMMAND_MAX_S" ]; then
     echo "the plan does not fit the lease" >&2; return 1
   fi
 }
@@ -149,7 +199,7 @@ start() {
   # shellcheck disable=SC1091
   . .gpu/setup.sh || { echo "gpu_lease: .gpu/setup.sh failed (bash ../shared/gpu/prepare.sh CIFAR_GIT_DIR builds it)" >&2; exit 2; }
   rm -rf "$SCI_DIR" && mkdir -p "$SCI_DIR"
-  setsid nohup "$PY" benchmarks/science.py --plan-from benchmarks/RESULTS.md --budget "$b" \
+  setsid nohup "$PY" benchmarks/science.py --plan-from "$PLAN_FROM" --budget "$b" \
     ${ARMS:+--arms "$ARMS"} --out "$SCI_DIR" --status "$STATUS" --results "$SCI_DIR/results.md" > "$LOG" 2>&1 < /dev/null &
   echo $! > "$SCI_DIR/pid"
   echo "gpu_lease: science.py started (pid $(cat "$SCI_DIR/pid"), budget $b s); log $LOG"

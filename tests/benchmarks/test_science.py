@@ -1,7 +1,9 @@
 """The CIFAR-10 comparison (benchmarks/science.py): its --quick mode runs three digits arms side by
 side to the end, evaluates and packs them, and the pack is ingested into a scratch copy of the
 results; the budget decision drops the last arms that cannot finish (made-up epoch times); the
-lease plan (benchmarks/gpu_lease.sh --dry-run) fits a 900-second lease of 600-second commands."""
+lease plan (benchmarks/gpu_lease.sh --dry-run) fits a 900-second lease of 600-second commands,
+and when the suite runs first and no science fits after it, the lease runs the suite's parts that
+its trimmed run cuts or does not reach."""
 
 from __future__ import annotations
 
@@ -128,9 +130,9 @@ def test_plan_from_picks_the_longest_schedule_that_fits():
     )
 
 
-def lease(*args: str) -> str:
+def lease(*args: str, **more: str) -> str:
     env = {**os.environ, "SCIENCE_ARMS": "moco,mioc,mioc_queue", "PYTHON": sys.executable,
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
+           "PYTHONPATH": str(ROOT), **more}  # fmt: skip
     done = subprocess.run(["bash", "benchmarks/gpu_lease.sh", "--dry-run", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -174,3 +176,79 @@ def test_the_lease_rule_is_checked_against_the_suites_record():
     clean = git("diff", "--quiet", "HEAD", "--", *paths) == 0
     assert ("run the science plan first" in rule) == (same and clean)
     assert ("run the suite first" in rule) == (not (same and clean))
+
+
+def speed_file(tmp_path, images_per_s: int):
+    """A results file whose newest cifar10_moco resident speed is ``images_per_s``."""
+    path = tmp_path / f"speed_{images_per_s}.md"
+    path.write_text(f"## made up\n\n| moco_resident | 1 | 6.2 | {images_per_s} | 4 % | 34.58 |\n")
+    return path
+
+
+def suite_plan(*args: str) -> tuple[list[tuple[str, int]], int, int]:
+    """gpu_suite.sh's CUDA plan: its parts in order with their budgets, its own seconds and its kill
+    margin (the dry run's accounting line, checked against the script's header)."""
+    cmd = ["bash", "benchmarks/gpu_suite.sh", "--dry-run", "--device", "cuda", *args]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    parts = [(p, int(b)) for p, b in re.findall(r"^gpu_suite: plan: part (\w+) \(budget (\d+) s\)",
+                                                done.stdout, flags=re.M)]  # fmt: skip
+    own, kill = map(int, re.search(r"the suite's own (\d+) s and a (\d+) s kill margin",
+                                   done.stdout).groups())  # fmt: skip
+    header = (ROOT / "benchmarks" / "gpu_suite.sh").read_text().split("\nset -u")[0]
+    header = re.sub(r"\n#\s*", " ", header)  # the comment as one line
+    documented = re.search(r"the suite's own ~(\d+) s and the (\d+) s kill margin", header)
+    assert documented and tuple(map(int, documented.groups())) == (own, kill)
+    return parts, own, kill
+
+
+def whole_parts(parts: list[tuple[str, int]], own: int, kill: int, total: int) -> list[str]:
+    """The parts that run their whole budget under --total when each part before them runs its
+    own: gpu_suite.sh's run_part by hand (a part gets what is left of the total less the kill
+    margin, and none with under 5 s left)."""
+    elapsed, whole = own, []
+    for part, budget in parts:
+        left = total - elapsed - kill
+        if left < 5:
+            break
+        given = min(budget, left)
+        if given == budget:
+            whole.append(part)
+        elapsed += given
+    return whole
+
+
+def test_with_no_science_after_the_suite_the_lease_runs_the_suites_cut_parts(tmp_path):
+    slow = speed_file(tmp_path, 5000)
+    assert plan.plan_epochs(5000, 335, 90) is None  # no schedule fits what the suite leaves
+    text = lease("--suite-first", SCIENCE_PLAN_FROM=str(slow))
+    assert "not in this lease" in text and "gpu_lease.sh start" not in text
+    (suite,) = re.findall(r"^command 0 \(timeout_s (\d+)\): .*gpu_suite\.sh .* --total (\d+)$",
+                          text, flags=re.M)  # fmt: skip
+    suite_s, suite_total = map(int, suite)
+    (rest,) = re.findall(r"^command 1 \(timeout_s (\d+)\): \. \.gpu/setup\.sh && bash benchmarks/"
+                         r"gpu_suite\.sh --report \$OUT/gpu2 --parts (\S+) --total (\d+)$",
+                         text, flags=re.M)  # fmt: skip
+    rest_s, rest_parts, rest_total = int(rest[0]), rest[1].split(","), int(rest[2])
+    parts, own, kill = suite_plan("--total", str(suite_total))
+    whole = whole_parts(parts, own, kill, suite_total)
+    cut = [p for p, _ in parts if p not in whole]
+    assert rest_parts == cut and cut  # in the suite's order
+    assert whole == [p for p, _ in parts][: len(whole)]  # the trimmed run's whole parts come first
+    assert rest_s - rest_total == suite_s - suite_total > 0  # the set-up's margin, as command 0's
+    start = int(re.search(r"machine start (\d+) s", text).group(1))
+    total = int(re.search(r"= (\d+) s of 900 s", text).group(1))
+    assert total == start + suite_s + rest_s <= 900 and rest_s <= 600
+    assert 900 - total < 30  # the rest of the lease, not a part of it
+    rest_plan, _, _ = suite_plan("--parts", rest[1], "--total", str(rest_total))
+    assert whole_parts(rest_plan, own, kill, rest_total) == cut  # each runs its whole budget
+
+
+def test_with_science_after_the_suite_the_lease_runs_no_rest_of_the_suite(tmp_path):
+    fast = speed_file(tmp_path, 60000)
+    assert plan.plan_epochs(60000, 335, 90) == 100
+    text = lease("--suite-first", SCIENCE_PLAN_FROM=str(fast))
+    assert "gpu_lease.sh start 335" in text and "gpu_lease.sh finish" in text
+    assert "--parts" not in text and "$OUT/gpu2" not in text
+    assert f"SCIENCE_PLAN_FROM={fast} bash benchmarks/gpu_lease.sh start" in text
+    assert "science: epochs: 100 epochs: one run alone at 60000 images/s (made up)" in text
