@@ -193,6 +193,7 @@ def compile_encoders(moco: torch.nn.Module, world_size: int) -> None:
         )
     moco.encoder_q.compile()
     moco.encoder_k.compile()
+    moco.cast_keys = False  # the compiled key encoder is called as compiled (inductor fuses casts)
 
 
 def set_up(

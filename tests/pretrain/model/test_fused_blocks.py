@@ -144,3 +144,14 @@ def test_no_cast_copy_outside_autocast_or_when_turned_off():
         enc = moved.key_encoder(x.double())
     assert all(p.dtype == torch.bfloat16 for m in enc.modules()
                if isinstance(m, (nn.Conv2d, nn.Linear)) for p in m.parameters())  # fmt: skip
+
+
+def test_a_compiled_key_encoder_is_called_as_compiled():
+    """``train.compile`` (``setup.compile_encoders``) turns the cast copy off: a copy of a compiled
+    module would call the original's compiled forward, and inductor fuses the casts itself."""
+    from pretrain.engine.setup import compile_encoders
+
+    model = tiny()
+    compile_encoders(model, world_size=1)  # Module.compile: compiled at the first call only
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.key_encoder(torch.randn(8, 3, 8, 8)) is model.encoder_k
