@@ -64,7 +64,6 @@ ACT_CASES = {
         "relu+residual",
         "channels_last",
     ),
-    "s4_relu_bf16_cl": ((16, 4, 4, "channels_last", torch.bfloat16, 3, 64, None), "relu", None),
 }
 
 
