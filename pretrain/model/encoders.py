@@ -320,6 +320,8 @@ class MoCo(nn.Module):
         cast = self._key_cast
         if cast is None or cast.dtype != dtype:
             cast = self._key_cast = KeyCast(*cast_tree(self.encoder_k, dtype), dtype)
+        if not cast.low:  # a float64 key encoder: nothing autocast would cast
+            return self.encoder_k
         torch._foreach_copy_(cast.low, cast.src)
         return cast.module
 

@@ -21,7 +21,8 @@ def cast_tree(
     low-precision tensors, their float sources). Only the cast layers and the containers above them
     are new (shallow) objects; every other layer (BatchNorm with its running statistics, its split
     path and Triton parameters) is ``module``'s own, so a forward updates ``module``'s buffers.
-    The new tensors are uninitialised (``_foreach_copy_`` fills them) and need no gradient."""
+    The new tensors are uninitialised (``_foreach_copy_`` fills them) and need no gradient; float64
+    parameters stay shared (autocast leaves float64 alone)."""
     low: list[torch.Tensor] = []
     src: list[torch.Tensor] = []
 
@@ -30,7 +31,7 @@ def cast_tree(
             c = copy.copy(m)
             c._parameters = {}
             for name, p in m._parameters.items():
-                if p is not None:
+                if p is not None and p.dtype != torch.float64:  # what autocast casts (not double)
                     src.append(p)
                     p = nn.Parameter(torch.empty_like(p, dtype=dtype), requires_grad=False)
                     low.append(p)

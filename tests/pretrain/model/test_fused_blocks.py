@@ -4,8 +4,6 @@ weights cast once per forward under autocast against autocast's per-layer casts.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -138,9 +136,12 @@ def test_no_cast_copy_outside_autocast_or_when_turned_off():
         assert model.key_encoder(x) is not model.encoder_k
         model.cast_keys = False
         assert model.key_encoder(x) is model.encoder_k
-    moved = copy.deepcopy(tiny()).double()  # .to(): the copy is rebuilt from the new tensors
+    moved = tiny()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        enc = moved.key_encoder(x.double())
+        before = moved.key_encoder(x)
+        moved.half()  # .to(): the copy is rebuilt from the new (float16) tensors
+        enc = moved.key_encoder(x.half())
+    assert enc is not before and moved._key_cast.src[0].dtype == torch.float16
     assert all(p.dtype == torch.bfloat16 for m in enc.modules()
                if isinstance(m, (nn.Conv2d, nn.Linear)) for p in m.parameters())  # fmt: skip
 
@@ -154,3 +155,12 @@ def test_a_compiled_key_encoder_is_called_as_compiled():
     compile_encoders(model, world_size=1)  # Module.compile: compiled at the first call only
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.key_encoder(torch.randn(8, 3, 8, 8)) is model.encoder_k
+
+
+def test_a_float64_key_encoder_under_autocast_is_left_as_autocast_leaves_it():
+    """Autocast casts no float64 tensor: a float64 model's keys under bf16 autocast are those of
+    ``cast_keys = False`` (no weight becomes bf16 beside a float64 input)."""
+    cast, plain = tiny().double(), tiny().double()
+    plain.cast_keys = False
+    x = torch.randn(8, 3, 8, 8, dtype=torch.float64)
+    assert torch.equal(keys(cast, x, 0), keys(plain, x, 0))
