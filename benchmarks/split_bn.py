@@ -8,11 +8,13 @@ each), forward + backward of one layer.
 
 The CIFAR-10 recipe's first layer shape by default (512 x 64 x 32 x 32, 8 splits), in fp32 NCHW
 and in bf16 channels_last (the trainer's layout under bf16 autocast); the paths alternate
-round by round, so drift of a shared machine hits both alike. The times decide which path
-``SplitBatchNorm`` takes on the device (pretrain/model/split_bn.py: per split on the CPU, triton on
-CUDA, unmeasured there so far; triton_onepass is opt-in until it measures faster). On a CPU the
-Triton paths run in Triton's interpreter when TRITON_INTERPRET=1 is set, which ``--quick`` sets (a
-check that both run, not a device time).
+round by round, so drift of a shared machine hits both alike. Where a Triton path runs, a second
+table times FusedBasicBlock's bn2 on the triton path, relu(BN(x) + z) forward + backward, with
+the sum and ReLU in the kernels (``SplitBatchNorm.act``) against BasicBlock's own ops after them.
+The times decide which path ``SplitBatchNorm`` takes on the device (pretrain/model/split_bn.py:
+per split on the CPU, triton on CUDA; triton_onepass is opt-in until it measures faster). On a
+CPU the Triton paths run in Triton's interpreter when TRITON_INTERPRET=1 is set, which ``--quick``
+sets (a check that both run, not a device time).
 """
 
 from __future__ import annotations
@@ -37,6 +39,44 @@ SETTINGS = {"fp32 NCHW": (torch.float32, False), "bf16 channels_last": (torch.bf
 def one_step(bn: SplitBatchNorm, x: torch.Tensor, g: torch.Tensor) -> None:
     x.grad = bn.weight.grad = bn.bias.grad = None
     bn(x).backward(g)
+
+
+def block_step(bn: SplitBatchNorm, x: torch.Tensor, z: torch.Tensor, g: torch.Tensor) -> None:
+    """FusedBasicBlock's bn2 (triton path): relu(BN(x) + z), forward + backward; ``bn.act`` set:
+    the sum and the ReLU in the Triton kernels, else BasicBlock's own ``+=`` and ReLU after."""
+    x.grad = z.grad = bn.weight.grad = bn.bias.grad = None
+    if bn.act:
+        y = bn(x, z)
+    else:
+        y = bn(x)
+        y += z
+        y = torch.relu_(y)
+    y.backward(g)
+
+
+def block_rows(a: argparse.Namespace, dev: torch.device, sync: object) -> list[str]:
+    """The fused shortcut sum and ReLU against the unfused ops, triton path, each setting."""
+    rows = ["", "| input (bn2: relu(BN(x) + z)) | unfused ms | fused ms | fused / unfused |",
+            "|---|---|---|---|"]  # fmt: skip
+    for name, (dtype, channels_last) in SETTINGS.items():
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x, z = (torch.randn(a.batch, a.channels, a.size, a.size, device=dev) for _ in range(2))
+        x, z = (t.to(dtype).contiguous(memory_format=fmt).requires_grad_() for t in (x, z))
+        g = torch.randn_like(x)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for r in range(a.rounds + 1):  # round 0 warms up
+            for fused in (False, True):
+                bn = SplitBatchNorm(a.channels, a.splits, path="triton").to(dev).train()
+                bn.act = fused
+                sync()
+                tic = time.perf_counter()
+                block_step(bn, x, z, g)
+                sync()
+                if r:
+                    times[fused].append(time.perf_counter() - tic)
+        unfused, fused = (statistics.median(times[k]) for k in (False, True))
+        rows.append(f"| {name} | {1e3 * unfused:.2f} | {1e3 * fused:.2f} | {fused / unfused:.2f} |")
+    return rows
 
 
 def main() -> None:
@@ -86,6 +126,8 @@ def main() -> None:
         med = {p: statistics.median(t) for p, t in times.items()}
         cells = " | ".join(f"{1e3 * med[p]:.2f}" for p in paths)
         rows.append(f"| {name} | {cells} | {min(med, key=med.get)} |")
+    if triton:  # FusedBasicBlock's layers: what the fused sum and ReLU save on the triton path
+        rows += block_rows(a, dev, sync)
     env = "TRITON_INTERPRET=1 " if triton and dev.type == "cpu" else ""  # Triton interpreted
     rows += [
         "",
