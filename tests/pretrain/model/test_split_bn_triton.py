@@ -178,40 +178,30 @@ def test_triton_kernels_on_cuda_equal_float64_per_split(dtype, channels_last, sh
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("act", ["relu", "relu+residual"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_relu_and_shortcut_on_cuda_equal_the_unfused_ops(dtype, act):
-    """FusedBasicBlock's layers compiled (cifar10_moco's first layers' shape, channels_last in
-    bf16 as the recipe runs): equal to the plain Triton layer followed by torch's ``+ z`` and
-    ReLU, the output within one rounding of the input's dtype (both round to nearest; the fused
-    sum is rounded once after BN's rounded output, as the unfused ops do) and the gradients of
-    x, z, weight and bias to float32 accumulation."""
+def test_fused_relu_and_shortcut_on_cuda_equal_the_unfused_ops():
+    """FusedBasicBlock's bn2 compiled, as cifar10_moco runs it (its first layers' shape, bf16
+    channels_last; one case, so that the GPU suite's tests part compiles three kernels more, not
+    twelve): equal to the plain Triton layer followed by torch's ``+ z`` and ReLU, the output
+    within one bf16 rounding (both round to nearest; the fused sum is rounded once after BN's
+    rounded output, as the unfused ops do) and the gradients of x, z, weight and bias to float32
+    accumulation. The ReLU-only variant (bn1) is checked in Triton's interpreter above."""
     shape = (512, 64, 32, 32)
     gen = torch.Generator(device="cuda").manual_seed(1)
-    fmt = torch.channels_last if dtype == torch.bfloat16 else torch.contiguous_format
     x, z, grad = (
         (torch.randn(shape, device="cuda", generator=gen) * 2 + 1)
-        .to(dtype)
-        .contiguous(memory_format=fmt)
+        .to(torch.bfloat16)
+        .contiguous(memory_format=torch.channels_last)
         for _ in range(3)
     )
-    res = act == "relu+residual"
     outs = []
     for fused in (True, False):
         bn = SplitBatchNorm(shape[1], 8, path="triton").cuda().train()
         bn.act = fused
         xi, zi = x.clone().requires_grad_(), z.clone().requires_grad_()
-        if fused:
-            y = bn(xi, zi if res else None)
-        else:
-            y = bn(xi)
-            y = torch.relu(y + zi if res else y)
+        y = bn(xi, zi) if fused else torch.relu(bn(xi) + zi)
         y.backward(grad)
-        outs.append((y, xi.grad, zi.grad if res else None, bn.weight.grad, bn.bias.grad))
-    (y, dx, dz, dw, db), (y0, dx0, dz0, dw0, db0) = outs
-    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-22
-    assert ((y.float() - y0.float()).abs() <= y0.float().abs().clamp(min=1.0) * ulp).all()
-    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
-    for a, b in [(dx, dx0), (dz, dz0), (dw, dw0), (db, db0)]:
-        if b is not None:
-            torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)
+        outs.append((y, xi.grad, zi.grad, bn.weight.grad, bn.bias.grad))
+    (y, *grads), (y0, *grads0) = outs
+    assert ((y.float() - y0.float()).abs() <= y0.float().abs().clamp(min=1.0) * 2.0**-7).all()
+    for a, b in zip(grads, grads0, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
