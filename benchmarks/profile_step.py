@@ -163,24 +163,16 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # libkineto's activity types of device work
-
-
 def device_spans(events) -> list[tuple[float, float]]:
-    """``[start, end)`` in µs of the device's work among the profiler's kineto events (``prof.
-    profiler.kineto_results.events()``): its kernels, copies and sets. Not the device-side ranges
-    of ``record_function`` annotations (``gpu_user_annotation``, e.g. ``negmine.step``'s): they
-    span the kernels launched under them, idle gaps included, so the union would be the wall."""
+    """``[start, end)`` in µs of the device's work among the profiler's events (``prof.events()``,
+    torch.profiler's documented ``FunctionEvent``s): its kernels, copies and sets. Not the
+    device-side ranges of ``record_function`` annotations (``is_user_annotation``, e.g.
+    ``negmine.step``'s): they span the kernels launched under them, idle gaps included, so the
+    union would be the wall."""
     cuda = torch.autograd.DeviceType.CUDA
-    out = []
-    for e in events:
-        if e.device_type() != cuda:
-            continue
-        kind = getattr(e, "activity_type", None)  # absent from older torch: annotations' flag
-        work = kind() in DEVICE_WORK if kind is not None else not e.is_user_annotation()
-        if work and e.end_ns() > e.start_ns():
-            out.append((e.start_ns() / 1e3, e.end_ns() / 1e3))
-    return out
+    return [(e.time_range.start, e.time_range.end) for e in events
+            if e.device_type == cuda and not e.is_user_annotation
+            and e.time_range.end > e.time_range.start]  # fmt: skip
 
 
 def busy_share(spans: list[tuple[float, float]], steps: int, wall_us: float) -> tuple[float, float]:
@@ -193,7 +185,7 @@ def busy_share(spans: list[tuple[float, float]], steps: int, wall_us: float) -> 
 
 def gpu_busy(prof, steps: int, wall_us: float) -> tuple[float | None, float | None]:
     """:func:`busy_share` of a profile's device work; (None, None) where none was recorded."""
-    spans = device_spans(prof.profiler.kineto_results.events())
+    spans = device_spans(prof.events())
     return busy_share(spans, steps, wall_us) if spans else (None, None)
 
 

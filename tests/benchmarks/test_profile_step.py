@@ -7,6 +7,7 @@ per step (re-derived here on a microsecond grid)."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,24 +21,12 @@ CUDA, CPU = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
 
 
 class Event:
-    """A stand-in for the profiler's kineto event (``_KinetoEvent``): the methods read."""
+    """A stand-in for torch.profiler's ``FunctionEvent`` (``prof.events()``): what is read."""
 
-    def __init__(self, kind: str, start_us: float, end_us: float, device=CUDA, old=False):
-        self.kind, self.start, self.end, self.device = kind, start_us, end_us, device
-        if not old:  # a torch whose events have activity_type()
-            self.activity_type = lambda: self.kind
-
-    def device_type(self):
-        return self.device
-
-    def is_user_annotation(self) -> bool:
-        return self.kind in ("user_annotation", "gpu_user_annotation")
-
-    def start_ns(self) -> int:
-        return int(self.start * 1000)
-
-    def end_ns(self) -> int:
-        return int(self.end * 1000)
+    def __init__(self, kind: str, start_us: float, end_us: float, device=CUDA):
+        self.device_type = device
+        self.time_range = SimpleNamespace(start=start_us, end=end_us)
+        self.is_user_annotation = kind in ("user_annotation", "gpu_user_annotation")
 
 
 def grid_busy_us(spans: list[tuple[float, float]], horizon: int) -> int:
@@ -45,28 +34,27 @@ def grid_busy_us(spans: list[tuple[float, float]], horizon: int) -> int:
     return sum(any(a <= t < b for a, b in spans) for t in range(horizon))
 
 
-def steps_events(old: bool = False) -> list[Event]:
+def steps_events() -> list[Event]:
     """Two 100 µs steps: each a ``negmine.step`` range (on the CPU and its device-side copy,
     spanning the step's kernels), kernels on two streams overlapping, a copy, a set, a gap, and the
     CPU's runtime calls."""
     out = []
     for t0 in (0, 100):
-        out += [Event("user_annotation", t0, t0 + 100, CPU, old),
-                Event("gpu_user_annotation", t0 + 5, t0 + 95, CUDA, old),
-                Event("cuda_runtime", t0, t0 + 3, CPU, old),
-                Event("kernel", t0 + 5, t0 + 40, CUDA, old),
-                Event("kernel", t0 + 30, t0 + 50, CUDA, old),  # a second stream, overlapping
-                Event("gpu_memcpy", t0 + 60, t0 + 70, CUDA, old),
-                Event("gpu_memset", t0 + 80, t0 + 85, CUDA, old),
-                Event("kernel", t0 + 90, t0 + 90, CUDA, old)]  # fmt: skip
+        out += [Event("user_annotation", t0, t0 + 100, CPU),
+                Event("gpu_user_annotation", t0 + 5, t0 + 95, CUDA),
+                Event("cuda_runtime", t0, t0 + 3, CPU),
+                Event("kernel", t0 + 5, t0 + 40, CUDA),
+                Event("kernel", t0 + 30, t0 + 50, CUDA),  # a second stream, overlapping
+                Event("gpu_memcpy", t0 + 60, t0 + 70, CUDA),
+                Event("gpu_memset", t0 + 80, t0 + 85, CUDA),
+                Event("kernel", t0 + 90, t0 + 90, CUDA)]  # fmt: skip
     return out
 
 
-@pytest.mark.parametrize("old", [False, True], ids=["activity_type", "annotation flag"])
-def test_the_device_work_is_kernels_copies_and_sets_not_the_annotations(old):
+def test_the_device_work_is_kernels_copies_and_sets_not_the_annotations():
     """The device's work: the kernels, copies and sets; not the GPU-side range of a
     ``record_function`` (it spans the step's kernels, gaps included), nor the CPU's events."""
-    spans = profile_step.device_spans(steps_events(old))
+    spans = profile_step.device_spans(steps_events())
     want = [(t0 + a, t0 + b) for t0 in (0, 100) for a, b in ((5, 40), (30, 50), (60, 70),
                                                             (80, 85))]  # fmt: skip
     assert sorted(spans) == sorted(want)
@@ -79,7 +67,8 @@ def test_the_busy_share_is_the_union_of_the_work_per_step_over_the_wall_per_step
     assert busy == pytest.approx(covered / 2) and covered == 120
     assert share == pytest.approx(covered / 2 / 100.0)
     # with the annotation's range counted (what the union read before), the step is all busy
-    every = [(e.start, e.end) for e in steps_events() if e.device == CUDA and e.end > e.start]
+    every = [(e.time_range.start, e.time_range.end) for e in steps_events()
+             if e.device_type == CUDA and e.time_range.end > e.time_range.start]  # fmt: skip
     assert grid_busy_us(every, 200) / 2 / 100.0 == pytest.approx(0.9)
     odd = [(20.0, 30.0), (0.0, 12.0), (3.0, 7.0), (40.0, 41.0), (39.0, 45.0), (60.0, 60.0)]
     covered = grid_busy_us(odd, 80)  # unsorted, nested, empty
