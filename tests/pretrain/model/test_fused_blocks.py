@@ -32,7 +32,8 @@ def step(net: nn.Module, x: torch.Tensor, amp: bool) -> dict[str, torch.Tensor]:
     return out | {f"buffer {k}": b for k, b in net.named_buffers()}
 
 
-@pytest.mark.parametrize("path,amp", [("per_split", False), ("fused", True)])
+@pytest.mark.parametrize("path", ["per_split", "fused"])
+@pytest.mark.parametrize("amp", [False, True])
 def test_fused_blocks_equal_torchvisions_basicblock_resnet(path, amp):
     """Same state-dict keys, the same initial values from the same seed, and (on the CPU's and
     the aten fused split BN paths, fp32 and bf16 autocast, channels_last) the same output,
